@@ -1,0 +1,183 @@
+/**
+ * Configuration: one zod schema over the environment, parsed once at start-up.
+ * Contract: an invalid setting stops start-up with one message that lists every problem;
+ * the parsed result is frozen and passed to the parts that need it (nothing reads process.env later).
+ */
+import { z } from 'zod';
+
+/** Env booleans: "true"/"1"/"yes"/"on" and "false"/"0"/"no"/"off" (case-insensitive). Anything else is an error. */
+const envBoolean = (defaultValue: boolean) =>
+  z
+    .string()
+    .trim()
+    .toLowerCase()
+    .optional()
+    .transform((value, ctx) => {
+      if (value === undefined || value === '') return defaultValue;
+      if (['true', '1', 'yes', 'on'].includes(value)) return true;
+      if (['false', '0', 'no', 'off'].includes(value)) return false;
+      ctx.addIssue({ code: 'custom', message: `expected true or false, got "${value}"` });
+      return z.NEVER;
+    });
+
+const envInt = (defaultValue: number, min: number, max: number) =>
+  z.coerce.number().int().min(min).max(max).default(defaultValue);
+
+const commaList = z
+  .string()
+  .transform((value) => value.split(',').map((item) => item.trim()).filter((item) => item.length > 0));
+
+const identifier = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be a plain identifier (letters, digits, _)');
+
+const PLANS = ['free', 'pro', 'business', 'enterprise'] as const;
+
+const envSchema = z
+  .object({
+    NODE_ENV: z.string().default('production'),
+    LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    HOST: z.string().default('0.0.0.0'),
+    PORT: envInt(8080, 0, 65535),
+
+    FEATURE_ANOMALY_DETECTION: envBoolean(false),
+    FEATURE_AI_RISK_SCORING: envBoolean(false),
+    ADMIN_ENABLED: envBoolean(false),
+
+    KAFKA_BROKERS: commaList.optional(),
+    KAFKA_CLIENT_ID: z.string().min(1).default('security-center-worker'),
+    KAFKA_GROUP_ID: z.string().min(1).default('security-center-worker'),
+    KAFKA_TOPIC: z.string().min(1).default('api.request-metadata'),
+    KAFKA_DLQ_TOPIC: z.string().min(1).default('api.request-metadata.dlq'),
+    KAFKA_FROM_BEGINNING: envBoolean(true),
+    KAFKA_SESSION_TIMEOUT_MS: envInt(30_000, 1_000, 600_000),
+    KAFKA_HEARTBEAT_INTERVAL_MS: envInt(3_000, 100, 60_000),
+    KAFKA_MAX_WAIT_MS: envInt(500, 10, 10_000),
+
+    CLICKHOUSE_URL: z.url().optional(),
+    CLICKHOUSE_USER: z.string().default('default'),
+    CLICKHOUSE_PASSWORD: z.string().default(''),
+    CLICKHOUSE_DATABASE: identifier.default('security_center'),
+    DATA_DIR: z.string().min(1).default('./data'),
+    EVENTS_TTL_DAYS: envInt(30, 1, 3650),
+
+    STORE_FLUSH_ROWS: envInt(50_000, 1, 1_000_000),
+    STORE_FLUSH_INTERVAL_MS: envInt(1_000, 10, 60_000),
+    STORE_MAX_BUFFERED_ROWS: envInt(200_000, 1, 10_000_000),
+    DEDUP_CACHE_SIZE: envInt(200_000, 0, 10_000_000),
+
+    INGEST_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
+    INGEST_MAX_BODY_BYTES: envInt(5 * 1024 * 1024, 1024, 100 * 1024 * 1024),
+    INGEST_MAX_EVENTS: envInt(10_000, 1, 1_000_000),
+
+    ADMIN_JWT_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
+    ENTITLED_PLANS: commaList.pipe(z.array(z.enum(PLANS)).min(1)).default(['business', 'enterprise']),
+    ENFORCEMENT_MODE: z.enum(['off', 'shadow', 'enforce']).default('off'),
+    ENFORCEMENT_BLOCK_MIN_RISK: z.coerce.number().min(0).max(1).default(0.95),
+  })
+  .superRefine((env, ctx) => {
+    if (env.ADMIN_ENABLED && !env.ADMIN_JWT_SECRET) {
+      ctx.addIssue({ code: 'custom', path: ['ADMIN_JWT_SECRET'], message: 'is required when ADMIN_ENABLED=true' });
+    }
+  });
+
+export type Env = z.output<typeof envSchema>;
+
+export interface Config {
+  readonly env: string;
+  readonly logLevel: Env['LOG_LEVEL'];
+  readonly http: { readonly host: string; readonly port: number };
+  readonly features: { readonly anomalyDetection: boolean; readonly aiRiskScoring: boolean; readonly admin: boolean };
+  readonly kafka?: {
+    readonly brokers: readonly string[];
+    readonly clientId: string;
+    readonly groupId: string;
+    readonly topic: string;
+    readonly dlqTopic: string;
+    readonly fromBeginning: boolean;
+    readonly sessionTimeoutMs: number;
+    readonly heartbeatIntervalMs: number;
+    readonly maxWaitMs: number;
+  };
+  readonly clickhouse: {
+    /** Server URL; undefined means the embedded engine under dataDir. */
+    readonly url?: string;
+    readonly username: string;
+    readonly password: string;
+    readonly database: string;
+    readonly dataDir: string;
+    readonly eventsTtlDays: number;
+  };
+  readonly store: { readonly flushRows: number; readonly flushIntervalMs: number; readonly maxBufferedRows: number };
+  readonly ingest: { readonly token?: string; readonly maxBodyBytes: number; readonly maxEvents: number; readonly dedupCacheSize: number };
+  readonly admin: { readonly jwtSecret?: string; readonly entitledPlans: readonly string[] };
+  readonly enforcement: { readonly mode: Env['ENFORCEMENT_MODE']; readonly blockMinRisk: number };
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n${problems.map((problem) => `  - ${problem}`).join('\n')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Parses the environment; throws ConfigError listing every problem at once. */
+export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
+  const parsed = envSchema.safeParse(source);
+  if (!parsed.success) {
+    // Name the variable and the problem, never the value: it may be a secret.
+    throw new ConfigError(parsed.error.issues.map((issue) => `${issue.path.join('.') || '(environment)'}: ${issue.message}`));
+  }
+  const env = parsed.data;
+  return deepFreeze({
+    env: env.NODE_ENV,
+    logLevel: env.LOG_LEVEL,
+    http: { host: env.HOST, port: env.PORT },
+    features: {
+      anomalyDetection: env.FEATURE_ANOMALY_DETECTION,
+      aiRiskScoring: env.FEATURE_AI_RISK_SCORING,
+      admin: env.ADMIN_ENABLED,
+    },
+    kafka:
+      env.KAFKA_BROKERS && env.KAFKA_BROKERS.length > 0
+        ? {
+            brokers: env.KAFKA_BROKERS,
+            clientId: env.KAFKA_CLIENT_ID,
+            groupId: env.KAFKA_GROUP_ID,
+            topic: env.KAFKA_TOPIC,
+            dlqTopic: env.KAFKA_DLQ_TOPIC,
+            fromBeginning: env.KAFKA_FROM_BEGINNING,
+            sessionTimeoutMs: env.KAFKA_SESSION_TIMEOUT_MS,
+            heartbeatIntervalMs: env.KAFKA_HEARTBEAT_INTERVAL_MS,
+            maxWaitMs: env.KAFKA_MAX_WAIT_MS,
+          }
+        : undefined,
+    clickhouse: {
+      url: env.CLICKHOUSE_URL,
+      username: env.CLICKHOUSE_USER,
+      password: env.CLICKHOUSE_PASSWORD,
+      database: env.CLICKHOUSE_DATABASE,
+      dataDir: env.DATA_DIR,
+      eventsTtlDays: env.EVENTS_TTL_DAYS,
+    },
+    store: {
+      flushRows: env.STORE_FLUSH_ROWS,
+      flushIntervalMs: env.STORE_FLUSH_INTERVAL_MS,
+      maxBufferedRows: Math.max(env.STORE_MAX_BUFFERED_ROWS, env.STORE_FLUSH_ROWS),
+    },
+    ingest: {
+      token: env.INGEST_TOKEN,
+      maxBodyBytes: env.INGEST_MAX_BODY_BYTES,
+      maxEvents: env.INGEST_MAX_EVENTS,
+      dedupCacheSize: env.DEDUP_CACHE_SIZE,
+    },
+    admin: { jwtSecret: env.ADMIN_JWT_SECRET, entitledPlans: env.ENTITLED_PLANS },
+    enforcement: { mode: env.ENFORCEMENT_MODE, blockMinRisk: env.ENFORCEMENT_BLOCK_MIN_RISK },
+  });
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object') {
+    for (const child of Object.values(value)) deepFreeze(child);
+    Object.freeze(value);
+  }
+  return value;
+}

@@ -1,0 +1,128 @@
+/**
+ * The request event (contracts section 1): one zod schema used by both ways in (Kafka and HTTP).
+ * Contract: parseRequestEvent never throws; it returns either a normalized event or a rejection with
+ * a stable reason code and field errors. A value carrying an API key secret is rejected, and the
+ * rejection only ever holds redacted text.
+ */
+import { z } from 'zod';
+import { containsSecret, redactSecrets } from './secrets.ts';
+
+export const PLANS = ['free', 'pro', 'business', 'enterprise'] as const;
+export type Plan = (typeof PLANS)[number];
+
+/** Rate limit per key when the event does not carry RateLimit-Limit (spec section 8). */
+export const DEFAULT_RATE_LIMIT_PER_MINUTE: Record<Plan, number> = { free: 60, pro: 60, business: 60, enterprise: 60 };
+
+const MIN_EPOCH_MS = Date.UTC(2000, 0, 1);
+const MAX_EPOCH_MS = Date.UTC(2100, 0, 1);
+export const MAX_USER_AGENT_LENGTH = 512;
+/** Larger values are not request metadata; they are dead-lettered without being parsed. */
+export const MAX_EVENT_BYTES = 64 * 1024;
+
+const timestampSchema = z
+  .union([
+    z.iso.datetime({ offset: true }),
+    z.number().int().min(MIN_EPOCH_MS, 'epoch milliseconds before 2000').max(MAX_EPOCH_MS, 'epoch milliseconds after 2100'),
+  ])
+  .transform((value) => (typeof value === 'number' ? value : Date.parse(value)));
+
+export const requestEventSchema = z.object({
+  eventId: z.string().min(1).max(128),
+  timestamp: timestampSchema,
+  merchantId: z.string().min(1).max(128),
+  plan: z.enum(PLANS),
+  apiKeyId: z.string().min(1).max(128),
+  environment: z.enum(['test', 'live']),
+  ip: z.union([z.ipv4(), z.ipv6()], { error: 'must be an IPv4 or IPv6 address' }),
+  // Long user agents are a bot signal, not an error: keep the head, never reject for length.
+  userAgent: z.string().transform((ua) => (ua.length > MAX_USER_AGENT_LENGTH ? ua.slice(0, MAX_USER_AGENT_LENGTH) : ua)),
+  method: z
+    .string()
+    .regex(/^[A-Za-z]{1,16}$/, 'must be an HTTP method')
+    .transform((method) => method.toUpperCase()),
+  path: z.string().min(1).max(2048),
+  status: z.number().int().min(100).max(599),
+  responseTimeMs: z.number().min(0).max(86_400_000),
+  rateLimitPerMinute: z.number().int().min(1).max(100_000_000).optional(),
+  country: z
+    .string()
+    .regex(/^[A-Za-z]{2}$/, 'must be an ISO 3166-1 alpha-2 code')
+    .transform((code) => code.toUpperCase())
+    .optional(),
+});
+
+/** A validated event; timestamp is epoch milliseconds. Unknown input fields are dropped. */
+export type RequestEvent = z.output<typeof requestEventSchema>;
+
+export type RejectionReason = 'invalid_json' | 'not_an_object' | 'validation_failed' | 'secret_in_event' | 'too_large' | 'empty';
+
+export interface FieldError {
+  path: (string | number)[];
+  message: string;
+}
+
+export interface Rejection {
+  reason: RejectionReason;
+  errors: FieldError[];
+  /** The eventId when one could be read, for reporting; redacted. */
+  eventId?: string;
+}
+
+export type ParseResult = { ok: true; event: RequestEvent } | { ok: false; rejection: Rejection };
+
+/** Parses and validates one event from its raw JSON text (a Kafka value or an NDJSON line). */
+export function parseRequestEventText(text: string): ParseResult {
+  if (text.length === 0) return reject('empty', [{ path: [], message: 'empty message' }]);
+  if (text.length > MAX_EVENT_BYTES) {
+    return reject('too_large', [{ path: [], message: `event larger than ${MAX_EVENT_BYTES} bytes` }]);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    return reject('invalid_json', [{ path: [], message: redactSecrets((error as Error).message) }]);
+  }
+  // The secret check runs on the text only when the cheap pre-check inside containsSecret hits.
+  if (containsSecret(text)) return rejectSecret(value);
+  return validateRequestEvent(value);
+}
+
+/** Validates an already-parsed value (HTTP JSON array items). */
+export function parseRequestEventValue(value: unknown): ParseResult {
+  if (value !== null && typeof value === 'object' && containsSecret(JSON.stringify(value))) return rejectSecret(value);
+  return validateRequestEvent(value);
+}
+
+function validateRequestEvent(value: unknown): ParseResult {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    return reject('not_an_object', [{ path: [], message: 'event must be a JSON object' }]);
+  }
+  const parsed = requestEventSchema.safeParse(value);
+  if (parsed.success) return { ok: true, event: parsed.data };
+  return reject(
+    'validation_failed',
+    parsed.error.issues.map((issue) => ({
+      path: issue.path.filter((key): key is string | number => typeof key !== 'symbol'),
+      message: redactSecrets(issue.message),
+    })),
+    readEventId(value),
+  );
+}
+
+function rejectSecret(value: unknown): ParseResult {
+  return reject(
+    'secret_in_event',
+    [{ path: [], message: 'event carries an API key secret (sk_...); it was redacted and the event rejected' }],
+    readEventId(value),
+  );
+}
+
+function reject(reason: RejectionReason, errors: FieldError[], eventId?: string): ParseResult {
+  return { ok: false, rejection: eventId === undefined ? { reason, errors } : { reason, errors, eventId } };
+}
+
+function readEventId(value: unknown): string | undefined {
+  if (value === null || typeof value !== 'object') return undefined;
+  const eventId = (value as Record<string, unknown>).eventId;
+  return typeof eventId === 'string' ? redactSecrets(eventId.slice(0, 128)) : undefined;
+}

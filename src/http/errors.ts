@@ -1,0 +1,79 @@
+/**
+ * Error catalogue and the two body formats of the spec (section 7.2). One error handler maps every
+ * thrown error to them, so no request, however malformed, gets a 500 with internals in it.
+ */
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+
+export type ErrorCode =
+  | 'UNAUTHORIZED'
+  | 'FORBIDDEN'
+  | 'NOT_FOUND'
+  | 'VALIDATION_ERROR'
+  | 'PAYLOAD_TOO_LARGE'
+  | 'UNSUPPORTED_MEDIA_TYPE'
+  | 'RATE_LIMITED'
+  | 'STORAGE_UNAVAILABLE'
+  | 'INTERNAL_ERROR';
+
+export interface FieldIssue {
+  path: (string | number)[];
+  message: string;
+}
+
+/** An error with a stable code and status; the HTTP layer renders it in Format A (or B for validation). */
+export class HttpError extends Error {
+  constructor(
+    readonly statusCode: number,
+    readonly code: ErrorCode,
+    message: string,
+    readonly details?: FieldIssue[] | Record<string, unknown>,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = 'HttpError';
+  }
+}
+
+export function validationError(details: FieldIssue[], message = 'Request validation failed'): HttpError {
+  return new HttpError(400, 'VALIDATION_ERROR', message, details);
+}
+
+/** Format A: `{success:false, error:{code, message, details?}}`. Format B: `{error, code, details:[...]}`. */
+export function renderError(error: HttpError): unknown {
+  if (error.code === 'VALIDATION_ERROR') {
+    return { error: error.message, code: error.code, details: Array.isArray(error.details) ? error.details : [] };
+  }
+  return {
+    success: false,
+    error: { code: error.code, message: error.message, ...(error.details ? { details: error.details } : {}) },
+  };
+}
+
+/** Maps Fastify's own errors (body limit, content type, bad JSON) to the catalogue. */
+export function toHttpError(error: FastifyError | Error): HttpError {
+  if (error instanceof HttpError) return error;
+  const fastifyError = error as FastifyError;
+  switch (fastifyError.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new HttpError(413, 'PAYLOAD_TOO_LARGE', 'Request body is larger than the limit');
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new HttpError(415, 'UNSUPPORTED_MEDIA_TYPE', 'Send application/json or application/x-ndjson');
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return validationError([{ path: ['body'], message: 'body is empty' }]);
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return validationError([{ path: ['body'], message: 'content-length does not match the body' }]);
+  }
+  if (fastifyError.statusCode === 400 || error instanceof SyntaxError) {
+    return validationError([{ path: ['body'], message: 'body is not valid JSON' }]);
+  }
+  if (fastifyError.statusCode && fastifyError.statusCode >= 400 && fastifyError.statusCode < 500) {
+    return new HttpError(fastifyError.statusCode, 'VALIDATION_ERROR', 'Bad request', [{ path: [], message: 'bad request' }]);
+  }
+  return new HttpError(500, 'INTERNAL_ERROR', 'Internal error');
+}
+
+export function handleError(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): void {
+  const httpError = toHttpError(error);
+  if (httpError.statusCode >= 500) request.log.error({ err: error }, 'request failed');
+  void reply.code(httpError.statusCode).headers(httpError.headers).send(renderError(httpError));
+}

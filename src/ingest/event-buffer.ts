@@ -1,0 +1,244 @@
+/**
+ * The write path to storage. Rows from Kafka batches and HTTP posts accumulate here and are stored
+ * in large inserts, by count (STORE_FLUSH_ROWS) or age (STORE_FLUSH_INTERVAL_MS), one insert at a time
+ * while the next rows keep accumulating: the engine's throughput depends on large inserts, and the
+ * consumer keeps fetching while one is in flight.
+ *
+ * Contract: a flush's dead letters are produced, and its offsets committed, only after its rows are
+ * stored. A failed flush is retried with backoff until it succeeds or the buffer is stopped;
+ * meanwhile `healthy` is false, onOutage has been called once (the consumer pauses), and nothing is
+ * committed. add() resolves when its rows are durable.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from '../logger.ts';
+import type { WorkerMetrics } from '../metrics.ts';
+import type { DeadLetter } from './dead-letter.ts';
+
+/** The next offset to consume on a partition, to be committed once everything before it is stored. */
+export interface OffsetMark {
+  topic: string;
+  partition: number;
+  offset: number;
+}
+
+export interface BufferInput {
+  /** JSONEachRow lines. */
+  lines?: readonly string[];
+  deadLetters?: readonly DeadLetter[];
+  offsets?: readonly OffsetMark[];
+}
+
+export interface EventBufferOptions {
+  flushRows: number;
+  flushIntervalMs: number;
+  /** add() callers wait (waitForCapacity) while this many rows are waiting for the next flush. */
+  maxBufferedRows: number;
+  storeRows(body: Buffer): Promise<void>;
+  sendDeadLetters(records: readonly DeadLetter[]): Promise<void>;
+  commit(offsets: readonly OffsetMark[]): Promise<void>;
+  onOutage?(): void;
+  onRecovery?(): void;
+  metrics: WorkerMetrics;
+  logger: Logger;
+  retryInitialMs?: number;
+  retryMaxMs?: number;
+}
+
+class PendingFlush {
+  lines: string[] = [];
+  deadLetters: DeadLetter[] = [];
+  readonly offsets = new Map<string, OffsetMark>();
+  firstAddedAt = 0;
+  readonly durable: Promise<void>;
+  resolve!: () => void;
+  reject!: (error: Error) => void;
+
+  constructor() {
+    this.durable = new Promise<void>((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+    this.durable.catch(() => undefined); // callers that do not wait must not cause unhandled rejections
+  }
+
+  get isEmpty(): boolean {
+    return this.lines.length === 0 && this.deadLetters.length === 0 && this.offsets.size === 0;
+  }
+}
+
+export class EventBuffer {
+  private pending = new PendingFlush();
+  private flushLoop: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private draining = false;
+  private stopped = false;
+  private readonly stopController = new AbortController();
+  private capacityWaiters: (() => void)[] = [];
+  private _healthy = true;
+
+  constructor(private readonly options: EventBufferOptions) {}
+
+  /** False while stores are failing. */
+  get healthy(): boolean {
+    return this._healthy;
+  }
+
+  get bufferedRows(): number {
+    return this.pending.lines.length;
+  }
+
+  add(input: BufferInput): Promise<void> {
+    if (this.stopped) return Promise.reject(new Error('event buffer is stopped'));
+    const pending = this.pending;
+    if (pending.isEmpty) pending.firstAddedAt = Date.now();
+    if (input.lines) for (const line of input.lines) pending.lines.push(line);
+    if (input.deadLetters) for (const record of input.deadLetters) pending.deadLetters.push(record);
+    if (input.offsets) {
+      for (const mark of input.offsets) {
+        const key = `${mark.topic}\u0000${mark.partition}`;
+        const previous = pending.offsets.get(key);
+        if (!previous || previous.offset < mark.offset) pending.offsets.set(key, mark);
+      }
+    }
+    this.options.metrics.bufferedRows.set(pending.lines.length);
+    this.schedule();
+    return pending.durable;
+  }
+
+  /** Waits while the buffer is full (storage slow or down); onWait runs about once a second (heartbeats). */
+  async waitForCapacity(onWait?: () => Promise<void>): Promise<void> {
+    while (!this.stopped && this.pending.lines.length >= this.options.maxBufferedRows) {
+      await Promise.race([new Promise<void>((resolve) => this.capacityWaiters.push(resolve)), sleep(1_000)]);
+      if (onWait) await onWait();
+    }
+  }
+
+  /** Stores everything added so far (and what is added meanwhile); resolves when it is stored. */
+  async drain(): Promise<void> {
+    this.draining = true;
+    try {
+      while (!this.stopped && (!this.pending.isEmpty || this.flushLoop)) {
+        this.kick();
+        await this.flushLoop;
+      }
+    } finally {
+      this.draining = false;
+    }
+  }
+
+  /**
+   * Drains within the deadline, then stops. Rows not stored by then are given up (their offsets
+   * were not committed, so Kafka delivers them again to the next owner).
+   */
+  async stop(deadlineMs = 10_000): Promise<void> {
+    const drained = this.drain().then(() => true);
+    const inTime = await Promise.race([drained, sleep(deadlineMs, false, { ref: false })]);
+    this.stopped = true;
+    this.stopController.abort();
+    clearTimeout(this.timer);
+    if (!inTime) this.options.logger.error({ rows: this.pending.lines.length }, 'buffer stopped before its rows were stored');
+    this.pending.reject(new Error('event buffer stopped before the rows were stored'));
+    for (const wake of this.capacityWaiters.splice(0)) wake();
+    await this.flushLoop?.catch(() => undefined);
+  }
+
+  private isDue(pending: PendingFlush): boolean {
+    if (pending.isEmpty) return false;
+    return (
+      this.draining ||
+      pending.lines.length >= this.options.flushRows ||
+      Date.now() - pending.firstAddedAt >= this.options.flushIntervalMs
+    );
+  }
+
+  private schedule(): void {
+    if (this.flushLoop) return; // the loop looks again when the flush in flight ends
+    if (this.isDue(this.pending)) {
+      this.kick();
+    } else if (!this.timer && !this.pending.isEmpty) {
+      const wait = Math.max(0, this.options.flushIntervalMs - (Date.now() - this.pending.firstAddedAt));
+      this.timer = setTimeout(() => {
+        this.timer = undefined;
+        this.kick();
+      }, wait);
+      this.timer.unref();
+    }
+  }
+
+  private kick(): void {
+    if (this.flushLoop || this.stopped) return;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.flushLoop = this.runFlushes().finally(() => {
+      this.flushLoop = undefined;
+      this.schedule();
+    });
+  }
+
+  private async runFlushes(): Promise<void> {
+    while (this.isDue(this.pending) && !this.stopped) {
+      const flush = this.pending;
+      this.pending = new PendingFlush();
+      this.options.metrics.bufferedRows.set(0);
+      for (const wake of this.capacityWaiters.splice(0)) wake();
+      try {
+        await this.flushWithRetry(flush);
+        flush.resolve();
+      } catch (error) {
+        flush.reject(error as Error);
+        return;
+      }
+    }
+  }
+
+  private async flushWithRetry(flush: PendingFlush): Promise<void> {
+    const { metrics, logger } = this.options;
+    const started = performance.now();
+    const body = flush.lines.length > 0 ? Buffer.from(flush.lines.join('\n')) : undefined;
+    let rowsStored = body === undefined;
+    let deadLettersSent = flush.deadLetters.length === 0;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        if (!rowsStored) {
+          await this.options.storeRows(body!);
+          rowsStored = true;
+          metrics.eventsStored.inc(flush.lines.length);
+        }
+        if (!deadLettersSent) {
+          await this.options.sendDeadLetters(flush.deadLetters);
+          deadLettersSent = true;
+          for (const record of flush.deadLetters) metrics.eventsDeadLettered.inc({ reason: record.reason });
+        }
+        break;
+      } catch (error) {
+        metrics.flushFailures.inc();
+        if (this._healthy) {
+          this._healthy = false;
+          metrics.storageUp.set(0);
+          logger.error({ err: error, rows: flush.lines.length }, 'storing a flush failed; pausing intake and retrying');
+          this.options.onOutage?.();
+        }
+        if (this.stopped) throw error;
+        const backoff = Math.min(this.options.retryMaxMs ?? 10_000, (this.options.retryInitialMs ?? 100) * 2 ** (attempt - 1));
+        // Jitter keeps replicas from retrying in lockstep against a recovering server.
+        await sleep(backoff * (0.5 + Math.random() / 2), undefined, { signal: this.stopController.signal }).catch(() => undefined);
+        if (this.stopped) throw error;
+      }
+    }
+    if (!this._healthy) {
+      this._healthy = true;
+      metrics.storageUp.set(1);
+      logger.info('storage is back; resuming intake');
+      this.options.onRecovery?.();
+    }
+    metrics.flushDuration.observe((performance.now() - started) / 1000);
+    if (flush.offsets.size > 0) {
+      try {
+        await this.options.commit([...flush.offsets.values()]);
+      } catch (error) {
+        // The rows are stored; a redelivery of these offsets is skipped by their stored offsets.
+        logger.warn({ err: error }, 'offset commit failed after the rows were stored');
+      }
+    }
+  }
+}

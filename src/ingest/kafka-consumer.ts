@@ -1,0 +1,165 @@
+/**
+ * Kafka intake (kafkajs, eachBatch). Each message ends as stored, dead-lettered or dropped as a
+ * duplicate, and every outcome is counted.
+ *
+ * Contract: offsets are committed only after the rows (and dead letters) up to them are stored
+ * (at-least-once). A message at or below the highest offset already stored for its partition is a
+ * redelivery and is skipped, so a restart does not count anything twice. A storage outage pauses the
+ * topic and commits nothing until storage is back. On shutdown the owner pauses intake, drains the
+ * shared EventBuffer (which commits through this intake), then disconnects.
+ */
+import type { Consumer, EachBatchPayload, Kafka, Producer } from 'kafkajs';
+import { parseRequestEventText } from '../events/request-event.ts';
+import type { Logger } from '../logger.ts';
+import type { WorkerMetrics } from '../metrics.ts';
+import { serializeEventRow, toClickHouseTime, type EventStore } from '../store/event-store.ts';
+import { KafkaDeadLetterQueue, toDeadLetter, type DeadLetter } from './dead-letter.ts';
+import type { EventBuffer, OffsetMark } from './event-buffer.ts';
+import type { RecentEventIds } from './recent-event-ids.ts';
+
+export interface KafkaIntakeOptions {
+  kafka: Kafka;
+  topic: string;
+  dlqTopic: string;
+  groupId: string;
+  fromBeginning: boolean;
+  sessionTimeoutMs: number;
+  heartbeatIntervalMs: number;
+  maxWaitMs: number;
+  store: EventStore;
+  recentIds: RecentEventIds;
+  /** The shared write path; it calls back commit(), sendDeadLetters(), pause() and resume(). */
+  buffer: EventBuffer;
+  metrics: WorkerMetrics;
+  logger: Logger;
+}
+
+export class KafkaIntake {
+  private readonly buffer: EventBuffer;
+  private readonly consumer: Consumer;
+  private readonly producer: Producer;
+  private readonly deadLetterQueue: KafkaDeadLetterQueue;
+  /** Highest offset per partition known to be stored or handed to the buffer, for skipping redeliveries. */
+  private readonly handedOff = new Map<number, number>();
+  /** Stored offsets read from ClickHouse, per partition, refreshed after each rebalance. */
+  private storedOffsets = new Map<number, Promise<number>>();
+  private running = false;
+
+  constructor(private readonly options: KafkaIntakeOptions) {
+    const { kafka, logger } = options;
+    this.consumer = kafka.consumer({
+      groupId: options.groupId,
+      sessionTimeout: options.sessionTimeoutMs,
+      rebalanceTimeout: Math.max(options.sessionTimeoutMs, 10_000),
+      heartbeatInterval: options.heartbeatIntervalMs,
+      maxWaitTimeInMs: options.maxWaitMs,
+      maxBytesPerPartition: 4 * 1024 * 1024,
+      retry: { retries: 10 },
+    });
+    this.producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    this.deadLetterQueue = new KafkaDeadLetterQueue(this.producer, options.dlqTopic);
+    this.buffer = options.buffer;
+    // A new assignment may bring partitions another replica stored into: read their progress again.
+    this.consumer.on(this.consumer.events.GROUP_JOIN, (event) => {
+      this.storedOffsets = new Map();
+      logger.info({ assignment: event.payload.memberAssignment }, 'kafka partitions assigned');
+    });
+    this.consumer.on(this.consumer.events.CRASH, (event) => {
+      logger.error({ err: event.payload.error, restart: event.payload.restart }, 'kafka consumer crashed');
+    });
+  }
+
+  async start(): Promise<void> {
+    await this.producer.connect();
+    await this.consumer.connect();
+    await this.consumer.subscribe({ topic: this.options.topic, fromBeginning: this.options.fromBeginning });
+    await this.consumer.run({
+      autoCommit: false,
+      eachBatchAutoResolve: false,
+      eachBatch: (payload) => this.handleBatch(payload),
+    });
+    this.running = true;
+    this.options.logger.info({ topic: this.options.topic, groupId: this.options.groupId }, 'kafka intake started');
+  }
+
+  /** Stops fetching (partitions stay assigned, so offsets can still be committed). */
+  pause(): void {
+    this.consumer.pause([{ topic: this.options.topic }]);
+  }
+
+  resume(): void {
+    if (this.running) this.consumer.resume([{ topic: this.options.topic }]);
+  }
+
+  /** Leaves the group. Drain the buffer first: commits need group membership. */
+  async disconnect(): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    await this.consumer.disconnect();
+    await this.producer.disconnect();
+    this.options.logger.info('kafka intake stopped');
+  }
+
+  sendDeadLetters(records: readonly DeadLetter[]): Promise<void> {
+    return this.deadLetterQueue.send(records);
+  }
+
+  async commit(offsets: readonly OffsetMark[]): Promise<void> {
+    if (offsets.length === 0) return;
+    await this.consumer.commitOffsets(offsets.map((mark) => ({ ...mark, offset: String(mark.offset) })));
+  }
+
+  private async handleBatch({ batch, resolveOffset, heartbeat, isRunning, isStale }: EachBatchPayload): Promise<void> {
+    if (!isRunning() || isStale() || batch.isEmpty()) return;
+    const started = performance.now();
+    const { topic, partition } = batch;
+    const { metrics, recentIds } = this.options;
+    const alreadyStored = await this.skipUpTo(partition);
+    const receivedAt = toClickHouseTime(Date.now());
+    const lines: string[] = [];
+    const deadLetters: DeadLetter[] = [];
+    let duplicates = 0;
+    for (const message of batch.messages) {
+      const offset = Number(message.offset);
+      if (offset <= alreadyStored) {
+        duplicates++;
+        continue;
+      }
+      const text = message.value ? message.value.toString('utf8') : '';
+      const result = parseRequestEventText(text);
+      if (!result.ok) {
+        deadLetters.push(toDeadLetter(result.rejection, text, { topic, partition, offset: message.offset, timestamp: message.timestamp }));
+        continue;
+      }
+      if (recentIds.checkAndAdd(result.event.eventId)) {
+        duplicates++;
+        continue;
+      }
+      lines.push(serializeEventRow(result.event, { topic, partition, offset }, receivedAt));
+    }
+    const lastOffset = Number(batch.lastOffset());
+    this.handedOff.set(partition, Math.max(this.handedOff.get(partition) ?? -1, lastOffset));
+    resolveOffset(batch.lastOffset()); // moves the fetch position on; the commit waits for storage
+    metrics.eventsConsumed.inc({ source: 'kafka' }, batch.messages.length);
+    if (duplicates > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, duplicates);
+    metrics.consumerLag.set({ topic, partition }, Math.max(0, Number(batch.highWatermark) - lastOffset - 1));
+    const mark: OffsetMark = { topic, partition, offset: lastOffset + 1 };
+    void this.buffer.add({ lines, deadLetters, offsets: [mark] });
+    metrics.batchDuration.observe((performance.now() - started) / 1000);
+    await heartbeat();
+    await this.buffer.waitForCapacity(heartbeat);
+  }
+
+  /** The offset up to which messages of this partition are already stored (or on their way). */
+  private async skipUpTo(partition: number): Promise<number> {
+    let stored = this.storedOffsets.get(partition);
+    if (!stored) {
+      stored = this.options.store
+        .storedOffsets(this.options.topic, [partition])
+        .then((offsets) => offsets.get(partition) ?? -1);
+      this.storedOffsets.set(partition, stored);
+      stored.catch(() => this.storedOffsets.delete(partition)); // asked again on the next batch
+    }
+    return Math.max(await stored, this.handedOff.get(partition) ?? -1);
+  }
+}

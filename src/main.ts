@@ -1,0 +1,201 @@
+/**
+ * The worker's composition root: the one place where parts are built and wired together, started
+ * in order and stopped in reverse. Run directly (`npm start`), it reads the environment, starts,
+ * and on SIGTERM or SIGINT drains and exits.
+ */
+import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { FastifyInstance } from 'fastify';
+import { loadConfig, ConfigError, type Config } from './config.ts';
+import { createHttpServer } from './http/server.ts';
+import { EventBuffer } from './ingest/event-buffer.ts';
+import { registerHttpIngest } from './ingest/http-ingest.ts';
+import { createKafka } from './ingest/kafka-client.ts';
+import { KafkaIntake } from './ingest/kafka-consumer.ts';
+import { RecentEventIds } from './ingest/recent-event-ids.ts';
+import { createLogger, type Logger } from './logger.ts';
+import { WorkerMetrics } from './metrics.ts';
+import { connectClickHouse, type ClickHouse } from './store/clickhouse.ts';
+import { EventStore } from './store/event-store.ts';
+import { migrate } from './store/migrate.ts';
+import { tablesIn } from './store/tables.ts';
+
+const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
+
+export interface WorkerDeps {
+  logger?: Logger;
+  /** Wraps the storage write, so tests inject faults at the storage boundary. */
+  wrapStoreRows?(storeRows: (body: Buffer) => Promise<void>): (body: Buffer) => Promise<void>;
+}
+
+export interface Worker {
+  readonly app: FastifyInstance;
+  /** http://host:port the server listens on. */
+  readonly url: string;
+  readonly clickhouse: ClickHouse;
+  readonly store: EventStore;
+  readonly metrics: WorkerMetrics;
+  /** Resolves when storage is migrated and the Kafka intake (if any) has started. */
+  readonly ready: Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startWorker(config: Config, deps: WorkerDeps = {}): Promise<Worker> {
+  const logger = deps.logger ?? createLogger(config.logLevel);
+  logger.info({ version: VERSION, ...describeConfig(config) }, 'starting');
+  const metrics = new WorkerMetrics();
+  const tables = tablesIn(config.clickhouse.database);
+  const clickhouse = connectClickHouse({
+    url: config.clickhouse.url,
+    username: config.clickhouse.username,
+    password: config.clickhouse.password,
+    dataDir: config.clickhouse.dataDir,
+  });
+  const store = new EventStore(clickhouse, tables);
+  const recentIds = new RecentEventIds(config.ingest.dedupCacheSize);
+  const storeRows = (body: Buffer) => store.insertRows(body);
+
+  let intake: KafkaIntake | undefined;
+  const buffer = new EventBuffer({
+    ...config.store,
+    storeRows: deps.wrapStoreRows ? deps.wrapStoreRows(storeRows) : storeRows,
+    sendDeadLetters: (records) => (intake ? intake.sendDeadLetters(records) : Promise.resolve()),
+    commit: (offsets) => (intake ? intake.commit(offsets) : Promise.resolve()),
+    onOutage: () => intake?.pause(),
+    onRecovery: () => intake?.resume(),
+    metrics,
+    logger: logger.child({ component: 'buffer' }),
+  });
+
+  let migrated = false;
+  const app = createHttpServer({
+    logger,
+    metrics,
+    version: VERSION,
+    bodyLimit: config.ingest.maxBodyBytes,
+    notReadyReason: () => (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : undefined),
+  });
+  const ingestEnabled = config.features.anomalyDetection;
+  if (ingestEnabled && config.ingest.token) {
+    registerHttpIngest(app, { token: config.ingest.token, maxEvents: config.ingest.maxEvents, buffer, recentIds, metrics });
+  } else if (ingestEnabled) {
+    logger.warn('INGEST_TOKEN is not set: POST /v1/ingest/events is off');
+  }
+  await app.listen({ host: config.http.host, port: config.http.port });
+  const address = app.server.address();
+  const url = typeof address === 'object' && address ? `http://${formatHost(address.address)}:${address.port}` : '';
+  logger.info({ url }, 'http server listening');
+
+  const abort = new AbortController();
+  const ready = (async () => {
+    await retryUntilDone('migrating storage', logger, abort.signal, () =>
+      migrate(clickhouse, { tables, eventsTtlDays: config.clickhouse.eventsTtlDays }, logger),
+    );
+    migrated = true;
+    if (ingestEnabled && config.kafka) {
+      const kafkaConfig = config.kafka;
+      intake = new KafkaIntake({
+        kafka: createKafka(kafkaConfig, logger),
+        ...kafkaConfig,
+        store,
+        recentIds,
+        buffer,
+        metrics,
+        logger: logger.child({ component: 'kafka' }),
+      });
+      await retryUntilDone('starting kafka intake', logger, abort.signal, () => intake!.start());
+    }
+    logger.info('ready');
+  })();
+  ready.catch(() => undefined);
+
+  let stopping: Promise<void> | undefined;
+  const stop = () =>
+    (stopping ??= (async () => {
+      logger.info('stopping');
+      abort.abort();
+      await ready.catch(() => undefined);
+      await app.close(); // no new requests; in-flight ones finish
+      intake?.pause();
+      await buffer.stop(); // stores what is in hand and commits it while still in the group
+      await intake?.disconnect();
+      await clickhouse.close();
+      logger.info('stopped');
+    })());
+
+  return { app, url, clickhouse, store, metrics, ready, stop };
+}
+
+/** Retries a start-up step with backoff (a server may come up after the worker does). */
+async function retryUntilDone(what: string, logger: Logger, signal: AbortSignal, step: () => Promise<unknown>): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await step();
+      return;
+    } catch (error) {
+      if (signal.aborted) throw error;
+      const delay = Math.min(30_000, 500 * 2 ** (attempt - 1));
+      logger.error({ err: error, attempt, retryInMs: delay }, `${what} failed`);
+      await sleep(delay, undefined, { signal });
+    }
+  }
+}
+
+/** What the logs may say about the configuration: no secrets, no credentials in URLs. */
+function describeConfig(config: Config): Record<string, unknown> {
+  let clickhouse = `embedded engine in ${config.clickhouse.dataDir}`;
+  if (config.clickhouse.url) {
+    const url = new URL(config.clickhouse.url);
+    clickhouse = `${url.protocol}//${url.host}${url.pathname}`;
+  }
+  return {
+    features: config.features,
+    kafka: config.kafka ? { brokers: config.kafka.brokers, topic: config.kafka.topic, groupId: config.kafka.groupId } : 'off',
+    clickhouse,
+    enforcement: config.enforcement.mode,
+  };
+}
+
+function formatHost(host: string): string {
+  return host.includes(':') ? `[${host}]` : host;
+}
+
+async function main(): Promise<void> {
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`${error.message}\n`);
+      process.exit(2);
+    }
+    throw error;
+  }
+  const logger = createLogger(config.logLevel);
+  const worker = await startWorker(config, { logger });
+  const shutdown = (signal: string) => {
+    logger.info({ signal }, 'shutdown requested');
+    const forceExit = setTimeout(() => {
+      logger.error('shutdown took too long; exiting');
+      process.exit(1);
+    }, 30_000);
+    forceExit.unref();
+    worker.stop().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        logger.error({ err: error }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', () => shutdown('SIGTERM'));
+  process.once('SIGINT', () => shutdown('SIGINT'));
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().catch((error: unknown) => {
+    process.stderr.write(`fatal: ${error instanceof Error ? error.stack : String(error)}\n`);
+    process.exit(1);
+  });
+}

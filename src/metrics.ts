@@ -1,0 +1,77 @@
+/**
+ * Prometheus metrics of the worker (served at /metrics). One registry per worker instance, so two
+ * workers in one test process do not share counters.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export class WorkerMetrics {
+  readonly registry = new Registry();
+
+  readonly eventsConsumed = new Counter({
+    name: 'security_center_events_consumed_total',
+    help: 'Request events taken in, by source (kafka, http)',
+    labelNames: ['source'] as const,
+    registers: [this.registry],
+  });
+  readonly eventsStored = new Counter({
+    name: 'security_center_events_stored_total',
+    help: 'Request events stored in ClickHouse',
+    registers: [this.registry],
+  });
+  readonly eventsDuplicate = new Counter({
+    name: 'security_center_events_duplicate_total',
+    help: 'Request events dropped as redeliveries of an already stored eventId or Kafka offset',
+    labelNames: ['source'] as const,
+    registers: [this.registry],
+  });
+  readonly eventsDeadLettered = new Counter({
+    name: 'security_center_events_dead_lettered_total',
+    help: 'Kafka messages sent to the dead-letter topic, by reason',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+  readonly eventsRejected = new Counter({
+    name: 'security_center_events_rejected_total',
+    help: 'HTTP-ingested events rejected in the response, by reason',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+  readonly batchDuration = new Histogram({
+    name: 'security_center_batch_duration_seconds',
+    help: 'Time to decode and validate one Kafka batch (storage is asynchronous)',
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    registers: [this.registry],
+  });
+  readonly flushDuration = new Histogram({
+    name: 'security_center_store_flush_duration_seconds',
+    help: 'Time from the start of a flush until its rows are stored, retries included',
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [this.registry],
+  });
+  readonly flushFailures = new Counter({
+    name: 'security_center_store_flush_failures_total',
+    help: 'Failed attempts to store a flush (each is retried with backoff)',
+    registers: [this.registry],
+  });
+  readonly storageUp = new Gauge({
+    name: 'security_center_storage_up',
+    help: '1 when the last storage write succeeded, 0 during an outage',
+    registers: [this.registry],
+  });
+  readonly bufferedRows = new Gauge({
+    name: 'security_center_buffered_rows',
+    help: 'Validated rows waiting to be stored',
+    registers: [this.registry],
+  });
+  readonly consumerLag = new Gauge({
+    name: 'security_center_consumer_lag',
+    help: 'Messages between the last consumed offset and the high watermark, per partition',
+    labelNames: ['topic', 'partition'] as const,
+    registers: [this.registry],
+  });
+
+  constructor(options: { defaultMetrics?: boolean } = {}) {
+    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    this.storageUp.set(1);
+  }
+}

@@ -1,0 +1,101 @@
+/**
+ * The ClickHouse connection: a server by URL, or the embedded engine (chdb) under DATA_DIR.
+ * Contract: everything goes through one @clickhouse/client instance with the same pinned settings,
+ * so code that passes on the embedded engine passes on a server. The one exception is the bulk
+ * insert primitive: on the embedded engine it hands the bytes to chdb's native raw insert, because
+ * the generic Connection.insert re-parses the body inline in the SQL text at under half the speed
+ * (measured: 35-40k vs 80-100k rows/s for 500 B rows on 2 cores).
+ */
+import { mkdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { Readable } from 'node:stream';
+import { createClient, type ClickHouseClient, type ClickHouseSettings } from '@clickhouse/client';
+import { createChdbConnection, type ChdbConnection } from 'chdb/connection';
+
+/** Settings the code relies on, pinned because the embedded engine's defaults differ from a server's. */
+export const PINNED_SETTINGS: ClickHouseSettings = {
+  async_insert: 0, // an insert has landed when it returns: offsets are committed after it
+  date_time_input_format: 'basic', // rows carry 'YYYY-MM-DD hh:mm:ss.sss' in UTC
+  output_format_json_quote_64bit_integers: 0, // counts and offsets come back as JSON numbers
+  input_format_skip_unknown_fields: 0, // a column-name mistake fails loudly
+  session_timezone: 'UTC',
+};
+
+type ClientConnection = NonNullable<NonNullable<Parameters<typeof createClient>[0]>['connection']>;
+
+export interface ClickHouseOptions {
+  url?: string;
+  username: string;
+  password: string;
+  /** Embedded engine data directory, used when url is unset. */
+  dataDir: string;
+}
+
+export interface ClickHouse {
+  readonly client: ClickHouseClient;
+  readonly kind: 'server' | 'embedded';
+  /** Inserts JSONEachRow bytes (one JSON object per line) into a table, naming its columns. */
+  insertJsonEachRow(table: string, columns: readonly string[], body: Buffer): Promise<void>;
+  /** Runs a query and returns its rows (JSONEachRow). */
+  queryRows<T = Record<string, unknown>>(query: string, params?: Record<string, unknown>): Promise<T[]>;
+  command(query: string, params?: Record<string, unknown>): Promise<void>;
+  ping(): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
+  if (options.url) {
+    const client = createClient({
+      url: options.url,
+      username: options.username,
+      password: options.password,
+      clickhouse_settings: PINNED_SETTINGS,
+      request_timeout: 60_000,
+    });
+    return wrap(client, 'server', async (table, columns, body) => {
+      const result = await client.exec({
+        query: `INSERT INTO ${table} (${columns.join(', ')}) FORMAT JSONEachRow`,
+        values: Readable.from([body], { objectMode: false }),
+      });
+      result.stream.resume();
+    });
+  }
+  const path = resolve(options.dataDir, 'clickhouse');
+  mkdirSync(path, { recursive: true });
+  const connection: ChdbConnection = createChdbConnection({ path });
+  // chdb declares the same Connection interface against its own copy of client-common's types.
+  const client = createClient({ connection: connection as unknown as ClientConnection, clickhouse_settings: PINNED_SETTINGS });
+  return wrap(client, 'embedded', async (table, columns, body) => {
+    await connection.chdb.rawInsert({
+      table,
+      columns: [...columns],
+      format: 'JSONEachRow',
+      values: body,
+      settings: PINNED_SETTINGS as Record<string, string | number | boolean>,
+    });
+  });
+}
+
+function wrap(
+  client: ClickHouseClient,
+  kind: ClickHouse['kind'],
+  insert: ClickHouse['insertJsonEachRow'],
+): ClickHouse {
+  return {
+    client,
+    kind,
+    insertJsonEachRow: (table, columns, body) => (body.length === 0 ? Promise.resolve() : insert(table, columns, body)),
+    async queryRows<T>(query: string, params?: Record<string, unknown>) {
+      const result = await client.query({ query, query_params: params, format: 'JSONEachRow' });
+      return result.json<T>();
+    },
+    async command(query, params) {
+      await client.command({ query, query_params: params });
+    },
+    async ping() {
+      const result = await client.ping();
+      return result.success;
+    },
+    close: () => client.close(),
+  };
+}

@@ -1,0 +1,168 @@
+/**
+ * Request events in ClickHouse: how a validated event becomes a row, the bulk insert, and typed
+ * queries (one function per question, a zod schema for each result row).
+ * Contract: queries take user input only as server-side parameters, never by concatenation.
+ */
+import { z } from 'zod';
+import { DEFAULT_RATE_LIMIT_PER_MINUTE, type RequestEvent } from '../events/request-event.ts';
+import type { ClickHouse } from './clickhouse.ts';
+import type { Tables } from './tables.ts';
+
+export const REQUEST_EVENT_COLUMNS = [
+  'event_id',
+  'ts',
+  'merchant_id',
+  'plan',
+  'api_key_id',
+  'environment',
+  'ip',
+  'user_agent',
+  'method',
+  'path',
+  'status',
+  'response_time_ms',
+  'rate_limit_per_minute',
+  'country',
+  'received_at',
+  'source_topic',
+  'source_partition',
+  'source_offset',
+] as const;
+
+/** Where an event came from: a Kafka message, or HTTP ingest (partition and offset -1). */
+export interface EventSource {
+  topic: string;
+  partition: number;
+  offset: number;
+}
+
+export const HTTP_SOURCE: EventSource = { topic: '', partition: -1, offset: -1 };
+
+/** ClickHouse DateTime64(3) text in UTC: 'YYYY-MM-DD hh:mm:ss.sss'. */
+export function toClickHouseTime(epochMs: number): string {
+  const iso = new Date(epochMs).toISOString();
+  return `${iso.slice(0, 10)} ${iso.slice(11, 23)}`;
+}
+
+/** One JSONEachRow line for request_events. receivedAt is pre-formatted once per batch. */
+export function serializeEventRow(event: RequestEvent, source: EventSource, receivedAt: string): string {
+  return JSON.stringify({
+    event_id: event.eventId,
+    ts: toClickHouseTime(event.timestamp),
+    merchant_id: event.merchantId,
+    plan: event.plan,
+    api_key_id: event.apiKeyId,
+    environment: event.environment,
+    ip: event.ip,
+    user_agent: event.userAgent,
+    method: event.method,
+    path: event.path,
+    status: event.status,
+    response_time_ms: event.responseTimeMs,
+    rate_limit_per_minute: event.rateLimitPerMinute ?? DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan],
+    country: event.country ?? '',
+    received_at: receivedAt,
+    source_topic: source.topic,
+    source_partition: source.partition,
+    source_offset: source.offset,
+  });
+}
+
+const offsetRow = z.object({ partition: z.coerce.number(), max_offset: z.coerce.number() });
+const trafficRow = z.object({
+  requests: z.coerce.number(),
+  successes: z.coerce.number(),
+  unique_ips: z.coerce.number(),
+});
+const storedEventRow = z.object({
+  event_id: z.string(),
+  ts: z.string(),
+  merchant_id: z.string(),
+  plan: z.string(),
+  api_key_id: z.string(),
+  environment: z.string(),
+  ip: z.string(),
+  user_agent: z.string(),
+  method: z.string(),
+  path: z.string(),
+  status: z.coerce.number(),
+  response_time_ms: z.coerce.number(),
+  rate_limit_per_minute: z.coerce.number(),
+  country: z.string(),
+});
+export type StoredEvent = z.output<typeof storedEventRow>;
+
+export interface TrafficTotals {
+  requests: number;
+  successes: number;
+  failureRate: number;
+  uniqueIps: number;
+}
+
+export class EventStore {
+  constructor(
+    private readonly db: ClickHouse,
+    private readonly tables: Tables,
+  ) {}
+
+  /** Inserts pre-serialized rows (serializeEventRow lines joined by '\n'). */
+  insertRows(body: Buffer): Promise<void> {
+    return this.db.insertJsonEachRow(this.tables.requestEvents, REQUEST_EVENT_COLUMNS, body);
+  }
+
+  /**
+   * The highest Kafka offset already stored per partition, looking back `lookbackHours` of arrivals.
+   * A consumer that resumes from an older committed offset (after a crash or a rebalance) skips up to
+   * here, so a redelivered message is not inserted, and counted, twice.
+   */
+  async storedOffsets(topic: string, partitions: readonly number[], lookbackHours = 48): Promise<Map<number, number>> {
+    if (partitions.length === 0) return new Map();
+    const rows = await this.db.queryRows(
+      `SELECT source_partition AS partition, max(source_offset) AS max_offset
+         FROM ${this.tables.requestEvents}
+        WHERE source_topic = {topic:String}
+          AND source_partition IN {partitions:Array(Int32)}
+          AND received_at >= now64(3) - toIntervalHour({hours:UInt32})
+        GROUP BY source_partition`,
+      { topic, partitions: [...partitions], hours: lookbackHours },
+    );
+    return new Map(rows.map((row) => offsetRow.parse(row)).map((row) => [row.partition, row.max_offset]));
+  }
+
+  /** Traffic totals from the per-minute rollups (never raw events); merchantId undefined = all. */
+  async trafficTotals(range: { from: Date; to: Date; merchantId?: string }): Promise<TrafficTotals> {
+    const rows = await this.db.queryRows(
+      `SELECT sum(requests) AS requests, sum(successes) AS successes, uniqMerge(unique_ips) AS unique_ips
+         FROM ${this.tables.requestRollup1m}
+        WHERE minute >= toStartOfMinute({from:DateTime64(3)}) AND minute <= {to:DateTime64(3)}
+          AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})`,
+      { from: toClickHouseTime(range.from.getTime()), to: toClickHouseTime(range.to.getTime()), merchantId: range.merchantId ?? '' },
+    );
+    const totals = trafficRow.parse(rows[0] ?? { requests: 0, successes: 0, unique_ips: 0 });
+    return {
+      requests: totals.requests,
+      successes: totals.successes,
+      failureRate: totals.requests === 0 ? 0 : (totals.requests - totals.successes) / totals.requests,
+      uniqueIps: totals.unique_ips,
+    };
+  }
+
+  /**
+   * Raw events received since a time, each eventId once (duplicates not yet merged away are
+   * collapsed here). This is what detection warms its windows from.
+   */
+  async recentEvents(range: { since: Date; merchantId?: string; limit?: number }): Promise<StoredEvent[]> {
+    const rows = await this.db.queryRows(
+      `SELECT event_id, toString(ts) AS ts, merchant_id, plan, api_key_id, environment, toString(ip) AS ip,
+              user_agent, method, path, status, response_time_ms, rate_limit_per_minute, country
+         FROM ${this.tables.requestEvents}
+        WHERE ts >= {since:DateTime64(3)}
+          AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
+        ORDER BY ts
+        LIMIT 1 BY event_id
+        LIMIT {limit:UInt64}`,
+      { since: toClickHouseTime(range.since.getTime()), merchantId: range.merchantId ?? '', limit: range.limit ?? 1_000_000 },
+    );
+    return rows.map((row) => storedEventRow.parse(row));
+  }
+}

@@ -1,0 +1,16 @@
+/** Table names, in one place. Every name is qualified with the configured database. */
+export interface Tables {
+  readonly database: string;
+  readonly schemaMigrations: string;
+  readonly requestEvents: string;
+  readonly requestRollup1m: string;
+}
+
+export function tablesIn(database: string): Tables {
+  return {
+    database,
+    schemaMigrations: `${database}.schema_migrations`,
+    requestEvents: `${database}.request_events`,
+    requestRollup1m: `${database}.request_rollup_1m`,
+  };
+}

@@ -5,20 +5,18 @@
  */
 import { z } from 'zod';
 
+const TRUE_WORDS = ['true', '1', 'yes', 'on'] as const;
+const FALSE_WORDS = ['false', '0', 'no', 'off'] as const;
+
 /** Env booleans: "true"/"1"/"yes"/"on" and "false"/"0"/"no"/"off" (case-insensitive). Anything else is an error. */
 const envBoolean = (defaultValue: boolean) =>
   z
     .string()
     .trim()
     .toLowerCase()
+    .pipe(z.enum([...TRUE_WORDS, ...FALSE_WORDS, ''], { error: 'expected true or false' }))
     .optional()
-    .transform((value, ctx) => {
-      if (value === undefined || value === '') return defaultValue;
-      if (['true', '1', 'yes', 'on'].includes(value)) return true;
-      if (['false', '0', 'no', 'off'].includes(value)) return false;
-      ctx.addIssue({ code: 'custom', message: `expected true or false, got "${value}"` });
-      return z.NEVER;
-    });
+    .transform((value) => (value === undefined || value === '' ? defaultValue : (TRUE_WORDS as readonly string[]).includes(value)));
 
 const envInt = (defaultValue: number, min: number, max: number) =>
   z.coerce.number().int().min(min).max(max).default(defaultValue);
@@ -72,12 +70,15 @@ const envSchema = z
     ENTITLED_PLANS: commaList.pipe(z.array(z.enum(PLANS)).min(1)).default(['business', 'enterprise']),
     ENFORCEMENT_MODE: z.enum(['off', 'shadow', 'enforce']).default('off'),
     ENFORCEMENT_BLOCK_MIN_RISK: z.coerce.number().min(0).max(1).default(0.95),
-  })
-  .superRefine((env, ctx) => {
-    if (env.ADMIN_ENABLED && !env.ADMIN_JWT_SECRET) {
-      ctx.addIssue({ code: 'custom', path: ['ADMIN_JWT_SECRET'], message: 'is required when ADMIN_ENABLED=true' });
-    }
   });
+
+/** Rules across variables, checked on the raw environment so they are reported with every other problem. */
+function crossFieldProblems(source: NodeJS.ProcessEnv): string[] {
+  const problems: string[] = [];
+  const adminEnabled = (TRUE_WORDS as readonly string[]).includes((source.ADMIN_ENABLED ?? '').trim().toLowerCase());
+  if (adminEnabled && !source.ADMIN_JWT_SECRET) problems.push('ADMIN_JWT_SECRET: is required when ADMIN_ENABLED=true');
+  return problems;
+}
 
 export type Env = z.output<typeof envSchema>;
 
@@ -122,10 +123,12 @@ export class ConfigError extends Error {
 /** Parses the environment; throws ConfigError listing every problem at once. */
 export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
   const parsed = envSchema.safeParse(source);
-  if (!parsed.success) {
-    // Name the variable and the problem, never the value: it may be a secret.
-    throw new ConfigError(parsed.error.issues.map((issue) => `${issue.path.join('.') || '(environment)'}: ${issue.message}`));
-  }
+  // Name the variable and the problem, never the value: it may be a secret.
+  const problems = [
+    ...(parsed.success ? [] : parsed.error.issues.map((issue) => `${issue.path.join('.') || '(environment)'}: ${issue.message}`)),
+    ...crossFieldProblems(source),
+  ];
+  if (!parsed.success || problems.length > 0) throw new ConfigError(problems);
   const env = parsed.data;
   return deepFreeze({
     env: env.NODE_ENV,

@@ -153,7 +153,7 @@ export class EventStore {
    */
   async recentEvents(range: { since: Date; merchantId?: string; limit?: number }): Promise<StoredEvent[]> {
     const rows = await this.db.queryRows(
-      `SELECT event_id, toString(ts) AS ts, merchant_id, plan, api_key_id, environment, toString(ip) AS ip,
+      `SELECT event_id, ts, merchant_id, plan, api_key_id, environment, ip,
               user_agent, method, path, status, response_time_ms, rate_limit_per_minute, country
          FROM ${this.tables.requestEvents}
         WHERE ts >= {since:DateTime64(3)}

@@ -1,0 +1,55 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from './config.ts';
+
+describe('loadConfig', () => {
+  it('has safe defaults: every flag off, embedded storage, no Kafka', () => {
+    const config = loadConfig({});
+    expect(config.features).toEqual({ anomalyDetection: false, aiRiskScoring: false, admin: false });
+    expect(config.kafka).toBeUndefined();
+    expect(config.clickhouse.url).toBeUndefined();
+    expect(config.clickhouse.dataDir).toBe('./data');
+    expect(config.http.port).toBe(8080);
+    expect(config.enforcement.mode).toBe('off');
+    expect(Object.isFrozen(config.clickhouse)).toBe(true);
+  });
+
+  it.each([
+    ['true', true],
+    ['TRUE', true],
+    ['1', true],
+    ['false', false],
+    ['0', false],
+    ['off', false],
+  ])('parses FEATURE_ANOMALY_DETECTION=%s as %s', (value, expected) => {
+    expect(loadConfig({ FEATURE_ANOMALY_DETECTION: value }).features.anomalyDetection).toBe(expected);
+  });
+
+  it('reads Kafka settings when brokers are given', () => {
+    const config = loadConfig({ KAFKA_BROKERS: 'a:9092, b:9092', KAFKA_TOPIC: 't' });
+    expect(config.kafka?.brokers).toEqual(['a:9092', 'b:9092']);
+    expect(config.kafka?.topic).toBe('t');
+    expect(config.kafka?.dlqTopic).toBe('api.request-metadata.dlq');
+  });
+
+  it('lists every problem in one error, naming variables but not secret values', () => {
+    let error: unknown;
+    try {
+      loadConfig({
+        PORT: 'eighty',
+        FEATURE_ANOMALY_DETECTION: 'maybe',
+        ADMIN_ENABLED: 'true',
+        INGEST_TOKEN: 'short-secret',
+        CLICKHOUSE_URL: 'not a url',
+        ENFORCEMENT_MODE: 'always',
+      });
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    const problems = (error as ConfigError).problems.join('\n');
+    for (const name of ['PORT', 'FEATURE_ANOMALY_DETECTION', 'ADMIN_JWT_SECRET', 'INGEST_TOKEN', 'CLICKHOUSE_URL', 'ENFORCEMENT_MODE']) {
+      expect(problems).toContain(name);
+    }
+    expect((error as ConfigError).message).not.toContain('short-secret');
+  });
+});

@@ -1,0 +1,102 @@
+import { describe, expect, it } from 'vitest';
+import { parseRequestEventText, parseRequestEventValue, MAX_USER_AGENT_LENGTH } from './request-event.ts';
+
+const valid = {
+  eventId: 'evt_1',
+  timestamp: '2026-11-21T03:00:00.123Z',
+  merchantId: 'm_1',
+  plan: 'business',
+  apiKeyId: 'pk_live_abc',
+  environment: 'live',
+  ip: '203.0.113.7',
+  userAgent: 'okhttp/4.12.0',
+  method: 'post',
+  path: '/v1/verify/sessions',
+  status: 201,
+  responseTimeMs: 42.5,
+};
+
+function rejectionOf(value: unknown) {
+  const result = parseRequestEventValue(value);
+  if (result.ok) throw new Error('expected a rejection');
+  return result.rejection;
+}
+
+describe('request event schema', () => {
+  it('accepts a valid event and normalizes it', () => {
+    const result = parseRequestEventText(JSON.stringify({ ...valid, country: 'de', extra: 'dropped' }));
+    expect(result.ok).toBe(true);
+    if (!result.ok) return;
+    expect(result.event.timestamp).toBe(Date.UTC(2026, 10, 21, 3, 0, 0, 123));
+    expect(result.event.method).toBe('POST');
+    expect(result.event.country).toBe('DE');
+    expect(result.event).not.toHaveProperty('extra');
+  });
+
+  it('accepts epoch milliseconds, IPv6 and offsets', () => {
+    const ms = Date.UTC(2026, 0, 2, 3, 4, 5, 6);
+    for (const variant of [{ timestamp: ms }, { ip: '2001:db8::1' }, { timestamp: '2026-11-21T04:00:00+01:00' }]) {
+      expect(parseRequestEventValue({ ...valid, ...variant }).ok).toBe(true);
+    }
+    const result = parseRequestEventValue({ ...valid, timestamp: '2026-11-21T04:00:00+01:00' });
+    expect(result.ok && result.event.timestamp).toBe(Date.UTC(2026, 10, 21, 3, 0, 0));
+  });
+
+  it.each([
+    ['eventId', ''],
+    ['eventId', 'x'.repeat(129)],
+    ['timestamp', 'yesterday'],
+    ['timestamp', 12],
+    ['plan', 'gold'],
+    ['environment', 'prod'],
+    ['ip', '999.1.1.1'],
+    ['ip', 'example.com'],
+    ['status', 600],
+    ['status', 200.5],
+    ['responseTimeMs', -1],
+    ['country', 'DEU'],
+    ['rateLimitPerMinute', 0],
+    ['method', 'GET /'],
+  ])('rejects %s = %j naming the field', (field, value) => {
+    const rejection = rejectionOf({ ...valid, [field]: value });
+    expect(rejection.reason).toBe('validation_failed');
+    expect(rejection.errors.map((error) => error.path[0])).toContain(field);
+    expect(rejection.eventId).toBe(field === 'eventId' ? value.toString().slice(0, 128) || '' : 'evt_1');
+  });
+
+  it('lists every missing required field at once', () => {
+    const rejection = rejectionOf({});
+    const fields = rejection.errors.map((error) => error.path[0]);
+    expect(fields).toEqual(
+      expect.arrayContaining(['eventId', 'timestamp', 'merchantId', 'plan', 'apiKeyId', 'environment', 'ip', 'userAgent', 'method', 'path', 'status', 'responseTimeMs']),
+    );
+  });
+
+  it('truncates a long user agent instead of rejecting the event', () => {
+    const result = parseRequestEventValue({ ...valid, userAgent: 'a'.repeat(5000) });
+    expect(result.ok && result.event.userAgent.length).toBe(MAX_USER_AGENT_LENGTH);
+  });
+
+  it.each([
+    ['not json', 'invalid_json'],
+    ['[1,2]', 'not_an_object'],
+    ['"text"', 'not_an_object'],
+    ['null', 'not_an_object'],
+    ['', 'empty'],
+    [JSON.stringify({ ...valid, userAgent: 'x'.repeat(70_000) }), 'too_large'],
+  ])('rejects raw text %#: %s', (text, reason) => {
+    const result = parseRequestEventText(text);
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.rejection.reason).toBe(reason);
+  });
+
+  it('rejects an event that carries a key secret, and never repeats the secret', () => {
+    const leaked = { ...valid, apiKeyId: 'svc_live_pk_abc.sk_live_0123456789abcdef' };
+    for (const result of [parseRequestEventText(JSON.stringify(leaked)), parseRequestEventValue(leaked)]) {
+      expect(result.ok).toBe(false);
+      if (result.ok) continue;
+      expect(result.rejection.reason).toBe('secret_in_event');
+      expect(JSON.stringify(result.rejection)).not.toContain('0123456789abcdef');
+    }
+  });
+});

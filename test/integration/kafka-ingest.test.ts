@@ -1,0 +1,95 @@
+/**
+ * The backbone on the real engines: request events from a Kafka-protocol broker into ClickHouse.
+ * 100k events with 1% malformed and some published twice: every valid one is stored and counted once
+ * by the metrics (rollup) and detection (raw) queries; every malformed one is dead-lettered with its
+ * reason and without secrets.
+ */
+import type { Producer } from 'kafkajs';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { redactSecrets } from '../../src/events/secrets.ts';
+import { startWorker, type Worker } from '../../src/main.ts';
+import { createLogger } from '../../src/logger.ts';
+import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { makeEvent, makeMalformed } from '../support/events.ts';
+import { groupCaughtUp, produceAll, readTopic, testKafka } from '../support/kafka.ts';
+import { testConfig, testNames, waitFor } from '../support/worker.ts';
+
+const TOTAL = 100_000;
+const names = testNames('ingest');
+const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 12, 0, 0) };
+
+describe('Kafka intake into ClickHouse', () => {
+  const kafka = testKafka(inject('kafkaBrokers'));
+  let clickhouse: ClickHouseService;
+  let producer: Producer;
+  let worker: Worker | undefined;
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    producer = kafka.producer();
+    await producer.connect();
+  });
+
+  afterAll(async () => {
+    await worker?.stop();
+    await producer?.disconnect();
+    await clickhouse?.stop();
+  });
+
+  it('stores each valid event once and dead-letters each malformed one with its reason', async () => {
+    const messages: { key: string; value: string }[] = [];
+    const expectedDeadLetters = new Map<string, string>();
+    let valid = 0;
+    let validForM7 = 0;
+    for (let i = 0; i < TOTAL; i++) {
+      const event = makeEvent(i, eventOptions);
+      if (i % 100 === 50) {
+        const malformed = makeMalformed(i, eventOptions);
+        expectedDeadLetters.set(redactSecrets(malformed.value), malformed.reason);
+        messages.push({ key: event.apiKeyId, value: malformed.value });
+      } else {
+        valid++;
+        if (event.merchantId === 'm_7') validForM7++;
+        messages.push({ key: event.apiKeyId, value: JSON.stringify(event) });
+      }
+    }
+    // The fleet publishes some events twice (a producer retry): same eventId, a later offset.
+    const republished = messages.filter((_, i) => i % 200 === 1);
+    await produceAll(producer, names.topic, [...messages, ...republished]);
+
+    worker = await startWorker(testConfig({ brokers: inject('kafkaBrokers'), clickhouse, names }), {
+      logger: createLogger('warn'),
+    });
+    await worker.ready;
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker commits every partition to its end', 90_000);
+
+    const { store, clickhouse: db } = worker;
+    const [raw] = await db.queryRows<{ rows: number; distinct_ids: number }>(
+      `SELECT count() AS rows, uniqExact(event_id) AS distinct_ids FROM ${clickhouse.database}.request_events`,
+    );
+    expect(raw).toEqual({ rows: valid, distinct_ids: valid });
+
+    const totals = await store.trafficTotals({ from: new Date(eventOptions.startMs - 60_000), to: new Date(eventOptions.startMs + TOTAL + 60_000) });
+    expect(totals.requests).toBe(valid);
+    const recent = await store.recentEvents({ since: new Date(eventOptions.startMs - 60_000), limit: 1_000_000 });
+    expect(recent).toHaveLength(valid);
+    const merchantTotals = await store.trafficTotals({ merchantId: 'm_7', from: new Date(0), to: new Date(Date.UTC(2100, 0)) });
+    expect(merchantTotals.requests).toBe(validForM7);
+
+    const deadLetters = (await readTopic(kafka, names.dlqTopic, expectedDeadLetters.size)).map((value) => JSON.parse(value));
+    expect(deadLetters).toHaveLength(expectedDeadLetters.size);
+    for (const record of deadLetters) {
+      expect(expectedDeadLetters.get(record.payload)).toBe(record.reason);
+      expect(record.source.topic).toBe(names.topic);
+      expect(Number(record.source.offset)).toBeGreaterThanOrEqual(0);
+      expect(record.errors.length).toBeGreaterThan(0);
+      expect(JSON.stringify(record)).not.toMatch(/sk_live_SECRET/);
+    }
+    expect(new Set(deadLetters.map((record) => record.payload)).size).toBe(expectedDeadLetters.size);
+
+    const metrics = await worker.metrics.registry.getMetricsAsJSON();
+    const stored = metrics.find((metric) => metric.name === 'security_center_events_stored_total');
+    expect(stored?.values[0]?.value).toBe(valid);
+  });
+
+});

@@ -1,0 +1,61 @@
+/**
+ * Request events for tests and benchmarks: ordinary traffic of about 300 bytes an event, and
+ * malformed messages of every kind the worker must dead-letter, each with the reason it expects.
+ */
+import type { RejectionReason } from '../../src/events/request-event.ts';
+
+const USER_AGENTS = [
+  'okhttp/4.12.0',
+  'python-requests/2.32.3',
+  'axios/1.7.7',
+  'Go-http-client/2.0',
+  'Mozilla/5.0 (Macintosh; Intel Mac OS X 14_5) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Safari/605.1.15',
+];
+const PATHS = ['/v1/verify/sessions', '/v1/verify/sessions/:id'];
+
+export interface EventOptions {
+  runId: string;
+  /** Epoch ms of event 0; event i is i ms later. */
+  startMs: number;
+  merchants?: number;
+  keys?: number;
+}
+
+export type RequestEventInput = Record<string, unknown> & { eventId: string; apiKeyId: string; merchantId: string; status: number };
+
+export function makeEvent(i: number, options: EventOptions): RequestEventInput {
+  const key = i % (options.keys ?? 1000);
+  return {
+    eventId: `evt_${options.runId}_${i}`,
+    timestamp: new Date(options.startMs + i).toISOString(),
+    merchantId: `m_${key % (options.merchants ?? 50)}`,
+    plan: (['business', 'enterprise', 'pro', 'free'] as const)[key % 4],
+    apiKeyId: `pk_live_${options.runId}_${key}`,
+    environment: 'live',
+    ip: `198.51.${(i >> 8) & 255}.${i & 255}`,
+    userAgent: USER_AGENTS[key % USER_AGENTS.length]!,
+    method: i % 3 === 0 ? 'GET' : 'POST',
+    path: PATHS[i % 2]!,
+    status: i % 17 === 0 ? 401 : i % 5 === 0 ? 200 : 201,
+    responseTimeMs: 20 + (i % 180),
+  };
+}
+
+/** The i-th malformed message (a Kafka value) and the dead-letter reason it must get. */
+export function makeMalformed(i: number, options: EventOptions): { value: string; reason: RejectionReason } {
+  const event = makeEvent(i, options);
+  switch (i % 5) {
+    case 0:
+      return { value: `{"eventId":"${event.eventId}", truncated`, reason: 'invalid_json' };
+    case 1:
+      return { value: JSON.stringify({ ...event, ip: '300.1.2.3' }), reason: 'validation_failed' };
+    case 2: {
+      const { status: _status, ...withoutStatus } = event;
+      return { value: JSON.stringify(withoutStatus), reason: 'validation_failed' };
+    }
+    case 3:
+      return { value: JSON.stringify({ ...event, apiKeyId: `svc_live_pk_x.sk_live_SECRET${i}abcdef` }), reason: 'secret_in_event' };
+    default:
+      return { value: JSON.stringify([event]), reason: 'not_an_object' };
+  }
+}

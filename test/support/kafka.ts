@@ -1,0 +1,71 @@
+/** Kafka helpers for suites: produce in large sends, read a topic back, read a group's progress. */
+import { Kafka, logLevel, type Producer } from 'kafkajs';
+import { mockBrokerConsumerDefaults } from '../services/kafka.ts';
+
+export function testKafka(brokers: string[]): Kafka {
+  return new Kafka({ clientId: 'test-suite', brokers, logLevel: logLevel.NOTHING });
+}
+
+/** Sends values keyed by API key, in sends of `chunk` messages (the mock's fetch size follows it). */
+export async function produceAll(
+  producer: Producer,
+  topic: string,
+  messages: { key: string; value: string }[],
+  chunk = 5000,
+): Promise<void> {
+  for (let start = 0; start < messages.length; start += chunk) {
+    await producer.send({ topic, acks: -1, messages: messages.slice(start, start + chunk) });
+  }
+}
+
+/** Reads a topic from the beginning until `count` messages arrived (or the timeout). */
+export async function readTopic(kafka: Kafka, topic: string, count: number, timeoutMs = 60_000): Promise<string[]> {
+  const consumer = kafka.consumer({ groupId: `reader.${topic}.${Date.now()}`, ...mockBrokerConsumerDefaults() });
+  const values: string[] = [];
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  const done = new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`read ${values.length} of ${count} messages from ${topic}`)), timeoutMs);
+    void consumer.run({
+      eachBatch: async ({ batch }) => {
+        for (const message of batch.messages) values.push(message.value?.toString('utf8') ?? '');
+        if (values.length >= count) {
+          clearTimeout(timer);
+          resolve();
+        }
+      },
+    });
+  });
+  try {
+    await done;
+  } finally {
+    await consumer.disconnect();
+  }
+  return values;
+}
+
+/** True when the group has committed every partition of the topic up to its end. */
+export async function groupCaughtUp(kafka: Kafka, groupId: string, topic: string): Promise<boolean> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    const ends = await admin.fetchTopicOffsets(topic);
+    const [committed] = await admin.fetchOffsets({ groupId, topics: [topic] });
+    const byPartition = new Map(committed?.partitions.map((p) => [p.partition, Number(p.offset)]) ?? []);
+    return ends.every((end) => (byPartition.get(end.partition) ?? -1) >= Number(end.high));
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+/** Committed offsets of a group, summed over partitions (-1 for none counts as 0). */
+export async function committedTotal(kafka: Kafka, groupId: string, topic: string): Promise<number> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    const [committed] = await admin.fetchOffsets({ groupId, topics: [topic] });
+    return (committed?.partitions ?? []).reduce((sum, p) => sum + Math.max(0, Number(p.offset)), 0);
+  } finally {
+    await admin.disconnect();
+  }
+}

@@ -1,0 +1,65 @@
+/** Builds a worker configuration for tests: real broker and ClickHouse, topics and group of its own. */
+import { randomBytes } from 'node:crypto';
+import { loadConfig, type Config } from '../../src/config.ts';
+import type { ClickHouseService } from '../services/clickhouse.ts';
+
+export const TEST_INGEST_TOKEN = 'test-ingest-token-0123456789';
+
+export interface TestNames {
+  runId: string;
+  topic: string;
+  dlqTopic: string;
+  groupId: string;
+}
+
+export function testNames(prefix: string): TestNames {
+  const runId = `${prefix}_${randomBytes(3).toString('hex')}`;
+  return { runId, topic: `events.${runId}`, dlqTopic: `events.${runId}.dlq`, groupId: `worker.${runId}` };
+}
+
+/** Environment variables for a worker under test (also used to spawn it as a process). */
+export function testEnv(options: {
+  brokers?: string[];
+  clickhouse: ClickHouseService;
+  names: TestNames;
+  extra?: Record<string, string>;
+}): Record<string, string> {
+  const { clickhouse, names } = options;
+  return {
+    FEATURE_ANOMALY_DETECTION: 'true',
+    HOST: '127.0.0.1',
+    PORT: '0',
+    LOG_LEVEL: 'warn',
+    INGEST_TOKEN: TEST_INGEST_TOKEN,
+    DATA_DIR: clickhouse.dataDir,
+    CLICKHOUSE_DATABASE: clickhouse.database,
+    ...(clickhouse.url ? { CLICKHOUSE_URL: clickhouse.url, CLICKHOUSE_USER: clickhouse.username, CLICKHOUSE_PASSWORD: clickhouse.password } : {}),
+    ...(options.brokers
+      ? {
+          KAFKA_BROKERS: options.brokers.join(','),
+          KAFKA_TOPIC: names.topic,
+          KAFKA_DLQ_TOPIC: names.dlqTopic,
+          KAFKA_GROUP_ID: names.groupId,
+          // The mock broker makes each rebalance wait sessionTimeout - 1 s: keep it short.
+          KAFKA_SESSION_TIMEOUT_MS: '6000',
+          KAFKA_HEARTBEAT_INTERVAL_MS: '500',
+          KAFKA_MAX_WAIT_MS: '100',
+        }
+      : {}),
+    STORE_FLUSH_INTERVAL_MS: '200',
+    ...options.extra,
+  };
+}
+
+export function testConfig(options: Parameters<typeof testEnv>[0]): Config {
+  return loadConfig(testEnv(options));
+}
+
+/** Polls until the check returns true, or fails with the message after the timeout. */
+export async function waitFor(check: () => Promise<boolean> | boolean, message: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out: ${message}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}

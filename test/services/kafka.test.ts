@@ -51,7 +51,7 @@ function trackAssignment(c: Consumer, topic: string): { partitions: number[] } {
 beforeAll(async () => {
   kafkaService = await startKafka({ topics: [TOPIC_BASIC, TOPIC_GROUP, TOPIC_BIG], partitions: 4 });
   kafka = new Kafka({ clientId: 'kafka-service-test', brokers: kafkaService.brokers, logLevel: logLevel.NOTHING });
-  producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner, allowAutoTopicCreation: false });
+  producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
   await producer.connect();
 }, 240_000);
 

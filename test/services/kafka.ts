@@ -84,7 +84,7 @@ export async function startKafka(opts: StartKafkaOptions): Promise<KafkaService>
   const fromEnv = process.env.KAFKA_BROKERS?.trim();
   if (fromEnv) {
     const brokers = fromEnv.split(',').map((b) => b.trim()).filter(Boolean);
-    await ensureTopics(brokers, opts.topics, partitions, 30_000);
+    await ensureTopics(brokers, opts.topics, partitions, 30_000, true);
     return { brokers, kind: 'env', stop: async () => {} };
   }
   if (process.env.KAFKA_SERVICE !== 'mock' && (await dockerAvailable())) {
@@ -174,29 +174,48 @@ async function startContainer(topics: string[], partitions: number): Promise<Kaf
   }
 }
 
-/** Waits until the cluster answers and creates missing topics (real brokers only). */
-async function ensureTopics(brokers: string[], topics: string[], partitions: number, timeoutMs: number): Promise<void> {
+/**
+ * Waits until the cluster answers, then creates the missing topics. With `bestEffort`
+ * (KAFKA_BROKERS may also point at a mock broker, which has no CreateTopics), a failed
+ * creation is only a warning: the topics are then auto-created on first use.
+ */
+async function ensureTopics(
+  brokers: string[],
+  topics: string[],
+  partitions: number,
+  timeoutMs: number,
+  bestEffort = false,
+): Promise<void> {
   const { Kafka, logLevel } = await import('kafkajs');
   const admin = new Kafka({ clientId: 'test-services', brokers, logLevel: logLevel.NOTHING, retry: { retries: 0 } }).admin();
   const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      await admin.connect();
-      const existing = new Set(await admin.listTopics());
-      const missing = topics.filter((t) => !existing.has(t));
-      if (missing.length > 0) {
-        await admin.createTopics({
-          waitForLeaders: true,
-          topics: missing.map((topic) => ({ topic, numPartitions: partitions, replicationFactor: 1 })),
-        });
+  try {
+    let existing: Set<string>;
+    for (;;) {
+      try {
+        await admin.connect();
+        existing = new Set(await admin.listTopics());
+        break;
+      } catch (err) {
+        await admin.disconnect().catch(() => {});
+        if (Date.now() > deadline) throw new Error(`Kafka at ${brokers.join(',')} not ready: ${String(err)}`);
+        await new Promise((r) => setTimeout(r, 500));
       }
-      await admin.disconnect();
-      return;
-    } catch (err) {
-      await admin.disconnect().catch(() => {});
-      if (Date.now() > deadline) throw new Error(`Kafka at ${brokers.join(',')} not ready: ${String(err)}`);
-      await new Promise((r) => setTimeout(r, 500));
     }
+    const missing = topics.filter((t) => !existing.has(t));
+    if (missing.length === 0) return;
+    try {
+      await admin.createTopics({
+        waitForLeaders: true,
+        timeout: 30_000,
+        topics: missing.map((topic) => ({ topic, numPartitions: partitions, replicationFactor: 1 })),
+      });
+    } catch (err) {
+      if (!bestEffort) throw err;
+      console.warn(`startKafka: could not create ${missing.join(',')} on ${brokers.join(',')}: ${String(err)}`);
+    }
+  } finally {
+    await admin.disconnect().catch(() => {});
   }
 }
 

@@ -18,8 +18,14 @@ export async function produceAll(
   }
 }
 
-/** Reads a topic from the beginning until `count` messages arrived (or the timeout). */
-export async function readTopic(kafka: Kafka, topic: string, count: number, timeoutMs = 60_000): Promise<string[]> {
+/** Reads a topic from the beginning until `count` messages arrived, or `until` holds (or the timeout). */
+export async function readTopic(
+  kafka: Kafka,
+  topic: string,
+  count: number,
+  until: (values: string[]) => boolean = (values) => values.length >= count,
+  timeoutMs = 60_000,
+): Promise<string[]> {
   const consumer = kafka.consumer({ groupId: `reader.${topic}.${Date.now()}`, ...mockBrokerConsumerDefaults() });
   const values: string[] = [];
   await consumer.connect();
@@ -29,7 +35,7 @@ export async function readTopic(kafka: Kafka, topic: string, count: number, time
     void consumer.run({
       eachBatch: async ({ batch }) => {
         for (const message of batch.messages) values.push(message.value?.toString('utf8') ?? '');
-        if (values.length >= count) {
+        if (until(values)) {
           clearTimeout(timer);
           resolve();
         }

@@ -1,0 +1,94 @@
+/**
+ * The worker as a real process: killed with SIGKILL mid-stream and restarted, it still stores each
+ * valid event once and dead-letters each malformed one; on SIGTERM it drains, commits and exits 0.
+ */
+import type { Producer } from 'kafkajs';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { redactSecrets } from '../../src/events/secrets.ts';
+import { connectClickHouse } from '../../src/store/clickhouse.ts';
+import { EventStore } from '../../src/store/event-store.ts';
+import { tablesIn } from '../../src/store/tables.ts';
+import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { makeEvent, makeMalformed } from '../support/events.ts';
+import { groupCaughtUp, produceAll, readTopic, testKafka } from '../support/kafka.ts';
+import { scrapeCounter, spawnWorker, type WorkerProcess } from '../support/process.ts';
+import { testEnv, testNames, waitFor } from '../support/worker.ts';
+
+const TOTAL = 100_000;
+const names = testNames('crash');
+const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 15, 0, 0) };
+
+describe('worker process killed mid-stream', () => {
+  const kafka = testKafka(inject('kafkaBrokers'));
+  let clickhouse: ClickHouseService;
+  let producer: Producer;
+  const processes: WorkerProcess[] = [];
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    producer = kafka.producer();
+    await producer.connect();
+  });
+
+  afterAll(async () => {
+    for (const worker of processes) worker.child.kill('SIGKILL');
+    await producer?.disconnect();
+    await clickhouse?.stop();
+  });
+
+  it('after SIGKILL and a restart, every valid event is stored once and every malformed one dead-lettered', async () => {
+    const messages: { key: string; value: string }[] = [];
+    const expectedDeadLetters = new Map<string, string>();
+    for (let i = 0; i < TOTAL; i++) {
+      const event = makeEvent(i, eventOptions);
+      if (i % 100 === 50) {
+        const malformed = makeMalformed(i, eventOptions);
+        expectedDeadLetters.set(redactSecrets(malformed.value), malformed.reason);
+        messages.push({ key: event.apiKeyId, value: malformed.value });
+      } else {
+        messages.push({ key: event.apiKeyId, value: JSON.stringify(event) });
+      }
+    }
+    const valid = TOTAL - expectedDeadLetters.size;
+    // Small flushes, so the kill lands between flushes with some stored and some not.
+    const env = testEnv({ brokers: inject('kafkaBrokers'), clickhouse, names, extra: { STORE_FLUSH_ROWS: '2000', STORE_FLUSH_INTERVAL_MS: '100' } });
+
+    await produceAll(producer, names.topic, messages.slice(0, TOTAL / 2), 1000);
+    const first = await spawnWorker(env);
+    processes.push(first);
+    await waitFor(async () => (await scrapeCounter(first.url, 'security_center_events_stored_total')) >= 10_000, 'first run stores some', 90_000);
+    first.child.kill('SIGKILL');
+    expect((await first.exited).signal).toBe('SIGKILL');
+
+    // The rest of the stream arrives while the worker is down.
+    await produceAll(producer, names.topic, messages.slice(TOTAL / 2), 1000);
+    const second = await spawnWorker(env);
+    processes.push(second);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), `restarted worker commits to the end\n${second.output()}`, 120_000);
+
+    second.child.kill('SIGTERM');
+    const exit = await second.exited;
+    expect(exit.code, second.output()).toBe(0);
+
+    const db = connectClickHouse({ username: clickhouse.username, password: clickhouse.password, url: clickhouse.url, dataDir: clickhouse.dataDir });
+    try {
+      const [raw] = await db.queryRows<{ rows: number; ids: number }>(
+        `SELECT count() AS rows, uniqExact(event_id) AS ids FROM ${clickhouse.database}.request_events`,
+      );
+      expect(raw).toEqual({ rows: valid, ids: valid });
+      const store = new EventStore(db, tablesIn(clickhouse.database));
+      const totals = await store.trafficTotals({ from: new Date(eventOptions.startMs - 60_000), to: new Date(eventOptions.startMs + TOTAL + 60_000) });
+      expect(totals.requests).toBe(valid);
+    } finally {
+      await db.close();
+    }
+
+    // Dead letters are at-least-once too: a malformed message may appear twice, but each appears.
+    const distinctPayloads = (values: string[]) => new Set(values.map((value) => JSON.parse(value).payload)).size;
+    const deadLetters = (
+      await readTopic(kafka, names.dlqTopic, expectedDeadLetters.size, (values) => distinctPayloads(values) >= expectedDeadLetters.size)
+    ).map((value) => JSON.parse(value));
+    const seen = new Map(deadLetters.map((record) => [record.payload as string, record.reason as string]));
+    expect(seen).toEqual(expectedDeadLetters);
+  });
+});

@@ -1,0 +1,79 @@
+/**
+ * Storage faults, injected at the storage boundary (the worker's row write), on the real engines:
+ * during an outage the worker stores nothing, commits nothing and reports not ready; once storage
+ * is back every event is stored exactly once and the offsets are committed.
+ */
+import type { Producer } from 'kafkajs';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createLogger } from '../../src/logger.ts';
+import { startWorker, type Worker } from '../../src/main.ts';
+import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { makeEvent } from '../support/events.ts';
+import { committedTotal, groupCaughtUp, produceAll, testKafka } from '../support/kafka.ts';
+import { testConfig, testNames, waitFor } from '../support/worker.ts';
+
+const names = testNames('outage');
+const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 13, 0, 0) };
+
+describe('storage outage', () => {
+  const kafka = testKafka(inject('kafkaBrokers'));
+  let clickhouse: ClickHouseService;
+  let producer: Producer;
+  let worker: Worker | undefined;
+  let outage = true;
+  let failedWrites = 0;
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    producer = kafka.producer();
+    await producer.connect();
+  });
+
+  afterAll(async () => {
+    await worker?.stop();
+    await producer?.disconnect();
+    await clickhouse?.stop();
+  });
+
+  it('loses nothing and commits nothing until storage is back', async () => {
+    const first = Array.from({ length: 5_000 }, (_, i) => makeEvent(i, eventOptions));
+    await produceAll(producer, names.topic, first.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+
+    const config = testConfig({ brokers: inject('kafkaBrokers'), clickhouse, names, extra: { STORE_FLUSH_ROWS: '1000' } });
+    worker = await startWorker(config, {
+      logger: createLogger('silent'),
+      wrapStoreRows: (storeRows) => async (body) => {
+        if (outage) {
+          failedWrites++;
+          throw new Error('injected storage outage');
+        }
+        return storeRows(body);
+      },
+    });
+    await worker.ready;
+    await waitFor(() => failedWrites >= 3, 'the worker retries the failing write');
+
+    const ready = await fetch(`${worker.url}/ready`);
+    expect(ready.status).toBe(503);
+    expect(await ready.json()).toMatchObject({ reason: 'storage unavailable' });
+    // More events arrive during the outage; the paused worker must not lose them either.
+    const second = Array.from({ length: 5_000 }, (_, i) => makeEvent(5_000 + i, eventOptions));
+    await produceAll(producer, names.topic, second.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expect(await committedTotal(kafka, names.groupId, names.topic)).toBe(0);
+    const [during] = await worker.clickhouse.queryRows<{ rows: number }>(`SELECT count() AS rows FROM ${clickhouse.database}.request_events`);
+    expect(during?.rows).toBe(0);
+    const ingest = await fetch(`${worker.url}/v1/ingest/events`, { method: 'POST' });
+    expect(ingest.status).toBe(401); // auth is still checked first
+
+    outage = false;
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'offsets committed after recovery', 60_000);
+    expect((await fetch(`${worker.url}/ready`)).status).toBe(200);
+    const [after] = await worker.clickhouse.queryRows<{ rows: number; ids: number }>(
+      `SELECT count() AS rows, uniqExact(event_id) AS ids FROM ${clickhouse.database}.request_events`,
+    );
+    expect(after).toEqual({ rows: 10_000, ids: 10_000 });
+    const totals = await worker.store.trafficTotals({ from: new Date(eventOptions.startMs - 60_000), to: new Date(eventOptions.startMs + 60_000) });
+    expect(totals.requests).toBe(10_000);
+  });
+});

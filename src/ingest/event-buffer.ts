@@ -74,6 +74,7 @@ export class EventBuffer {
   private stopped = false;
   private readonly stopController = new AbortController();
   private capacityWaiters: (() => void)[] = [];
+  private readonly outageListeners = new Set<() => void>();
   private _healthy = true;
 
   constructor(private readonly options: EventBufferOptions) {}
@@ -81,6 +82,12 @@ export class EventBuffer {
   /** False while stores are failing. */
   get healthy(): boolean {
     return this._healthy;
+  }
+
+  /** Calls the listener when an outage begins; returns a function that removes it. */
+  onOutage(listener: () => void): () => void {
+    this.outageListeners.add(listener);
+    return () => this.outageListeners.delete(listener);
   }
 
   get bufferedRows(): number {
@@ -217,9 +224,10 @@ export class EventBuffer {
           metrics.storageUp.set(0);
           logger.error({ err: error, rows: flush.lines.length }, 'storing a flush failed; pausing intake and retrying');
           this.options.onOutage?.();
+          for (const listener of this.outageListeners) listener();
         }
         if (this.stopped) throw error;
-        const backoff = Math.min(this.options.retryMaxMs ?? 10_000, (this.options.retryInitialMs ?? 100) * 2 ** (attempt - 1));
+        const backoff = Math.min(this.options.retryMaxMs ?? 5_000, (this.options.retryInitialMs ?? 100) * 2 ** (attempt - 1));
         // Jitter keeps replicas from retrying in lockstep against a recovering server.
         await sleep(backoff * (0.5 + Math.random() / 2), undefined, { signal: this.stopController.signal }).catch(() => undefined);
         if (this.stopped) throw error;

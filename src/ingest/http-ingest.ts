@@ -66,19 +66,30 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     options.metrics.eventsConsumed.inc({ source: 'http' }, results.length);
     if (report.duplicates > 0) options.metrics.eventsDuplicate.inc({ source: 'http' }, report.duplicates);
     if (lines.length > 0) {
-      const stored = options.buffer.add({ lines });
-      const timeoutMs = options.storeTimeoutMs ?? 10_000;
-      let timer: NodeJS.Timeout | undefined;
-      const timedOut = new Promise<'timeout'>((resolve) => {
-        timer = setTimeout(() => resolve('timeout'), timeoutMs);
-      });
-      // The rows stay buffered either way; a client retry after a 503 is dropped as a duplicate.
-      const outcome = await Promise.race([stored.then(() => 'stored' as const, () => 'failed' as const), timedOut]);
-      clearTimeout(timer);
+      const outcome = await waitUntilStored(options.buffer, options.buffer.add({ lines }), options.storeTimeoutMs ?? 10_000);
       if (outcome !== 'stored') throw storageUnavailable();
     }
     return reply.code(202).send({ success: true, data: report });
   });
+}
+
+/**
+ * Waits for the rows to be stored, but answers early when storage fails or takes too long. The rows
+ * stay buffered either way; a client retry after a 503 is dropped as a duplicate.
+ */
+async function waitUntilStored(buffer: EventBuffer, stored: Promise<void>, timeoutMs: number): Promise<'stored' | 'unavailable'> {
+  let timer: NodeJS.Timeout | undefined;
+  let removeListener: (() => void) | undefined;
+  const unavailable = new Promise<'unavailable'>((resolve) => {
+    timer = setTimeout(() => resolve('unavailable'), timeoutMs);
+    removeListener = buffer.onOutage(() => resolve('unavailable'));
+  });
+  try {
+    return await Promise.race([stored.then(() => 'stored' as const, () => 'unavailable' as const), unavailable]);
+  } finally {
+    clearTimeout(timer);
+    removeListener?.();
+  }
 }
 
 function parseBody(body: unknown, maxEvents: number): ParseResult[] {

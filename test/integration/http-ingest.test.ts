@@ -1,0 +1,143 @@
+/**
+ * HTTP intake and the process endpoints over real HTTP, storing into the real ClickHouse engine.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/logger.ts';
+import { startWorker, type Worker } from '../../src/main.ts';
+import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { makeEvent } from '../support/events.ts';
+import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
+
+const names = testNames('http');
+const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 16, 0, 0) };
+const auth = { authorization: `Bearer ${TEST_INGEST_TOKEN}` };
+
+describe('HTTP ingest', () => {
+  let clickhouse: ClickHouseService;
+  let worker: Worker;
+  let outage = false;
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    const config = testConfig({ clickhouse, names, extra: { INGEST_MAX_BODY_BYTES: '65536', INGEST_MAX_EVENTS: '100' } });
+    worker = await startWorker(config, {
+      logger: createLogger('silent'),
+      wrapStoreRows: (storeRows) => async (body) => {
+        if (outage) throw new Error('injected storage outage');
+        return storeRows(body);
+      },
+    });
+    await worker.ready;
+  });
+
+  afterAll(async () => {
+    await worker?.stop();
+    await clickhouse?.stop();
+  });
+
+  async function post(body: string, headers: Record<string, string> = {}) {
+    const response = await fetch(`${worker.url}/v1/ingest/events`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...auth, ...headers },
+      body,
+    });
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- response shapes are asserted below
+    return { status: response.status, headers: response.headers, body: (await response.json()) as any };
+  }
+
+  async function storedIds(): Promise<string[]> {
+    const rows = await worker.clickhouse.queryRows<{ event_id: string }>(`SELECT event_id FROM ${clickhouse.database}.request_events ORDER BY event_id`);
+    return rows.map((row) => row.event_id);
+  }
+
+  it('answers /health and /ready', async () => {
+    const health = (await (await fetch(`${worker.url}/health`)).json()) as { timestamp: string };
+    expect(health).toMatchObject({ status: 'ok', version: expect.any(String), uptime: expect.any(Number) });
+    expect(Date.parse(health.timestamp)).not.toBeNaN();
+    expect((await fetch(`${worker.url}/ready`)).status).toBe(200);
+  });
+
+  it('stores valid events, reports each rejected one, and drops duplicates', async () => {
+    const events = [0, 1, 2].map((i) => makeEvent(i, eventOptions));
+    const invalid = { ...makeEvent(3, eventOptions), ip: 'not-an-ip', status: 'ok' };
+    const leaked = { ...makeEvent(4, eventOptions), userAgent: 'sdk sk_live_abcdefgh12345678' };
+    const response = await post(JSON.stringify([...events, invalid, leaked, events[0]]));
+    expect(response.status).toBe(202);
+    expect(response.body.data).toMatchObject({ accepted: 3, rejected: 2, duplicates: 1 });
+    const [invalidReport, leakedReport] = response.body.data.errors;
+    expect(invalidReport).toMatchObject({ index: 3, eventId: invalid.eventId, reason: 'validation_failed' });
+    expect(invalidReport.details.map((detail: { path: string[] }) => detail.path[0]).sort()).toEqual(['ip', 'status']);
+    expect(leakedReport).toMatchObject({ index: 4, reason: 'secret_in_event' });
+    expect(JSON.stringify(response.body)).not.toContain('abcdefgh12345678');
+    expect(await storedIds()).toEqual(events.map((event) => event.eventId).sort());
+  });
+
+  it('accepts NDJSON', async () => {
+    const events = [10, 11].map((i) => makeEvent(i, eventOptions));
+    const response = await post(`${events.map((event) => JSON.stringify(event)).join('\n')}\n{broken\n`, { 'content-type': 'application/x-ndjson' });
+    expect(response.status).toBe(202);
+    expect(response.body.data).toMatchObject({ accepted: 2, rejected: 1, errors: [{ index: 2, reason: 'invalid_json' }] });
+    expect(await storedIds()).toEqual(expect.arrayContaining(events.map((event) => event.eventId)));
+  });
+
+  it.each([
+    ['no token', {}],
+    ['a wrong token', { authorization: 'Bearer wrong-token-wrong-token' }],
+    ['another scheme', { authorization: `Basic ${TEST_INGEST_TOKEN}` }],
+  ])('refuses %s with 401', async (_name, headers) => {
+    const response = await fetch(`${worker.url}/v1/ingest/events`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: '[]',
+    });
+    expect(response.status).toBe(401);
+    expect(await response.json()).toEqual({ success: false, error: { code: 'UNAUTHORIZED', message: expect.any(String) } });
+  });
+
+  it.each([
+    ['a body that is not JSON', '{"events": [', 400, 'VALIDATION_ERROR'],
+    ['a JSON number', '42', 400, 'VALIDATION_ERROR'],
+    ['an empty array', '[]', 400, 'VALIDATION_ERROR'],
+    ['more events than allowed', JSON.stringify(Array.from({ length: 101 }, () => ({}))), 400, 'VALIDATION_ERROR'],
+    ['a body over the size limit', JSON.stringify([{ padding: 'x'.repeat(70_000) }]), 413, 'PAYLOAD_TOO_LARGE'],
+    ['a prototype-poisoning body', '[{"__proto__": {"admin": true}}]', 400, 'VALIDATION_ERROR'],
+  ])('answers %s with %s %s', async (_name, body, status, code) => {
+    const response = await post(body);
+    expect(response.status).toBe(status);
+    const errorCode = response.body.code ?? response.body.error?.code;
+    expect(errorCode).toBe(code);
+    if (code === 'VALIDATION_ERROR') expect(response.body.details[0].path).toEqual(['body']);
+  });
+
+  it('answers an unsupported content type with 415', async () => {
+    const response = await post('a,b,c', { 'content-type': 'text/csv' });
+    expect(response.status).toBe(415);
+    expect(response.body.error.code).toBe('UNSUPPORTED_MEDIA_TYPE');
+  });
+
+  it('answers 503 with Retry-After while storage is down, and a retry is not counted twice', async () => {
+    outage = true;
+    const event = makeEvent(20, eventOptions);
+    const first = await post(JSON.stringify([event]));
+    expect(first.status).toBe(503);
+    expect(first.headers.get('retry-after')).toBe('5');
+    expect(first.body.error.code).toBe('STORAGE_UNAVAILABLE');
+    outage = false;
+    // The event stayed buffered and is stored on recovery; the client's retry is a duplicate.
+    await waitFor(async () => (await fetch(`${worker.url}/ready`)).status === 200, 'storage recovers', 15_000);
+    const retry = await post(JSON.stringify([event]));
+    expect(retry.status).toBe(202);
+    expect(retry.body.data).toMatchObject({ accepted: 0, duplicates: 1 });
+    const ids = await storedIds();
+    expect(ids.filter((id) => id === event.eventId)).toHaveLength(1);
+  });
+
+  it('serves Prometheus metrics and a Format A 404 for unknown paths', async () => {
+    const metrics = await (await fetch(`${worker.url}/metrics`)).text();
+    expect(metrics).toMatch(/security_center_events_consumed_total\{source="http"\} \d+/);
+    expect(metrics).toMatch(/security_center_events_rejected_total\{reason="secret_in_event"\} 1/);
+    const missing = await fetch(`${worker.url}/nope`);
+    expect(missing.status).toBe(404);
+    expect(await missing.json()).toMatchObject({ success: false, error: { code: 'NOT_FOUND' } });
+  });
+});

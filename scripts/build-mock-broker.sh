@@ -44,7 +44,7 @@ fi
 # Serialise concurrent builders (e.g. several vitest workers starting at once);
 # whoever waited re-checks the stamp after getting the lock.
 exec 9>"$OUT_DIR/.lock"
-flock 9
+flock -n 9 || { log "another build holds $OUT_DIR/.lock; waiting for it"; flock 9; }
 if is_fresh; then
   echo "$BIN"
   exit 0

@@ -13,7 +13,7 @@ import {
   type Consumer,
   type Producer,
 } from 'kafkajs';
-import { mockBrokerConsumerDefaults, startKafka, type KafkaService } from './kafka.js';
+import { mockBrokerConsumerDefaults, startKafka, type KafkaService } from './kafka.ts';
 
 const RUN = `${Date.now().toString(36)}-${process.pid}`; // unique names when KAFKA_BROKERS is shared
 const TOPIC_BASIC = `svc-basic-${RUN}`;

@@ -24,10 +24,10 @@
  *    producer's send sizes.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { request } from 'node:http';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { existsSync } from 'node:fs';
+import { dockerAvailable } from './docker.ts';
 
 export interface KafkaService {
   brokers: string[];
@@ -91,34 +91,6 @@ export async function startKafka(opts: StartKafkaOptions): Promise<KafkaService>
     return startContainer(opts.topics, partitions);
   }
   return startMock(opts.topics, partitions);
-}
-
-// ---------------------------------------------------------------------------------------
-// Docker probe: GET /_ping on the engine socket, at most ~2 s, no docker CLI needed.
-
-async function dockerAvailable(timeoutMs = 2000): Promise<boolean> {
-  const dockerHost = process.env.DOCKER_HOST;
-  let target: { socketPath: string } | { host: string; port: number };
-  if (!dockerHost || dockerHost.startsWith('unix://')) {
-    const socketPath = dockerHost ? dockerHost.slice('unix://'.length) : '/var/run/docker.sock';
-    if (!existsSync(socketPath)) return false;
-    target = { socketPath };
-  } else if (dockerHost.startsWith('tcp://')) {
-    if (process.env.DOCKER_TLS_VERIFY) return true; // TLS endpoint: let testcontainers handle it
-    const url = new URL(dockerHost.replace(/^tcp:/, 'http:'));
-    target = { host: url.hostname, port: Number(url.port || 2375) };
-  } else {
-    return false;
-  }
-  return new Promise<boolean>((resolvePing) => {
-    const req = request({ ...target, path: '/_ping', method: 'GET', timeout: timeoutMs }, (res) => {
-      res.resume();
-      resolvePing(res.statusCode === 200);
-    });
-    req.on('timeout', () => req.destroy());
-    req.on('error', () => resolvePing(false));
-    req.end();
-  });
 }
 
 // ---------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import {
 } from '../events/request-event.ts';
 import { HttpError, validationError } from '../http/errors.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import { HTTP_SOURCE, serializeEventRow, toClickHouseTime } from '../store/event-store.ts';
+import { HTTP_SOURCE, serializeEventRow } from '../store/event-store.ts';
 import type { EventBuffer } from './event-buffer.ts';
 import type { RecentEventIds } from './recent-event-ids.ts';
 
@@ -49,7 +49,6 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     const results = parseBody(request.body, options.maxEvents);
     const report: IngestReport = { accepted: 0, rejected: 0, duplicates: 0, errors: [] };
     const lines: string[] = [];
-    const receivedAt = toClickHouseTime(Date.now());
     results.forEach((result, index) => {
       if (!result.ok) {
         report.rejected++;
@@ -60,7 +59,7 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
         report.duplicates++;
       } else {
         report.accepted++;
-        lines.push(serializeEventRow(result.event, HTTP_SOURCE, receivedAt));
+        lines.push(serializeEventRow(result.event, HTTP_SOURCE));
       }
     });
     options.metrics.eventsConsumed.inc({ source: 'http' }, results.length);

@@ -12,7 +12,7 @@ import type { Consumer, EachBatchPayload, Kafka, Producer } from 'kafkajs';
 import { parseRequestEventText } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import { serializeEventRow, toClickHouseTime, type EventStore } from '../store/event-store.ts';
+import { serializeEventRow, type EventStore } from '../store/event-store.ts';
 import { KafkaDeadLetterQueue, toDeadLetter, type DeadLetter } from './dead-letter.ts';
 import type { EventBuffer, OffsetMark } from './event-buffer.ts';
 import type { RecentEventIds } from './recent-event-ids.ts';
@@ -115,7 +115,6 @@ export class KafkaIntake {
     const { topic, partition } = batch;
     const { metrics, recentIds } = this.options;
     const alreadyStored = await this.skipUpTo(partition);
-    const receivedAt = toClickHouseTime(Date.now());
     const lines: string[] = [];
     const deadLetters: DeadLetter[] = [];
     let duplicates = 0;
@@ -135,7 +134,7 @@ export class KafkaIntake {
         duplicates++;
         continue;
       }
-      lines.push(serializeEventRow(result.event, { topic, partition, offset }, receivedAt));
+      lines.push(serializeEventRow(result.event, { topic, partition, offset }));
     }
     const lastOffset = Number(batch.lastOffset());
     this.handedOff.set(partition, Math.max(this.handedOff.get(partition) ?? -1, lastOffset));

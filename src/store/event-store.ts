@@ -23,7 +23,6 @@ export const REQUEST_EVENT_COLUMNS = [
   'response_time_ms',
   'rate_limit_per_minute',
   'country',
-  'received_at',
   'source_topic',
   'source_partition',
   'source_offset',
@@ -38,34 +37,38 @@ export interface EventSource {
 
 export const HTTP_SOURCE: EventSource = { topic: '', partition: -1, offset: -1 };
 
+// Events arrive in time order, so consecutive timestamps share their second: format it once.
+let cachedSecond = Number.NaN;
+let cachedSecondText = '';
+
 /** ClickHouse DateTime64(3) text in UTC: 'YYYY-MM-DD hh:mm:ss.sss'. */
 export function toClickHouseTime(epochMs: number): string {
-  const iso = new Date(epochMs).toISOString();
-  return `${iso.slice(0, 10)} ${iso.slice(11, 23)}`;
+  const second = Math.floor(epochMs / 1000);
+  if (second !== cachedSecond) {
+    const iso = new Date(second * 1000).toISOString();
+    cachedSecond = second;
+    cachedSecondText = `${iso.slice(0, 10)} ${iso.slice(11, 19)}.`;
+  }
+  const millis = Math.round(epochMs - second * 1000);
+  return cachedSecondText + (millis < 10 ? '00' : millis < 100 ? '0' : '') + millis;
 }
 
-/** One JSONEachRow line for request_events. receivedAt is pre-formatted once per batch. */
-export function serializeEventRow(event: RequestEvent, source: EventSource, receivedAt: string): string {
-  return JSON.stringify({
-    event_id: event.eventId,
-    ts: toClickHouseTime(event.timestamp),
-    merchant_id: event.merchantId,
-    plan: event.plan,
-    api_key_id: event.apiKeyId,
-    environment: event.environment,
-    ip: event.ip,
-    user_agent: event.userAgent,
-    method: event.method,
-    path: event.path,
-    status: event.status,
-    response_time_ms: event.responseTimeMs,
-    rate_limit_per_minute: event.rateLimitPerMinute ?? DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan],
-    country: event.country ?? '',
-    received_at: receivedAt,
-    source_topic: source.topic,
-    source_partition: source.partition,
-    source_offset: source.offset,
-  });
+/**
+ * One JSONEachRow line for request_events, in REQUEST_EVENT_COLUMNS order. Built by hand because it
+ * runs on every event and is about four times faster than JSON.stringify of an object: free-text
+ * fields are JSON-quoted; the others were validated to enums, numbers, letters or IP addresses,
+ * none of which can hold a quote or a backslash.
+ */
+export function serializeEventRow(event: RequestEvent, source: EventSource): string {
+  const quote = JSON.stringify;
+  const rateLimit = event.rateLimitPerMinute ?? DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan];
+  return (
+    `{"event_id":${quote(event.eventId)},"ts":"${toClickHouseTime(event.timestamp)}","merchant_id":${quote(event.merchantId)}` +
+    `,"plan":"${event.plan}","api_key_id":${quote(event.apiKeyId)},"environment":"${event.environment}","ip":"${event.ip}"` +
+    `,"user_agent":${quote(event.userAgent)},"method":"${event.method}","path":${quote(event.path)},"status":${event.status}` +
+    `,"response_time_ms":${event.responseTimeMs},"rate_limit_per_minute":${rateLimit},"country":"${event.country ?? ''}"` +
+    `,"source_topic":${quote(source.topic)},"source_partition":${source.partition},"source_offset":${source.offset}}`
+  );
 }
 
 const offsetRow = z.object({ partition: z.coerce.number(), max_offset: z.coerce.number() });

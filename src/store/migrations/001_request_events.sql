@@ -19,7 +19,7 @@ CREATE TABLE IF NOT EXISTS {{db}}.request_events
     response_time_ms      Float32                  COMMENT 'time to respond',
     rate_limit_per_minute UInt32                   COMMENT 'limit in force for the key (RateLimit-Limit), plan default when absent',
     country               LowCardinality(String)   COMMENT 'ISO 3166-1 alpha-2 from the edge, empty when unknown',
-    received_at           DateTime64(3, 'UTC')     COMMENT 'when the worker took the event in',
+    received_at           DateTime64(3, 'UTC') DEFAULT now64(3) COMMENT 'when the worker stored the event',
     source_topic          LowCardinality(String)   COMMENT 'Kafka topic, empty for HTTP ingest',
     source_partition      Int32                    COMMENT 'Kafka partition, -1 for HTTP ingest',
     source_offset         Int64                    COMMENT 'Kafka offset, -1 for HTTP ingest; restart dedup reads its maximum',

@@ -60,22 +60,12 @@ export interface RequestEvent {
   country?: string;
 }
 
+/** Normalizes zod's output in place (it is a fresh object already): one allocation less per event. */
 function normalizeEvent(input: z.output<typeof requestEventSchema>): RequestEvent {
-  const event: RequestEvent = {
-    eventId: input.eventId,
-    timestamp: typeof input.timestamp === 'number' ? input.timestamp : Date.parse(input.timestamp),
-    merchantId: input.merchantId,
-    plan: input.plan,
-    apiKeyId: input.apiKeyId,
-    environment: input.environment,
-    ip: input.ip,
-    userAgent: input.userAgent.length > MAX_USER_AGENT_LENGTH ? input.userAgent.slice(0, MAX_USER_AGENT_LENGTH) : input.userAgent,
-    method: input.method.toUpperCase(),
-    path: input.path,
-    status: input.status,
-    responseTimeMs: input.responseTimeMs,
-  };
-  if (input.rateLimitPerMinute !== undefined) event.rateLimitPerMinute = input.rateLimitPerMinute;
+  const event = input as unknown as RequestEvent;
+  if (typeof input.timestamp !== 'number') event.timestamp = Date.parse(input.timestamp);
+  if (input.userAgent.length > MAX_USER_AGENT_LENGTH) event.userAgent = input.userAgent.slice(0, MAX_USER_AGENT_LENGTH);
+  event.method = input.method.toUpperCase();
   if (input.country !== undefined) event.country = input.country.toUpperCase();
   return event;
 }

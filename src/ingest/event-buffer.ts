@@ -13,6 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { DeadLetter } from './dead-letter.ts';
+import { RowBuffer } from './row-buffer.ts';
 
 /** The next offset to consume on a partition, to be committed once everything before it is stored. */
 export interface OffsetMark {
@@ -45,7 +46,7 @@ export interface EventBufferOptions {
 }
 
 class PendingFlush {
-  lines: string[] = [];
+  readonly rows = new RowBuffer();
   deadLetters: DeadLetter[] = [];
   readonly offsets = new Map<string, OffsetMark>();
   firstAddedAt = 0;
@@ -62,7 +63,7 @@ class PendingFlush {
   }
 
   get isEmpty(): boolean {
-    return this.lines.length === 0 && this.deadLetters.length === 0 && this.offsets.size === 0;
+    return this.rows.rows === 0 && this.deadLetters.length === 0 && this.offsets.size === 0;
   }
 }
 
@@ -91,14 +92,14 @@ export class EventBuffer {
   }
 
   get bufferedRows(): number {
-    return this.pending.lines.length;
+    return this.pending.rows.rows;
   }
 
   add(input: BufferInput): Promise<void> {
     if (this.stopped) return Promise.reject(new Error('event buffer is stopped'));
     const pending = this.pending;
     if (pending.isEmpty) pending.firstAddedAt = Date.now();
-    if (input.lines) for (const line of input.lines) pending.lines.push(line);
+    if (input.lines) for (const line of input.lines) pending.rows.append(line);
     if (input.deadLetters) for (const record of input.deadLetters) pending.deadLetters.push(record);
     if (input.offsets) {
       for (const mark of input.offsets) {
@@ -107,14 +108,14 @@ export class EventBuffer {
         if (!previous || previous.offset < mark.offset) pending.offsets.set(key, mark);
       }
     }
-    this.options.metrics.bufferedRows.set(pending.lines.length);
+    this.options.metrics.bufferedRows.set(pending.rows.rows);
     this.schedule();
     return pending.durable;
   }
 
   /** Waits while the buffer is full (storage slow or down); onWait runs about once a second (heartbeats). */
   async waitForCapacity(onWait?: () => Promise<void>): Promise<void> {
-    while (!this.stopped && this.pending.lines.length >= this.options.maxBufferedRows) {
+    while (!this.stopped && this.pending.rows.rows >= this.options.maxBufferedRows) {
       await Promise.race([new Promise<void>((resolve) => this.capacityWaiters.push(resolve)), sleep(1_000)]);
       if (onWait) await onWait();
     }
@@ -143,7 +144,7 @@ export class EventBuffer {
     this.stopped = true;
     this.stopController.abort();
     clearTimeout(this.timer);
-    if (!inTime) this.options.logger.error({ rows: this.pending.lines.length }, 'buffer stopped before its rows were stored');
+    if (!inTime) this.options.logger.error({ rows: this.pending.rows.rows }, 'buffer stopped before its rows were stored');
     this.pending.reject(new Error('event buffer stopped before the rows were stored'));
     for (const wake of this.capacityWaiters.splice(0)) wake();
     await this.flushLoop?.catch(() => undefined);
@@ -153,7 +154,7 @@ export class EventBuffer {
     if (pending.isEmpty) return false;
     return (
       this.draining ||
-      pending.lines.length >= this.options.flushRows ||
+      pending.rows.rows >= this.options.flushRows ||
       Date.now() - pending.firstAddedAt >= this.options.flushIntervalMs
     );
   }
@@ -201,15 +202,16 @@ export class EventBuffer {
   private async flushWithRetry(flush: PendingFlush): Promise<void> {
     const { metrics, logger } = this.options;
     const started = performance.now();
-    const body = flush.lines.length > 0 ? Buffer.from(flush.lines.join('\n')) : undefined;
-    let rowsStored = body === undefined;
+    const rowCount = flush.rows.rows;
+    const body = flush.rows.bytes();
+    let rowsStored = rowCount === 0;
     let deadLettersSent = flush.deadLetters.length === 0;
     for (let attempt = 1; ; attempt++) {
       try {
         if (!rowsStored) {
-          await this.options.storeRows(body!);
+          await this.options.storeRows(body);
           rowsStored = true;
-          metrics.eventsStored.inc(flush.lines.length);
+          metrics.eventsStored.inc(rowCount);
         }
         if (!deadLettersSent) {
           await this.options.sendDeadLetters(flush.deadLetters);
@@ -222,7 +224,7 @@ export class EventBuffer {
         if (this._healthy) {
           this._healthy = false;
           metrics.storageUp.set(0);
-          logger.error({ err: error, rows: flush.lines.length }, 'storing a flush failed; pausing intake and retrying');
+          logger.error({ err: error, rows: rowCount }, 'storing a flush failed; pausing intake and retrying');
           this.options.onOutage?.();
           for (const listener of this.outageListeners) listener();
         }

@@ -9,12 +9,13 @@ describe('RecentEventIds', () => {
     expect(ids.checkAndAdd('a')).toBe(true);
   });
 
-  it('forgets the oldest ids beyond its capacity, and stays bounded', () => {
-    const ids = new RecentEventIds(3);
-    for (const id of ['a', 'b', 'c', 'd']) ids.checkAndAdd(id);
-    expect(ids.size).toBe(3);
+  it('remembers at least half its capacity of the most recent ids, and never more than its capacity', () => {
+    const ids = new RecentEventIds(4);
+    for (const id of ['a', 'b', 'c', 'd', 'e']) ids.checkAndAdd(id);
+    expect(ids.size).toBeLessThanOrEqual(4);
+    expect(ids.checkAndAdd('e')).toBe(true);
     expect(ids.checkAndAdd('d')).toBe(true);
-    expect(ids.checkAndAdd('a')).toBe(false); // evicted, so new again
+    expect(ids.checkAndAdd('a')).toBe(false); // the oldest generation was dropped
   });
 
   it('with capacity 0 never reports duplicates', () => {

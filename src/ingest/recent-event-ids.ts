@@ -1,30 +1,34 @@
 /**
  * A bounded memory of recently accepted eventIds, so an event published twice (a producer retry,
- * an HTTP client retrying a timed-out post) is stored and counted once. Oldest ids are forgotten
- * first. Kafka redelivery after a restart is handled by stored offsets, not by this set.
+ * an HTTP client retrying a timed-out post) is stored and counted once. Kafka redelivery after a
+ * restart is handled by stored offsets, not by this set.
+ *
+ * Two generations of half the capacity each: ids go into the current one; when it is full it becomes
+ * the previous one and the oldest generation is dropped whole. That remembers between capacity/2 and
+ * capacity recent ids, at the cost of two Set lookups and no per-id eviction.
  */
 export class RecentEventIds {
-  private readonly ids = new Set<string>();
-  private readonly ring: (string | undefined)[];
-  private next = 0;
+  private current = new Set<string>();
+  private previous = new Set<string>();
+  private readonly generationSize: number;
 
-  constructor(private readonly capacity: number) {
-    this.ring = new Array<string | undefined>(Math.max(capacity, 0));
+  constructor(capacity: number) {
+    this.generationSize = Math.max(0, Math.ceil(capacity / 2));
   }
 
   /** Records the id; returns true when it was already recorded (a duplicate). */
   checkAndAdd(eventId: string): boolean {
-    if (this.capacity === 0) return false;
-    if (this.ids.has(eventId)) return true;
-    const evicted = this.ring[this.next];
-    if (evicted !== undefined) this.ids.delete(evicted);
-    this.ring[this.next] = eventId;
-    this.next = (this.next + 1) % this.capacity;
-    this.ids.add(eventId);
+    if (this.generationSize === 0) return false;
+    if (this.current.has(eventId) || this.previous.has(eventId)) return true;
+    if (this.current.size >= this.generationSize) {
+      this.previous = this.current;
+      this.current = new Set();
+    }
+    this.current.add(eventId);
     return false;
   }
 
   get size(): number {
-    return this.ids.size;
+    return this.current.size + this.previous.size;
   }
 }

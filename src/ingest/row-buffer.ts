@@ -1,0 +1,38 @@
+/**
+ * JSONEachRow bytes accumulated off the JS heap: each row is UTF-8 encoded into a growing Buffer as
+ * it arrives, so a flush neither joins tens of thousands of strings nor copies a large string into
+ * a Buffer (both showed up as garbage-collector time on the ingest path).
+ */
+export class RowBuffer {
+  private buffer: Buffer;
+  private length = 0;
+  private count = 0;
+
+  constructor(initialBytes = 1 << 20) {
+    this.buffer = Buffer.allocUnsafe(initialBytes);
+  }
+
+  get rows(): number {
+    return this.count;
+  }
+
+  append(row: string): void {
+    // A UTF-8 character takes at most 3 bytes per UTF-16 unit; +1 for the newline.
+    const worstCase = row.length * 3 + 1;
+    if (this.length + worstCase > this.buffer.length) this.grow(this.length + worstCase);
+    this.length += this.buffer.write(row, this.length, 'utf8');
+    this.buffer[this.length++] = 0x0a;
+    this.count++;
+  }
+
+  /** The rows written so far, newline-terminated. A view: do not append after taking it. */
+  bytes(): Buffer {
+    return this.buffer.subarray(0, this.length);
+  }
+
+  private grow(minimum: number): void {
+    const next = Buffer.allocUnsafe(Math.max(minimum, this.buffer.length * 2));
+    this.buffer.copy(next, 0, 0, this.length);
+    this.buffer = next;
+  }
+}

@@ -99,7 +99,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
         kafka: createKafka(kafkaConfig, logger),
         ...kafkaConfig,
         store,
-        recentIds,
+        dedupCacheSize: config.ingest.dedupCacheSize,
         buffer,
         metrics,
         logger: logger.child({ component: 'kafka' }),
@@ -118,6 +118,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       await ready.catch(() => undefined);
       await app.close(); // no new requests; in-flight ones finish
       intake?.pause();
+      await intake?.settle(); // batches fetched before the pause reach the buffer
       await buffer.stop(); // stores what is in hand and commits it while still in the group
       await intake?.disconnect();
       await clickhouse.close();

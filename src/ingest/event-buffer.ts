@@ -25,6 +25,8 @@ export interface OffsetMark {
 export interface BufferInput {
   /** JSONEachRow lines. */
   lines?: readonly string[];
+  /** Rows already encoded as newline-terminated JSONEachRow bytes (from the validator thread). */
+  encodedRows?: { bytes: Uint8Array; count: number };
   deadLetters?: readonly DeadLetter[];
   offsets?: readonly OffsetMark[];
 }
@@ -100,6 +102,7 @@ export class EventBuffer {
     const pending = this.pending;
     if (pending.isEmpty) pending.firstAddedAt = Date.now();
     if (input.lines) for (const line of input.lines) pending.rows.append(line);
+    if (input.encodedRows && input.encodedRows.count > 0) pending.rows.appendEncoded(input.encodedRows.bytes, input.encodedRows.count);
     if (input.deadLetters) for (const record of input.deadLetters) pending.deadLetters.push(record);
     if (input.offsets) {
       for (const mark of input.offsets) {

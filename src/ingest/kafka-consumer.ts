@@ -9,13 +9,12 @@
  * shared EventBuffer (which commits through this intake), then disconnects.
  */
 import type { Consumer, EachBatchPayload, Kafka, Producer } from 'kafkajs';
-import { parseRequestEventText } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import { serializeEventRow, type EventStore } from '../store/event-store.ts';
+import type { EventStore } from '../store/event-store.ts';
+import { BatchValidator } from './batch-validator.ts';
 import { KafkaDeadLetterQueue, toDeadLetter, type DeadLetter } from './dead-letter.ts';
 import type { EventBuffer, OffsetMark } from './event-buffer.ts';
-import type { RecentEventIds } from './recent-event-ids.ts';
 
 export interface KafkaIntakeOptions {
   kafka: Kafka;
@@ -27,12 +26,16 @@ export interface KafkaIntakeOptions {
   heartbeatIntervalMs: number;
   maxWaitMs: number;
   store: EventStore;
-  recentIds: RecentEventIds;
+  /** eventIds remembered by the validator thread to drop re-published events. */
+  dedupCacheSize: number;
   /** The shared write path; it calls back commit(), sendDeadLetters(), pause() and resume(). */
   buffer: EventBuffer;
   metrics: WorkerMetrics;
   logger: Logger;
 }
+
+/** Fetched batches allowed to wait for the validator thread before the consumer waits too. */
+const MAX_BATCHES_IN_FLIGHT = 16;
 
 export class KafkaIntake {
   private readonly buffer: EventBuffer;
@@ -44,6 +47,11 @@ export class KafkaIntake {
   /** Stored offsets read from ClickHouse, per partition, refreshed after each rebalance. */
   private storedOffsets = new Map<number, Promise<number>>();
   private running = false;
+  private readonly validator: BatchValidator;
+  /** Validated batches are added to the buffer in fetch order, through this chain. */
+  private chain: Promise<void> = Promise.resolve();
+  private batchesInFlight = 0;
+  private failure: Error | undefined;
 
   constructor(private readonly options: KafkaIntakeOptions) {
     const { kafka, logger } = options;
@@ -59,6 +67,7 @@ export class KafkaIntake {
     this.producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
     this.deadLetterQueue = new KafkaDeadLetterQueue(this.producer, options.dlqTopic);
     this.buffer = options.buffer;
+    this.validator = new BatchValidator({ dedupCacheSize: options.dedupCacheSize });
     // A new assignment may bring partitions another replica stored into: read their progress again.
     this.consumer.on(this.consumer.events.GROUP_JOIN, (event) => {
       this.storedOffsets = new Map();
@@ -91,12 +100,18 @@ export class KafkaIntake {
     if (this.running) this.consumer.resume([{ topic: this.options.topic }]);
   }
 
-  /** Leaves the group. Drain the buffer first: commits need group membership. */
+  /** Resolves when every fetched batch has been validated and handed to the buffer. */
+  async settle(): Promise<void> {
+    await this.chain.catch(() => undefined);
+  }
+
+  /** Leaves the group. Settle and drain the buffer first: commits need group membership. */
   async disconnect(): Promise<void> {
     if (!this.running) return;
     this.running = false;
     await this.consumer.disconnect();
     await this.producer.disconnect();
+    await this.validator.close();
     this.options.logger.info('kafka intake stopped');
   }
 
@@ -110,41 +125,44 @@ export class KafkaIntake {
   }
 
   private async handleBatch({ batch, resolveOffset, heartbeat, isRunning, isStale }: EachBatchPayload): Promise<void> {
+    // A failed validation stops intake before anything after it can be committed.
+    if (this.failure) throw this.failure;
     if (!isRunning() || isStale() || batch.isEmpty()) return;
     const started = performance.now();
     const { topic, partition } = batch;
-    const { metrics, recentIds } = this.options;
+    const { metrics } = this.options;
     const alreadyStored = await this.skipUpTo(partition);
-    const lines: string[] = [];
-    const deadLetters: DeadLetter[] = [];
-    let duplicates = 0;
-    for (const message of batch.messages) {
-      const offset = Number(message.offset);
-      if (offset <= alreadyStored) {
-        duplicates++;
-        continue;
-      }
-      const text = message.value ? message.value.toString('utf8') : '';
-      const result = parseRequestEventText(text);
-      if (!result.ok) {
-        deadLetters.push(toDeadLetter(result.rejection, text, { topic, partition, offset: message.offset, timestamp: message.timestamp }));
-        continue;
-      }
-      if (recentIds.checkAndAdd(result.event.eventId)) {
-        duplicates++;
-        continue;
-      }
-      lines.push(serializeEventRow(result.event, { topic, partition, offset }));
-    }
+    const fresh = batch.messages.filter((message) => Number(message.offset) > alreadyStored);
+    const redelivered = batch.messages.length - fresh.length;
+    const validation = fresh.length > 0 ? this.validator.validate(topic, partition, fresh) : undefined;
     const lastOffset = Number(batch.lastOffset());
     this.handedOff.set(partition, Math.max(this.handedOff.get(partition) ?? -1, lastOffset));
     resolveOffset(batch.lastOffset()); // moves the fetch position on; the commit waits for storage
     metrics.eventsConsumed.inc({ source: 'kafka' }, batch.messages.length);
-    if (duplicates > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, duplicates);
+    if (redelivered > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, redelivered);
     metrics.consumerLag.set({ topic, partition }, Math.max(0, Number(batch.highWatermark) - lastOffset - 1));
     const mark: OffsetMark = { topic, partition, offset: lastOffset + 1 };
-    void this.buffer.add({ lines, deadLetters, offsets: [mark] });
-    metrics.batchDuration.observe((performance.now() - started) / 1000);
+
+    this.batchesInFlight++;
+    const step = this.chain.then(async () => {
+      const result = validation ? await validation : undefined;
+      const deadLetters = (result?.rejections ?? []).map(({ index, rejection }) => {
+        const message = fresh[index]!;
+        return toDeadLetter(rejection, message.value?.toString('utf8') ?? '', { topic, partition, offset: message.offset, timestamp: message.timestamp });
+      });
+      if (result && result.duplicates > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, result.duplicates);
+      void this.buffer.add({ encodedRows: result && { bytes: result.rows, count: result.rowCount }, deadLetters, offsets: [mark] });
+      metrics.batchDuration.observe((performance.now() - started) / 1000);
+    });
+    this.chain = step.finally(() => this.batchesInFlight--);
+    step.catch((error: Error) => {
+      if (this.failure) return;
+      this.failure = error;
+      this.pause();
+      this.options.logger.error({ err: error }, 'validating a batch failed; intake stopped, nothing after it is committed');
+    });
+    // Bound the batches waiting for validation; then the usual storage backpressure.
+    if (this.batchesInFlight > MAX_BATCHES_IN_FLIGHT) await this.settle();
     await heartbeat();
     await this.buffer.waitForCapacity(heartbeat);
   }

@@ -25,6 +25,14 @@ export class RowBuffer {
     this.count++;
   }
 
+  /** Appends rows that are already encoded (newline-terminated JSONEachRow bytes). */
+  appendEncoded(bytes: Uint8Array, rowCount: number): void {
+    if (this.length + bytes.length > this.buffer.length) this.grow(this.length + bytes.length);
+    this.buffer.set(bytes, this.length);
+    this.length += bytes.length;
+    this.count += rowCount;
+  }
+
   /** The rows written so far, newline-terminated. A view: do not append after taking it. */
   bytes(): Buffer {
     return this.buffer.subarray(0, this.length);

@@ -1,0 +1,51 @@
+/**
+ * Turns one batch of raw Kafka values into JSONEachRow rows: parse, validate, drop re-published
+ * eventIds, serialize. Pure apart from the RecentEventIds it is given; runs inside the validator
+ * thread (validator-thread.ts), and directly in tests.
+ */
+import { parseRequestEventText, type Rejection } from '../events/request-event.ts';
+import { serializeEventRow } from '../store/event-store.ts';
+import type { RecentEventIds } from './recent-event-ids.ts';
+import { RowBuffer } from './row-buffer.ts';
+
+export interface RawBatch {
+  topic: string;
+  partition: number;
+  /** The values of the messages, back to back. */
+  values: Uint8Array;
+  /** ends[i] is where message i's value ends in `values`. */
+  ends: Uint32Array;
+  /** Kafka offset of each message. */
+  offsets: Float64Array;
+}
+
+export interface ValidatedBatch {
+  /** JSONEachRow bytes of the accepted events, newline-terminated. */
+  rows: Uint8Array;
+  rowCount: number;
+  duplicates: number;
+  /** Messages that cannot become events, by index in the batch. */
+  rejections: { index: number; rejection: Rejection }[];
+}
+
+const decoder = new TextDecoder();
+
+export function validateBatch(batch: RawBatch, recentIds: RecentEventIds): ValidatedBatch {
+  const rows = new RowBuffer(Math.max(1024, batch.values.length * 2));
+  const rejections: ValidatedBatch['rejections'] = [];
+  let duplicates = 0;
+  let start = 0;
+  for (let index = 0; index < batch.ends.length; index++) {
+    const end = batch.ends[index]!;
+    const result = parseRequestEventText(decoder.decode(batch.values.subarray(start, end)));
+    start = end;
+    if (!result.ok) {
+      rejections.push({ index, rejection: result.rejection });
+    } else if (recentIds.checkAndAdd(result.event.eventId)) {
+      duplicates++;
+    } else {
+      rows.append(serializeEventRow(result.event, { topic: batch.topic, partition: batch.partition, offset: batch.offsets[index]! }));
+    }
+  }
+  return { rows: rows.bytes(), rowCount: rows.rows, duplicates, rejections };
+}

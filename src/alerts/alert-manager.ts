@@ -1,0 +1,116 @@
+/**
+ * Findings become alerts here. Contract: one open alert per (merchantId, type, scope); a repeat
+ * raises occurrences and lastSeenAt and may raise (never lower) the severity; a dismissed alert's
+ * dedup key stays quiet for the suppression period; a resolved alert whose pattern recurs is
+ * reopened. Pure bookkeeping over an in-memory index: the caller persists what apply() returns.
+ */
+import { randomUUID } from 'node:crypto';
+import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
+import { higherSeverity, riskScore, severityRank, type Alert } from './alert.ts';
+
+export interface RuleInfo {
+  id: AnomalyType;
+  version: string;
+  actions: Record<Severity, RecommendedAction>;
+}
+
+export type AlertChange = 'created' | 'updated' | 'escalated' | 'reopened' | 'suppressed';
+
+export interface AlertManagerOptions {
+  /** How long a dismissed alert's dedup key stays quiet. */
+  suppressionMs: number;
+  now?: () => number;
+  newId?: () => string;
+}
+
+export function dedupKey(merchantId: string, type: string, scope: string): string {
+  return `${merchantId}\u0000${type}\u0000${scope}`;
+}
+
+export class AlertManager {
+  /** The latest alert per dedup key (any status). */
+  private readonly byKey = new Map<string, Alert>();
+  private readonly now: () => number;
+  private readonly newId: () => string;
+
+  constructor(private readonly options: AlertManagerOptions) {
+    this.now = options.now ?? Date.now;
+    this.newId = options.newId ?? randomUUID;
+  }
+
+  /** Loads alerts from storage at start-up (the latest per dedup key wins). */
+  load(alerts: Iterable<Alert>): void {
+    for (const alert of alerts) {
+      const key = dedupKey(alert.merchantId, alert.type, alert.scope);
+      const current = this.byKey.get(key);
+      if (!current || current.updatedAt <= alert.updatedAt) this.byKey.set(key, alert);
+    }
+  }
+
+  /** Records an admin's change (so dedup sees dismissals and resolutions). */
+  remember(alert: Alert): void {
+    const key = dedupKey(alert.merchantId, alert.type, alert.scope);
+    const current = this.byKey.get(key);
+    if (!current || current.id === alert.id || current.updatedAt <= alert.updatedAt) this.byKey.set(key, alert);
+  }
+
+  apply(merchantId: string, rule: RuleInfo, finding: Finding): { alert: Alert | undefined; change: AlertChange } {
+    const key = dedupKey(merchantId, rule.id, finding.scope);
+    const existing = this.byKey.get(key);
+    const now = this.now();
+    const nowIso = new Date(now).toISOString();
+
+    if (existing?.status === 'dismissed' && now - Date.parse(existing.updatedAt) < this.options.suppressionMs) {
+      return { alert: undefined, change: 'suppressed' };
+    }
+    if (existing && (existing.status === 'open' || existing.status === 'acknowledged' || existing.status === 'resolved')) {
+      const severity = higherSeverity(existing.severity, finding.severity);
+      const escalated = severityRank(severity) > severityRank(existing.severity);
+      const reopened = existing.status === 'resolved';
+      const updated: Alert = {
+        ...existing,
+        severity,
+        riskScore: Math.max(existing.riskScore, riskScore(severity, finding.confidence)),
+        recommendedAction: rule.actions[severity],
+        status: reopened ? 'open' : existing.status,
+        title: severityRank(finding.severity) >= severityRank(existing.severity) ? finding.title : existing.title,
+        summary: severityRank(finding.severity) >= severityRank(existing.severity) ? finding.summary : existing.summary,
+        evidence: severityRank(finding.severity) >= severityRank(existing.severity) ? finding.evidence : existing.evidence,
+        ruleVersion: rule.version,
+        lastSeenAt: new Date(Math.max(Date.parse(existing.lastSeenAt), finding.lastSeenAt)).toISOString(),
+        occurrences: reopened ? 1 : existing.occurrences + 1,
+        updatedAt: nowIso,
+        history: reopened
+          ? [...existing.history, { at: nowIso, actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }]
+          : existing.history,
+      };
+      this.byKey.set(key, updated);
+      return { alert: updated, change: reopened ? 'reopened' : escalated ? 'escalated' : 'updated' };
+    }
+    // No alert yet, or a dismissal whose suppression has ended: a new alert.
+    const alert: Alert = {
+      id: this.newId(),
+      merchantId,
+      apiKeyId: finding.apiKeyId,
+      type: rule.id,
+      scope: finding.scope,
+      severity: finding.severity,
+      riskScore: riskScore(finding.severity, finding.confidence),
+      recommendedAction: rule.actions[finding.severity],
+      status: 'open',
+      title: finding.title,
+      summary: finding.summary,
+      evidence: finding.evidence,
+      ruleId: rule.id,
+      ruleVersion: rule.version,
+      firstSeenAt: new Date(finding.firstSeenAt).toISOString(),
+      lastSeenAt: new Date(finding.lastSeenAt).toISOString(),
+      occurrences: 1,
+      createdAt: nowIso,
+      updatedAt: nowIso,
+      history: [{ at: nowIso, actor: 'system', from: null, to: 'open', note: 'created by detection' }],
+    };
+    this.byKey.set(key, alert);
+    return { alert, change: 'created' };
+  }
+}

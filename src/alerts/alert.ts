@@ -1,0 +1,78 @@
+/**
+ * The alert (contracts section 2) and how a finding's severity and confidence become its risk score.
+ */
+import type { AnomalyType, RecommendedAction, Severity } from '../detect/types.ts';
+
+export const ALERT_STATUSES = ['open', 'acknowledged', 'resolved', 'dismissed'] as const;
+export type AlertStatus = (typeof ALERT_STATUSES)[number];
+
+export interface HistoryEntry {
+  at: string;
+  actor: string;
+  from: AlertStatus | null;
+  to: AlertStatus;
+  note?: string;
+}
+
+export interface Alert {
+  id: string;
+  merchantId: string;
+  apiKeyId: string | null;
+  type: AnomalyType;
+  /** Dedup scope within (merchantId, type); not part of the wire format. */
+  scope: string;
+  severity: Severity;
+  riskScore: number;
+  recommendedAction: RecommendedAction;
+  status: AlertStatus;
+  title: string;
+  summary: string;
+  evidence: Record<string, unknown>;
+  ruleId: string;
+  ruleVersion: string;
+  firstSeenAt: string;
+  lastSeenAt: string;
+  occurrences: number;
+  createdAt: string;
+  updatedAt: string;
+  history: HistoryEntry[];
+  aiInsights?: string[];
+}
+
+const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, critical: 3 };
+
+/** Risk bands of contracts section 2: low < 0.4 <= medium < 0.7 <= high < 0.9 <= critical. */
+const RISK_BANDS: Record<Severity, [number, number]> = {
+  low: [0.1, 0.4],
+  medium: [0.4, 0.7],
+  high: [0.7, 0.9],
+  critical: [0.9, 1.0],
+};
+
+export function severityRank(severity: Severity): number {
+  return SEVERITY_RANK[severity];
+}
+
+export function higherSeverity(a: Severity, b: Severity): Severity {
+  return SEVERITY_RANK[a] >= SEVERITY_RANK[b] ? a : b;
+}
+
+/** A score inside the severity's band, growing with confidence; never reaches the next band. */
+export function riskScore(severity: Severity, confidence: number): number {
+  const [low, high] = RISK_BANDS[severity];
+  const clamped = Math.min(1, Math.max(0, Number.isFinite(confidence) ? confidence : 0));
+  const top = severity === 'critical' ? high : high - 0.001;
+  return Math.round((low + (top - low) * clamped) * 1000) / 1000;
+}
+
+/** Moves an admin may make (contracts section 2). */
+export function isAllowedTransition(from: AlertStatus, to: AlertStatus): boolean {
+  switch (from) {
+    case 'open':
+      return to === 'acknowledged' || to === 'dismissed';
+    case 'acknowledged':
+      return to === 'resolved' || to === 'dismissed';
+    default:
+      return false;
+  }
+}

@@ -4,6 +4,7 @@ export interface Tables {
   readonly schemaMigrations: string;
   readonly requestEvents: string;
   readonly requestRollup1m: string;
+  readonly alerts: string;
 }
 
 export function tablesIn(database: string): Tables {
@@ -12,5 +13,6 @@ export function tablesIn(database: string): Tables {
     schemaMigrations: `${database}.schema_migrations`,
     requestEvents: `${database}.request_events`,
     requestRollup1m: `${database}.request_rollup_1m`,
+    alerts: `${database}.alerts`,
   };
 }

@@ -66,6 +66,10 @@ const envSchema = z
     INGEST_MAX_BODY_BYTES: envInt(5 * 1024 * 1024, 1024, 100 * 1024 * 1024),
     INGEST_MAX_EVENTS: envInt(10_000, 1, 1_000_000),
 
+    DETECTION_CONFIG_FILE: z.string().min(1).optional(),
+    GEOIP_CITY_DB: z.string().min(1).optional(),
+    ALERT_SUPPRESSION_MINUTES: envInt(60, 0, 60 * 24 * 30),
+
     ADMIN_JWT_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
     ENTITLED_PLANS: commaList.pipe(z.array(z.enum(PLANS)).min(1)).default(['business', 'enterprise']),
     ENFORCEMENT_MODE: z.enum(['off', 'shadow', 'enforce']).default('off'),
@@ -110,6 +114,7 @@ export interface Config {
   readonly store: { readonly flushRows: number; readonly flushIntervalMs: number; readonly maxBufferedRows: number };
   readonly ingest: { readonly token?: string; readonly maxBodyBytes: number; readonly maxEvents: number; readonly dedupCacheSize: number };
   readonly admin: { readonly jwtSecret?: string; readonly entitledPlans: readonly string[] };
+  readonly detection: { readonly configFile?: string; readonly geoCityDb?: string; readonly suppressionMs: number };
   readonly enforcement: { readonly mode: Env['ENFORCEMENT_MODE']; readonly blockMinRisk: number };
 }
 
@@ -173,6 +178,11 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
       dedupCacheSize: env.DEDUP_CACHE_SIZE,
     },
     admin: { jwtSecret: env.ADMIN_JWT_SECRET, entitledPlans: env.ENTITLED_PLANS },
+    detection: {
+      configFile: env.DETECTION_CONFIG_FILE,
+      geoCityDb: env.GEOIP_CITY_DB,
+      suppressionMs: env.ALERT_SUPPRESSION_MINUTES * 60_000,
+    },
     enforcement: { mode: env.ENFORCEMENT_MODE, blockMinRisk: env.ENFORCEMENT_BLOCK_MIN_RISK },
   });
 }

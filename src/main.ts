@@ -7,8 +7,12 @@ import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
+import { RULES } from '../rules/index.ts';
+import { AlertManager } from './alerts/alert-manager.ts';
+import { AlertService } from './alerts/alert-service.ts';
 import { loadConfig, ConfigError, type Config } from './config.ts';
 import { createHttpServer } from './http/server.ts';
+import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';
 import { EventBuffer } from './ingest/event-buffer.ts';
 import { registerHttpIngest } from './ingest/http-ingest.ts';
 import { createKafka } from './ingest/kafka-client.ts';
@@ -16,6 +20,7 @@ import { KafkaIntake } from './ingest/kafka-consumer.ts';
 import { RecentEventIds } from './ingest/recent-event-ids.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { WorkerMetrics } from './metrics.ts';
+import { AlertStore } from './store/alert-store.ts';
 import { connectClickHouse, type ClickHouse } from './store/clickhouse.ts';
 import { EventStore } from './store/event-store.ts';
 import { migrate } from './store/migrate.ts';
@@ -35,6 +40,7 @@ export interface Worker {
   readonly url: string;
   readonly clickhouse: ClickHouse;
   readonly store: EventStore;
+  readonly alertStore: AlertStore;
   readonly metrics: WorkerMetrics;
   /** Resolves when storage is migrated and the Kafka intake (if any) has started. */
   readonly ready: Promise<void>;
@@ -54,6 +60,31 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   });
   const store = new EventStore(clickhouse, tables);
   const recentIds = new RecentEventIds(config.ingest.dedupCacheSize);
+  const alertStore = new AlertStore(clickhouse, tables);
+  const ingestEnabled = config.features.anomalyDetection;
+
+  // Validation of Kafka batches and detection run in one thread of their own.
+  const analysis = ingestEnabled
+    ? new AnalysisThread(
+        {
+          dedupCacheSize: config.ingest.dedupCacheSize,
+          detection: true,
+          entitledPlans: config.admin.entitledPlans,
+          geoCityDb: config.detection.geoCityDb,
+          detectionConfigFile: config.detection.configFile,
+        },
+        logger,
+      )
+    : undefined;
+  const alerts = new AlertService(
+    new AlertManager({ suppressionMs: config.detection.suppressionMs }),
+    alertStore,
+    RULES,
+    metrics,
+    logger.child({ component: 'alerts' }),
+  );
+  const onDetection = (detection: Detection) => alerts.handle(detection);
+  const detectionWindowMs = Math.max(...RULES.map((rule) => rule.windowMs));
   const storeRows = (body: Buffer) => store.insertRows(body);
 
   let intake: KafkaIntake | undefined;
@@ -76,9 +107,17 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     bodyLimit: config.ingest.maxBodyBytes,
     notReadyReason: () => (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : undefined),
   });
-  const ingestEnabled = config.features.anomalyDetection;
-  if (ingestEnabled && config.ingest.token) {
-    registerHttpIngest(app, { token: config.ingest.token, maxEvents: config.ingest.maxEvents, buffer, recentIds, metrics });
+  if (analysis && config.ingest.token) {
+    registerHttpIngest(app, {
+      token: config.ingest.token,
+      maxEvents: config.ingest.maxEvents,
+      buffer,
+      recentIds,
+      metrics,
+      onAccepted: (events) => {
+        analysis.detect(events).then(onDetection, (error: unknown) => logger.error({ err: error }, 'detection failed'));
+      },
+    });
   } else if (ingestEnabled) {
     logger.warn('INGEST_TOKEN is not set: POST /v1/ingest/events is off');
   }
@@ -93,13 +132,24 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       migrate(clickhouse, { tables, eventsTtlDays: config.clickhouse.eventsTtlDays }, logger),
     );
     migrated = true;
-    if (ingestEnabled && config.kafka) {
+    if (!analysis) return;
+    await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(config.detection.suppressionMs));
+    await analysis.ready;
+    // Events that came over HTTP belong to no partition: every replica warms them.
+    const since = () => new Date(Date.now() - detectionWindowMs);
+    await analysis.warm(await store.recentEvents({ since: since(), topic: '', partition: -1 }), -1);
+    if (config.kafka) {
       const kafkaConfig = config.kafka;
       intake = new KafkaIntake({
         kafka: createKafka(kafkaConfig, logger),
         ...kafkaConfig,
         store,
-        dedupCacheSize: config.ingest.dedupCacheSize,
+        analysis,
+        onDetection,
+        warmPartition: async (partition) => {
+          const events = await store.recentEvents({ since: since(), topic: kafkaConfig.topic, partition });
+          await analysis.warm(events, partition);
+        },
         buffer,
         metrics,
         logger: logger.child({ component: 'kafka' }),
@@ -121,11 +171,13 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       await intake?.settle(); // batches fetched before the pause reach the buffer
       await buffer.stop(); // stores what is in hand and commits it while still in the group
       await intake?.disconnect();
+      await analysis?.close();
+      await alerts.stop();
       await clickhouse.close();
       logger.info('stopped');
     })());
 
-  return { app, url, clickhouse, store, metrics, ready, stop };
+  return { app, url, clickhouse, store, alertStore, metrics, ready, stop };
 }
 
 /** Retries a start-up step with backoff (a server may come up after the worker does). */

@@ -70,6 +70,19 @@ export class WorkerMetrics {
     registers: [this.registry],
   });
 
+  readonly alertChanges = new Counter({
+    name: 'security_center_alert_changes_total',
+    help: 'Findings applied to alerts, by anomaly type and outcome (created, updated, escalated, reopened, suppressed)',
+    labelNames: ['type', 'change'] as const,
+    registers: [this.registry],
+  });
+  readonly ruleErrors = new Counter({
+    name: 'security_center_rule_errors_total',
+    help: 'Rule evaluations that threw (the rule is skipped for that key and batch)',
+    labelNames: ['rule'] as const,
+    registers: [this.registry],
+  });
+
   constructor(options: { defaultMetrics?: boolean } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
     this.storageUp.set(1);

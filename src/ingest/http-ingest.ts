@@ -13,6 +13,7 @@ import {
   type FieldError,
   type ParseResult,
   type RejectionReason,
+  type RequestEvent,
 } from '../events/request-event.ts';
 import { HttpError, validationError } from '../http/errors.ts';
 import type { WorkerMetrics } from '../metrics.ts';
@@ -28,6 +29,8 @@ export interface HttpIngestOptions {
   metrics: WorkerMetrics;
   /** How long a request waits for its events to be stored before answering 503. */
   storeTimeoutMs?: number;
+  /** Receives the accepted events (for detection), before the response waits for storage. */
+  onAccepted?(events: RequestEvent[]): void;
 }
 
 export interface IngestReport {
@@ -49,6 +52,7 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     const results = parseBody(request.body, options.maxEvents);
     const report: IngestReport = { accepted: 0, rejected: 0, duplicates: 0, errors: [] };
     const lines: string[] = [];
+    const accepted: RequestEvent[] = [];
     results.forEach((result, index) => {
       if (!result.ok) {
         report.rejected++;
@@ -60,10 +64,12 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
       } else {
         report.accepted++;
         lines.push(serializeEventRow(result.event, HTTP_SOURCE));
+        accepted.push(result.event);
       }
     });
     options.metrics.eventsConsumed.inc({ source: 'http' }, results.length);
     if (report.duplicates > 0) options.metrics.eventsDuplicate.inc({ source: 'http' }, report.duplicates);
+    if (accepted.length > 0) options.onAccepted?.(accepted);
     if (lines.length > 0) {
       const outcome = await waitUntilStored(options.buffer, options.buffer.add({ lines }), options.storeTimeoutMs ?? 10_000);
       if (outcome !== 'stored') throw storageUnavailable();

@@ -12,7 +12,7 @@ import type { Consumer, EachBatchPayload, Kafka, Producer } from 'kafkajs';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { EventStore } from '../store/event-store.ts';
-import { BatchValidator } from './batch-validator.ts';
+import type { AnalysisThread, Detection } from './analysis-thread.ts';
 import { KafkaDeadLetterQueue, toDeadLetter, type DeadLetter } from './dead-letter.ts';
 import type { EventBuffer, OffsetMark } from './event-buffer.ts';
 
@@ -26,15 +26,19 @@ export interface KafkaIntakeOptions {
   heartbeatIntervalMs: number;
   maxWaitMs: number;
   store: EventStore;
-  /** eventIds remembered by the validator thread to drop re-published events. */
-  dedupCacheSize: number;
+  /** Validates batches and runs detection, off the main thread. */
+  analysis: AnalysisThread;
+  /** Receives each batch's findings, in fetch order. */
+  onDetection(detection: Detection): void;
+  /** Loads recent history of a partition this replica now owns into the detection windows. */
+  warmPartition?(partition: number): Promise<void>;
   /** The shared write path; it calls back commit(), sendDeadLetters(), pause() and resume(). */
   buffer: EventBuffer;
   metrics: WorkerMetrics;
   logger: Logger;
 }
 
-/** Fetched batches allowed to wait for the validator thread before the consumer waits too. */
+/** Fetched batches allowed to wait for the analysis thread before the consumer waits too. */
 const MAX_BATCHES_IN_FLIGHT = 16;
 
 export class KafkaIntake {
@@ -46,8 +50,9 @@ export class KafkaIntake {
   private readonly handedOff = new Map<number, number>();
   /** Stored offsets read from ClickHouse, per partition, refreshed after each rebalance. */
   private storedOffsets = new Map<number, Promise<number>>();
+  /** Detection warm-up per partition, started on its first batch after each rebalance. */
+  private warmups = new Map<number, Promise<void>>();
   private running = false;
-  private readonly validator: BatchValidator;
   /** Validated batches are added to the buffer in fetch order, through this chain. */
   private chain: Promise<void> = Promise.resolve();
   private batchesInFlight = 0;
@@ -67,10 +72,13 @@ export class KafkaIntake {
     this.producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
     this.deadLetterQueue = new KafkaDeadLetterQueue(this.producer, options.dlqTopic);
     this.buffer = options.buffer;
-    this.validator = new BatchValidator({ dedupCacheSize: options.dedupCacheSize });
     // A new assignment may bring partitions another replica stored into: read their progress again.
     this.consumer.on(this.consumer.events.GROUP_JOIN, (event) => {
       this.storedOffsets = new Map();
+      this.warmups = new Map();
+      const owned = event.payload.memberAssignment[options.topic] ?? [];
+      // Keys of partitions that moved to another replica are its to watch now.
+      options.analysis.keepPartitions(owned).catch(() => undefined);
       logger.info({ assignment: event.payload.memberAssignment }, 'kafka partitions assigned');
     });
     this.consumer.on(this.consumer.events.CRASH, (event) => {
@@ -111,7 +119,6 @@ export class KafkaIntake {
     this.running = false;
     await this.consumer.disconnect();
     await this.producer.disconnect();
-    await this.validator.close();
     this.options.logger.info('kafka intake stopped');
   }
 
@@ -132,9 +139,10 @@ export class KafkaIntake {
     const { topic, partition } = batch;
     const { metrics } = this.options;
     const alreadyStored = await this.skipUpTo(partition);
+    await this.warmup(partition);
     const fresh = batch.messages.filter((message) => Number(message.offset) > alreadyStored);
     const redelivered = batch.messages.length - fresh.length;
-    const validation = fresh.length > 0 ? this.validator.validate(topic, partition, fresh) : undefined;
+    const analysis = fresh.length > 0 ? this.options.analysis.analyzeBatch(topic, partition, fresh) : undefined;
     const lastOffset = Number(batch.lastOffset());
     this.handedOff.set(partition, Math.max(this.handedOff.get(partition) ?? -1, lastOffset));
     resolveOffset(batch.lastOffset()); // moves the fetch position on; the commit waits for storage
@@ -145,13 +153,14 @@ export class KafkaIntake {
 
     this.batchesInFlight++;
     const step = this.chain.then(async () => {
-      const result = validation ? await validation : undefined;
+      const result = analysis ? await analysis : undefined;
       const deadLetters = (result?.rejections ?? []).map(({ index, rejection }) => {
         const message = fresh[index]!;
         return toDeadLetter(rejection, message.value?.toString('utf8') ?? '', { topic, partition, offset: message.offset, timestamp: message.timestamp });
       });
       if (result && result.duplicates > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, result.duplicates);
       void this.buffer.add({ encodedRows: result && { bytes: result.rows, count: result.rowCount }, deadLetters, offsets: [mark] });
+      if (result) this.options.onDetection(result);
       metrics.batchDuration.observe((performance.now() - started) / 1000);
     });
     this.chain = step.finally(() => this.batchesInFlight--);
@@ -159,12 +168,25 @@ export class KafkaIntake {
       if (this.failure) return;
       this.failure = error;
       this.pause();
-      this.options.logger.error({ err: error }, 'validating a batch failed; intake stopped, nothing after it is committed');
+      this.options.logger.error({ err: error }, 'analysing a batch failed; intake stopped, nothing after it is committed');
     });
     // Bound the batches waiting for validation; then the usual storage backpressure.
     if (this.batchesInFlight > MAX_BATCHES_IN_FLIGHT) await this.settle();
     await heartbeat();
     await this.buffer.waitForCapacity(heartbeat);
+  }
+
+  /** Warms detection for a partition once per assignment; a failed warm-up is logged, not fatal. */
+  private warmup(partition: number): Promise<void> {
+    if (!this.options.warmPartition) return Promise.resolve();
+    let warming = this.warmups.get(partition);
+    if (!warming) {
+      warming = this.options.warmPartition(partition).catch((error: unknown) => {
+        this.options.logger.warn({ err: error, partition }, 'detection warm-up failed; windows start empty');
+      });
+      this.warmups.set(partition, warming);
+    }
+    return warming;
   }
 
   /** The offset up to which messages of this partition are already stored (or on their way). */

@@ -1,9 +1,9 @@
 /**
  * Turns one batch of raw Kafka values into JSONEachRow rows: parse, validate, drop re-published
- * eventIds, serialize. Pure apart from the RecentEventIds it is given; runs inside the validator
- * thread (validator-thread.ts), and directly in tests.
+ * eventIds, serialize. Pure apart from the RecentEventIds it is given; runs inside the analysis
+ * thread (analysis-thread-main.ts).
  */
-import { parseRequestEventText, type Rejection } from '../events/request-event.ts';
+import { parseRequestEventText, type Rejection, type RequestEvent } from '../events/request-event.ts';
 import { serializeEventRow } from '../store/event-store.ts';
 import type { RecentEventIds } from './recent-event-ids.ts';
 import { RowBuffer } from './row-buffer.ts';
@@ -26,6 +26,8 @@ export interface ValidatedBatch {
   duplicates: number;
   /** Messages that cannot become events, by index in the batch. */
   rejections: { index: number; rejection: Rejection }[];
+  /** The accepted events, for detection (stays in the thread). */
+  events: RequestEvent[];
 }
 
 const decoder = new TextDecoder();
@@ -33,6 +35,7 @@ const decoder = new TextDecoder();
 export function validateBatch(batch: RawBatch, recentIds: RecentEventIds): ValidatedBatch {
   const rows = new RowBuffer(Math.max(1024, batch.values.length * 2));
   const rejections: ValidatedBatch['rejections'] = [];
+  const events: RequestEvent[] = [];
   let duplicates = 0;
   let start = 0;
   for (let index = 0; index < batch.ends.length; index++) {
@@ -45,7 +48,8 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds): Valid
       duplicates++;
     } else {
       rows.append(serializeEventRow(result.event, { topic: batch.topic, partition: batch.partition, offset: batch.offsets[index]! }));
+      events.push(result.event);
     }
   }
-  return { rows: rows.bytes(), rowCount: rows.rows, duplicates, rejections };
+  return { rows: rows.bytes(), rowCount: rows.rows, duplicates, rejections, events };
 }

@@ -4,7 +4,7 @@
  * Contract: queries take user input only as server-side parameters, never by concatenation.
  */
 import { z } from 'zod';
-import { DEFAULT_RATE_LIMIT_PER_MINUTE, type RequestEvent } from '../events/request-event.ts';
+import { DEFAULT_RATE_LIMIT_PER_MINUTE, type Plan, type RequestEvent } from '../events/request-event.ts';
 import type { ClickHouse } from './clickhouse.ts';
 import type { Tables } from './tables.ts';
 
@@ -151,21 +151,51 @@ export class EventStore {
   }
 
   /**
-   * Raw events received since a time, each eventId once (duplicates not yet merged away are
-   * collapsed here). This is what detection warms its windows from.
+   * Raw events since a time, each eventId once (duplicates not yet merged away are collapsed here),
+   * oldest first. Detection warms its windows from this; topic and partition select the events a
+   * replica owns (partition -1: events that came over HTTP).
    */
-  async recentEvents(range: { since: Date; merchantId?: string; limit?: number }): Promise<StoredEvent[]> {
+  async recentEvents(range: { since: Date; topic?: string; partition?: number; merchantId?: string; limit?: number }): Promise<RequestEvent[]> {
     const rows = await this.db.queryRows(
-      `SELECT event_id, ts, merchant_id, plan, api_key_id, environment, ip,
-              user_agent, method, path, status, response_time_ms, rate_limit_per_minute, country
+      `SELECT event_id, ts, merchant_id, plan, api_key_id, environment, ip, user_agent, method, path, status,
+              response_time_ms, rate_limit_per_minute, country
          FROM ${this.tables.requestEvents}
         WHERE ts >= {since:DateTime64(3)}
           AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
+          AND ({anySource:Bool} OR (source_topic = {topic:String} AND source_partition = {partition:Int32}))
         ORDER BY ts
         LIMIT 1 BY event_id
         LIMIT {limit:UInt64}`,
-      { since: toClickHouseTime(range.since.getTime()), merchantId: range.merchantId ?? '', limit: range.limit ?? 1_000_000 },
+      {
+        since: toClickHouseTime(range.since.getTime()),
+        merchantId: range.merchantId ?? '',
+        anySource: range.partition === undefined,
+        topic: range.topic ?? '',
+        partition: range.partition ?? -1,
+        limit: range.limit ?? 1_000_000,
+      },
     );
-    return rows.map((row) => storedEventRow.parse(row));
+    return rows.map((row) => toRequestEvent(storedEventRow.parse(row)));
   }
+}
+
+function toRequestEvent(row: StoredEvent): RequestEvent {
+  const event: RequestEvent = {
+    eventId: row.event_id,
+    timestamp: Date.parse(`${row.ts.replace(' ', 'T')}Z`),
+    merchantId: row.merchant_id,
+    plan: row.plan as Plan,
+    apiKeyId: row.api_key_id,
+    environment: row.environment as RequestEvent['environment'],
+    // IPv4 is stored IPv4-mapped; give it back in the form it arrived in.
+    ip: row.ip.startsWith('::ffff:') && row.ip.includes('.') ? row.ip.slice(7) : row.ip,
+    userAgent: row.user_agent,
+    method: row.method,
+    path: row.path,
+    status: row.status,
+    responseTimeMs: row.response_time_ms,
+    rateLimitPerMinute: row.rate_limit_per_minute,
+  };
+  if (row.country) event.country = row.country;
+  return event;
 }

@@ -1,0 +1,127 @@
+import type { rule } from './bot_traffic.ts';
+import { keyWindow, MINUTE, spread, T0, type RuleFixture } from './fixtures.ts';
+
+type Fixture = RuleFixture<(typeof rule)['defaults']>;
+
+const TEN_MINUTES_AGO = T0 - 10 * MINUTE;
+const HEADLESS_CHROME = 'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.6778.33 Safari/537.36';
+const ORDINARY = spread(100, TEN_MINUTES_AGO, 10 * MINUTE);
+/** GETs of distinct session ids, as an enumerating client makes them. */
+const walk = (count: number, userAgent: string, status = 200) =>
+  spread(count, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ userAgent, method: 'GET', path: `/v1/verify/sessions/ses_${100_000 + i}`, status, ip: '192.0.2.99' }));
+
+export const fixtures: Fixture[] = [
+  {
+    name: 'one sqlmap request suffices: critical',
+    kind: 'positive',
+    window: keyWindow([...ORDINARY, { at: T0 - 2 * MINUTE, userAgent: 'sqlmap/1.8.4#stable (https://sqlmap.org)', path: "/v1/verify/sessions?id=1' OR '1'='1", status: 400 }]),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { category: 'attack_tool', tools: { sqlmap: 1 }, requests: 1, succeeded: 0 } },
+  },
+  {
+    name: 'a Nikto scan among ordinary traffic is critical',
+    kind: 'positive',
+    window: keyWindow([
+      ...ORDINARY,
+      ...spread(40, T0 - 5 * MINUTE, MINUTE, (i) => ({ userAgent: 'Mozilla/5.00 (Nikto/2.5.0) (Evasions:None) (Test:000' + i + ')', path: `/admin/${i}`, status: 404, ip: '192.0.2.200' })),
+    ]),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { tools: { Nikto: 40 }, distinctIps: 1 } },
+  },
+  {
+    name: 'attack tools by their default user agents: ffuf, Nuclei, zgrab, THC Hydra',
+    kind: 'positive',
+    window: keyWindow([
+      ...ORDINARY,
+      { at: T0 - 4 * MINUTE, userAgent: 'Fuzz Faster U Fool v2.1.0-dev' },
+      { at: T0 - 3 * MINUTE, userAgent: 'Nuclei - Open-source project (github.com/projectdiscovery/nuclei)' },
+      { at: T0 - 2 * MINUTE, userAgent: 'Mozilla/5.0 zgrab/0.x' },
+      { at: T0 - 1 * MINUTE, userAgent: 'Mozilla/4.0 (Hydra)', status: 401 },
+    ]),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { tools: { ffuf: 1, Nuclei: 1, zgrab: 1, 'THC Hydra': 1 } } },
+  },
+  {
+    name: 'HeadlessChrome walking 60 session ids is medium',
+    kind: 'positive',
+    window: keyWindow([...ORDINARY, ...walk(60, HEADLESS_CHROME)]),
+    now: T0,
+    expect: { findings: 1, severity: 'medium', evidence: { category: 'automation', tools: { HeadlessChrome: 60 }, distinctResources: 60 } },
+  },
+  {
+    name: 'Scrapy walking 200 session ids is high',
+    kind: 'positive',
+    window: keyWindow(walk(200, 'Scrapy/2.11.2 (+https://scrapy.org)')),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { tools: { Scrapy: 200 }, distinctResources: 200 } },
+  },
+  {
+    name: 'PhantomJS walking ids that mostly do not exist (404) is high',
+    kind: 'positive',
+    window: keyWindow(walk(40, 'Mozilla/5.0 (Unknown; Linux x86_64) AppleWebKit/538.1 (KHTML, like Gecko) PhantomJS/2.1.1 Safari/538.1', 404)),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { notFoundShare: 1 } },
+  },
+  {
+    name: 'ordinary HTTP libraries walking many sessions are server-side integrations, never an alert',
+    kind: 'negative',
+    window: keyWindow(
+      [
+        'curl/8.7.1',
+        'python-requests/2.32.3',
+        'axios/1.7.7',
+        'okhttp/4.12.0',
+        'Go-http-client/2.0',
+        'Java/17.0.2',
+        'Apache-HttpClient/5.3 (Java/21.0.1)',
+        'node-fetch/1.0 (+https://github.com/bitinn/node-fetch)',
+        'undici',
+        'Ruby',
+        'Faraday v2.9.0',
+        'GuzzleHttp/7',
+        'Microsoft.NET/HttpClient',
+        'Wget/1.21.4',
+      ].flatMap((userAgent, k) => walk(50, userAgent).map((spec, i) => ({ ...spec, path: `/v1/verify/sessions/ses_${k}_${i}` }))),
+    ),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'an empty user agent, even on many resources, is not an alert by itself',
+    kind: 'negative',
+    window: keyWindow(walk(200, '')),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a headless browser in the merchant\'s end-to-end tests touching a few resources is quiet',
+    kind: 'negative',
+    window: keyWindow([...ORDINARY, ...spread(25, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ userAgent: HEADLESS_CHROME, path: `/v1/verify/sessions/ses_test_${i % 5}` }))]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'ordinary browsers (a merchant testing by hand) are not bots',
+    kind: 'negative',
+    window: keyWindow([
+      ...walk(40, 'Mozilla/5.0 (Macintosh; Intel Mac OS X 14_5) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Safari/605.1.15'),
+      ...walk(40, 'Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36'),
+    ]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a user agent naming Ory Hydra (an OAuth server) is not THC Hydra',
+    kind: 'negative',
+    window: keyWindow(spread(50, TEN_MINUTES_AGO, 10 * MINUTE, { userAgent: 'ory-hydra/v2.2.0 Go-http-client/1.1' })),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a sqlmap request 20 minutes ago is outside the window',
+    kind: 'negative',
+    window: keyWindow([{ at: T0 - 20 * MINUTE, userAgent: 'sqlmap/1.8.4#stable (https://sqlmap.org)' }, ...ORDINARY]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+];

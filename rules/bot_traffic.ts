@@ -1,0 +1,248 @@
+/**
+ * bot_traffic: the user agent says what is calling, and some callers have no business holding a key.
+ *   - attack tools (scanners, fuzzers, brute forcers) alert at once: one request suffices; critical,
+ *     action block. Someone is pointing an offensive tool at the API with this merchant's key.
+ *   - headless browsers and scrapers alert only when they ENUMERATE: at least minDistinctResources
+ *     distinct paths (resource ids) in the window; medium (investigate), high (rate_limit) from
+ *     highDistinctResources or when most of their requests hit 404 (walking ids that do not exist).
+ *   - ordinary HTTP libraries (curl, python-requests, axios, okhttp, Go-http-client, Java, node-fetch,
+ *     undici, Ruby, Guzzle, .NET) are how server-side integrations call an API: never an alert.
+ *   - an empty user agent is common for hand-written server clients: never an alert by itself.
+ * The patterns are data (USER_AGENT_PATTERNS), checked in order, attack tools first. There is no
+ * "good bot" list: a crawler's reputation says nothing about whether it should hold an API key.
+ */
+import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
+
+export type UserAgentCategory = 'attack_tool' | 'headless' | 'scraper';
+
+export interface UserAgentPattern {
+  name: string;
+  pattern: RegExp;
+  category: UserAgentCategory;
+}
+
+/** Default user agents of the tools; case-insensitive. Add a line to add a tool. */
+export const USER_AGENT_PATTERNS: readonly UserAgentPattern[] = [
+  { name: 'sqlmap', pattern: /sqlmap/i, category: 'attack_tool' },
+  { name: 'Nikto', pattern: /nikto/i, category: 'attack_tool' },
+  { name: 'Nuclei', pattern: /nuclei/i, category: 'attack_tool' },
+  { name: 'zgrab', pattern: /zgrab/i, category: 'attack_tool' },
+  { name: 'masscan', pattern: /masscan/i, category: 'attack_tool' },
+  { name: 'Nmap', pattern: /\bnmap\b/i, category: 'attack_tool' },
+  { name: 'ZMap', pattern: /\bzmap\b/i, category: 'attack_tool' },
+  { name: 'DirBuster', pattern: /dirbuster/i, category: 'attack_tool' },
+  { name: 'gobuster', pattern: /gobuster/i, category: 'attack_tool' },
+  { name: 'feroxbuster', pattern: /feroxbuster/i, category: 'attack_tool' },
+  { name: 'ffuf', pattern: /\bffuf\b|fuzz faster u fool/i, category: 'attack_tool' },
+  { name: 'wfuzz', pattern: /wfuzz/i, category: 'attack_tool' },
+  { name: 'Acunetix', pattern: /acunetix/i, category: 'attack_tool' },
+  { name: 'Nessus', pattern: /nessus/i, category: 'attack_tool' },
+  { name: 'OpenVAS', pattern: /openvas/i, category: 'attack_tool' },
+  { name: 'w3af', pattern: /w3af/i, category: 'attack_tool' },
+  { name: 'Burp Suite', pattern: /\bburp/i, category: 'attack_tool' },
+  // THC Hydra sends "Mozilla/4.0 (Hydra)"; a bare "hydra" would also match Ory Hydra, an OAuth server.
+  { name: 'THC Hydra', pattern: /\(hydra\)|thc-hydra/i, category: 'attack_tool' },
+  { name: 'ZmEu', pattern: /zmeu/i, category: 'attack_tool' },
+  { name: 'WPScan', pattern: /wpscan/i, category: 'attack_tool' },
+  { name: 'Arachni', pattern: /arachni/i, category: 'attack_tool' },
+  { name: 'Netsparker', pattern: /netsparker|invicti/i, category: 'attack_tool' },
+  { name: 'Wapiti', pattern: /wapiti/i, category: 'attack_tool' },
+  { name: 'skipfish', pattern: /skipfish/i, category: 'attack_tool' },
+  { name: 'commix', pattern: /commix/i, category: 'attack_tool' },
+  { name: 'Havij', pattern: /havij/i, category: 'attack_tool' },
+  { name: 'Metasploit', pattern: /metasploit/i, category: 'attack_tool' },
+  { name: 'Jorgee', pattern: /jorgee/i, category: 'attack_tool' },
+  // Headless browsers: Puppeteer's and Playwright's default user agents say HeadlessChrome.
+  { name: 'HeadlessChrome', pattern: /headlesschrome/i, category: 'headless' },
+  { name: 'PhantomJS', pattern: /phantomjs/i, category: 'headless' },
+  { name: 'Puppeteer', pattern: /puppeteer/i, category: 'headless' },
+  { name: 'Playwright', pattern: /playwright/i, category: 'headless' },
+  { name: 'Selenium', pattern: /selenium|webdriver/i, category: 'headless' },
+  { name: 'SlimerJS', pattern: /slimerjs/i, category: 'headless' },
+  { name: 'HtmlUnit', pattern: /htmlunit/i, category: 'headless' },
+  { name: 'jsdom', pattern: /jsdom/i, category: 'headless' },
+  // Scrapers and crawlers.
+  { name: 'Scrapy', pattern: /scrapy/i, category: 'scraper' },
+  { name: 'HTTrack', pattern: /httrack/i, category: 'scraper' },
+  { name: 'Colly', pattern: /colly/i, category: 'scraper' },
+  { name: 'Apify', pattern: /apify/i, category: 'scraper' },
+  { name: 'crawler', pattern: /crawl|spider|scraper/i, category: 'scraper' },
+];
+
+// One alternation rejects an ordinary user agent in a single regex run; the list is consulted only on a hit.
+const ANY_PATTERN = new RegExp(USER_AGENT_PATTERNS.map((p) => `(?:${p.pattern.source})`).join('|'), 'i');
+
+/** The first pattern a user agent matches, or undefined for an ordinary (or empty) user agent. */
+export function classifyUserAgent(userAgent: string): UserAgentPattern | undefined {
+  if (userAgent === '' || !ANY_PATTERN.test(userAgent)) return undefined;
+  return USER_AGENT_PATTERNS.find((p) => p.pattern.test(userAgent));
+}
+
+type Params = {
+  windowMinutes: number;
+  /** Distinct paths (resource ids) a headless browser or scraper must fetch to count as enumerating. */
+  minDistinctResources: number;
+  highDistinctResources: number;
+  /** Share of the automation's requests answered 404 that makes enumeration high. */
+  highNotFoundShare: number;
+};
+
+const MINUTE = 60_000;
+const MAX_SAMPLES = 10;
+
+export const rule: RuleDefinition<Params> = {
+  id: 'bot_traffic',
+  version: '1.0.0',
+  title: 'Bot traffic',
+  description:
+    'A key is used by an attack tool (scanner, fuzzer, brute forcer), or by a headless browser or scraper that ' +
+    'walks through many resources.',
+  windowMs: 10 * MINUTE,
+  defaults: {
+    windowMinutes: 10,
+    minDistinctResources: 30,
+    highDistinctResources: 150,
+    highNotFoundShare: 0.5,
+  },
+  actions: { low: 'monitor', medium: 'investigate', high: 'rate_limit', critical: 'block' },
+  falsePositives: [
+    'Server-side integrations using HTTP libraries (curl, python-requests, axios, okhttp, Go-http-client, Java, node-fetch, undici, Ruby, Guzzle, .NET): never matched.',
+    'An empty user agent (common for hand-written clients): never an alert by itself.',
+    'Headless browsers in a merchant\'s end-to-end tests: a few paths, under minDistinctResources.',
+    'Paths sent as route templates (/v1/verify/sessions/:id) hide enumeration from this rule; high_failure_rate (404 probing) and velocity_attack still see it.',
+    'A merchant\'s own penetration test with a live key alerts as an attack tool, by design: dismiss it with a note or allowlist the key for the test.',
+  ],
+  evaluate(window, params, now) {
+    const { events } = window;
+    const windowStart = now - params.windowMinutes * MINUTE;
+    // Classify each distinct user agent once per call; consecutive events usually share one, so the
+    // map of verdicts is only made when a second user agent shows up.
+    let verdicts: Map<string, UserAgentPattern | undefined> | undefined;
+    let lastUserAgent: string | undefined;
+    let lastVerdict: UserAgentPattern | undefined;
+    let attacks: WindowEvent[] | undefined;
+    let automation: WindowEvent[] | undefined;
+    for (let i = events.length - 1; i >= 0; i--) {
+      const event = events[i]!;
+      if (event.timestamp < windowStart) break;
+      const userAgent = event.userAgent;
+      if (userAgent !== lastUserAgent) {
+        if (lastUserAgent !== undefined) (verdicts ??= new Map()).set(lastUserAgent, lastVerdict);
+        lastUserAgent = userAgent;
+        lastVerdict = verdicts?.has(userAgent) ? verdicts.get(userAgent) : classifyUserAgent(userAgent);
+      }
+      if (!lastVerdict) continue;
+      if (lastVerdict.category === 'attack_tool') (attacks ??= []).push(event);
+      else (automation ??= []).push(event);
+    }
+    if (!attacks && !automation) return [];
+    const named = (verdicts ??= new Map()).set(lastUserAgent!, lastVerdict);
+    if (attacks) return [attackFinding(window.apiKeyId, attacks.reverse(), named, params)];
+    if (!automation) return [];
+
+    automation.reverse();
+    const paths = new Set<string>();
+    let notFound = 0;
+    for (const event of automation) {
+      paths.add(event.path);
+      if (event.status === 404) notFound++;
+    }
+    if (paths.size < params.minDistinctResources) return [];
+    const notFoundShare = notFound / automation.length;
+    const severity: Severity =
+      paths.size >= params.highDistinctResources || notFoundShare >= params.highNotFoundShare ? 'high' : 'medium';
+    const confidence = round(clamp01(0.5 + 0.5 * Math.log(paths.size / params.minDistinctResources) / Math.log(params.highDistinctResources / params.minDistinctResources)), 3);
+    const tools = countBy(automation, (e) => named.get(e.userAgent)!.name);
+    const key = window.apiKeyId;
+    const toolNames = Object.keys(tools).join(', ');
+    const finding: Finding = {
+      scope: key,
+      apiKeyId: key,
+      severity,
+      confidence,
+      title: `Bot enumeration on ${key}: ${toolNames} fetched ${paths.size} distinct resources in ${params.windowMinutes} min (threshold ${params.minDistinctResources})`,
+      summary:
+        `${key} was used by ${toolNames} to request ${paths.size} distinct resources (${automation.length} requests, ` +
+        `${Math.round(notFoundShare * 100)}% not found) in ${params.windowMinutes} min, against a threshold of ${params.minDistinctResources}; ` +
+        `ask the merchant whether this automation is theirs, otherwise ${severity === 'high' ? 'throttle the key and ' : ''}rotate its secret.`,
+      evidence: {
+        category: 'automation',
+        tools,
+        distinctResources: paths.size,
+        minDistinctResources: params.minDistinctResources,
+        highDistinctResources: params.highDistinctResources,
+        requests: automation.length,
+        notFoundShare: round(notFoundShare, 3),
+        samplePaths: [...paths].slice(0, MAX_SAMPLES),
+        ...distinctValues(automation),
+        windowMinutes: params.windowMinutes,
+        sampleEventIds: automation.slice(-MAX_SAMPLES).map((e) => e.eventId),
+        windowMs: params.windowMinutes * MINUTE,
+      },
+      firstSeenAt: automation[0]!.timestamp,
+      lastSeenAt: automation[automation.length - 1]!.timestamp,
+    };
+    return [finding];
+  },
+};
+
+function attackFinding(key: string, attacks: WindowEvent[], verdicts: Map<string, UserAgentPattern | undefined>, params: Params): Finding {
+  const tools = countBy(attacks, (e) => verdicts.get(e.userAgent)!.name);
+  const succeeded = attacks.filter((e) => e.status < 400).length;
+  const toolNames = Object.keys(tools).join(', ');
+  // One request is already certain enough to act on; volume and answered requests make it surer.
+  const confidence = round(clamp01(0.6 + 0.2 * Math.min(1, Math.log10(attacks.length) / 2) + (succeeded > 0 ? 0.2 : 0)), 3);
+  return {
+    scope: key,
+    apiKeyId: key,
+    severity: 'critical',
+    confidence,
+    title: `Attack tool on ${key}: ${toolNames}, ${attacks.length} request(s)`,
+    summary:
+      `${key} was used by ${toolNames} (${attacks.length} request(s) in ${params.windowMinutes} min, ${succeeded} answered with success): ` +
+      `an offensive tool holds this key; block it and rotate its secret unless the merchant confirms a penetration test.`,
+    evidence: {
+      category: 'attack_tool',
+      tools,
+      requests: attacks.length,
+      succeeded,
+      samplePaths: [...new Set(attacks.map((e) => e.path))].slice(0, MAX_SAMPLES),
+      ...distinctValues(attacks),
+      windowMinutes: params.windowMinutes,
+      sampleEventIds: attacks.slice(-MAX_SAMPLES).map((e) => e.eventId),
+      windowMs: params.windowMinutes * MINUTE,
+    },
+    firstSeenAt: attacks[0]!.timestamp,
+    lastSeenAt: attacks[attacks.length - 1]!.timestamp,
+  };
+}
+
+function distinctValues(events: readonly WindowEvent[]): Record<string, unknown> {
+  const ips = new Set(events.map((e) => e.ip));
+  const networks = new Set(events.map((e) => e.network));
+  return {
+    distinctIps: ips.size,
+    ips: [...ips].slice(0, MAX_SAMPLES),
+    distinctNetworks: networks.size,
+    countries: [...new Set(events.flatMap((e) => (e.country ? [e.country] : [])))].slice(0, MAX_SAMPLES),
+    userAgents: [...new Set(events.map((e) => e.userAgent))].slice(0, MAX_SAMPLES),
+  };
+}
+
+function countBy(events: readonly WindowEvent[], pick: (e: WindowEvent) => string): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const event of events) {
+    const name = pick(event);
+    counts[name] = (counts[name] ?? 0) + 1;
+  }
+  return counts;
+}
+
+function clamp01(x: number): number {
+  return Number.isFinite(x) ? Math.min(1, Math.max(0, x)) : 0;
+}
+
+function round(x: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(x * f) / f;
+}

@@ -1,0 +1,180 @@
+/**
+ * credential_sharing: one key suddenly used from many networks in many countries, compared with the
+ * key's own history. The window is cut into intervals of intervalMinutes counted back from `now`;
+ * the last one is "recent", the earlier ones are the baseline (the median of distinct networks per
+ * interval in which the key was active; 0 when it has no history). It fires when
+ *   recent networks >= minNetworks AND recent networks >= baselineMultiplier × max(1, baseline)
+ *   AND recent countries >= minCountries.
+ * A network is a /24 (IPv4) or /64 (IPv6): address churn inside one is one client. Many networks in
+ * ONE or two countries is a mobile carrier or an ISP reassigning addresses (we cannot see carriers),
+ * not sharing. A key that always calls from many places (edge functions in many PoPs) has a high
+ * baseline and stays quiet.
+ * Severity: medium; high from highNetworks networks or highCountries countries; critical from
+ * criticalNetworks networks in criticalCountries countries (a key published for anyone to use).
+ */
+import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
+
+type Params = {
+  windowMinutes: number;
+  /** Length of the recent interval and of each baseline interval. */
+  intervalMinutes: number;
+  minNetworks: number;
+  baselineMultiplier: number;
+  minCountries: number;
+  highNetworks: number;
+  highCountries: number;
+  criticalNetworks: number;
+  criticalCountries: number;
+};
+
+const MINUTE = 60_000;
+const MAX_SAMPLES = 10;
+
+export const rule: RuleDefinition<Params> = {
+  id: 'credential_sharing',
+  version: '1.0.0',
+  title: 'Credential sharing',
+  description:
+    'A key is used from many more networks and countries than it usually is: it has been shared, leaked or ' +
+    'published, and several parties are calling with it.',
+  windowMs: 60 * MINUTE,
+  defaults: {
+    windowMinutes: 60,
+    intervalMinutes: 10,
+    minNetworks: 5,
+    baselineMultiplier: 3,
+    minCountries: 3,
+    highNetworks: 15,
+    highCountries: 6,
+    criticalNetworks: 50,
+    criticalCountries: 10,
+  },
+  actions: { low: 'monitor', medium: 'investigate', high: 'investigate', critical: 'block' },
+  falsePositives: [
+    'Address churn inside one /24 or one /64 (NAT pools, IPv6 privacy addresses): one network.',
+    'Many networks in one or two countries (a mobile carrier, an ISP, a cloud region\'s changing egress IPs): below minCountries.',
+    'A deployment that always calls from many places (edge functions, multi-region): its baseline is high, so the multiplier is not reached.',
+    'A key that just moved to a global edge platform alerts once; dismiss it with a note and the new baseline takes over within the hour.',
+  ],
+  evaluate(window, params, now) {
+    const { events } = window;
+    const intervalMs = params.intervalMinutes * MINUTE;
+    const recentStart = now - intervalMs;
+    const needed = Math.max(1, params.minNetworks);
+
+    // Cheap pass: stop as soon as the recent interval shows minNetworks networks; most keys show one.
+    const seen: string[] = [];
+    let last: string | undefined;
+    for (let i = events.length - 1; i >= 0 && seen.length < needed; i--) {
+      const event = events[i]!;
+      if (event.timestamp < recentStart) break;
+      const network = event.network;
+      if (network === last) continue;
+      last = network;
+      let known = false;
+      for (let j = 0; j < seen.length && !known; j++) known = seen[j] === network;
+      if (!known) seen.push(network);
+    }
+    if (seen.length < needed) return [];
+
+    // Full pass: which intervals each network was seen in (bit k = k intervals ago).
+    const intervals = Math.max(1, Math.min(30, Math.floor(params.windowMinutes / params.intervalMinutes)));
+    const windowStart = now - intervals * intervalMs;
+    const networkIntervals = new Map<string, number>();
+    const countries = new Set<string>();
+    const recent: WindowEvent[] = [];
+    const active = new Array<boolean>(intervals).fill(false);
+    for (let i = events.length - 1; i >= 0; i--) {
+      const event = events[i]!;
+      if (event.timestamp < windowStart) break;
+      // Interval k is [now - (k + 1) × interval, now - k × interval); the recent one includes both ends.
+      const k = Math.max(0, Math.min(intervals - 1, Math.ceil((now - event.timestamp) / intervalMs) - 1));
+      active[k] = true;
+      networkIntervals.set(event.network, (networkIntervals.get(event.network) ?? 0) | (1 << k));
+      if (k === 0) {
+        recent.push(event);
+        const country = event.country ?? event.geo?.country;
+        if (country) countries.add(country);
+      }
+    }
+    const perInterval = new Array<number>(intervals).fill(0);
+    for (const bits of networkIntervals.values()) {
+      for (let k = 0; k < intervals; k++) if (bits & (1 << k)) perInterval[k]!++;
+    }
+    const recentNetworks = perInterval[0]!;
+    const history = perInterval.slice(1).filter((_, k) => active[k + 1]);
+    const baseline = median(history);
+    const ratio = recentNetworks / Math.max(1, baseline);
+    if (recentNetworks < params.minNetworks || ratio < params.baselineMultiplier || countries.size < params.minCountries) return [];
+
+    const severity: Severity =
+      recentNetworks >= params.criticalNetworks && countries.size >= params.criticalCountries
+        ? 'critical'
+        : recentNetworks >= params.highNetworks || countries.size >= params.highCountries
+          ? 'high'
+          : 'medium';
+    // Surer the more networks (log scale up to criticalNetworks) and the further above the baseline.
+    const spread = Math.log(recentNetworks / params.minNetworks) / Math.log(params.criticalNetworks / params.minNetworks);
+    const excess = Math.log(ratio / params.baselineMultiplier) / Math.log(10);
+    const confidence = round(clamp01(0.4 + 0.3 * clamp01(spread) + 0.3 * clamp01(excess)), 3);
+
+    recent.reverse();
+    // One sample event per network, in order of first appearance.
+    const firstPerNetwork = new Map<string, WindowEvent>();
+    for (const event of recent) if (!firstPerNetwork.has(event.network)) firstPerNetwork.set(event.network, event);
+    const samples = [...firstPerNetwork.values()].slice(0, MAX_SAMPLES);
+    const ips = new Set(recent.map((e) => e.ip));
+    const key = window.apiKeyId;
+    const countryList = [...countries].sort();
+    const finding: Finding = {
+      scope: key,
+      apiKeyId: key,
+      severity,
+      confidence,
+      title: `Credential sharing on ${key}: ${recentNetworks} networks in ${countries.size} countries in ${params.intervalMinutes} min (usually ${baseline})`,
+      summary:
+        `${key} was used from ${recentNetworks} networks (${ips.size} IPs) in ${countries.size} countries (${countryList.slice(0, 5).join(', ')}${countries.size > 5 ? ', …' : ''}) ` +
+        `in the last ${params.intervalMinutes} min, against a baseline of ${baseline} per ${params.intervalMinutes} min and a threshold of ${params.minNetworks}; ` +
+        `the key looks shared or leaked: confirm with the merchant and rotate its secret.`,
+      evidence: {
+        recentNetworks,
+        minNetworks: params.minNetworks,
+        baselineNetworks: baseline,
+        baselineIntervals: history.length,
+        baselineMultiplier: params.baselineMultiplier,
+        observedMultiplier: round(ratio, 2),
+        networksPerInterval: [...perInterval].reverse(),
+        countries: countryList,
+        distinctCountries: countries.size,
+        minCountries: params.minCountries,
+        distinctIps: ips.size,
+        sampleIps: samples.map((e) => e.ip),
+        networks: samples.map((e) => e.network),
+        userAgents: [...new Set(recent.map((e) => e.userAgent))].slice(0, MAX_SAMPLES),
+        intervalMinutes: params.intervalMinutes,
+        windowMinutes: intervals * params.intervalMinutes,
+        sampleEventIds: samples.map((e) => e.eventId),
+        windowMs: intervals * intervalMs,
+      },
+      firstSeenAt: recent[0]!.timestamp,
+      lastSeenAt: recent[recent.length - 1]!.timestamp,
+    };
+    return [finding];
+  },
+};
+
+function median(values: readonly number[]): number {
+  if (values.length === 0) return 0;
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+function clamp01(x: number): number {
+  return Number.isFinite(x) ? Math.min(1, Math.max(0, x)) : 0;
+}
+
+function round(x: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(x * f) / f;
+}

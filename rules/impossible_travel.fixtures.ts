@@ -1,0 +1,113 @@
+import { at, keyWindow, MINUTE, spread, T0, type RuleFixture } from './fixtures.ts';
+import type { rule } from './impossible_travel.ts';
+
+type Fixture = RuleFixture<(typeof rule)['defaults']>;
+
+// The key's ordinary life: one request a minute from us-east for the 50 minutes before T0 - 10 min.
+const HOME = spread(50, T0 - 60 * MINUTE, 50 * MINUTE, at('ashburn'));
+
+export const fixtures: Fixture[] = [
+  {
+    name: 'us-east then Moscow three minutes later is high',
+    kind: 'positive',
+    window: keyWindow([...HOME, ...spread(7, T0 - 10 * MINUTE, 7 * MINUTE, at('ashburn')), { at: T0 - 2 * MINUTE, ...at('moscow') }]),
+    now: T0,
+    expect: {
+      findings: 1,
+      severity: 'high',
+      evidence: { from: { ip: '198.51.100.10', country: 'US', city: 'Ashburn' }, to: { ip: '192.0.2.10', country: 'RU', city: 'Moscow' }, gapMinutes: 2, impossibleHops: 1 },
+    },
+  },
+  {
+    name: 'São Paulo, Frankfurt and Singapore within ten minutes of us-east is critical (four countries)',
+    kind: 'positive',
+    window: keyWindow([
+      ...HOME,
+      { at: T0 - 9 * MINUTE, ...at('saoPaulo') },
+      { at: T0 - 6 * MINUTE, ...at('frankfurt') },
+      { at: T0 - 3 * MINUTE, ...at('singapore') },
+    ]),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { countries: ['BR', 'DE', 'SG', 'US'], impossibleHops: 3 } },
+  },
+  {
+    name: 'Frankfurt, then Madrid 50 minutes later (about 1,600 km/h) is medium: fast, but GeoIP or a VPN could explain it',
+    kind: 'positive',
+    window: keyWindow([{ at: T0 - 55 * MINUTE, ...at('frankfurt') }, { at: T0 - 5 * MINUTE, ...at('madrid') }]),
+    now: T0,
+    expect: { findings: 1, severity: 'medium', evidence: { from: { city: 'Frankfurt' }, to: { city: 'Madrid' }, gapMinutes: 50 } },
+  },
+  {
+    name: 'IPv6: two addresses in different /64s, Tokyo then Sydney one minute apart',
+    kind: 'positive',
+    window: keyWindow([
+      ...spread(30, T0 - 40 * MINUTE, 30 * MINUTE, at('tokyo', '2001:db8:aa:1::10')),
+      { at: T0 - 4 * MINUTE, ...at('tokyo', '2001:db8:aa:1::11') },
+      { at: T0 - 3 * MINUTE, ...at('sydney', '2001:db8:bb:2::10') },
+    ]),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { from: { network: '2001:db8:aa:1::/64' }, to: { network: '2001:db8:bb:2::/64' } } },
+  },
+  {
+    name: 'multi-region deployment: us-east and eu-west alternating all hour is not travel',
+    kind: 'negative',
+    window: keyWindow(spread(120, T0 - 60 * MINUTE, 60 * MINUTE, (i) => at(i % 2 === 0 ? 'ashburn' : 'dublin'))),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'multi-region deployment with a burst of regional failover in the last minutes is still not travel',
+    kind: 'negative',
+    window: keyWindow([
+      ...spread(40, T0 - 60 * MINUTE, 40 * MINUTE, (i) => at(i % 3 === 0 ? 'dublin' : 'ashburn')),
+      ...spread(20, T0 - 5 * MINUTE, 5 * MINUTE, (i) => at(i % 2 === 0 ? 'dublin' : 'ashburn')),
+    ]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'the same IP placed elsewhere by GeoIP (a database update) never counts',
+    kind: 'negative',
+    window: keyWindow([...HOME, { at: T0 - 2 * MINUTE, ...at('moscow', '198.51.100.10') }]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a short hop, us-east to New York in one minute, is under minDistanceKm',
+    kind: 'negative',
+    window: keyWindow([...HOME, { at: T0 - 2 * MINUTE, ...at('newYork') }]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a plausible flight: London, then Frankfurt 58 minutes later (about 620 km/h)',
+    kind: 'negative',
+    window: keyWindow([{ at: T0 - 59 * MINUTE, ...at('london') }, { at: T0 - 1 * MINUTE, ...at('frankfurt') }]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'large GeoIP accuracy radii swallow the distance: London and Amsterdam, 200 km each',
+    kind: 'negative',
+    window: keyWindow([
+      { at: T0 - 3 * MINUTE, ...at('london'), geo: { latitude: 51.5072, longitude: -0.1276, accuracyKm: 200, country: 'GB' } },
+      { at: T0 - 2 * MINUTE, ...at('amsterdam'), geo: { latitude: 52.3676, longitude: 4.9041, accuracyKm: 200, country: 'NL' } },
+    ]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'events without geo (private or unknown addresses) are skipped',
+    kind: 'negative',
+    window: keyWindow([...HOME, { at: T0 - 3 * MINUTE, ip: '10.0.0.7', country: undefined, geo: undefined }, { at: T0 - 2 * MINUTE, ...at('ashburn') }]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a hop older than recentMinutes was reported by an earlier evaluation and is not repeated',
+    kind: 'negative',
+    window: keyWindow([...spread(10, T0 - 50 * MINUTE, 10 * MINUTE, at('ashburn')), { at: T0 - 39 * MINUTE, ...at('moscow') }, ...spread(30, T0 - 35 * MINUTE, 35 * MINUTE, at('ashburn'))]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+];

@@ -1,0 +1,247 @@
+/**
+ * impossible_travel: two consecutive geolocated requests of one key, from places so far apart that
+ * nobody could have travelled between them in the time between the requests.
+ *   adjusted distance = haversine(a, b) − a.accuracyKm − b.accuracyKm (never below 0)
+ *   speed = adjusted distance / gap; a hop is impossible when speed > maxSpeedKmh (900, an airliner)
+ *   and adjusted distance > minDistanceKm (500).
+ * Only hops that ended in the last recentMinutes are judged (older ones were judged by earlier
+ * evaluations); the rest of the window is the key's memory of places: a hop INTO a place the key was
+ * already seen at (the same or a neighbouring one-degree cell, within about 100-200 km) is a
+ * multi-region deployment alternating between known sites, not travel. So a key served from us-east
+ * and eu-west all day never alerts; a key that suddenly also appears in a third, far place alerts
+ * when that place is new.
+ * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
+ * critical when the impossible hops span at least criticalCountries countries.
+ */
+import type { Finding, GeoPoint, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
+
+type Params = {
+  /** History the rule remembers places over. */
+  windowMinutes: number;
+  /** Hops that ended this recently are judged; the engine evaluates far more often than this. */
+  recentMinutes: number;
+  maxSpeedKmh: number;
+  minDistanceKm: number;
+  /** Above this speed a hop is clearly impossible (high); between maxSpeedKmh and it, medium. */
+  highSpeedKmh: number;
+  /** Distinct countries across the impossible hops that make it critical. */
+  criticalCountries: number;
+  /** When a GeoPoint carries no usable accuracy. */
+  defaultAccuracyKm: number;
+};
+
+const MINUTE = 60_000;
+const EARTH_RADIUS_KM = 6371;
+
+interface Hop {
+  from: WindowEvent & { geo: GeoPoint };
+  to: WindowEvent & { geo: GeoPoint };
+  distanceKm: number;
+  adjustedKm: number;
+  gapMs: number;
+  speedKmh: number;
+}
+
+export const rule: RuleDefinition<Params> = {
+  id: 'impossible_travel',
+  version: '1.0.0',
+  title: 'Impossible travel',
+  description:
+    'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
+    'the key is in more than one pair of hands.',
+  windowMs: 60 * MINUTE,
+  defaults: {
+    windowMinutes: 60,
+    recentMinutes: 10,
+    maxSpeedKmh: 900,
+    minDistanceKm: 500,
+    highSpeedKmh: 2000,
+    criticalCountries: 3,
+    defaultAccuracyKm: 50,
+  },
+  actions: { low: 'monitor', medium: 'investigate', high: 'investigate', critical: 'block' },
+  falsePositives: [
+    'Multi-region deployment (e.g. us-east and eu-west) alternating all day: a hop into a place already seen in the window is not travel.',
+    'Address churn: two addresses of the same IP or the same network never count, whatever GeoIP says about them.',
+    'GeoIP imprecision: each point\'s accuracy radius is subtracted from the distance; hops under minDistanceKm never count.',
+    'Private or unknown addresses have no geo and are skipped.',
+    'A multi-region deployment seen for the first time (a new region comes online) alerts once; allowlist the key or its networks.',
+  ],
+  evaluate(window, params, now) {
+    const { events } = window;
+    const windowStart = now - params.windowMinutes * MINUTE;
+    const recentStart = now - params.recentMinutes * MINUTE;
+
+    // Walk back over the recent part to find its first event and the geolocated event before it.
+    let first = events.length;
+    while (first > 0 && events[first - 1]!.timestamp >= recentStart) first--;
+    let previous: (WindowEvent & { geo: GeoPoint }) | undefined;
+    for (let i = first - 1; i >= 0 && events[i]!.timestamp >= windowStart; i--) {
+      if (events[i]!.geo) {
+        previous = events[i] as WindowEvent & { geo: GeoPoint };
+        break;
+      }
+    }
+
+    const candidates: { hop: Hop; index: number }[] = [];
+    for (let i = first; i < events.length; i++) {
+      const event = events[i]!;
+      if (!event.geo) continue;
+      const current = event as WindowEvent & { geo: GeoPoint };
+      // Cheapest checks first: most consecutive requests come from the same place.
+      if (previous && !samePoint(previous.geo, current.geo) && previous.network !== current.network && previous.ip !== current.ip) {
+        const hop = measure(previous, current, params.defaultAccuracyKm);
+        if (hop.speedKmh > params.maxSpeedKmh && hop.adjustedKm > params.minDistanceKm) candidates.push({ hop, index: i });
+      }
+      previous = current;
+    }
+    if (candidates.length === 0) return [];
+
+    // Keep only hops into a place the key had not been seen at before the hop.
+    const hops: Hop[] = [];
+    const known = new Set<number>();
+    let lastGeo: GeoPoint | undefined;
+    let next = 0;
+    let start = first;
+    while (start > 0 && events[start - 1]!.timestamp >= windowStart) start--;
+    for (let i = start; i < events.length && next < candidates.length; i++) {
+      if (i === candidates[next]!.index) {
+        const hop = candidates[next++]!.hop;
+        if (!nearKnown(known, hop.to.geo)) hops.push(hop);
+      }
+      const geo = events[i]!.geo;
+      if (geo && geo !== lastGeo) known.add(cellOf((lastGeo = geo)));
+    }
+    if (hops.length === 0) return [];
+
+    const worst = hops.reduce((a, b) => (b.speedKmh > a.speedKmh ? b : a));
+    const countries = new Set<string>();
+    for (const hop of hops) {
+      for (const end of [hop.from, hop.to]) {
+        const country = end.country ?? end.geo.country;
+        if (country) countries.add(country);
+      }
+    }
+    const severity: Severity =
+      countries.size >= params.criticalCountries
+        ? 'critical'
+        : worst.speedKmh > params.highSpeedKmh
+          ? 'high'
+          : 'medium';
+    // Surer the faster (log scale up to 20x the limit) and the smaller the GeoIP uncertainty.
+    const speedScore = Math.min(1, Math.log(worst.speedKmh / params.maxSpeedKmh) / Math.log(20));
+    const certainty = worst.distanceKm > 0 ? worst.adjustedKm / worst.distanceKm : 0;
+    const confidence = round(clamp01(0.6 * speedScore + 0.4 * certainty), 3);
+
+    const key = window.apiKeyId;
+    const fromName = placeName(worst.from);
+    const toName = placeName(worst.to);
+    const gapMinutes = round(worst.gapMs / MINUTE, 1);
+    const samples = new Set<string>();
+    for (const hop of hops) {
+      if (samples.size >= 10) break;
+      samples.add(hop.from.eventId);
+      samples.add(hop.to.eventId);
+    }
+    const finding: Finding = {
+      scope: key,
+      apiKeyId: key,
+      severity,
+      confidence,
+      title: `Impossible travel on ${key}: ${fromName} to ${toName} at ${Math.round(worst.speedKmh)} km/h (max ${params.maxSpeedKmh})`,
+      summary:
+        `${key} was used from ${worst.from.ip} (${fromName}) and ${gapMinutes} min later from ${worst.to.ip} (${toName}), ` +
+        `${Math.round(worst.adjustedKm)} km apart after GeoIP accuracy: ${Math.round(worst.speedKmh)} km/h against a maximum of ${params.maxSpeedKmh}; ` +
+        `confirm with the merchant that both locations are theirs, otherwise ${severity === 'critical' ? 'block the key and ' : ''}rotate its secret.`,
+      evidence: {
+        from: point(worst.from),
+        to: point(worst.to),
+        distanceKm: Math.round(worst.distanceKm),
+        adjustedDistanceKm: Math.round(worst.adjustedKm),
+        gapMinutes,
+        speedKmh: Math.round(worst.speedKmh),
+        maxSpeedKmh: params.maxSpeedKmh,
+        minDistanceKm: params.minDistanceKm,
+        impossibleHops: hops.length,
+        countries: [...countries].sort(),
+        knownLocations: known.size,
+        recentMinutes: params.recentMinutes,
+        sampleEventIds: [...samples].slice(0, 10),
+        windowMs: params.windowMinutes * MINUTE,
+      },
+      firstSeenAt: hops[0]!.from.timestamp,
+      lastSeenAt: hops[hops.length - 1]!.to.timestamp,
+    };
+    return [finding];
+  },
+};
+
+function measure(from: Hop['from'], to: Hop['to'], defaultAccuracyKm: number): Hop {
+  const distanceKm = haversineKm(from.geo, to.geo);
+  const adjustedKm = Math.max(0, distanceKm - accuracy(from.geo, defaultAccuracyKm) - accuracy(to.geo, defaultAccuracyKm));
+  // Two requests in the same millisecond: count one second, so the speed stays a finite number.
+  const gapMs = Math.max(1000, to.timestamp - from.timestamp);
+  return { from, to, distanceKm, adjustedKm, gapMs, speedKmh: adjustedKm / (gapMs / 3_600_000) };
+}
+
+function accuracy(geo: GeoPoint, fallback: number): number {
+  return Number.isFinite(geo.accuracyKm) && geo.accuracyKm >= 0 ? geo.accuracyKm : fallback;
+}
+
+function haversineKm(a: GeoPoint, b: GeoPoint): number {
+  const rad = Math.PI / 180;
+  const dLat = (b.latitude - a.latitude) * rad;
+  const dLon = (b.longitude - a.longitude) * rad;
+  const h = Math.sin(dLat / 2) ** 2 + Math.cos(a.latitude * rad) * Math.cos(b.latitude * rad) * Math.sin(dLon / 2) ** 2;
+  return 2 * EARTH_RADIUS_KM * Math.asin(Math.min(1, Math.sqrt(h)));
+}
+
+function samePoint(a: GeoPoint, b: GeoPoint): boolean {
+  return a === b || (a.latitude === b.latitude && a.longitude === b.longitude);
+}
+
+/** A one-degree grid cell (about 100 km), as one number. */
+function cellOf(geo: GeoPoint): number {
+  return (Math.round(geo.latitude) + 90) * 1000 + ((Math.round(geo.longitude) + 540) % 360);
+}
+
+/** Whether the key was seen in this cell or one next to it. */
+function nearKnown(known: Set<number>, geo: GeoPoint): boolean {
+  const lat = Math.round(geo.latitude);
+  const lon = Math.round(geo.longitude);
+  for (let dLat = -1; dLat <= 1; dLat++) {
+    for (let dLon = -1; dLon <= 1; dLon++) {
+      if (known.has((lat + dLat + 90) * 1000 + ((lon + dLon + 540) % 360))) return true;
+    }
+  }
+  return false;
+}
+
+function placeName(event: WindowEvent & { geo: GeoPoint }): string {
+  const country = event.country ?? event.geo.country;
+  if (event.geo.city && country) return `${event.geo.city}, ${country}`;
+  return event.geo.city ?? country ?? `${round(event.geo.latitude, 2)},${round(event.geo.longitude, 2)}`;
+}
+
+function point(event: WindowEvent & { geo: GeoPoint }): Record<string, unknown> {
+  return {
+    eventId: event.eventId,
+    ip: event.ip,
+    network: event.network,
+    country: event.country ?? event.geo.country ?? null,
+    city: event.geo.city ?? null,
+    latitude: event.geo.latitude,
+    longitude: event.geo.longitude,
+    accuracyKm: event.geo.accuracyKm,
+    at: new Date(event.timestamp).toISOString(),
+  };
+}
+
+function clamp01(x: number): number {
+  return Number.isFinite(x) ? Math.min(1, Math.max(0, x)) : 0;
+}
+
+function round(x: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(x * f) / f;
+}

@@ -1,0 +1,60 @@
+/**
+ * The network of a client address, as the rules count it: the /24 for IPv4 ("203.0.113.0/24") and
+ * the /64 for IPv6 ("2001:db8:1:2::/64", in RFC 5952 form). Address churn inside one
+ * network (a NAT pool, a provider's DHCP range, IPv6 privacy addresses inside one /64) is one client.
+ * An IPv4-mapped IPv6 address ("::ffff:198.51.100.7") counts as its IPv4 address. Pure; a string that
+ * is not an address is returned as it is. Used by the engine to fill WindowEvent.network and by the
+ * rule fixtures.
+ */
+export function networkOf(ip: string): string {
+  const address = stripZone(ip);
+  if (!address.includes(':')) return ipv4Network(address) ?? address;
+  const hextets = expandIpv6(address);
+  if (!hextets) return address;
+  if (hextets[5] === 0xffff && hextets.slice(0, 5).every((h) => h === 0)) {
+    return `${hextets[6]! >> 8}.${hextets[6]! & 255}.${hextets[7]! >> 8}.0/24`;
+  }
+  // RFC 5952: the trailing zeros (at least the last four groups) are the longest run, written "::".
+  let end = 4;
+  while (end > 0 && hextets[end - 1] === 0) end--;
+  return `${hextets.slice(0, end).map((h) => h.toString(16)).join(':')}::/64`;
+}
+
+function stripZone(ip: string): string {
+  const zone = ip.indexOf('%');
+  return zone === -1 ? ip : ip.slice(0, zone);
+}
+
+function ipv4Network(address: string): string | undefined {
+  const lastDot = address.lastIndexOf('.');
+  if (lastDot === -1) return undefined;
+  return `${address.slice(0, lastDot)}.0/24`;
+}
+
+/** The eight 16-bit groups of an IPv6 address, or undefined when it is not one. */
+function expandIpv6(address: string): number[] | undefined {
+  const halves = address.split('::');
+  if (halves.length > 2) return undefined;
+  const parse = (part: string): number[] | undefined => {
+    if (part === '') return [];
+    const groups: number[] = [];
+    for (const group of part.split(':')) {
+      // An embedded IPv4 tail ("64:ff9b::192.0.2.1") fills the last two groups.
+      if (group.includes('.')) {
+        const octets = group.split('.').map(Number);
+        if (octets.length !== 4 || octets.some((o) => !Number.isInteger(o) || o < 0 || o > 255)) return undefined;
+        groups.push((octets[0]! << 8) | octets[1]!, (octets[2]! << 8) | octets[3]!);
+        continue;
+      }
+      if (!/^[0-9a-f]{1,4}$/i.test(group)) return undefined;
+      groups.push(parseInt(group, 16));
+    }
+    return groups;
+  };
+  const head = parse(halves[0]!);
+  const tail = halves.length === 2 ? parse(halves[1]!) : [];
+  if (!head || !tail) return undefined;
+  const missing = 8 - head.length - tail.length;
+  if (halves.length === 2 ? missing < 1 : missing !== 0) return undefined;
+  return [...head, ...new Array<number>(missing).fill(0), ...tail];
+}

@@ -1,0 +1,90 @@
+import { keyWindow, MINUTE, perMinute, SECOND, spread, T0, type RuleFixture } from './fixtures.ts';
+import type { rule } from './velocity_attack.ts';
+
+type Fixture = RuleFixture<(typeof rule)['defaults']>;
+
+// `now` is 30 s into the minute that starts at T0; the five full minutes before it start at T0 - 5 min.
+const NOW = T0 + 30 * SECOND;
+const FIVE_MINUTES_AGO = T0 - 5 * MINUTE;
+
+export const fixtures: Fixture[] = [
+  {
+    name: 'sustained 840 requests/min for five minutes on a limit of 60 is critical',
+    kind: 'positive',
+    window: keyWindow(perMinute([840, 840, 840, 840, 840], FIVE_MINUTES_AGO, { ip: '203.0.113.77' })),
+    now: NOW,
+    expect: { findings: 1, severity: 'critical', evidence: { observedRequestsPerMinute: 840, limitPerMinute: 60, minutesOver: 5, sustainedRatio: 14 } },
+  },
+  {
+    name: 'two minutes at twice the limit is medium',
+    kind: 'positive',
+    window: keyWindow(perMinute([40, 45, 120, 120, 40], FIVE_MINUTES_AGO)),
+    now: NOW,
+    expect: { findings: 1, severity: 'medium', evidence: { minutesOver: 2, thresholdPerMinute: 90, sustainedRatio: 2 } },
+  },
+  {
+    name: 'a custom limit of 100 held at 3.5x for three minutes is high',
+    kind: 'positive',
+    window: keyWindow(perMinute([100, 350, 350, 360, 90], FIVE_MINUTES_AGO, { rateLimitPerMinute: 100 })),
+    now: NOW,
+    expect: { findings: 1, severity: 'high', evidence: { limitPerMinute: 100, minutesOver: 3, sustainedRatio: 3.5 } },
+  },
+  {
+    name: 'the current minute counts once it is already over: 200 last minute, 100 in the first 30 s of this one',
+    kind: 'positive',
+    window: keyWindow([...perMinute([30, 30, 30, 30, 200], FIVE_MINUTES_AGO), ...spread(100, T0, 30 * SECOND)]),
+    now: NOW,
+    // Severity follows the second busiest over minute (1.67x), not the peak (3.33x).
+    expect: { findings: 1, severity: 'medium', evidence: { minutesOver: 2, observedRequestsPerMinute: 200, sustainedRatio: 1.67 } },
+  },
+  {
+    name: 'steady integration traffic at 50 requests/min is quiet',
+    kind: 'negative',
+    window: keyWindow(perMinute([50, 50, 50, 50, 50, 25], FIVE_MINUTES_AGO)),
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a short legitimate burst to 85/min (over the limit, under 1.5x) is not an attack',
+    kind: 'negative',
+    window: keyWindow(perMinute([40, 85, 85, 40, 40], FIVE_MINUTES_AGO)),
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a single spike minute of 900 is not sustained',
+    kind: 'negative',
+    window: keyWindow(perMinute([30, 30, 900, 30, 30], FIVE_MINUTES_AGO)),
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'exactly at the threshold (90/min for a limit of 60) is not over',
+    kind: 'negative',
+    window: keyWindow(perMinute([90, 90, 90, 90, 90], FIVE_MINUTES_AGO)),
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
+    name: '500/min on a key whose RateLimit-Limit is 600 (enterprise) is within its limit',
+    kind: 'negative',
+    window: keyWindow(perMinute([500, 500, 500, 500, 500], FIVE_MINUTES_AGO, { rateLimitPerMinute: 600 }), { plan: 'enterprise' }),
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'an attack that ended ten minutes ago is outside the window',
+    kind: 'negative',
+    window: keyWindow([...perMinute([800, 800, 800], T0 - 12 * MINUTE), ...perMinute([20, 20, 20], T0 - 3 * MINUTE)]),
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a lower minMinutesOver makes one spike minute enough (a one-line tuning)',
+    kind: 'positive',
+    window: keyWindow(perMinute([30, 30, 900, 30, 30], FIVE_MINUTES_AGO)),
+    now: NOW,
+    params: { minMinutesOver: 1 },
+    expect: { findings: 1, severity: 'critical', evidence: { minutesOver: 1, minMinutesOver: 1 } },
+  },
+];

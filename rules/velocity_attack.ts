@@ -1,0 +1,174 @@
+/**
+ * velocity_attack: a key sending more requests per minute than its rate limit allows, sustained.
+ * Minutes are UTC clock minutes (as fixed-window rate limiters count them). A minute is "over" when
+ * its count exceeds limit × thresholdRatio; the rule fires when at least minMinutesOver of the last
+ * windowMinutes full minutes are over (the current, partial minute counts too once it is already
+ * over, since its count can only grow). Severity follows the rate the key SUSTAINED — the
+ * minMinutesOver-th busiest over minute — so one huge spike next to a mild excess stays medium:
+ *   medium >= 1.5x the limit, high >= 3x, critical >= 10x.
+ */
+import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
+
+type Params = {
+  /** Full clock minutes looked at, before the current one. */
+  windowMinutes: number;
+  /** How many of them must be over: one spike minute is not an attack. */
+  minMinutesOver: number;
+  /** A minute is over when its count exceeds limit × thresholdRatio; this is also the medium band. */
+  thresholdRatio: number;
+  highRatio: number;
+  criticalRatio: number;
+  /** For an event without a usable limit (the engine normally fills the plan's default, 60). */
+  defaultLimitPerMinute: number;
+};
+
+const MINUTE = 60_000;
+const MAX_SAMPLES = 10;
+
+export const rule: RuleDefinition<Params> = {
+  id: 'velocity_attack',
+  version: '1.0.0',
+  title: 'Velocity attack',
+  description:
+    'A key sends well above its per-minute rate limit for several minutes: a script hammering the API, ' +
+    'a leaked key being used at scale, or an integration stuck in a retry loop.',
+  windowMs: 6 * MINUTE,
+  defaults: {
+    windowMinutes: 5,
+    minMinutesOver: 2,
+    thresholdRatio: 1.5,
+    highRatio: 3,
+    criticalRatio: 10,
+    defaultLimitPerMinute: 60,
+  },
+  actions: { low: 'monitor', medium: 'rate_limit', high: 'rate_limit', critical: 'block' },
+  falsePositives: [
+    'A short legitimate burst (a batch job, a backfill) under limit × thresholdRatio: never over.',
+    'A single spike minute: one minute over is not sustained (minMinutesOver = 2).',
+    'A raised limit (plan upgrade, custom RateLimit-Limit): each minute is judged against the highest limit its events carry.',
+    'A nightly batch deliberately above the limit is still reported; allowlist the key or raise its limit.',
+  ],
+  evaluate(window, params, now) {
+    const { events } = window;
+    const minutes = Math.max(1, Math.floor(params.windowMinutes));
+    const currentMinute = Math.floor(now / MINUTE);
+    const firstMinute = currentMinute - minutes;
+    // Slot i counts minute firstMinute + i; the last slot is the current, partial minute.
+    const counts = new Array<number>(minutes + 1).fill(0);
+    const limits = new Array<number>(minutes + 1).fill(0);
+    for (let i = events.length - 1; i >= 0; i--) {
+      const event = events[i]!;
+      const minute = Math.floor(event.timestamp / MINUTE);
+      if (minute < firstMinute) break;
+      const slot = Math.min(minute, currentMinute) - firstMinute;
+      counts[slot]!++;
+      if (event.rateLimitPerMinute > limits[slot]!) limits[slot] = event.rateLimitPerMinute;
+    }
+
+    const over: { slot: number; count: number; limit: number; ratio: number }[] = [];
+    for (let slot = 0; slot <= minutes; slot++) {
+      const limit = limits[slot]! > 0 ? limits[slot]! : params.defaultLimitPerMinute;
+      const count = counts[slot]!;
+      if (count > limit * params.thresholdRatio) over.push({ slot, count, limit, ratio: count / limit });
+    }
+    const needed = Math.max(1, Math.floor(params.minMinutesOver));
+    if (over.length < needed) return [];
+
+    const byRatio = [...over].sort((a, b) => b.ratio - a.ratio);
+    const peak = byRatio[0]!;
+    const sustainedRatio = byRatio[needed - 1]!.ratio;
+    const severity: Severity =
+      sustainedRatio >= params.criticalRatio ? 'critical' : sustainedRatio >= params.highRatio ? 'high' : 'medium';
+    // Within the band, on a log scale; the critical band is read as 10x..30x the limit.
+    const [low, high] =
+      severity === 'critical'
+        ? [params.criticalRatio, params.criticalRatio * 3]
+        : severity === 'high'
+          ? [params.highRatio, params.criticalRatio]
+          : [params.thresholdRatio, params.highRatio];
+    const inBand = Math.log(sustainedRatio / low) / Math.log(high / low);
+    const persistence = over.length / (minutes + 1);
+    const confidence = round(clamp01(0.5 * clamp01(inBand) + 0.5 * persistence), 3);
+
+    // Evidence: only the events of the over minutes.
+    const overSlots = new Set(over.map((o) => o.slot));
+    const overEvents: WindowEvent[] = [];
+    for (let i = events.length - 1; i >= 0; i--) {
+      const event = events[i]!;
+      const minute = Math.floor(event.timestamp / MINUTE);
+      if (minute < firstMinute) break;
+      if (overSlots.has(Math.min(minute, currentMinute) - firstMinute)) overEvents.push(event);
+    }
+    overEvents.reverse();
+    const ips = distinct(overEvents, (e) => e.ip);
+    const networks = distinct(overEvents, (e) => e.network);
+    const countries = distinct(overEvents, (e) => e.country);
+    const userAgents = distinct(overEvents, (e) => e.userAgent);
+    const threshold = Math.floor(peak.limit * params.thresholdRatio);
+    const key = window.apiKeyId;
+    const advice =
+      rule.actions[severity] === 'block'
+        ? 'block the key and rotate its secret unless the merchant confirms the traffic'
+        : 'throttle the key and ask the merchant whether this traffic is theirs';
+
+    const finding: Finding = {
+      scope: key,
+      apiKeyId: key,
+      severity,
+      confidence,
+      title: `Velocity attack on ${key}: ${peak.count} requests/min (limit ${peak.limit})`,
+      summary:
+        `${key} exceeded ${round(params.thresholdRatio, 2)}x its rate limit in ${over.length} of the last ${minutes + 1} minutes ` +
+        `(sustained ${round(sustainedRatio, 1)}x, peak ${peak.count} requests/min against a limit of ${peak.limit}) ` +
+        `from ${ips.count} IP(s) in ${networks.count} network(s); ${advice}.`,
+      evidence: {
+        observedRequestsPerMinute: peak.count,
+        limitPerMinute: peak.limit,
+        thresholdPerMinute: threshold,
+        thresholdRatio: params.thresholdRatio,
+        peakRatio: round(peak.ratio, 2),
+        sustainedRatio: round(sustainedRatio, 2),
+        minutesOver: over.length,
+        minMinutesOver: needed,
+        windowMinutes: minutes,
+        perMinute: over
+          .sort((a, b) => a.slot - b.slot)
+          .map((o) => ({ minute: new Date((firstMinute + o.slot) * MINUTE).toISOString(), requests: o.count, limit: o.limit })),
+        requestsInOverMinutes: overEvents.length,
+        distinctIps: ips.count,
+        ips: ips.values,
+        distinctNetworks: networks.count,
+        networks: networks.values,
+        countries: countries.values,
+        userAgents: userAgents.values,
+        sampleEventIds: overEvents.slice(-MAX_SAMPLES).map((e) => e.eventId),
+        windowMs: (minutes + 1) * MINUTE,
+      },
+      firstSeenAt: overEvents[0]!.timestamp,
+      lastSeenAt: overEvents[overEvents.length - 1]!.timestamp,
+    };
+    return [finding];
+  },
+};
+
+function distinct(events: readonly WindowEvent[], pick: (e: WindowEvent) => string | undefined): { count: number; values: string[] } {
+  const seen = new Set<string>();
+  let last: string | undefined;
+  for (const event of events) {
+    const value = pick(event);
+    // Runs of one value are the rule, not the exception: skip the set for them.
+    if (value === last || value === undefined) continue;
+    last = value;
+    seen.add(value);
+  }
+  return { count: seen.size, values: [...seen].slice(0, MAX_SAMPLES) };
+}
+
+function clamp01(x: number): number {
+  return Number.isFinite(x) ? Math.min(1, Math.max(0, x)) : 0;
+}
+
+function round(x: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(x * f) / f;
+}

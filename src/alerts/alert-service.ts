@@ -1,0 +1,87 @@
+/**
+ * Turns the engine's findings into stored alerts. Contract: findings are applied in the order they
+ * arrive; changed alerts are written to ClickHouse within about a tenth of a second, and a failed
+ * write is retried (the latest state of each alert wins) until it succeeds or the service stops.
+ */
+import type { AnyRule } from '../detect/engine.ts';
+import type { Detection } from '../ingest/analysis-thread.ts';
+import type { Logger } from '../logger.ts';
+import type { WorkerMetrics } from '../metrics.ts';
+import type { AlertStore } from '../store/alert-store.ts';
+import type { Alert } from './alert.ts';
+import type { AlertManager, RuleInfo } from './alert-manager.ts';
+
+const FLUSH_DELAY_MS = 50;
+const RETRY_DELAY_MS = 1_000;
+
+export class AlertService {
+  private readonly rules: Map<string, RuleInfo>;
+  private readonly unsaved = new Map<string, Alert>();
+  private timer: NodeJS.Timeout | undefined;
+  private saving: Promise<void> | undefined;
+
+  constructor(
+    private readonly manager: AlertManager,
+    private readonly store: AlertStore,
+    rules: readonly AnyRule[],
+    private readonly metrics: WorkerMetrics,
+    private readonly logger: Logger,
+  ) {
+    this.rules = new Map(rules.map((rule) => [rule.id, { id: rule.id, version: rule.version, actions: rule.actions }]));
+  }
+
+  /** Loads what deduplication must know (open alerts, recent dismissals and resolutions). */
+  async start(suppressionMs: number): Promise<void> {
+    this.manager.load(await this.store.loadForDedup(new Date(Date.now() - Math.max(suppressionMs, 24 * 3_600_000))));
+  }
+
+  handle(detection: Detection): void {
+    for (const { ruleId, message } of detection.ruleErrors) {
+      this.metrics.ruleErrors.inc({ rule: ruleId });
+      this.logger.error({ rule: ruleId, error: message }, 'rule failed; the other rules went on');
+    }
+    for (const { merchantId, ruleId, finding } of detection.findings) {
+      const rule = this.rules.get(ruleId);
+      if (!rule) continue;
+      const { alert, change } = this.manager.apply(merchantId, rule, finding);
+      this.metrics.alertChanges.inc({ type: ruleId, change });
+      if (!alert) continue;
+      this.unsaved.set(alert.id, alert);
+      if (change !== 'updated') {
+        this.logger.info({ alertId: alert.id, merchantId, type: ruleId, severity: alert.severity, change }, alert.title);
+      }
+    }
+    if (this.unsaved.size > 0) this.schedule(FLUSH_DELAY_MS);
+  }
+
+  /** Writes every unsaved alert; resolves when they are stored (or the write failed and is rescheduled). */
+  async flush(): Promise<void> {
+    await this.saving;
+    if (this.unsaved.size === 0) return;
+    const batch = [...this.unsaved.values()];
+    this.unsaved.clear();
+    this.saving = this.store.save(batch).then(
+      () => undefined,
+      (error: unknown) => {
+        for (const alert of batch) if (!this.unsaved.has(alert.id)) this.unsaved.set(alert.id, alert);
+        this.logger.error({ err: error, alerts: batch.length }, 'storing alerts failed; retrying');
+        this.schedule(RETRY_DELAY_MS);
+      },
+    );
+    await this.saving;
+  }
+
+  async stop(): Promise<void> {
+    clearTimeout(this.timer);
+    await this.flush();
+  }
+
+  private schedule(delayMs: number): void {
+    if (this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      void this.flush();
+    }, delayMs);
+    this.timer.unref();
+  }
+}

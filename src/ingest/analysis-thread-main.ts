@@ -1,0 +1,78 @@
+/**
+ * The analysis thread (started through analysis-thread.mjs): validates Kafka batches and runs
+ * detection off the main thread, in the order work arrives, so that parsing, validation and rules
+ * use one core while the main thread fetches from Kafka and the storage engine inserts on the other.
+ * It owns the RecentEventIds of the Kafka path and the detection windows.
+ */
+import { readFileSync, watchFile } from 'node:fs';
+import { parentPort, workerData } from 'node:worker_threads';
+import { RULES } from '../../rules/index.ts';
+import { DetectionConfig } from '../detect/detection-config.ts';
+import { DetectionEngine, type EngineFinding } from '../detect/engine.ts';
+import { openGeoLookup } from '../detect/geo.ts';
+import type { RequestEvent } from '../events/request-event.ts';
+import type { AnalysisRequest, AnalysisResponse, AnalysisSettings } from './analysis-thread.ts';
+import { RecentEventIds } from './recent-event-ids.ts';
+import { validateBatch } from './validate-batch.ts';
+
+const settings = workerData as AnalysisSettings;
+const recentIds = new RecentEventIds(settings.dedupCacheSize);
+const port = parentPort!;
+
+let config = new DetectionConfig();
+const ruleErrors: { ruleId: string; message: string }[] = [];
+function loadConfig(): void {
+  if (!settings.detectionConfigFile) return;
+  try {
+    config = DetectionConfig.parse(readFileSync(settings.detectionConfigFile, 'utf8'));
+    port.postMessage({ kind: 'log', level: 'info', message: 'detection config loaded', file: settings.detectionConfigFile });
+  } catch (error) {
+    port.postMessage({ kind: 'log', level: 'error', message: `detection config refused, keeping the previous one: ${(error as Error).message}` });
+  }
+}
+loadConfig();
+if (settings.detectionConfigFile) watchFile(settings.detectionConfigFile, { interval: 2_000, persistent: false }, loadConfig);
+
+const engine = settings.detection
+  ? new DetectionEngine({
+      rules: RULES,
+      entitledPlans: settings.entitledPlans,
+      geo: await openGeoLookup(settings.geoCityDb),
+      config: () => config,
+      onRuleError: (ruleId, error) => ruleErrors.push({ ruleId, message: error instanceof Error ? error.message : String(error) }),
+    })
+  : undefined;
+
+function detect(events: readonly RequestEvent[], partition: number): EngineFinding[] {
+  return engine ? engine.process(events, Date.now(), partition) : [];
+}
+
+port.on('message', (request: AnalysisRequest) => {
+  let response: AnalysisResponse;
+  try {
+    switch (request.kind) {
+      case 'batch': {
+        const { events, ...result } = validateBatch(request.batch, recentIds);
+        const findings = detect(events, request.batch.partition);
+        response = { id: request.id, result: { ...result, findings, ruleErrors: ruleErrors.splice(0) } };
+        port.postMessage(response, [result.rows.buffer as ArrayBuffer]);
+        return;
+      }
+      case 'detect':
+        response = { id: request.id, result: { findings: detect(request.events, -1), ruleErrors: ruleErrors.splice(0) } };
+        break;
+      case 'warm':
+        engine?.warm(request.events, request.partition);
+        response = { id: request.id, result: { findings: [], ruleErrors: [] } };
+        break;
+      case 'keepPartitions':
+        engine?.keepPartitions(new Set(request.partitions));
+        response = { id: request.id, result: { findings: [], ruleErrors: [] } };
+        break;
+    }
+  } catch (error) {
+    response = { id: request.id, error: error instanceof Error ? error.message : String(error) };
+  }
+  port.postMessage(response);
+});
+port.postMessage({ kind: 'ready' });

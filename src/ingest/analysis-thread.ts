@@ -1,0 +1,127 @@
+/**
+ * The main thread's handle on the analysis thread (validation and detection). Requests are handled
+ * in the order they are posted, and each call resolves with its result. If the thread dies, every
+ * pending and later call rejects: the intake then stops committing and Kafka redelivers from the
+ * last commit.
+ */
+import type { KafkaMessage } from 'kafkajs';
+import { Worker } from 'node:worker_threads';
+import type { EngineFinding } from '../detect/engine.ts';
+import type { RequestEvent } from '../events/request-event.ts';
+import type { Logger } from '../logger.ts';
+import type { RawBatch, ValidatedBatch } from './validate-batch.ts';
+
+export interface AnalysisSettings {
+  dedupCacheSize: number;
+  /** Run detection (FEATURE_ANOMALY_DETECTION); validation runs either way. */
+  detection: boolean;
+  entitledPlans: readonly string[];
+  geoCityDb?: string;
+  detectionConfigFile?: string;
+}
+
+export interface Detection {
+  findings: EngineFinding[];
+  ruleErrors: { ruleId: string; message: string }[];
+}
+
+export type BatchAnalysis = Omit<ValidatedBatch, 'events'> & Detection;
+
+export type AnalysisRequest =
+  | { kind: 'batch'; id: number; batch: RawBatch }
+  | { kind: 'detect'; id: number; events: RequestEvent[] }
+  | { kind: 'warm'; id: number; events: RequestEvent[]; partition: number }
+  | { kind: 'keepPartitions'; id: number; partitions: number[] };
+
+export type AnalysisResponse = { id: number; result: BatchAnalysis | Detection } | { id: number; error: string };
+
+type Pending = { resolve(result: BatchAnalysis | Detection): void; reject(error: Error): void };
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+
+export class AnalysisThread {
+  private readonly worker: Worker;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 0;
+  private failure: Error | undefined;
+  /** Resolves when the thread has loaded its rules and GeoIP database. */
+  readonly ready: Promise<void>;
+
+  constructor(settings: AnalysisSettings, logger: Logger) {
+    // The .mjs entry registers the TypeScript loader in the thread, however the main thread was started.
+    this.worker = new Worker(new URL('./analysis-thread.mjs', import.meta.url), { workerData: settings });
+    let markReady!: () => void;
+    this.ready = new Promise<void>((resolve) => (markReady = resolve));
+    this.worker.on('message', (message: AnalysisResponse | { kind: 'ready' } | { kind: 'log'; level: 'info' | 'error'; message: string }) => {
+      if ('kind' in message) {
+        if (message.kind === 'ready') markReady();
+        else logger[message.level]({ component: 'analysis' }, message.message);
+        return;
+      }
+      const pending = this.pending.get(message.id);
+      this.pending.delete(message.id);
+      if (!pending) return;
+      if ('error' in message) pending.reject(new Error(`analysis thread: ${message.error}`));
+      else pending.resolve(message.result);
+    });
+    this.worker.on('error', (error) => this.fail(error));
+    this.worker.on('exit', (code) => this.fail(new Error(`analysis thread exited with code ${code}`)));
+  }
+
+  /** Validates a Kafka batch, stores nothing, and runs detection on its accepted events. */
+  analyzeBatch(topic: string, partition: number, messages: readonly KafkaMessage[]): Promise<BatchAnalysis> {
+    const batch = packBatch(topic, partition, messages);
+    return this.request({ kind: 'batch', batch }, [batch.values.buffer as ArrayBuffer]) as Promise<BatchAnalysis>;
+  }
+
+  /** Runs detection on events validated elsewhere (HTTP ingest). */
+  detect(events: RequestEvent[]): Promise<Detection> {
+    return this.request({ kind: 'detect', events });
+  }
+
+  warm(events: RequestEvent[], partition: number): Promise<Detection> {
+    return this.request({ kind: 'warm', events, partition });
+  }
+
+  keepPartitions(partitions: number[]): Promise<Detection> {
+    return this.request({ kind: 'keepPartitions', partitions });
+  }
+
+  async close(): Promise<void> {
+    this.failure ??= new Error('analysis thread closed');
+    await this.worker.terminate();
+  }
+
+  private request(request: DistributiveOmit<AnalysisRequest, 'id'>, transfer: ArrayBuffer[] = []): Promise<BatchAnalysis | Detection> {
+    if (this.failure) return Promise.reject(this.failure);
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.worker.postMessage({ ...request, id }, transfer);
+    });
+  }
+
+  private fail(error: Error): void {
+    this.failure ??= error;
+    for (const pending of this.pending.values()) pending.reject(this.failure);
+    this.pending.clear();
+  }
+}
+
+/** Copies the message values into one transferable buffer. */
+function packBatch(topic: string, partition: number, messages: readonly KafkaMessage[]): RawBatch {
+  let total = 0;
+  for (const message of messages) total += message.value?.length ?? 0;
+  const values = new Uint8Array(total);
+  const ends = new Uint32Array(messages.length);
+  const offsets = new Float64Array(messages.length);
+  let position = 0;
+  messages.forEach((message, index) => {
+    if (message.value) {
+      values.set(message.value, position);
+      position += message.value.length;
+    }
+    ends[index] = position;
+    offsets[index] = Number(message.offset);
+  });
+  return { topic, partition, values, ends, offsets };
+}

@@ -62,20 +62,27 @@ export const rule: RuleDefinition<Params> = {
     const recentStart = now - intervalMs;
     const needed = Math.max(1, params.minNetworks);
 
-    // Cheap pass: stop as soon as the recent interval shows minNetworks networks; most keys show one.
-    const seen: string[] = [];
+    // Cheap pass: stop as soon as the recent interval shows minNetworks networks. Most keys show one,
+    // so nothing is allocated until a second network appears.
+    let count = 0;
+    let first: string | undefined;
     let last: string | undefined;
-    for (let i = events.length - 1; i >= 0 && seen.length < needed; i--) {
+    let others: string[] | undefined;
+    for (let i = events.length - 1; i >= 0 && count < needed; i--) {
       const event = events[i]!;
       if (event.timestamp < recentStart) break;
       const network = event.network;
       if (network === last) continue;
       last = network;
-      let known = false;
-      for (let j = 0; j < seen.length && !known; j++) known = seen[j] === network;
-      if (!known) seen.push(network);
+      if (first === undefined) {
+        first = network;
+        count = 1;
+      } else if (network !== first && !(others ??= []).includes(network)) {
+        others.push(network);
+        count++;
+      }
     }
-    if (seen.length < needed) return [];
+    if (count < needed) return [];
 
     // Full pass: which intervals each network was seen in (bit k = k intervals ago).
     const intervals = Math.max(1, Math.min(30, Math.floor(params.windowMinutes / params.intervalMinutes)));

@@ -58,7 +58,8 @@ export async function groupCaughtUp(kafka: Kafka, groupId: string, topic: string
     const ends = await admin.fetchTopicOffsets(topic);
     const [committed] = await admin.fetchOffsets({ groupId, topics: [topic] });
     const byPartition = new Map(committed?.partitions.map((p) => [p.partition, Number(p.offset)]) ?? []);
-    return ends.every((end) => (byPartition.get(end.partition) ?? -1) >= Number(end.high));
+    // An empty partition has nothing to commit.
+    return ends.every((end) => Number(end.high) === Number(end.low) || (byPartition.get(end.partition) ?? -1) >= Number(end.high));
   } finally {
     await admin.disconnect();
   }

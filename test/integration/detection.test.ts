@@ -1,0 +1,198 @@
+/**
+ * Detection end to end, on the real broker and ClickHouse: a mixed stream of a few hundred ordinary
+ * keys (with benign look-alikes) and one planted attack of each type; exactly the five attacks alert,
+ * each with the right type, key and evidence. Then an attack that straddles a worker restart is
+ * still caught, because the new worker warms its windows from ClickHouse.
+ */
+import type { Producer } from 'kafkajs';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { Alert } from '../../src/alerts/alert.ts';
+import { createLogger } from '../../src/logger.ts';
+import { startWorker, type Worker } from '../../src/main.ts';
+import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { groupCaughtUp, produceAll, testKafka } from '../support/kafka.ts';
+import { testConfig, testNames, waitFor } from '../support/worker.ts';
+
+const MINUTE = 60_000;
+const LIBRARY_AGENTS = ['okhttp/4.12.0', 'python-requests/2.32.3', 'axios/1.7.7', 'Go-http-client/2.0', 'curl/8.5.0', 'Java/17.0.2'];
+
+type Event = Record<string, unknown> & { apiKeyId: string };
+let sequence = 0;
+
+function event(apiKeyId: string, timestamp: number, overrides: Partial<Event> = {}): Event {
+  return {
+    eventId: `evt_${apiKeyId}_${sequence++}`,
+    timestamp: new Date(timestamp).toISOString(),
+    merchantId: `m_${apiKeyId.slice(-3)}`,
+    plan: 'business',
+    apiKeyId,
+    environment: 'live',
+    ip: '10.1.1.5',
+    userAgent: 'okhttp/4.12.0',
+    method: 'POST',
+    path: '/v1/verify/sessions',
+    status: 201,
+    responseTimeMs: 80,
+    country: 'DE',
+    ...overrides,
+  };
+}
+
+/** count events spread evenly over [start, start + span). */
+function spread(count: number, start: number, span: number, make: (timestamp: number, i: number) => Event): Event[] {
+  return Array.from({ length: count }, (_, i) => make(start + Math.floor((i * span) / count), i));
+}
+
+function ordinaryTraffic(runId: string, now: number): Event[] {
+  const events: Event[] = [];
+  for (let k = 0; k < 300; k++) {
+    const key = `pk_live_${runId}_ok${String(k).padStart(3, '0')}`;
+    const plan = k % 2 ? 'business' : 'enterprise';
+    events.push(
+      ...spread(25, now - 5 * MINUTE, 5 * MINUTE, (t, i) =>
+        event(key, t, {
+          plan,
+          ip: `10.${k >> 8}.${k & 255}.${5 + (i % 3)}`,
+          userAgent: LIBRARY_AGENTS[k % LIBRARY_AGENTS.length],
+          status: i % 29 === 0 ? 400 : i % 31 === 0 ? 404 : 201,
+          path: i % 2 ? '/v1/verify/sessions' : '/v1/verify/sessions/:id',
+          method: i % 2 ? 'POST' : 'GET',
+        }),
+      ),
+    );
+  }
+  // Benign look-alikes.
+  const lookAlike = (name: string) => `pk_live_${runId}_${name}`;
+  events.push(...spread(60, now - 4 * MINUTE, 2 * MINUTE, (t) => event(lookAlike('outage'), t, { status: 503 }))); // the API's own fault
+  events.push(...spread(80, now - 3 * MINUTE, MINUTE, (t) => event(lookAlike('throttled'), t, { status: 429 }))); // the limiter working
+  events.push(...spread(120, now - 4 * MINUTE, MINUTE, (t) => event(lookAlike('oneburst'), t))); // one spike minute
+  events.push(
+    ...spread(12, now - 4 * MINUTE, 3 * MINUTE, (t, i) =>
+      event(lookAlike('e2etests'), t, { userAgent: 'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/120.0.0.0 Safari/537.36', path: `/v1/verify/sessions/:id`, method: i % 2 ? 'GET' : 'POST' }),
+    ),
+  );
+  // An attack tool on a plan without the Security Center: stored, never evaluated.
+  events.push(event(lookAlike('proplan'), now - MINUTE, { plan: 'pro', userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)' }));
+  return events;
+}
+
+function plantedAttacks(runId: string, now: number): Record<string, { key: string; events: Event[] }> {
+  const key = (name: string) => `pk_live_${runId}_${name}`;
+  const currentMinute = Math.floor(now / MINUTE) * MINUTE;
+  return {
+    velocity_attack: {
+      key: key('velocity'),
+      events: [3, 2, 1].flatMap((ago) => spread(200, currentMinute - ago * MINUTE, MINUTE, (t) => event(key('velocity'), t))),
+    },
+    impossible_travel: {
+      key: key('travel'),
+      events: [
+        ...spread(5, now - 9 * MINUTE, MINUTE, (t) => event(key('travel'), t, { ip: '81.2.69.142', country: undefined })), // London
+        ...spread(5, now - 3 * MINUTE, MINUTE, (t) => event(key('travel'), t, { ip: '8.8.8.8', country: undefined })), // California
+      ],
+    },
+    high_failure_rate: {
+      key: key('failures'),
+      events: spread(80, now - 6 * MINUTE, 5 * MINUTE, (t, i) => event(key('failures'), t, { status: i % 8 === 0 ? 201 : 401 })),
+    },
+    bot_traffic: {
+      key: key('sqlmap'),
+      events: [event(key('sqlmap'), now - 2 * MINUTE, { userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)', path: "/v1/verify/sessions/1' OR '1'='1" })],
+    },
+    credential_sharing: {
+      key: key('shared'),
+      events: [
+        // An hour of calls from one network, then the key turns up in eight networks in four countries.
+        ...spread(10, now - 55 * MINUTE, 45 * MINUTE, (t) => event(key('shared'), t, { ip: '10.9.9.9' })),
+        ...spread(16, now - 8 * MINUTE, 7 * MINUTE, (t, i) =>
+          event(key('shared'), t, { ip: `172.${16 + (i % 8)}.${i % 8}.10`, country: ['DE', 'BR', 'JP', 'US'][i % 4] }),
+        ),
+      ],
+    },
+  };
+}
+
+describe('detection end to end', () => {
+  const kafka = testKafka(inject('kafkaBrokers'));
+  let clickhouse: ClickHouseService;
+  let producer: Producer;
+  let worker: Worker | undefined;
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    producer = kafka.producer();
+    await producer.connect();
+  });
+
+  afterAll(async () => {
+    await worker?.stop();
+    await producer?.disconnect();
+    await clickhouse?.stop();
+  });
+
+  async function alertsOf(w: Worker): Promise<Alert[]> {
+    return w.alertStore.list({});
+  }
+
+  it('alerts on exactly the five planted attacks among ordinary traffic', async () => {
+    const names = testNames('detect');
+    const now = Date.now();
+    const attacks = plantedAttacks(names.runId, now);
+    const stream = [...ordinaryTraffic(names.runId, now), ...Object.values(attacks).flatMap((attack) => attack.events)];
+    stream.sort((a, b) => String(a.timestamp).localeCompare(String(b.timestamp)));
+    await produceAll(producer, names.topic, stream.map((e) => ({ key: e.apiKeyId, value: JSON.stringify(e) })), 2000);
+
+    worker = await startWorker(testConfig({ brokers: inject('kafkaBrokers'), clickhouse, names }), { logger: createLogger('silent') });
+    await worker.ready;
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker consumes the stream', 90_000);
+    await waitFor(async () => (await alertsOf(worker!)).length >= 5, 'five alerts', 10_000);
+    await new Promise((resolve) => setTimeout(resolve, 1_000)); // room for a wrong sixth
+    const alerts = await alertsOf(worker);
+
+    expect(alerts.map((alert) => `${alert.type} ${alert.apiKeyId}`).sort()).toEqual(
+      Object.entries(attacks).map(([type, attack]) => `${type} ${attack.key}`).sort(),
+    );
+    const byType = new Map(alerts.map((alert) => [alert.type, alert]));
+    for (const alert of alerts) {
+      expect(alert).toMatchObject({ status: 'open', merchantId: expect.stringMatching(/^m_/), occurrences: expect.any(Number) });
+      expect(alert.title).toContain(alert.apiKeyId);
+      expect(alert.summary.length).toBeGreaterThan(20);
+      expect((alert.evidence.sampleEventIds as string[]).length).toBeGreaterThan(0);
+      expect(alert.riskScore).toBeGreaterThan(0);
+    }
+    expect(byType.get('velocity_attack')?.severity).toBe('high'); // 200/min against 60 is 3.3x
+    expect(JSON.stringify(byType.get('impossible_travel')?.evidence)).toMatch(/GB/);
+    expect(JSON.stringify(byType.get('impossible_travel')?.evidence)).toMatch(/US/);
+    expect(byType.get('bot_traffic')?.recommendedAction).toBe('block');
+    expect(JSON.stringify(byType.get('credential_sharing')?.evidence)).toMatch(/JP/);
+    expect(JSON.stringify(byType.get('high_failure_rate')?.evidence)).toMatch(/401/);
+    await worker.stop();
+    worker = undefined;
+  });
+
+  it('still alerts on an attack that straddles a worker restart', async () => {
+    const names = testNames('restart');
+    const key = `pk_live_${names.runId}_velocity`;
+    const config = testConfig({ brokers: inject('kafkaBrokers'), clickhouse, names });
+    const currentMinute = Math.floor(Date.now() / MINUTE) * MINUTE;
+    // One minute over the limit before the restart: not sustained yet, so no alert.
+    const before = spread(200, currentMinute - 2 * MINUTE, MINUTE, (t) => event(key, t));
+    await produceAll(producer, names.topic, before.map((e) => ({ key, value: JSON.stringify(e) })), 2000);
+    worker = await startWorker(config, { logger: createLogger(process.env.DEBUG_TEST ? 'info' : 'silent') });
+    await worker.ready;
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'first worker consumes', 60_000);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect((await alertsOf(worker)).filter((alert) => alert.apiKeyId === key)).toHaveLength(0);
+    await worker.stop();
+
+    // The next minute over arrives while the worker restarts; only the warmed window can join them.
+    const after = spread(200, currentMinute - MINUTE, MINUTE, (t) => event(key, t));
+    await produceAll(producer, names.topic, after.map((e) => ({ key, value: JSON.stringify(e) })), 2000);
+    worker = await startWorker(config, { logger: createLogger('silent') });
+    await worker.ready;
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'second worker consumes', 60_000);
+    await waitFor(async () => (await alertsOf(worker!)).some((alert) => alert.apiKeyId === key), 'alert after restart', 10_000);
+    const [alert] = (await alertsOf(worker)).filter((a) => a.apiKeyId === key);
+    expect(alert).toMatchObject({ type: 'velocity_attack', status: 'open' });
+  });
+});

@@ -70,6 +70,11 @@ export class WorkerMetrics {
     registers: [this.registry],
   });
 
+  readonly assignedPartitions = new Gauge({
+    name: 'security_center_assigned_partitions',
+    help: 'Kafka partitions of the input topic this replica owns',
+    registers: [this.registry],
+  });
   readonly alertChanges = new Counter({
     name: 'security_center_alert_changes_total',
     help: 'Findings applied to alerts, by anomaly type and outcome (created, updated, escalated, reopened, suppressed)',

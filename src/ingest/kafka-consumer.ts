@@ -77,6 +77,7 @@ export class KafkaIntake {
       this.storedOffsets = new Map();
       this.warmups = new Map();
       const owned = event.payload.memberAssignment[options.topic] ?? [];
+      options.metrics.assignedPartitions.set(owned.length);
       // Keys of partitions that moved to another replica are its to watch now.
       options.analysis.keepPartitions(owned).catch(() => undefined);
       logger.info({ assignment: event.payload.memberAssignment }, 'kafka partitions assigned');
@@ -101,11 +102,20 @@ export class KafkaIntake {
 
   /** Stops fetching (partitions stay assigned, so offsets can still be committed). */
   pause(): void {
-    this.consumer.pause([{ topic: this.options.topic }]);
+    // kafkajs throws when the consumer is not running (not started yet, or crashed and restarting).
+    if (this.running) this.tryConsumer(() => this.consumer.pause([{ topic: this.options.topic }]));
   }
 
   resume(): void {
-    if (this.running) this.consumer.resume([{ topic: this.options.topic }]);
+    if (this.running) this.tryConsumer(() => this.consumer.resume([{ topic: this.options.topic }]));
+  }
+
+  private tryConsumer(action: () => void): void {
+    try {
+      action();
+    } catch (error) {
+      this.options.logger.warn({ err: error }, 'kafka consumer is not running');
+    }
   }
 
   /** Resolves when every fetched batch has been validated and handed to the buffer. */

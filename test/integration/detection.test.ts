@@ -4,13 +4,11 @@
  * each with the right type, key and evidence. Then an attack that straddles a worker restart is
  * still caught, because the new worker warms its windows from ClickHouse.
  */
-import type { Producer } from 'kafkajs';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Alert } from '../../src/alerts/alert.ts';
-import { createLogger } from '../../src/logger.ts';
-import { startWorker, type Worker } from '../../src/main.ts';
-import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
-import { groupCaughtUp, produceAll, testKafka } from '../support/kafka.ts';
+import type { Worker } from '../../src/main.ts';
+import { useEngines } from '../support/engines.ts';
+import { groupCaughtUp, produceAll } from '../support/kafka.ts';
 import { testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const MINUTE = 60_000;
@@ -113,28 +111,15 @@ function plantedAttacks(runId: string, now: number): Record<string, { key: strin
 }
 
 describe('detection end to end', () => {
-  const kafka = testKafka(inject('kafkaBrokers'));
-  let clickhouse: ClickHouseService;
-  let producer: Producer;
-  let worker: Worker | undefined;
-
-  beforeAll(async () => {
-    clickhouse = await startClickHouse();
-    producer = kafka.producer();
-    await producer.connect();
-  });
-
-  afterAll(async () => {
-    await worker?.stop();
-    await producer?.disconnect();
-    await clickhouse?.stop();
-  });
+  const engines = useEngines();
+  const { kafka } = engines;
 
   async function alertsOf(w: Worker): Promise<Alert[]> {
     return w.alertStore.list({});
   }
 
   it('alerts on exactly the five planted attacks among ordinary traffic', async () => {
+    const { clickhouse, producer } = engines;
     const names = testNames('detect');
     const now = Date.now();
     const attacks = plantedAttacks(names.runId, now);
@@ -142,10 +127,9 @@ describe('detection end to end', () => {
     stream.sort((a, b) => String(a.timestamp).localeCompare(String(b.timestamp)));
     await produceAll(producer, names.topic, stream.map((e) => ({ key: e.apiKeyId, value: JSON.stringify(e) })), 2000);
 
-    worker = await startWorker(testConfig({ brokers: inject('kafkaBrokers'), clickhouse, names }), { logger: createLogger('silent') });
-    await worker.ready;
+    const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse, names }));
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker consumes the stream', 90_000);
-    await waitFor(async () => (await alertsOf(worker!)).length >= 5, 'five alerts', 10_000);
+    await waitFor(async () => (await alertsOf(worker)).length >= 5, 'five alerts', 10_000);
     await new Promise((resolve) => setTimeout(resolve, 1_000)); // room for a wrong sixth
     const alerts = await alertsOf(worker);
 
@@ -167,32 +151,30 @@ describe('detection end to end', () => {
     expect(JSON.stringify(byType.get('credential_sharing')?.evidence)).toMatch(/JP/);
     expect(JSON.stringify(byType.get('high_failure_rate')?.evidence)).toMatch(/401/);
     await worker.stop();
-    worker = undefined;
   });
 
   it('still alerts on an attack that straddles a worker restart', async () => {
+    const { clickhouse, producer } = engines;
     const names = testNames('restart');
     const key = `pk_live_${names.runId}_velocity`;
-    const config = testConfig({ brokers: inject('kafkaBrokers'), clickhouse, names });
+    const config = testConfig({ brokers: engines.brokers, clickhouse, names });
     const currentMinute = Math.floor(Date.now() / MINUTE) * MINUTE;
     // One minute over the limit before the restart: not sustained yet, so no alert.
     const before = spread(200, currentMinute - 2 * MINUTE, MINUTE, (t) => event(key, t));
     await produceAll(producer, names.topic, before.map((e) => ({ key, value: JSON.stringify(e) })), 2000);
-    worker = await startWorker(config, { logger: createLogger(process.env.DEBUG_TEST ? 'info' : 'silent') });
-    await worker.ready;
+    const first = await engines.startWorker(config);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'first worker consumes', 60_000);
     await new Promise((resolve) => setTimeout(resolve, 500));
-    expect((await alertsOf(worker)).filter((alert) => alert.apiKeyId === key)).toHaveLength(0);
-    await worker.stop();
+    expect((await alertsOf(first)).filter((alert) => alert.apiKeyId === key)).toHaveLength(0);
+    await first.stop();
 
     // The next minute over arrives while the worker restarts; only the warmed window can join them.
     const after = spread(200, currentMinute - MINUTE, MINUTE, (t) => event(key, t));
     await produceAll(producer, names.topic, after.map((e) => ({ key, value: JSON.stringify(e) })), 2000);
-    worker = await startWorker(config, { logger: createLogger('silent') });
-    await worker.ready;
+    const second = await engines.startWorker(config);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'second worker consumes', 60_000);
-    await waitFor(async () => (await alertsOf(worker!)).some((alert) => alert.apiKeyId === key), 'alert after restart', 10_000);
-    const [alert] = (await alertsOf(worker)).filter((a) => a.apiKeyId === key);
+    await waitFor(async () => (await alertsOf(second)).some((alert) => alert.apiKeyId === key), 'alert after restart', 10_000);
+    const [alert] = (await alertsOf(second)).filter((a) => a.apiKeyId === key);
     expect(alert).toMatchObject({ type: 'velocity_attack', status: 'open' });
   });
 });

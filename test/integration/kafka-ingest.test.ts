@@ -4,14 +4,11 @@
  * by the metrics (rollup) and detection (raw) queries; every malformed one is dead-lettered with its
  * reason and without secrets.
  */
-import type { Producer } from 'kafkajs';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { redactSecrets } from '../../src/events/secrets.ts';
-import { startWorker, type Worker } from '../../src/main.ts';
-import { createLogger } from '../../src/logger.ts';
-import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { useEngines } from '../support/engines.ts';
 import { makeEvent, makeMalformed } from '../support/events.ts';
-import { groupCaughtUp, produceAll, readTopic, testKafka } from '../support/kafka.ts';
+import { groupCaughtUp, produceAll, readTopic } from '../support/kafka.ts';
 import { testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const TOTAL = 100_000;
@@ -19,24 +16,11 @@ const names = testNames('ingest');
 const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 12, 0, 0) };
 
 describe('Kafka intake into ClickHouse', () => {
-  const kafka = testKafka(inject('kafkaBrokers'));
-  let clickhouse: ClickHouseService;
-  let producer: Producer;
-  let worker: Worker | undefined;
-
-  beforeAll(async () => {
-    clickhouse = await startClickHouse();
-    producer = kafka.producer();
-    await producer.connect();
-  });
-
-  afterAll(async () => {
-    await worker?.stop();
-    await producer?.disconnect();
-    await clickhouse?.stop();
-  });
+  const engines = useEngines();
+  const { kafka } = engines;
 
   it('stores each valid event once and dead-letters each malformed one with its reason', async () => {
+    const { clickhouse, producer } = engines;
     const messages: { key: string; value: string }[] = [];
     const expectedDeadLetters = new Map<string, string>();
     let valid = 0;
@@ -57,10 +41,7 @@ describe('Kafka intake into ClickHouse', () => {
     const republished = messages.filter((_, i) => i % 200 === 1);
     await produceAll(producer, names.topic, [...messages, ...republished]);
 
-    worker = await startWorker(testConfig({ brokers: inject('kafkaBrokers'), clickhouse, names }), {
-      logger: createLogger('warn'),
-    });
-    await worker.ready;
+    const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse, names }));
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker commits every partition to its end', 90_000);
 
     const { store, clickhouse: db } = worker;

@@ -3,13 +3,11 @@
  * after a crash between store and commit) are not stored twice; two replicas in one consumer group
  * split the partitions and store every event once between them.
  */
-import type { Producer } from 'kafkajs';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createLogger } from '../../src/logger.ts';
-import { startWorker, type Worker } from '../../src/main.ts';
-import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { describe, expect, it } from 'vitest';
+import type { Worker } from '../../src/main.ts';
+import { useEngines } from '../support/engines.ts';
 import { makeEvent } from '../support/events.ts';
-import { groupCaughtUp, produceAll, testKafka } from '../support/kafka.ts';
+import { groupCaughtUp, produceAll } from '../support/kafka.ts';
 import { testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const names = testNames('redeliver');
@@ -23,37 +21,27 @@ function counterValue(worker: Worker, name: string): Promise<number> {
 }
 
 describe('redelivery and replicas', () => {
-  const kafka = testKafka(inject('kafkaBrokers'));
-  let clickhouse: ClickHouseService;
-  let producer: Producer;
-  const workers: Worker[] = [];
-
-  beforeAll(async () => {
-    clickhouse = await startClickHouse();
-    producer = kafka.producer();
-    await producer.connect();
-  });
-
-  afterAll(async () => {
-    for (const worker of workers) await worker.stop();
-    await producer?.disconnect();
-    await clickhouse?.stop();
-  });
+  const engines = useEngines();
+  const { kafka } = engines;
 
   async function countRows(worker: Worker): Promise<{ rows: number; ids: number }> {
     const [row] = await worker.clickhouse.queryRows<{ rows: number; ids: number }>(
-      `SELECT count() AS rows, uniqExact(event_id) AS ids FROM ${clickhouse.database}.request_events`,
+      `SELECT count() AS rows, uniqExact(event_id) AS ids FROM ${engines.clickhouse.database}.request_events`,
     );
     return row!;
   }
 
   it('two replicas in one group split the partitions and store every event once', async () => {
     const events = Array.from({ length: 20_000 }, (_, i) => makeEvent(i, eventOptions));
-    const config = testConfig({ brokers: inject('kafkaBrokers'), clickhouse, names });
-    const logger = createLogger('silent');
-    workers.push(await startWorker(config, { logger }), await startWorker(config, { logger }));
-    await Promise.all(workers.map((worker) => worker.ready));
-    await produceAll(producer, names.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+    const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names });
+    const workers = [await engines.startWorker(config), await engines.startWorker(config)];
+    // Produce once the group has settled with both members owning partitions.
+    await waitFor(
+      async () => (await Promise.all(workers.map((worker) => counterValue(worker, 'security_center_assigned_partitions')))).every((owned) => owned > 0),
+      'both replicas own partitions',
+      30_000,
+    );
+    await produceAll(engines.producer, names.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'both replicas commit to the end', 90_000);
 
     const consumed = await Promise.all(workers.map((worker) => counterValue(worker, 'security_center_events_consumed_total')));
@@ -64,10 +52,8 @@ describe('redelivery and replicas', () => {
 
   it('skips messages already stored when they are delivered again from an older offset', async () => {
     // A new group starts from the beginning: every message is a redelivery of a stored one.
-    const replay = testConfig({ brokers: inject('kafkaBrokers'), clickhouse, names: { ...names, groupId: `${names.groupId}.replay` } });
-    const worker = await startWorker(replay, { logger: createLogger('silent') });
-    workers.push(worker);
-    await worker.ready;
+    const replay = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: { ...names, groupId: `${names.groupId}.replay` } });
+    const worker = await engines.startWorker(replay);
     await waitFor(() => groupCaughtUp(kafka, `${names.groupId}.replay`, names.topic), 'replay group reaches the end', 90_000);
     expect(await counterValue(worker, 'security_center_events_duplicate_total')).toBe(20_000);
     expect(await counterValue(worker, 'security_center_events_stored_total')).toBe(0);

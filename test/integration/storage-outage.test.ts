@@ -3,45 +3,28 @@
  * during an outage the worker stores nothing, commits nothing and reports not ready; once storage
  * is back every event is stored exactly once and the offsets are committed.
  */
-import type { Producer } from 'kafkajs';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createLogger } from '../../src/logger.ts';
-import { startWorker, type Worker } from '../../src/main.ts';
-import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { describe, expect, it } from 'vitest';
+import { useEngines } from '../support/engines.ts';
 import { makeEvent } from '../support/events.ts';
-import { committedTotal, groupCaughtUp, produceAll, testKafka } from '../support/kafka.ts';
+import { committedTotal, groupCaughtUp, produceAll } from '../support/kafka.ts';
 import { testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const names = testNames('outage');
 const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 13, 0, 0) };
 
 describe('storage outage', () => {
-  const kafka = testKafka(inject('kafkaBrokers'));
-  let clickhouse: ClickHouseService;
-  let producer: Producer;
-  let worker: Worker | undefined;
+  const engines = useEngines();
+  const { kafka } = engines;
   let outage = true;
   let failedWrites = 0;
 
-  beforeAll(async () => {
-    clickhouse = await startClickHouse();
-    producer = kafka.producer();
-    await producer.connect();
-  });
-
-  afterAll(async () => {
-    await worker?.stop();
-    await producer?.disconnect();
-    await clickhouse?.stop();
-  });
-
   it('loses nothing and commits nothing until storage is back', async () => {
+    const { clickhouse, producer } = engines;
     const first = Array.from({ length: 5_000 }, (_, i) => makeEvent(i, eventOptions));
     await produceAll(producer, names.topic, first.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
 
-    const config = testConfig({ brokers: inject('kafkaBrokers'), clickhouse, names, extra: { STORE_FLUSH_ROWS: '1000' } });
-    worker = await startWorker(config, {
-      logger: createLogger('silent'),
+    const config = testConfig({ brokers: engines.brokers, clickhouse, names, extra: { STORE_FLUSH_ROWS: '1000' } });
+    const worker = await engines.startWorker(config, {
       wrapStoreRows: (storeRows) => async (body) => {
         if (outage) {
           failedWrites++;
@@ -50,7 +33,6 @@ describe('storage outage', () => {
         return storeRows(body);
       },
     });
-    await worker.ready;
     await waitFor(() => failedWrites >= 3, 'the worker retries the failing write');
 
     const ready = await fetch(`${worker.url}/ready`);

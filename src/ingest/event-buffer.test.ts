@@ -1,0 +1,80 @@
+import { describe, expect, it } from 'vitest';
+import { createLogger } from '../logger.ts';
+import { WorkerMetrics } from '../metrics.ts';
+import { EventBuffer, type OffsetMark } from './event-buffer.ts';
+
+function buffer(options: { flushRows?: number; flushIntervalMs?: number; failures?: number } = {}) {
+  const stored: string[][] = [];
+  const commits: OffsetMark[][] = [];
+  const events: string[] = [];
+  let failuresLeft = options.failures ?? 0;
+  const eventBuffer = new EventBuffer({
+    flushRows: options.flushRows ?? 3,
+    flushIntervalMs: options.flushIntervalMs ?? 60_000,
+    maxBufferedRows: 100,
+    retryInitialMs: 1,
+    retryMaxMs: 5,
+    storeRows: async (body) => {
+      if (failuresLeft-- > 0) {
+        events.push('store failed');
+        throw new Error('injected');
+      }
+      events.push('stored');
+      stored.push(body.toString('utf8').trim().split('\n'));
+    },
+    sendDeadLetters: async () => void events.push('dead letters sent'),
+    commit: async (offsets) => {
+      events.push('committed');
+      commits.push([...offsets]);
+    },
+    onOutage: () => events.push('outage'),
+    onRecovery: () => events.push('recovery'),
+    metrics: new WorkerMetrics({ defaultMetrics: false }),
+    logger: createLogger('silent'),
+  });
+  return { eventBuffer, stored, commits, events };
+}
+
+describe('EventBuffer', () => {
+  it('flushes when enough rows wait, storing before committing the highest offset per partition', async () => {
+    const { eventBuffer, stored, commits, events } = buffer({ flushRows: 3 });
+    void eventBuffer.add({ lines: ['{"a":1}'], offsets: [{ topic: 't', partition: 0, offset: 5 }] });
+    const durable = eventBuffer.add({ lines: ['{"a":2}', '{"a":3}'], offsets: [{ topic: 't', partition: 0, offset: 9 }, { topic: 't', partition: 1, offset: 2 }] });
+    await durable;
+    expect(stored).toEqual([['{"a":1}', '{"a":2}', '{"a":3}']]);
+    expect(commits).toEqual([[{ topic: 't', partition: 0, offset: 9 }, { topic: 't', partition: 1, offset: 2 }]]);
+    expect(events).toEqual(['stored', 'committed']);
+  });
+
+  it('flushes on age when few rows wait', async () => {
+    const { eventBuffer, stored } = buffer({ flushRows: 1000, flushIntervalMs: 20 });
+    const started = Date.now();
+    await eventBuffer.add({ lines: ['{"a":1}'] });
+    expect(stored).toHaveLength(1);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(15);
+  });
+
+  it('retries a failed store, reports the outage once, commits only after it succeeds', async () => {
+    const { eventBuffer, stored, events } = buffer({ flushRows: 1, failures: 3 });
+    await eventBuffer.add({ lines: ['{"a":1}'], deadLetters: [], offsets: [{ topic: 't', partition: 0, offset: 1 }] });
+    expect(events).toEqual(['store failed', 'outage', 'store failed', 'store failed', 'stored', 'recovery', 'committed']);
+    expect(stored).toEqual([['{"a":1}']]);
+    expect(eventBuffer.healthy).toBe(true);
+  });
+
+  it('drains what it holds on stop, and refuses rows afterwards', async () => {
+    const { eventBuffer, stored } = buffer({ flushRows: 1000 });
+    void eventBuffer.add({ lines: ['{"a":1}', '{"a":2}'] });
+    await eventBuffer.stop();
+    expect(stored).toEqual([['{"a":1}', '{"a":2}']]);
+    await expect(eventBuffer.add({ lines: ['{"a":3}'] })).rejects.toThrow(/stopped/);
+  });
+
+  it('gives up at the stop deadline during an outage without committing', async () => {
+    const { eventBuffer, commits } = buffer({ flushRows: 1, failures: Number.POSITIVE_INFINITY });
+    const durable = eventBuffer.add({ lines: ['{"a":1}'], offsets: [{ topic: 't', partition: 0, offset: 1 }] });
+    await eventBuffer.stop(50);
+    await expect(durable).rejects.toThrow();
+    expect(commits).toEqual([]);
+  });
+});

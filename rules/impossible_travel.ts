@@ -65,7 +65,7 @@ export const rule: RuleDefinition<Params> = {
     'Address churn: two addresses of the same IP or the same network never count, whatever GeoIP says about them.',
     'GeoIP imprecision: each point\'s accuracy radius is subtracted from the distance; hops under minDistanceKm never count.',
     'Private or unknown addresses have no geo and are skipped.',
-    'A multi-region deployment seen for the first time (a new region comes online) alerts once; allowlist the key or its networks.',
+    'Not avoided: a region seen for the first time in the window (a new region comes online, or one idle for longer than the window, e.g. eu-west only in European hours) alerts when it wakes; allowlist the key\'s networks.',
   ],
   evaluate(window, params, now) {
     const { events } = window;
@@ -83,7 +83,7 @@ export const rule: RuleDefinition<Params> = {
       }
     }
 
-    const candidates: { hop: Hop; index: number }[] = [];
+    let candidates: { hop: Hop; index: number }[] | undefined;
     for (let i = first; i < events.length; i++) {
       const event = events[i]!;
       if (!event.geo) continue;
@@ -91,11 +91,11 @@ export const rule: RuleDefinition<Params> = {
       // Cheapest checks first: most consecutive requests come from the same place.
       if (previous && !samePoint(previous.geo, current.geo) && previous.network !== current.network && previous.ip !== current.ip) {
         const hop = measure(previous, current, params.defaultAccuracyKm);
-        if (hop.speedKmh > params.maxSpeedKmh && hop.adjustedKm > params.minDistanceKm) candidates.push({ hop, index: i });
+        if (hop.speedKmh > params.maxSpeedKmh && hop.adjustedKm > params.minDistanceKm) (candidates ??= []).push({ hop, index: i });
       }
       previous = current;
     }
-    if (candidates.length === 0) return [];
+    if (!candidates) return [];
 
     // Keep only hops into a place the key had not been seen at before the hop.
     const hops: Hop[] = [];

@@ -56,15 +56,23 @@ export const rule: RuleDefinition<Params> = {
     // Slot i counts minute firstMinute + i; the last slot is the current, partial minute.
     const counts = new Array<number>(minutes + 1).fill(0);
     const limits = new Array<number>(minutes + 1).fill(0);
+    // Events are in time order, so each minute's events are one run: its first index and its count.
+    const starts = new Array<number>(minutes + 1).fill(0);
     // Find the first event of the window with a tight loop, then count: the window's events are
     // scattered in memory, and a tight loop lets the CPU fetch many of them at once.
     const windowStart = firstMinute * MINUTE;
     let first = events.length;
     while (first > 0 && events[first - 1]!.timestamp >= windowStart) first--;
+    let slot = 0;
+    let slotEnd = windowStart + MINUTE;
     for (let i = first; i < events.length; i++) {
       const event = events[i]!;
-      const slot = Math.min(Math.floor(event.timestamp / MINUTE), currentMinute) - firstMinute;
-      counts[slot]!++;
+      // Events are in time order; one later than `now` counts in the current minute.
+      while (event.timestamp >= slotEnd && slot < minutes) {
+        slot++;
+        slotEnd += MINUTE;
+      }
+      if (counts[slot]!++ === 0) starts[slot] = i;
       if (event.rateLimitPerMinute > limits[slot]!) limits[slot] = event.rateLimitPerMinute;
     }
 
@@ -94,12 +102,7 @@ export const rule: RuleDefinition<Params> = {
     const confidence = round(clamp01(0.5 * clamp01(inBand) + 0.5 * persistence), 3);
 
     // Evidence: only the events of the over minutes.
-    const overSlots = new Set(over.map((o) => o.slot));
-    const overEvents: WindowEvent[] = [];
-    for (let i = first; i < events.length; i++) {
-      const event = events[i]!;
-      if (overSlots.has(Math.min(Math.floor(event.timestamp / MINUTE), currentMinute) - firstMinute)) overEvents.push(event);
-    }
+    const overEvents = over.flatMap((o) => events.slice(starts[o.slot]!, starts[o.slot]! + o.count));
     const ips = distinct(overEvents, (e) => e.ip);
     const networks = distinct(overEvents, (e) => e.network);
     const countries = distinct(overEvents, (e) => e.country);
@@ -131,9 +134,7 @@ export const rule: RuleDefinition<Params> = {
         minutesOver: over.length,
         minMinutesOver: needed,
         windowMinutes: minutes,
-        perMinute: over
-          .sort((a, b) => a.slot - b.slot)
-          .map((o) => ({ minute: new Date((firstMinute + o.slot) * MINUTE).toISOString(), requests: o.count, limit: o.limit })),
+        perMinute: over.map((o) => ({ minute: new Date((firstMinute + o.slot) * MINUTE).toISOString(), requests: o.count, limit: o.limit })),
         requestsInOverMinutes: overEvents.length,
         distinctIps: ips.count,
         ips: ips.values,

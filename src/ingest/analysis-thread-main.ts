@@ -43,8 +43,15 @@ const engine = settings.detection
     })
   : undefined;
 
+/**
+ * Rules judge windows as of the newest event in the batch (never later than the clock), so a
+ * consumer catching up on a backlog still sees the attacks in it.
+ */
 function detect(events: readonly RequestEvent[], partition: number): EngineFinding[] {
-  return engine ? engine.process(events, Date.now(), partition) : [];
+  if (!engine || events.length === 0) return [];
+  let newest = 0;
+  for (const event of events) if (event.timestamp > newest) newest = event.timestamp;
+  return engine.process(events, Math.min(Date.now(), newest), partition);
 }
 
 port.on('message', (request: AnalysisRequest) => {

@@ -11,13 +11,16 @@ import type { AlertStore } from '../store/alert-store.ts';
 import type { Alert } from './alert.ts';
 import type { AlertManager, RuleInfo } from './alert-manager.ts';
 
+/** New, escalated and reopened alerts are written at once; a repeat only bumps counters, so it waits. */
 const FLUSH_DELAY_MS = 50;
+const REPEAT_FLUSH_DELAY_MS = 5_000;
 const RETRY_DELAY_MS = 1_000;
 
 export class AlertService {
   private readonly rules: Map<string, RuleInfo>;
   private readonly unsaved = new Map<string, Alert>();
   private timer: NodeJS.Timeout | undefined;
+  private timerDueAt = Number.POSITIVE_INFINITY;
   private saving: Promise<void> | undefined;
 
   constructor(
@@ -47,11 +50,11 @@ export class AlertService {
       this.metrics.alertChanges.inc({ type: ruleId, change });
       if (!alert) continue;
       this.unsaved.set(alert.id, alert);
+      this.schedule(change === 'updated' ? REPEAT_FLUSH_DELAY_MS : FLUSH_DELAY_MS);
       if (change !== 'updated') {
         this.logger.info({ alertId: alert.id, merchantId, type: ruleId, severity: alert.severity, change }, alert.title);
       }
     }
-    if (this.unsaved.size > 0) this.schedule(FLUSH_DELAY_MS);
   }
 
   /** Writes every unsaved alert; resolves when they are stored (or the write failed and is rescheduled). */
@@ -76,10 +79,15 @@ export class AlertService {
     await this.flush();
   }
 
+  /** Flushes within delayMs: an earlier deadline replaces a later one, never the reverse. */
   private schedule(delayMs: number): void {
-    if (this.timer) return;
+    const dueAt = Date.now() + delayMs;
+    if (this.timer && this.timerDueAt <= dueAt) return;
+    clearTimeout(this.timer);
+    this.timerDueAt = dueAt;
     this.timer = setTimeout(() => {
       this.timer = undefined;
+      this.timerDueAt = Number.POSITIVE_INFINITY;
       void this.flush();
     }, delayMs);
     this.timer.unref();

@@ -46,6 +46,8 @@ export type DetectionConfigInput = z.input<typeof detectionConfigSchema>;
 class CompiledAllowlist {
   readonly keys: Set<string>;
   readonly networks = new BlockList();
+  /** BlockList.check builds a SocketAddress per call: skip it when no network is listed. */
+  private readonly hasNetworks: boolean;
   readonly userAgents: RegExp[];
 
   constructor(input: z.output<typeof allowlistSchema> | undefined) {
@@ -57,13 +59,16 @@ class CompiledAllowlist {
       else this.networks.addSubnet(address, Number(bits), family);
     }
     this.userAgents = (input?.userAgents ?? []).map((source) => new RegExp(source, 'i'));
+    this.hasNetworks = (input?.ips ?? []).length > 0;
   }
 
   matches(apiKeyId: string, ip: string, userAgent: string): boolean {
     if (this.keys.has(apiKeyId)) return true;
-    const family = isIP(ip);
-    if (family !== 0 && this.networks.check(ip, family === 4 ? 'ipv4' : 'ipv6')) return true;
-    return this.userAgents.some((regex) => regex.test(userAgent));
+    if (this.hasNetworks) {
+      const family = isIP(ip);
+      if (family !== 0 && this.networks.check(ip, family === 4 ? 'ipv4' : 'ipv6')) return true;
+    }
+    return this.userAgents.length > 0 && this.userAgents.some((regex) => regex.test(userAgent));
   }
 }
 

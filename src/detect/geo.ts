@@ -40,20 +40,32 @@ export async function openGeoLookup(cityDbPath?: string): Promise<GeoLookup> {
   return readerLookup(v4, v6);
 }
 
+/** Clients repeat their addresses: the last lookups are kept (the reader's own cache keys on tree nodes). */
+const CACHE_SIZE = 50_000;
+
 function readerLookup(v4: Reader<CityRecord & Response>, v6: Reader<CityRecord & Response>): GeoLookup {
+  let cache = new Map<string, GeoPoint | undefined>();
   return {
     lookup(ip: string): GeoPoint | undefined {
-      const family = isIP(ip);
-      if (family === 0) return undefined;
-      try {
-        const mapped = family === 6 ? /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip) : null;
-        const record = mapped ? v4.get(mapped[1]!) : family === 4 ? v4.get(ip) : v6.get(ip);
-        return record ? toGeoPoint(record) : undefined;
-      } catch {
-        return undefined;
-      }
+      if (cache.has(ip)) return cache.get(ip);
+      if (cache.size >= CACHE_SIZE) cache = new Map();
+      const point = find(ip);
+      cache.set(ip, point);
+      return point;
     },
   };
+
+  function find(ip: string): GeoPoint | undefined {
+    const family = isIP(ip);
+    if (family === 0) return undefined;
+    try {
+      const mapped = family === 6 ? /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip) : null;
+      const record = mapped ? v4.get(mapped[1]!) : family === 4 ? v4.get(ip) : v6.get(ip);
+      return record ? toGeoPoint(record) : undefined;
+    } catch {
+      return undefined;
+    }
+  }
 }
 
 function toGeoPoint(record: CityRecord): GeoPoint | undefined {

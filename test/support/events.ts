@@ -32,7 +32,8 @@ export function makeEvent(i: number, options: EventOptions): RequestEventInput {
     plan: (['business', 'enterprise', 'pro', 'free'] as const)[key % 4],
     apiKeyId: `pk_live_${options.runId}_${key}`,
     environment: 'live',
-    ip: `198.51.${(i >> 8) & 255}.${i & 255}`,
+    // A server-side integration calls from a few addresses of its own network.
+    ip: `198.51.${(key >> 8) & 255}.${(key & 255) ^ (i % 3)}`,
     userAgent: USER_AGENTS[key % USER_AGENTS.length]!,
     method: i % 3 === 0 ? 'GET' : 'POST',
     path: PATHS[i % 2]!,

@@ -4,12 +4,11 @@
  */
 import type { Producer } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { redactSecrets } from '../../src/events/secrets.ts';
 import { connectClickHouse } from '../../src/store/clickhouse.ts';
 import { EventStore } from '../../src/store/event-store.ts';
 import { tablesIn } from '../../src/store/tables.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
-import { makeEvent, makeMalformed } from '../support/events.ts';
+import { makeMixedStream } from '../support/events.ts';
 import { groupCaughtUp, produceAll, readTopic, testKafka } from '../support/kafka.ts';
 import { scrapeCounter, spawnWorker, type WorkerProcess } from '../support/process.ts';
 import { testEnv, testNames, waitFor } from '../support/worker.ts';
@@ -37,19 +36,7 @@ describe('worker process killed mid-stream', () => {
   });
 
   it('after SIGKILL and a restart, every valid event is stored once and every malformed one dead-lettered', async () => {
-    const messages: { key: string; value: string }[] = [];
-    const expectedDeadLetters = new Map<string, string>();
-    for (let i = 0; i < TOTAL; i++) {
-      const event = makeEvent(i, eventOptions);
-      if (i % 100 === 50) {
-        const malformed = makeMalformed(i, eventOptions);
-        expectedDeadLetters.set(redactSecrets(malformed.value), malformed.reason);
-        messages.push({ key: event.apiKeyId, value: malformed.value });
-      } else {
-        messages.push({ key: event.apiKeyId, value: JSON.stringify(event) });
-      }
-    }
-    const valid = TOTAL - expectedDeadLetters.size;
+    const { messages, expectedDeadLetters, valid } = makeMixedStream(TOTAL, eventOptions);
     // Small flushes, so the kill lands between flushes with some stored and some not.
     const env = testEnv({ brokers: inject('kafkaBrokers'), clickhouse, names, extra: { STORE_FLUSH_ROWS: '2000', STORE_FLUSH_INTERVAL_MS: '100' } });
 

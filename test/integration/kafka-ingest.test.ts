@@ -5,9 +5,8 @@
  * reason and without secrets.
  */
 import { describe, expect, it } from 'vitest';
-import { redactSecrets } from '../../src/events/secrets.ts';
 import { useEngines } from '../support/engines.ts';
-import { makeEvent, makeMalformed } from '../support/events.ts';
+import { makeMixedStream } from '../support/events.ts';
 import { groupCaughtUp, produceAll, readTopic } from '../support/kafka.ts';
 import { testConfig, testNames, waitFor } from '../support/worker.ts';
 
@@ -21,22 +20,7 @@ describe('Kafka intake into ClickHouse', () => {
 
   it('stores each valid event once and dead-letters each malformed one with its reason', async () => {
     const { clickhouse, producer } = engines;
-    const messages: { key: string; value: string }[] = [];
-    const expectedDeadLetters = new Map<string, string>();
-    let valid = 0;
-    let validForM7 = 0;
-    for (let i = 0; i < TOTAL; i++) {
-      const event = makeEvent(i, eventOptions);
-      if (i % 100 === 50) {
-        const malformed = makeMalformed(i, eventOptions);
-        expectedDeadLetters.set(redactSecrets(malformed.value), malformed.reason);
-        messages.push({ key: event.apiKeyId, value: malformed.value });
-      } else {
-        valid++;
-        if (event.merchantId === 'm_7') validForM7++;
-        messages.push({ key: event.apiKeyId, value: JSON.stringify(event) });
-      }
-    }
+    const { messages, expectedDeadLetters, valid, validByMerchant } = makeMixedStream(TOTAL, eventOptions);
     // The fleet publishes some events twice (a producer retry): same eventId, a later offset.
     const republished = messages.filter((_, i) => i % 200 === 1);
     await produceAll(producer, names.topic, [...messages, ...republished]);
@@ -55,7 +39,7 @@ describe('Kafka intake into ClickHouse', () => {
     const recent = await store.recentEvents({ since: new Date(eventOptions.startMs - 60_000), limit: 1_000_000 });
     expect(recent).toHaveLength(valid);
     const merchantTotals = await store.trafficTotals({ merchantId: 'm_7', from: new Date(0), to: new Date(Date.UTC(2100, 0)) });
-    expect(merchantTotals.requests).toBe(validForM7);
+    expect(merchantTotals.requests).toBe(validByMerchant.get('m_7'));
 
     const deadLetters = (await readTopic(kafka, names.dlqTopic, expectedDeadLetters.size)).map((value) => JSON.parse(value));
     expect(deadLetters).toHaveLength(expectedDeadLetters.size);

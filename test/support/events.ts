@@ -3,6 +3,7 @@
  * malformed messages of every kind the worker must dead-letter, each with the reason it expects.
  */
 import type { RejectionReason } from '../../src/events/request-event.ts';
+import { redactSecrets } from '../../src/events/secrets.ts';
 
 const USER_AGENTS = [
   'okhttp/4.12.0',
@@ -59,4 +60,32 @@ export function makeMalformed(i: number, options: EventOptions): { value: string
     default:
       return { value: JSON.stringify([event]), reason: 'not_an_object' };
   }
+}
+
+export interface MixedStream {
+  /** Kafka messages keyed by API key, in order. */
+  messages: { key: string; value: string }[];
+  /** Redacted value of each malformed message -> the dead-letter reason it must get. */
+  expectedDeadLetters: Map<string, string>;
+  /** Valid events per merchant. */
+  validByMerchant: Map<string, number>;
+  valid: number;
+}
+
+/** `total` messages of which one in a hundred is malformed (rotating through every kind). */
+export function makeMixedStream(total: number, options: EventOptions): MixedStream {
+  const stream: MixedStream = { messages: [], expectedDeadLetters: new Map(), validByMerchant: new Map(), valid: 0 };
+  for (let i = 0; i < total; i++) {
+    const event = makeEvent(i, options);
+    if (i % 100 === 50) {
+      const malformed = makeMalformed(i, options);
+      stream.expectedDeadLetters.set(redactSecrets(malformed.value), malformed.reason);
+      stream.messages.push({ key: event.apiKeyId, value: malformed.value });
+    } else {
+      stream.valid++;
+      stream.validByMerchant.set(event.merchantId, (stream.validByMerchant.get(event.merchantId) ?? 0) + 1);
+      stream.messages.push({ key: event.apiKeyId, value: JSON.stringify(event) });
+    }
+  }
+  return stream;
 }

@@ -20,6 +20,7 @@
  * Env: BENCH_EVENTS (1000000), BENCH_KEYS (10000), BENCH_BATCH (1000), BENCH_RATE (1000 events/s),
  * BENCH_EVALUATE_EVERY (1: dirty keys are evaluated after every batch; N: after every Nth batch).
  */
+import type { RequestEvent } from '../src/events/request-event.ts';
 import type { GeoPoint, KeyWindow, WindowEvent } from '../src/detect/types.ts';
 import { networkOf } from '../rules/network.ts';
 import { RULES } from '../rules/index.ts';
@@ -124,17 +125,8 @@ function timeParse(json: readonly string[], count: number): number {
   return ms;
 }
 
-interface RawEvent {
-  eventId: string;
-  timestamp: number;
-  apiKeyId: string;
-  ip: string;
-  userAgent: string;
-  method: string;
-  path: string;
-  status: number;
-  responseTimeMs: number;
-}
+/** The fields of a request event this benchmark generates. */
+type RawEvent = Pick<RequestEvent, 'eventId' | 'timestamp' | 'apiKeyId' | 'ip' | 'userAgent' | 'method' | 'path' | 'status' | 'responseTimeMs'>;
 
 /**
  * The engine's side of a batch, not timed: parse and enrich. Like an engine's caches, a network and

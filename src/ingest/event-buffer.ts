@@ -25,7 +25,7 @@ export interface OffsetMark {
 export interface BufferInput {
   /** JSONEachRow lines. */
   lines?: readonly string[];
-  /** Rows already encoded as newline-terminated JSONEachRow bytes (from the validator thread). */
+  /** Rows already encoded as newline-terminated JSONEachRow bytes (from the analysis thread). */
   encodedRows?: { bytes: Uint8Array; count: number };
   deadLetters?: readonly DeadLetter[];
   offsets?: readonly OffsetMark[];

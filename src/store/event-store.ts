@@ -93,7 +93,7 @@ const storedEventRow = z.object({
   rate_limit_per_minute: z.coerce.number(),
   country: z.string(),
 });
-export type StoredEvent = z.output<typeof storedEventRow>;
+type StoredEvent = z.output<typeof storedEventRow>;
 
 export interface TrafficTotals {
   requests: number;

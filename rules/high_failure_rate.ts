@@ -9,7 +9,8 @@
  * Severity grows with share and volume: medium from thresholdShare (50%); high at highShare (80%)
  * with at least highFailures signal failures; critical at criticalShare (90%) with criticalFailures.
  */
-import type { Finding, RuleDefinition, Severity } from '../src/detect/types.ts';
+import { MinuteBuckets, minuteOf, type MinuteBucket } from '../src/detect/tallies.ts';
+import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
   windowMinutes: number;
@@ -25,7 +26,10 @@ type Params = {
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
-export const rule: RuleDefinition<Params> = {
+/** The screen's tally: judged requests and signal failures per clock minute. */
+type Tally = MinuteBuckets<MinuteBucket & { judged: number; failures: number }>;
+
+export const rule: RuleDefinition<Params, Tally> = {
   id: 'high_failure_rate',
   version: '1.0.0',
   title: 'High failure rate',
@@ -138,7 +142,42 @@ export const rule: RuleDefinition<Params> = {
     };
     return [finding];
   },
+  screen: {
+    create: () => new MinuteBuckets((minute) => ({ minute, events: 0, judged: 0, failures: 0 })),
+    add(tally, event) {
+      count(tally.add(event.timestamp), event, 1);
+    },
+    removeOldest(tally, event) {
+      count(tally.removeOldest(), event, -1);
+    },
+    // The window starts inside a minute: its counts lie between those of the minutes wholly inside it
+    // (at least) and of every minute it touches (at most), and so does the share.
+    mayFire(tally, params, now) {
+      const windowStart = now - params.windowMinutes * MINUTE;
+      const firstFullMinute = Math.ceil(windowStart / MINUTE);
+      const list = tally.list;
+      let judgedAtMost = 0;
+      let judgedAtLeast = 0;
+      let failuresAtMost = 0;
+      for (let index = tally.indexFrom(minuteOf(windowStart)); index < list.length; index++) {
+        const bucket = list[index]!;
+        judgedAtMost += bucket.judged;
+        failuresAtMost += bucket.failures;
+        if (bucket.minute >= firstFullMinute) judgedAtLeast += bucket.judged;
+      }
+      if (judgedAtMost < params.minRequests || failuresAtMost === 0) return false;
+      return judgedAtLeast === 0 || !(failuresAtMost / judgedAtLeast < params.thresholdShare);
+    },
+  },
 };
+
+/** Adds (sign 1) or removes (sign -1) an event in its minute's counts, as evaluate counts it. */
+function count(bucket: { judged: number; failures: number }, event: WindowEvent, sign: 1 | -1): void {
+  const status = event.status;
+  if (status === 429 || status >= 500) return;
+  bucket.judged += sign;
+  if (isSignal(status)) bucket.failures += sign;
+}
 
 function isSignal(status: number): boolean {
   return status === 401 || status === 403 || status === 404;

@@ -13,6 +13,7 @@
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the impossible hops span at least criticalCountries countries.
  */
+import { MinuteBuckets, type MinuteBucket } from '../src/detect/tallies.ts';
 import type { Finding, GeoPoint, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
@@ -42,7 +43,24 @@ interface Hop {
   speedKmh: number;
 }
 
-export const rule: RuleDefinition<Params> = {
+/** A point the key was seen at (exact coordinates), and the minutes it was seen in. */
+interface Place {
+  latitude: number;
+  longitude: number;
+  newest: number;
+  minutes: MinuteBuckets<MinuteBucket>;
+}
+
+/** The screen's tally: the window's geolocated points. */
+interface Tally {
+  places: Map<string, Place>;
+  /** The place of the last event added or removed: consecutive events usually share one. */
+  last: Place | undefined;
+  /** Events whose coordinates are not numbers: never the same point as anything, so the screen steps aside. */
+  unplaceable: number;
+}
+
+export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
   version: '1.0.0',
   title: 'Impossible travel',
@@ -174,7 +192,74 @@ export const rule: RuleDefinition<Params> = {
     };
     return [finding];
   },
+  screen: {
+    create: () => ({ places: new Map(), last: undefined, unplaceable: 0 }),
+    add(tally, event) {
+      if (!event.geo) return;
+      if (Number.isNaN(event.geo.latitude) || Number.isNaN(event.geo.longitude)) {
+        tally.unplaceable++;
+        return;
+      }
+      let place = placeOf(tally, event.geo);
+      if (!place) {
+        place = { latitude: event.geo.latitude, longitude: event.geo.longitude, newest: event.timestamp, minutes: new MinuteBuckets((minute) => ({ minute, events: 0 })) };
+        tally.places.set(placeKey(event.geo), (tally.last = place));
+      }
+      place.minutes.add(event.timestamp);
+      if (event.timestamp > place.newest) place.newest = event.timestamp;
+    },
+    removeOldest(tally, event) {
+      if (!event.geo) return;
+      if (Number.isNaN(event.geo.latitude) || Number.isNaN(event.geo.longitude)) {
+        tally.unplaceable--;
+        return;
+      }
+      const place = placeOf(tally, event.geo)!;
+      place.minutes.removeOldest();
+      if (place.minutes.list.length === 0) {
+        tally.places.delete(placeKey(event.geo));
+        tally.last = undefined;
+      }
+    },
+    // A finding needs a recent hop (two geolocated events since the window start, at different points)
+    // into a point not seen before the hop: a point also seen in a whole minute between the window
+    // start and the recent part was known before any recent hop into it.
+    mayFire(tally, params, now) {
+      const windowStart = now - params.windowMinutes * MINUTE;
+      const recentStart = now - params.recentMinutes * MINUTE;
+      if (tally.unplaceable > 0 || !(recentStart >= windowStart)) return true;
+      const firstWholeMinute = Math.ceil(windowStart / MINUTE);
+      const lastWholeMinute = Math.floor(recentStart / MINUTE) - 1;
+      let points = 0;
+      let newPoint = false;
+      for (const place of tally.places.values()) {
+        if (place.newest < windowStart) continue;
+        points++;
+        if (place.newest >= recentStart && !seenIn(place, firstWholeMinute, lastWholeMinute)) newPoint = true;
+      }
+      return points >= 2 && newPoint;
+    },
+  },
 };
+
+function placeOf(tally: Tally, geo: GeoPoint): Place | undefined {
+  const last = tally.last;
+  if (last && last.latitude === geo.latitude && last.longitude === geo.longitude) return last;
+  const place = tally.places.get(placeKey(geo));
+  if (place) tally.last = place;
+  return place;
+}
+
+function placeKey(geo: GeoPoint): string {
+  return `${geo.latitude},${geo.longitude}`;
+}
+
+/** Whether the place has events in a minute from `first` to `last` (inclusive). */
+function seenIn(place: Place, first: number, last: number): boolean {
+  const list = place.minutes.list;
+  const index = place.minutes.indexFrom(first);
+  return index < list.length && list[index]!.minute <= last;
+}
 
 function measure(from: Hop['from'], to: Hop['to'], defaultAccuracyKm: number): Hop {
   const distanceKm = haversineKm(from.geo, to.geo);

@@ -7,6 +7,7 @@
  * minMinutesOver-th busiest over minute — so one huge spike next to a mild excess stays medium:
  *   medium >= 1.5x the limit, high >= 3x, critical >= 10x.
  */
+import { MinuteBuckets, minuteOf, type MinuteBucket } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
@@ -25,7 +26,15 @@ type Params = {
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
-export const rule: RuleDefinition<Params> = {
+/**
+ * The screen's tally: events per clock minute, with the lowest limit any of them carried (a minute is
+ * judged against its highest limit, which is at least that; it is not raised when events leave).
+ * An event without a usable limit counts as limit 0 (evaluate would judge its minute against the
+ * default or another event's limit).
+ */
+type Tally = MinuteBuckets<MinuteBucket & { lowestLimit: number }>;
+
+export const rule: RuleDefinition<Params, Tally> = {
   id: 'velocity_attack',
   version: '1.0.0',
   title: 'Velocity attack',
@@ -149,6 +158,39 @@ export const rule: RuleDefinition<Params> = {
       lastSeenAt: overEvents[overEvents.length - 1]!.timestamp,
     };
     return [finding];
+  },
+  screen: {
+    create: () => new MinuteBuckets((minute) => ({ minute, events: 0, lowestLimit: Infinity })),
+    add(tally, event) {
+      const bucket = tally.add(event.timestamp);
+      const limit = event.rateLimitPerMinute > 0 ? event.rateLimitPerMinute : 0;
+      if (limit < bucket.lowestLimit) bucket.lowestLimit = limit;
+    },
+    removeOldest(tally) {
+      tally.removeOldest();
+    },
+    // The minutes evaluate counts, each judged against its lowest limit: never fewer minutes over.
+    mayFire(tally, params, now) {
+      if (!(params.thresholdRatio >= 0)) return true;
+      const minutes = Math.max(1, Math.floor(params.windowMinutes));
+      const needed = Math.max(1, Math.floor(params.minMinutesOver));
+      const currentMinute = minuteOf(now);
+      const list = tally.list;
+      let over = 0;
+      let index = tally.indexFrom(currentMinute - minutes);
+      for (; index < list.length && list[index]!.minute < currentMinute; index++) {
+        const bucket = list[index]!;
+        if (bucket.events > bucket.lowestLimit * params.thresholdRatio && ++over >= needed) return true;
+      }
+      // The current minute and any later one are one slot, as in evaluate.
+      let events = 0;
+      let lowest = Infinity;
+      for (; index < list.length; index++) {
+        events += list[index]!.events;
+        lowest = Math.min(lowest, list[index]!.lowestLimit);
+      }
+      return events > lowest * params.thresholdRatio && over + 1 >= needed;
+    },
   },
 };
 

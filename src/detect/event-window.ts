@@ -1,0 +1,52 @@
+/**
+ * One key's recent events in time order, as a queue: new events go at the end (or walk back to
+ * their place when they arrive late), old ones leave from the front without moving the rest.
+ */
+import type { WindowEvent } from './types.ts';
+
+export class EventWindow {
+  private events: WindowEvent[] = [];
+  /** events[head] is the oldest event still in the window; the ones before it have left. */
+  private head = 0;
+
+  get size(): number {
+    return this.events.length - this.head;
+  }
+
+  get oldest(): WindowEvent | undefined {
+    return this.events[this.head];
+  }
+
+  get newest(): WindowEvent | undefined {
+    return this.events[this.events.length - 1];
+  }
+
+  /** Events arrive nearly in order: append, or walk back to the right place. */
+  insert(event: WindowEvent): void {
+    const events = this.events;
+    let index = events.length;
+    while (index > this.head && events[index - 1]!.timestamp > event.timestamp) index--;
+    if (index === events.length) events.push(event);
+    else events.splice(index, 0, event);
+  }
+
+  /** Takes the oldest event out. */
+  dropOldest(): WindowEvent {
+    const event = this.events[this.head]!;
+    this.events[this.head++] = undefined as unknown as WindowEvent; // let it be collected
+    // Reclaim the front once it is most of the array: amortized O(1) per event.
+    if (this.head >= 64 && this.head * 2 >= this.events.length) this.compact();
+    return event;
+  }
+
+  /** The events, oldest first, as an array (valid until the window changes). */
+  toArray(): WindowEvent[] {
+    if (this.head > 0) this.compact();
+    return this.events;
+  }
+
+  private compact(): void {
+    this.events = this.events.slice(this.head);
+    this.head = 0;
+  }
+}

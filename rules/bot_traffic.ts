@@ -91,16 +91,11 @@ type Params = {
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
-/**
- * The screen's tally: when an attack tool was last seen, and the distinct paths of headless browsers
- * and scrapers (with their last times). The last user agent's verdict is kept: a key rarely changes it.
- */
+/** The screen's tally: when an attack tool was last seen, and the distinct paths of headless browsers and scrapers. */
 interface Tally {
   attackEvents: number;
   newestAttack: number;
   automationPaths: DistinctValues<string> | undefined;
-  userAgent: string | undefined;
-  verdict: UserAgentPattern | undefined;
 }
 
 export const rule: RuleDefinition<Params, Tally> = {
@@ -198,9 +193,9 @@ export const rule: RuleDefinition<Params, Tally> = {
     return [finding];
   },
   screen: {
-    create: () => ({ attackEvents: 0, newestAttack: -Infinity, automationPaths: undefined, userAgent: undefined, verdict: undefined }),
+    create: () => ({ attackEvents: 0, newestAttack: -Infinity, automationPaths: undefined }),
     add(tally, event) {
-      const verdict = verdictOf(tally, event.userAgent);
+      const verdict = rememberedVerdict(event.userAgent);
       if (!verdict) return;
       if (verdict.category !== 'attack_tool') (tally.automationPaths ??= new DistinctValues()).add(event.path, event.timestamp);
       else {
@@ -209,7 +204,7 @@ export const rule: RuleDefinition<Params, Tally> = {
       }
     },
     removeOldest(tally, event) {
-      const verdict = verdictOf(tally, event.userAgent);
+      const verdict = rememberedVerdict(event.userAgent);
       if (!verdict) return;
       if (verdict.category !== 'attack_tool') tally.automationPaths!.removeOldest(event.path);
       else if (--tally.attackEvents === 0) tally.newestAttack = -Infinity;
@@ -225,12 +220,19 @@ export const rule: RuleDefinition<Params, Tally> = {
   },
 };
 
-function verdictOf(tally: Tally, userAgent: string): UserAgentPattern | undefined {
-  if (userAgent !== tally.userAgent) {
-    tally.userAgent = userAgent;
-    tally.verdict = classifyUserAgent(userAgent);
+// The screen classifies every event's user agent; the verdicts of the user agents seen lately are
+// remembered (a cache of a pure function: it changes no result).
+const VERDICTS_REMEMBERED = 10_000;
+let verdicts = new Map<string, UserAgentPattern | null>();
+
+function rememberedVerdict(userAgent: string): UserAgentPattern | undefined {
+  let verdict = verdicts.get(userAgent);
+  if (verdict === undefined) {
+    if (verdicts.size >= VERDICTS_REMEMBERED) verdicts = new Map();
+    verdict = classifyUserAgent(userAgent) ?? null;
+    verdicts.set(userAgent, verdict);
   }
-  return tally.verdict;
+  return verdict ?? undefined;
 }
 
 function attackFinding(key: string, attacks: WindowEvent[], verdicts: Map<string, UserAgentPattern | undefined>, params: Params): Finding {

@@ -9,8 +9,8 @@
  * Severity grows with share and volume: medium from thresholdShare (50%); high at highShare (80%)
  * with at least highFailures signal failures; critical at criticalShare (90%) with criticalFailures.
  */
-import { MinuteBuckets, minuteOf, type MinuteBucket } from '../src/detect/tallies.ts';
-import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
+import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
+import type { Finding, RuleDefinition, Severity } from '../src/detect/types.ts';
 
 type Params = {
   windowMinutes: number;
@@ -26,10 +26,12 @@ type Params = {
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
-/** The screen's tally: judged requests and signal failures per clock minute. */
-type Tally = MinuteBuckets<MinuteBucket & { judged: number; failures: number }>;
+/** The screen's tally: judged requests and signal failures per clock minute, for the last RING_MINUTES. */
+const RING_MINUTES = 16;
+const JUDGED = 0;
+const FAILURES = 1;
 
-export const rule: RuleDefinition<Params, Tally> = {
+export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'high_failure_rate',
   version: '1.0.0',
   title: 'High failure rate',
@@ -143,27 +145,32 @@ export const rule: RuleDefinition<Params, Tally> = {
     return [finding];
   },
   screen: {
-    create: () => new MinuteBuckets((minute) => ({ minute, events: 0, judged: 0, failures: 0 })),
-    add(tally, event) {
-      count(tally.add(event.timestamp), event, 1);
+    create: () => new MinuteRing(RING_MINUTES, [0, 0]),
+    add(ring, event) {
+      const at = ring.claim(event.timestamp);
+      if (at !== FORGOTTEN) count(ring, at, event.status, 1);
     },
-    removeOldest(tally, event) {
-      count(tally.removeOldest(), event, -1);
+    removeOldest(ring, event) {
+      const at = ring.find(minuteOf(event.timestamp));
+      if (at >= 0) count(ring, at, event.status, -1);
     },
     // The window starts inside a minute: its counts lie between those of the minutes wholly inside it
     // (at least) and of every minute it touches (at most), and so does the share.
-    mayFire(tally, params, now) {
+    mayFire(ring, params, now) {
       const windowStart = now - params.windowMinutes * MINUTE;
-      const firstFullMinute = Math.ceil(windowStart / MINUTE);
-      const list = tally.list;
+      const firstMinute = minuteOf(windowStart);
+      const firstWholeMinute = Math.ceil(windowStart / MINUTE);
+      if (ring.newestMinute - firstMinute >= ring.size) return true;
       let judgedAtMost = 0;
       let judgedAtLeast = 0;
       let failuresAtMost = 0;
-      for (let index = tally.indexFrom(minuteOf(windowStart)); index < list.length; index++) {
-        const bucket = list[index]!;
-        judgedAtMost += bucket.judged;
-        failuresAtMost += bucket.failures;
-        if (bucket.minute >= firstFullMinute) judgedAtLeast += bucket.judged;
+      for (let minute = firstMinute; minute <= ring.newestMinute; minute++) {
+        const at = ring.find(minute);
+        if (at === NO_EVENTS) continue;
+        if (at === FORGOTTEN) return true;
+        judgedAtMost += ring.get(at, JUDGED);
+        failuresAtMost += ring.get(at, FAILURES);
+        if (minute >= firstWholeMinute) judgedAtLeast += ring.get(at, JUDGED);
       }
       if (judgedAtMost < params.minRequests || failuresAtMost === 0) return false;
       return judgedAtLeast === 0 || !(failuresAtMost / judgedAtLeast < params.thresholdShare);
@@ -171,12 +178,11 @@ export const rule: RuleDefinition<Params, Tally> = {
   },
 };
 
-/** Adds (sign 1) or removes (sign -1) an event in its minute's counts, as evaluate counts it. */
-function count(bucket: { judged: number; failures: number }, event: WindowEvent, sign: 1 | -1): void {
-  const status = event.status;
+/** Counts an event in (sign 1) or out (sign -1) of its minute, as evaluate counts it. */
+function count(ring: MinuteRing, at: number, status: number, sign: 1 | -1): void {
   if (status === 429 || status >= 500) return;
-  bucket.judged += sign;
-  if (isSignal(status)) bucket.failures += sign;
+  ring.add(at, JUDGED, sign);
+  if (isSignal(status)) ring.add(at, FAILURES, sign);
 }
 
 function isSignal(status: number): boolean {

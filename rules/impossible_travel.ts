@@ -13,7 +13,7 @@
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the impossible hops span at least criticalCountries countries.
  */
-import { MinuteBuckets, type MinuteBucket } from '../src/detect/tallies.ts';
+import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
 import type { Finding, GeoPoint, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
@@ -43,13 +43,17 @@ interface Hop {
   speedKmh: number;
 }
 
-/** A point the key was seen at (exact coordinates), and the minutes it was seen in. */
+/** A point the key was seen at (exact coordinates): its events in the window, newest time, and events per minute. */
 interface Place {
   latitude: number;
   longitude: number;
+  events: number;
   newest: number;
-  minutes: MinuteBuckets<MinuteBucket>;
+  minutes: MinuteRing;
 }
+
+/** Places remember this many minutes: an hour's window and its edges. */
+const RING_MINUTES = 64;
 
 /** The screen's tally: the window's geolocated points. */
 interface Tally {
@@ -195,29 +199,34 @@ export const rule: RuleDefinition<Params, Tally> = {
   screen: {
     create: () => ({ places: new Map(), last: undefined, unplaceable: 0 }),
     add(tally, event) {
-      if (!event.geo) return;
-      if (Number.isNaN(event.geo.latitude) || Number.isNaN(event.geo.longitude)) {
+      const geo = event.geo;
+      if (!geo) return;
+      if (Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) {
         tally.unplaceable++;
         return;
       }
-      let place = placeOf(tally, event.geo);
+      let place = placeOf(tally, geo);
       if (!place) {
-        place = { latitude: event.geo.latitude, longitude: event.geo.longitude, newest: event.timestamp, minutes: new MinuteBuckets((minute) => ({ minute, events: 0 })) };
-        tally.places.set(placeKey(event.geo), (tally.last = place));
+        place = { latitude: geo.latitude, longitude: geo.longitude, events: 0, newest: -Infinity, minutes: new MinuteRing(RING_MINUTES, [0]) };
+        tally.places.set(placeKey(geo), (tally.last = place));
       }
-      place.minutes.add(event.timestamp);
+      place.events++;
       if (event.timestamp > place.newest) place.newest = event.timestamp;
+      const at = place.minutes.claim(event.timestamp);
+      if (at !== FORGOTTEN) place.minutes.add(at, 0, 1);
     },
     removeOldest(tally, event) {
-      if (!event.geo) return;
-      if (Number.isNaN(event.geo.latitude) || Number.isNaN(event.geo.longitude)) {
+      const geo = event.geo;
+      if (!geo) return;
+      if (Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) {
         tally.unplaceable--;
         return;
       }
-      const place = placeOf(tally, event.geo)!;
-      place.minutes.removeOldest();
-      if (place.minutes.list.length === 0) {
-        tally.places.delete(placeKey(event.geo));
+      const place = placeOf(tally, geo)!;
+      const at = place.minutes.find(minuteOf(event.timestamp));
+      if (at >= 0) place.minutes.add(at, 0, -1);
+      if (--place.events === 0) {
+        tally.places.delete(placeKey(geo));
         tally.last = undefined;
       }
     },
@@ -228,16 +237,15 @@ export const rule: RuleDefinition<Params, Tally> = {
       const windowStart = now - params.windowMinutes * MINUTE;
       const recentStart = now - params.recentMinutes * MINUTE;
       if (tally.unplaceable > 0 || !(recentStart >= windowStart)) return true;
+      let points = 0;
+      for (const place of tally.places.values()) if (place.newest >= windowStart && ++points === 2) break;
+      if (points < 2) return false;
       const firstWholeMinute = Math.ceil(windowStart / MINUTE);
       const lastWholeMinute = Math.floor(recentStart / MINUTE) - 1;
-      let points = 0;
-      let newPoint = false;
       for (const place of tally.places.values()) {
-        if (place.newest < windowStart) continue;
-        points++;
-        if (place.newest >= recentStart && !seenIn(place, firstWholeMinute, lastWholeMinute)) newPoint = true;
+        if (place.newest >= recentStart && !seenIn(place.minutes, firstWholeMinute, lastWholeMinute)) return true;
       }
-      return points >= 2 && newPoint;
+      return false;
     },
   },
 };
@@ -254,11 +262,13 @@ function placeKey(geo: GeoPoint): string {
   return `${geo.latitude},${geo.longitude}`;
 }
 
-/** Whether the place has events in a minute from `first` to `last` (inclusive). */
-function seenIn(place: Place, first: number, last: number): boolean {
-  const list = place.minutes.list;
-  const index = place.minutes.indexFrom(first);
-  return index < list.length && list[index]!.minute <= last;
+/** Whether events fell in a minute from `first` to `last` (inclusive); a minute the ring forgot counts as not seen. */
+function seenIn(minutes: MinuteRing, first: number, last: number): boolean {
+  for (let minute = first; minute <= last; minute++) {
+    const at = minutes.find(minute);
+    if (at !== NO_EVENTS && at !== FORGOTTEN && minutes.get(at, 0) > 0) return true;
+  }
+  return false;
 }
 
 function measure(from: Hop['from'], to: Hop['to'], defaultAccuracyKm: number): Hop {

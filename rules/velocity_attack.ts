@@ -7,7 +7,7 @@
  * minMinutesOver-th busiest over minute — so one huge spike next to a mild excess stays medium:
  *   medium >= 1.5x the limit, high >= 3x, critical >= 10x.
  */
-import { MinuteBuckets, minuteOf, type MinuteBucket } from '../src/detect/tallies.ts';
+import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
@@ -27,14 +27,16 @@ const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
 /**
- * The screen's tally: events per clock minute, with the lowest limit any of them carried (a minute is
- * judged against its highest limit, which is at least that; it is not raised when events leave).
- * An event without a usable limit counts as limit 0 (evaluate would judge its minute against the
- * default or another event's limit).
+ * The screen's tally, per clock minute of the last RING_MINUTES: the events, and the lowest limit any
+ * of them carried (a minute is judged against its highest limit, which is at least that; it is not
+ * raised when events leave). An event without a usable limit counts as limit 0 (evaluate would judge
+ * its minute against the default or another event's limit).
  */
-type Tally = MinuteBuckets<MinuteBucket & { lowestLimit: number }>;
+const RING_MINUTES = 8;
+const EVENTS = 0;
+const LOWEST_LIMIT = 1;
 
-export const rule: RuleDefinition<Params, Tally> = {
+export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'velocity_attack',
   version: '1.0.0',
   title: 'Velocity attack',
@@ -160,36 +162,42 @@ export const rule: RuleDefinition<Params, Tally> = {
     return [finding];
   },
   screen: {
-    create: () => new MinuteBuckets((minute) => ({ minute, events: 0, lowestLimit: Infinity })),
-    add(tally, event) {
-      const bucket = tally.add(event.timestamp);
-      const limit = event.rateLimitPerMinute > 0 ? event.rateLimitPerMinute : 0;
-      if (limit < bucket.lowestLimit) bucket.lowestLimit = limit;
+    create: () => new MinuteRing(RING_MINUTES, [0, Infinity]),
+    add(ring, event) {
+      const at = ring.claim(event.timestamp);
+      if (at === FORGOTTEN) return;
+      ring.add(at, EVENTS, 1);
+      ring.lower(at, LOWEST_LIMIT, event.rateLimitPerMinute > 0 ? event.rateLimitPerMinute : 0);
     },
-    removeOldest(tally) {
-      tally.removeOldest();
+    removeOldest(ring, event) {
+      const at = ring.find(minuteOf(event.timestamp));
+      if (at >= 0) ring.add(at, EVENTS, -1);
     },
     // The minutes evaluate counts, each judged against its lowest limit: never fewer minutes over.
-    mayFire(tally, params, now) {
-      if (!(params.thresholdRatio >= 0)) return true;
+    mayFire(ring, params, now) {
       const minutes = Math.max(1, Math.floor(params.windowMinutes));
       const needed = Math.max(1, Math.floor(params.minMinutesOver));
       const currentMinute = minuteOf(now);
-      const list = tally.list;
+      const firstMinute = currentMinute - minutes;
+      // Events later than now count in the current minute, as in evaluate.
+      const lastMinute = Math.max(currentMinute, ring.newestMinute);
+      if (lastMinute - firstMinute >= ring.size || !(params.thresholdRatio >= 0)) return true;
       let over = 0;
-      let index = tally.indexFrom(currentMinute - minutes);
-      for (; index < list.length && list[index]!.minute < currentMinute; index++) {
-        const bucket = list[index]!;
-        if (bucket.events > bucket.lowestLimit * params.thresholdRatio && ++over >= needed) return true;
+      let currentEvents = 0;
+      let currentLimit = Infinity;
+      for (let minute = firstMinute; minute <= lastMinute; minute++) {
+        const at = ring.find(minute);
+        if (at === NO_EVENTS) continue;
+        if (at === FORGOTTEN) return true;
+        if (minute < currentMinute) {
+          if (ring.get(at, EVENTS) > ring.get(at, LOWEST_LIMIT) * params.thresholdRatio) over++;
+        } else {
+          currentEvents += ring.get(at, EVENTS);
+          currentLimit = Math.min(currentLimit, ring.get(at, LOWEST_LIMIT));
+        }
       }
-      // The current minute and any later one are one slot, as in evaluate.
-      let events = 0;
-      let lowest = Infinity;
-      for (; index < list.length; index++) {
-        events += list[index]!.events;
-        lowest = Math.min(lowest, list[index]!.lowestLimit);
-      }
-      return events > lowest * params.thresholdRatio && over + 1 >= needed;
+      if (currentEvents > currentLimit * params.thresholdRatio) over++;
+      return over >= needed;
     },
   },
 };

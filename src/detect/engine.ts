@@ -8,8 +8,8 @@
  * enter and leave it, so judging a key is usually a few counter checks; a rule reads the window
  * (evaluate) only when its screen says it may fire.
  */
-import { DEFAULT_RATE_LIMIT_PER_MINUTE, type Plan, type RequestEvent } from '../events/request-event.ts';
-import { networkOf } from '../../rules/network.ts';
+import type { Plan, RequestEvent } from '../events/request-event.ts';
+import { Admission, type AdmittedBatch } from './admission.ts';
 import type { DetectionConfig } from './detection-config.ts';
 import { EventWindow } from './event-window.ts';
 import type { GeoLookup } from './geo.ts';
@@ -48,113 +48,147 @@ interface KeyState {
   partition: number;
   /** Per rule (same index as the rules): its screen's tally, undefined without a screen, or BROKEN. */
   tallies: unknown[];
-  /** Per rule: its parameters for this key, merged for `paramsOf` (the config and plan they were merged under). */
+  /** Per rule: its parameters for this key, merged under paramsConfig for paramsPlan. */
   params: unknown[];
-  paramsOf: { config: DetectionConfig; plan: Plan } | undefined;
-  /** The batch that last touched the key, so each key is evaluated once per batch. */
+  paramsConfig: DetectionConfig | undefined;
+  paramsPlan: Plan | undefined;
+  /** The batch that last touched the key, so each key is judged once per batch. */
   batch: number;
 }
 
+/** The events a batch added to windows (repeats left out), and their keys, index for index. */
+interface Entered {
+  states: KeyState[];
+  events: WindowEvent[];
+  /** Each key once. */
+  touched: KeyState[];
+}
+
 export class DetectionEngine {
-  private readonly keys = new Map<string, KeyState>();
+  private readonly admission: Admission;
+  /** merchantId -> apiKeyId -> the key's state. */
+  private readonly keys = new Map<string, Map<string, KeyState>>();
+  private keyCount = 0;
   private readonly rules: readonly AnyRule[];
   private readonly windowMs: number;
   private readonly maxEventsPerKey: number;
-  private readonly entitled: Set<string>;
   private batches = 0;
   ruleErrors = 0;
 
   constructor(private readonly options: EngineOptions) {
+    this.admission = new Admission(options.entitledPlans, options.config, options.geo);
     this.rules = options.rules;
     this.windowMs = Math.max(...options.rules.map((rule) => rule.windowMs));
     this.maxEventsPerKey = options.maxEventsPerKey ?? 5_000;
-    this.entitled = new Set(options.entitledPlans);
   }
 
   get trackedKeys(): number {
-    return this.keys.size;
+    return this.keyCount;
   }
 
   /** Adds events to their windows and evaluates every key they touched, as of `now`. */
   process(events: readonly RequestEvent[], now: number, partition = -1): EngineFinding[] {
-    const batch = ++this.batches;
-    const touched: KeyState[] = [];
-    for (const event of events) {
-      const state = this.add(event, partition);
-      if (state && state.batch !== batch) {
-        state.batch = batch;
-        touched.push(state);
-      }
-    }
-    const findings: EngineFinding[] = [];
-    for (const state of touched) this.evaluate(state, now, findings);
-    return findings;
+    return this.detect(this.admit(events), now, partition);
+  }
+
+  /** process() in two steps: admission and enrichment (admission.ts), ... */
+  admit(events: readonly RequestEvent[]): AdmittedBatch {
+    return this.admission.admit(events);
+  }
+
+  /**
+   * ... then windows and rules. The batch goes through each step before the next, and each rule
+   * takes all of the batch's events in one loop: the keys' states are scattered in memory, and a
+   * tight loop over independent keys lets the CPU fetch several at once.
+   */
+  detect(batch: AdmittedBatch, now: number, partition = -1): EngineFinding[] {
+    const entered = this.enter(batch, partition);
+    this.tally(entered);
+    for (const state of entered.touched) this.prune(state);
+    return this.judge(entered.touched, now);
   }
 
   /** Adds events without evaluating (warming the windows after a start or a rebalance). */
   warm(events: readonly RequestEvent[], partition = -1): void {
-    for (const event of events) this.add(event, partition);
+    const entered = this.enter(this.admit(events), partition);
+    this.tally(entered);
+    for (const state of entered.touched) this.prune(state);
   }
 
   /** Forgets the keys of partitions this replica no longer owns. */
   keepPartitions(owned: ReadonlySet<number>): void {
-    for (const [key, state] of this.keys) {
-      if (state.partition >= 0 && !owned.has(state.partition)) this.keys.delete(key);
+    for (const [merchantId, keys] of this.keys) {
+      for (const [apiKeyId, state] of keys) {
+        if (state.partition < 0 || owned.has(state.partition)) continue;
+        keys.delete(apiKeyId);
+        this.keyCount--;
+      }
+      if (keys.size === 0) this.keys.delete(merchantId);
     }
   }
 
-  private add(event: RequestEvent, partition: number): KeyState | undefined {
-    if (!this.entitled.has(event.plan)) return undefined;
-    if (this.options.config().isAllowlisted(event.merchantId, event.apiKeyId, event.ip, event.userAgent)) return undefined;
-    const key = `${event.merchantId}\u0000${event.apiKeyId}`;
-    let state = this.keys.get(key);
+  /** Each event goes into its key's window, unless the key has its eventId already. */
+  private enter(batch: AdmittedBatch, partition: number): Entered {
+    const batchNumber = ++this.batches;
+    const entered: Entered = { states: [], events: [], touched: [] };
+    for (let i = 0; i < batch.events.length; i++) {
+      const event = batch.events[i]!;
+      const state = this.stateOf(event, partition);
+      const ids = state.eventIds.size;
+      if (state.eventIds.add(event.eventId).size === ids) continue; // a redelivery counts once
+      state.plan = event.plan;
+      if (partition >= 0) state.partition = partition;
+      state.window.insert(batch.windowEvents[i]!);
+      entered.states.push(state);
+      entered.events.push(batch.windowEvents[i]!);
+      if (state.batch !== batchNumber) {
+        state.batch = batchNumber;
+        entered.touched.push(state);
+      }
+    }
+    return entered;
+  }
+
+  /** Every rule's tallies take the entered events, rule by rule. */
+  private tally(entered: Entered): void {
+    for (let r = 0; r < this.rules.length; r++) {
+      const screen = this.rules[r]!.screen;
+      if (!screen) continue;
+      for (let i = 0; i < entered.events.length; i++) {
+        const state = entered.states[i]!;
+        const tally = state.tallies[r];
+        if (tally === BROKEN) continue;
+        try {
+          screen.add(tally, entered.events[i]!);
+        } catch (error) {
+          this.screenFailed(state, r, error);
+        }
+      }
+    }
+  }
+
+  private stateOf(event: RequestEvent, partition: number): KeyState {
+    let keys = this.keys.get(event.merchantId);
+    if (!keys) this.keys.set(event.merchantId, (keys = new Map()));
+    let state = keys.get(event.apiKeyId);
     if (!state) {
-      state = this.newKey(event, partition);
-      this.keys.set(key, state);
+      state = {
+        merchantId: event.merchantId,
+        apiKeyId: event.apiKeyId,
+        plan: event.plan,
+        window: new EventWindow(),
+        eventIds: new Set(),
+        partition,
+        tallies: this.rules.map((rule) => rule.screen?.create()),
+        params: [],
+        paramsConfig: undefined,
+        paramsPlan: undefined,
+        batch: 0,
+      };
+      keys.set(event.apiKeyId, state);
+      this.keyCount++;
     }
-    if (state.eventIds.has(event.eventId)) return undefined; // a redelivery counts once
-    state.eventIds.add(event.eventId);
-    state.plan = event.plan;
-    if (partition >= 0) state.partition = partition;
-    const windowEvent = this.toWindowEvent(event);
-    state.window.insert(windowEvent);
-    this.updateTallies(state, 'add', windowEvent);
-    this.prune(state);
     return state;
-  }
-
-  private newKey(event: RequestEvent, partition: number): KeyState {
-    return {
-      merchantId: event.merchantId,
-      apiKeyId: event.apiKeyId,
-      plan: event.plan,
-      window: new EventWindow(),
-      eventIds: new Set(),
-      partition,
-      tallies: this.rules.map((rule) => rule.screen?.create()),
-      params: [],
-      paramsOf: undefined,
-      batch: 0,
-    };
-  }
-
-  private toWindowEvent(event: RequestEvent): WindowEvent {
-    const geo = this.options.geo?.lookup(event.ip);
-    // Every event has the same fields (country and geo may be undefined): the rules' reads stay monomorphic.
-    return {
-      eventId: event.eventId,
-      timestamp: event.timestamp,
-      ip: event.ip,
-      network: networkOf(event.ip),
-      userAgent: event.userAgent,
-      method: event.method,
-      path: event.path,
-      status: event.status,
-      responseTimeMs: event.responseTimeMs,
-      rateLimitPerMinute: event.rateLimitPerMinute ?? DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan],
-      country: event.country ?? geo?.country,
-      geo,
-    };
   }
 
   /** Drops events older than the longest rule window (relative to the key's newest event), and the excess. */
@@ -164,29 +198,56 @@ export class DetectionEngine {
     while (window.size > this.maxEventsPerKey || window.oldest!.timestamp < cutoff) {
       const event = window.dropOldest();
       state.eventIds.delete(event.eventId);
-      this.updateTallies(state, 'removeOldest', event);
-    }
-  }
-
-  /** An event enters or leaves the key's window: every rule's tally follows. */
-  private updateTallies(state: KeyState, update: 'add' | 'removeOldest', event: WindowEvent): void {
-    for (let r = 0; r < this.rules.length; r++) {
-      const tally = state.tallies[r];
-      if (tally === undefined || tally === BROKEN) continue;
-      try {
-        this.rules[r]!.screen![update](tally, event);
-      } catch (error) {
-        this.screenFailed(state, r, error);
+      for (let r = 0; r < this.rules.length; r++) {
+        const tally = state.tallies[r];
+        if (tally === undefined || tally === BROKEN) continue;
+        try {
+          this.rules[r]!.screen!.removeOldest(tally, event);
+        } catch (error) {
+          this.screenFailed(state, r, error);
+        }
       }
     }
   }
 
-  /** Screens a key for one rule: false when the rule cannot fire. A screen that throws is set aside for the key. */
-  private mayFire(state: KeyState, r: number, params: unknown, now: number): boolean {
-    const tally = state.tallies[r];
-    if (tally === undefined || tally === BROKEN) return true;
+  /**
+   * Judges the keys a batch touched: first every rule's screen over all the keys (rule by rule),
+   * then, key by key, the rules whose screen said they may fire read the key's window.
+   */
+  private judge(touched: readonly KeyState[], now: number): EngineFinding[] {
+    for (const state of touched) this.refreshParams(state);
+    const rules = this.rules;
+    const mayFire = new Uint8Array(touched.length * rules.length);
+    for (let r = 0; r < rules.length; r++) {
+      const screen = rules[r]!.screen;
+      for (let k = 0; k < touched.length; k++) {
+        const state = touched[k]!;
+        const tally = state.tallies[r];
+        mayFire[k * rules.length + r] = !screen || tally === BROKEN || this.screen(state, r, tally, now) ? 1 : 0;
+      }
+    }
+    const findings: EngineFinding[] = [];
+    for (let k = 0; k < touched.length; k++) {
+      const state = touched[k]!;
+      let window: KeyWindow | undefined;
+      for (let r = 0; r < rules.length; r++) {
+        if (!mayFire[k * rules.length + r]) continue;
+        const rule = rules[r]!;
+        window ??= { merchantId: state.merchantId, apiKeyId: state.apiKeyId, plan: state.plan, events: state.window.toArray() };
+        try {
+          for (const finding of rule.evaluate(window, state.params[r], now)) findings.push({ merchantId: state.merchantId, ruleId: rule.id, finding });
+        } catch (error) {
+          this.ruleError(rule.id, error);
+        }
+      }
+    }
+    return findings;
+  }
+
+  /** A screen's verdict on a key; a screen that throws is set aside for the key, and the rule evaluates. */
+  private screen(state: KeyState, r: number, tally: unknown, now: number): boolean {
     try {
-      return this.rules[r]!.screen!.mayFire(tally, params, now);
+      return this.rules[r]!.screen!.mayFire(tally, state.params[r], now);
     } catch (error) {
       this.screenFailed(state, r, error);
       return true;
@@ -199,29 +260,13 @@ export class DetectionEngine {
     this.ruleError(this.rules[r]!.id, error);
   }
 
-  private evaluate(state: KeyState, now: number, findings: EngineFinding[]): void {
-    const params = this.paramsFor(state);
-    let window: KeyWindow | undefined;
-    for (let r = 0; r < this.rules.length; r++) {
-      const rule = this.rules[r]!;
-      if (!this.mayFire(state, r, params[r], now)) continue;
-      try {
-        window ??= { merchantId: state.merchantId, apiKeyId: state.apiKeyId, plan: state.plan, events: state.window.toArray() };
-        for (const finding of rule.evaluate(window, params[r], now)) findings.push({ merchantId: state.merchantId, ruleId: rule.id, finding });
-      } catch (error) {
-        this.ruleError(rule.id, error);
-      }
-    }
-  }
-
   /** The rules' parameters for a key, merged again only when the config or the key's plan changed. */
-  private paramsFor(state: KeyState): unknown[] {
+  private refreshParams(state: KeyState): void {
     const config = this.options.config();
-    if (state.paramsOf?.config !== config || state.paramsOf.plan !== state.plan) {
-      state.params = this.rules.map((rule) => config.parameters(rule.id, rule.defaults, state.plan, state.merchantId));
-      state.paramsOf = { config, plan: state.plan };
-    }
-    return state.params;
+    if (state.paramsConfig === config && state.paramsPlan === state.plan) return;
+    state.params = this.rules.map((rule) => config.parameters(rule.id, rule.defaults, state.plan, state.merchantId));
+    state.paramsConfig = config;
+    state.paramsPlan = state.plan;
   }
 
   private ruleError(ruleId: string, error: unknown): void {

@@ -1,8 +1,7 @@
 /**
  * Building blocks for rule screens (RuleScreen in types.ts): running tallies of a key's window,
- * kept up to date as events enter it and leave it. Events leave oldest first, so a tally can count
- * an event out of its oldest minute, and the newest time it remembers for a value stays right until
- * the value's last event leaves.
+ * kept up to date as events enter it and leave it. Events leave oldest first, so the newest time a
+ * tally remembers for a value stays right until the value's last event leaves.
  */
 
 const MINUTE = 60_000;
@@ -12,53 +11,70 @@ export function minuteOf(timestamp: number): number {
   return Math.floor(timestamp / MINUTE);
 }
 
-/** One UTC clock minute of a window: the caller's counters, and how many events fall in it. */
-export interface MinuteBucket {
-  readonly minute: number;
-  events: number;
-}
+/** What MinuteRing.find says about a minute the ring holds no counters for. */
+export const NO_EVENTS = -1;
+export const FORGOTTEN = -2;
 
-/** Counters per UTC clock minute over a key's window, oldest minute first; a minute without events has no bucket. */
-export class MinuteBuckets<B extends MinuteBucket> {
-  /** Oldest first. */
-  readonly list: B[] = [];
+/**
+ * Counters per UTC clock minute for a key's latest `size` minutes, in one typed array: a ring where
+ * minute m lives in slot m % size, so updating a minute or reading the last few touches little
+ * memory. A slot is taken over by a later minute; reading a minute whose slot holds a later one
+ * answers FORGOTTEN, and the rule must then assume the worst (the ring is too short for the
+ * question). Counters are numbers the rule gives meaning to (an event count, a lowest limit, ...).
+ */
+export class MinuteRing {
+  private readonly slots: Float64Array;
+  private readonly stride: number;
+  /** The latest minute any event fell in (not lowered when events leave). */
+  newestMinute = -Infinity;
 
-  /** `create` makes the bucket of a minute with its counters at zero and `events: 0`. */
-  constructor(private readonly create: (minute: number) => B) {}
+  /** `initial` holds each counter's value for a minute without events. */
+  constructor(
+    readonly size: number,
+    private readonly initial: readonly number[],
+  ) {
+    this.stride = initial.length + 1;
+    this.slots = new Float64Array(size * this.stride).fill(-Infinity);
+  }
 
-  /** Counts an event in; returns its minute's bucket so the caller updates its own counters. */
-  add(timestamp: number): B {
+  /**
+   * Where the counters of the event's minute are (an index for get, add and lower), the slot being
+   * taken over when it holds an earlier minute; FORGOTTEN when it already holds a later one.
+   */
+  claim(timestamp: number): number {
     const minute = minuteOf(timestamp);
-    const list = this.list;
-    let last = list.length - 1;
-    if (last >= 0 && list[last]!.minute === minute) {
-      list[last]!.events++;
-      return list[last]!;
-    }
-    // A new minute, or an event out of order: walk back to its place.
-    while (last >= 0 && list[last]!.minute > minute) last--;
-    let bucket = list[last];
-    if (bucket === undefined || bucket.minute !== minute) {
-      bucket = this.create(minute);
-      if (last === list.length - 1) list.push(bucket);
-      else list.splice(last + 1, 0, bucket);
-    }
-    bucket.events++;
-    return bucket;
+    const at = this.slotOf(minute);
+    const held = this.slots[at]!;
+    if (held === minute) return at;
+    if (held > minute) return FORGOTTEN;
+    this.slots[at] = minute;
+    for (let k = 0; k < this.initial.length; k++) this.slots[at + 1 + k] = this.initial[k]!;
+    if (minute > this.newestMinute) this.newestMinute = minute;
+    return at;
   }
 
-  /** Counts out the window's oldest event (it is in the first bucket); returns that bucket, dropped once empty. */
-  removeOldest(): B {
-    const bucket = this.list[0]!;
-    if (--bucket.events === 0) this.list.shift();
-    return bucket;
+  /** Where the minute's counters are; NO_EVENTS when no event fell in it, FORGOTTEN when its slot holds a later minute. */
+  find(minute: number): number {
+    const at = this.slotOf(minute);
+    const held = this.slots[at]!;
+    return held === minute ? at : held > minute ? FORGOTTEN : NO_EVENTS;
   }
 
-  /** The index in `list` of the first bucket at or after `minute`. */
-  indexFrom(minute: number): number {
-    let index = this.list.length;
-    while (index > 0 && this.list[index - 1]!.minute >= minute) index--;
-    return index;
+  get(at: number, counter: number): number {
+    return this.slots[at + 1 + counter]!;
+  }
+
+  add(at: number, counter: number, delta: number): void {
+    this.slots[at + 1 + counter]! += delta;
+  }
+
+  /** Sets the counter to `value` when that is lower. */
+  lower(at: number, counter: number, value: number): void {
+    if (value < this.slots[at + 1 + counter]!) this.slots[at + 1 + counter] = value;
+  }
+
+  private slotOf(minute: number): number {
+    return (((minute % this.size) + this.size) % this.size) * this.stride;
   }
 }
 

@@ -194,8 +194,8 @@ export class DetectionEngine {
   /** Drops events older than the longest rule window (relative to the key's newest event), and the excess. */
   private prune(state: KeyState): void {
     const { window } = state;
-    const cutoff = window.newest!.timestamp - this.windowMs;
-    while (window.size > this.maxEventsPerKey || window.oldest!.timestamp < cutoff) {
+    const cutoff = window.newestTime - this.windowMs;
+    while (window.size > 0 && (window.size > this.maxEventsPerKey || window.oldest!.timestamp < cutoff)) {
       const event = window.dropOldest();
       state.eventIds.delete(event.eventId);
       for (let r = 0; r < this.rules.length; r++) {

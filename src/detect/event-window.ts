@@ -8,6 +8,7 @@ export class EventWindow {
   private events: WindowEvent[] = [];
   /** events[head] is the oldest event still in the window; the ones before it have left. */
   private head = 0;
+  private newestTimestamp = -Infinity;
 
   get size(): number {
     return this.events.length - this.head;
@@ -17,13 +18,20 @@ export class EventWindow {
     return this.events[this.head];
   }
 
-  get newest(): WindowEvent | undefined {
-    return this.events[this.events.length - 1];
+  /** The latest timestamp the window has held (-Infinity before its first event). */
+  get newestTime(): number {
+    return this.newestTimestamp;
   }
 
   /** Events arrive nearly in order: append, or walk back to the right place. */
   insert(event: WindowEvent): void {
     const events = this.events;
+    // The newest time is kept at hand: appending then reads no other event.
+    if (event.timestamp >= this.newestTimestamp) {
+      events.push(event);
+      this.newestTimestamp = event.timestamp;
+      return;
+    }
     let index = events.length;
     while (index > this.head && events[index - 1]!.timestamp > event.timestamp) index--;
     if (index === events.length) events.push(event);

@@ -16,15 +16,17 @@ export const NO_EVENTS = -1;
 export const FORGOTTEN = -2;
 
 /**
- * Counters per UTC clock minute for a key's latest `size` minutes, in one typed array: a ring where
- * minute m lives in slot m % size, so updating a minute or reading the last few touches little
- * memory. A slot is taken over by a later minute; reading a minute whose slot holds a later one
+ * Counters per UTC clock minute for a key's latest `size` minutes (a power of two), in one array of
+ * numbers: a ring where minute m lives in slot m % size, so updating a minute or reading the last
+ * few touches little memory. A slot is taken over by a later minute; reading a minute whose slot holds a later one
  * answers FORGOTTEN, and the rule must then assume the worst (the ring is too short for the
  * question). Counters are numbers the rule gives meaning to (an event count, a lowest limit, ...).
  */
 export class MinuteRing {
-  private readonly slots: Float64Array;
+  /** Per slot: its minute, then its counters. A plain array, kept next to the ring in memory (a typed array's data would not be). */
+  private readonly slots: number[];
   private readonly stride: number;
+  private readonly mask: number;
   /** The latest minute any event fell in (not lowered when events leave). */
   newestMinute = -Infinity;
 
@@ -33,8 +35,10 @@ export class MinuteRing {
     readonly size: number,
     private readonly initial: readonly number[],
   ) {
+    if (!(size > 0 && (size & (size - 1)) === 0)) throw new Error(`MinuteRing size must be a power of two, not ${size}`);
     this.stride = initial.length + 1;
-    this.slots = new Float64Array(size * this.stride).fill(-Infinity);
+    this.mask = size - 1;
+    this.slots = Array.from({ length: size * this.stride }, () => -Infinity);
   }
 
   /**
@@ -74,7 +78,7 @@ export class MinuteRing {
   }
 
   private slotOf(minute: number): number {
-    return (((minute % this.size) + this.size) % this.size) * this.stride;
+    return (minute & this.mask) * this.stride;
   }
 }
 

@@ -52,16 +52,8 @@ interface KeyState {
   params: unknown[];
   paramsConfig: DetectionConfig | undefined;
   paramsPlan: Plan | undefined;
-  /** The batch that last touched the key, so each key is judged once per batch. */
-  batch: number;
-}
-
-/** The events a batch added to windows (repeats left out), and their keys, index for index. */
-interface Entered {
-  states: KeyState[];
-  events: WindowEvent[];
-  /** Each key once. */
-  touched: KeyState[];
+  /** The batch's events for this key (repeats left out), before they go into the window. */
+  arrived: WindowEvent[];
 }
 
 export class DetectionEngine {
@@ -97,22 +89,21 @@ export class DetectionEngine {
   }
 
   /**
-   * ... then windows and rules. The batch goes through each step before the next, and each rule
-   * takes all of the batch's events in one loop: the keys' states are scattered in memory, and a
-   * tight loop over independent keys lets the CPU fetch several at once.
+   * ... then windows and rules, key by key: each key touched by the batch takes its new events
+   * (window and tallies) and is judged at once, so its state is fetched from memory once.
    */
   detect(batch: AdmittedBatch, now: number, partition = -1): EngineFinding[] {
-    const entered = this.enter(batch, partition);
-    this.tally(entered);
-    for (const state of entered.touched) this.prune(state);
-    return this.judge(entered.touched, now);
+    const findings: EngineFinding[] = [];
+    for (const state of this.arrive(batch, partition)) {
+      this.take(state);
+      this.judge(state, now, findings);
+    }
+    return findings;
   }
 
   /** Adds events without evaluating (warming the windows after a start or a rebalance). */
   warm(events: readonly RequestEvent[], partition = -1): void {
-    const entered = this.enter(this.admit(events), partition);
-    this.tally(entered);
-    for (const state of entered.touched) this.prune(state);
+    for (const state of this.arrive(this.admit(events), partition)) this.take(state);
   }
 
   /** Forgets the keys of partitions this replica no longer owns. */
@@ -127,10 +118,9 @@ export class DetectionEngine {
     }
   }
 
-  /** Each event goes into its key's window, unless the key has its eventId already. */
-  private enter(batch: AdmittedBatch, partition: number): Entered {
-    const batchNumber = ++this.batches;
-    const entered: Entered = { states: [], events: [], touched: [] };
+  /** Sorts the batch's events by key, leaving out those whose eventId the key has already; returns the keys. */
+  private arrive(batch: AdmittedBatch, partition: number): KeyState[] {
+    const touched: KeyState[] = [];
     for (let i = 0; i < batch.events.length; i++) {
       const event = batch.events[i]!;
       const state = this.stateOf(event, partition);
@@ -138,33 +128,27 @@ export class DetectionEngine {
       if (state.eventIds.add(event.eventId).size === ids) continue; // a redelivery counts once
       state.plan = event.plan;
       if (partition >= 0) state.partition = partition;
-      state.window.insert(batch.windowEvents[i]!);
-      entered.states.push(state);
-      entered.events.push(batch.windowEvents[i]!);
-      if (state.batch !== batchNumber) {
-        state.batch = batchNumber;
-        entered.touched.push(state);
-      }
+      if (state.arrived.push(batch.windowEvents[i]!) === 1) touched.push(state);
     }
-    return entered;
+    return touched;
   }
 
-  /** Every rule's tallies take the entered events, rule by rule. */
-  private tally(entered: Entered): void {
-    for (let r = 0; r < this.rules.length; r++) {
-      const screen = this.rules[r]!.screen;
-      if (!screen) continue;
-      for (let i = 0; i < entered.events.length; i++) {
-        const state = entered.states[i]!;
+  /** The key's new events go into its window and every rule's tally; then the oldest leave. */
+  private take(state: KeyState): void {
+    for (const event of state.arrived) {
+      state.window.insert(event);
+      for (let r = 0; r < this.rules.length; r++) {
         const tally = state.tallies[r];
-        if (tally === BROKEN) continue;
+        if (tally === undefined || tally === BROKEN) continue;
         try {
-          screen.add(tally, entered.events[i]!);
+          this.rules[r]!.screen!.add(tally, event);
         } catch (error) {
           this.screenFailed(state, r, error);
         }
       }
     }
+    state.arrived.length = 0;
+    this.prune(state);
   }
 
   private stateOf(event: RequestEvent, partition: number): KeyState {
@@ -183,7 +167,7 @@ export class DetectionEngine {
         params: [],
         paramsConfig: undefined,
         paramsPlan: undefined,
-        batch: 0,
+        arrived: [],
       };
       keys.set(event.apiKeyId, state);
       this.keyCount++;
@@ -210,38 +194,21 @@ export class DetectionEngine {
     }
   }
 
-  /**
-   * Judges the keys a batch touched: first every rule's screen over all the keys (rule by rule),
-   * then, key by key, the rules whose screen said they may fire read the key's window.
-   */
-  private judge(touched: readonly KeyState[], now: number): EngineFinding[] {
-    for (const state of touched) this.refreshParams(state);
-    const rules = this.rules;
-    const mayFire = new Uint8Array(touched.length * rules.length);
-    for (let r = 0; r < rules.length; r++) {
-      const screen = rules[r]!.screen;
-      for (let k = 0; k < touched.length; k++) {
-        const state = touched[k]!;
-        const tally = state.tallies[r];
-        mayFire[k * rules.length + r] = !screen || tally === BROKEN || this.screen(state, r, tally, now) ? 1 : 0;
+  /** Every rule whose screen says it may fire reads the key's window. */
+  private judge(state: KeyState, now: number, findings: EngineFinding[]): void {
+    this.refreshParams(state);
+    let window: KeyWindow | undefined;
+    for (let r = 0; r < this.rules.length; r++) {
+      const rule = this.rules[r]!;
+      const tally = state.tallies[r];
+      if (tally !== undefined && tally !== BROKEN && !this.screen(state, r, tally, now)) continue;
+      window ??= { merchantId: state.merchantId, apiKeyId: state.apiKeyId, plan: state.plan, events: state.window.toArray() };
+      try {
+        for (const finding of rule.evaluate(window, state.params[r], now)) findings.push({ merchantId: state.merchantId, ruleId: rule.id, finding });
+      } catch (error) {
+        this.ruleError(rule.id, error);
       }
     }
-    const findings: EngineFinding[] = [];
-    for (let k = 0; k < touched.length; k++) {
-      const state = touched[k]!;
-      let window: KeyWindow | undefined;
-      for (let r = 0; r < rules.length; r++) {
-        if (!mayFire[k * rules.length + r]) continue;
-        const rule = rules[r]!;
-        window ??= { merchantId: state.merchantId, apiKeyId: state.apiKeyId, plan: state.plan, events: state.window.toArray() };
-        try {
-          for (const finding of rule.evaluate(window, state.params[r], now)) findings.push({ merchantId: state.merchantId, ruleId: rule.id, finding });
-        } catch (error) {
-          this.ruleError(rule.id, error);
-        }
-      }
-    }
-    return findings;
   }
 
   /** A screen's verdict on a key; a screen that throws is set aside for the key, and the rule evaluates. */

@@ -7,6 +7,7 @@
  * minMinutesOver-th busiest over minute — so one huge spike next to a mild excess stays medium:
  *   medium >= 1.5x the limit, high >= 3x, critical >= 10x.
  */
+import { firstAtOrAfter } from '../src/detect/search.ts';
 import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
@@ -69,11 +70,8 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     const limits = new Array<number>(minutes + 1).fill(0);
     // Events are in time order, so each minute's events are one run: its first index and its count.
     const starts = new Array<number>(minutes + 1).fill(0);
-    // Find the first event of the window with a tight loop, then count: the window's events are
-    // scattered in memory, and a tight loop lets the CPU fetch many of them at once.
     const windowStart = firstMinute * MINUTE;
-    let first = events.length;
-    while (first > 0 && events[first - 1]!.timestamp >= windowStart) first--;
+    const first = firstAtOrAfter(events, windowStart);
     let slot = 0;
     let slotEnd = windowStart + MINUTE;
     for (let i = first; i < events.length; i++) {

@@ -2,13 +2,13 @@
  * The engine's first step: which events detection looks at, and what it knows about them. An event
  * is admitted when its plan is entitled and no allowlist covers its key, address, network or user
  * agent; it then becomes a WindowEvent, with its network, geolocation and rate limit filled in.
- * Stateless apart from the GeoIP lookup's cache.
+ * Stateless apart from bounded memories of addresses and user agents.
  */
 import { DEFAULT_RATE_LIMIT_PER_MINUTE, type RequestEvent } from '../events/request-event.ts';
 import { networkOf } from '../../rules/network.ts';
 import type { DetectionConfig } from './detection-config.ts';
 import type { GeoLookup } from './geo.ts';
-import type { WindowEvent } from './types.ts';
+import type { GeoPoint, WindowEvent } from './types.ts';
 
 /** The admitted events of a batch and their window events, index for index. */
 export interface AdmittedBatch {
@@ -16,14 +16,37 @@ export interface AdmittedBatch {
   windowEvents: WindowEvent[];
 }
 
-/** Addresses whose network is remembered: clients repeat their addresses. */
-const NETWORKS_REMEMBERED = 50_000;
+/** How many addresses and user agents are remembered: clients repeat theirs. */
+const REMEMBERED = 50_000;
+
+/** What admission knows about an address. */
+interface Address {
+  ip: string;
+  network: string;
+  geo: GeoPoint | undefined;
+}
+
+/**
+ * One string object per distinct value (bounded): windows hold one copy of a user agent or network,
+ * not one per event, and rules comparing them event to event find equal pointers at once.
+ */
+class Interner {
+  private strings = new Map<string, string>();
+
+  intern(value: string): string {
+    const known = this.strings.get(value);
+    if (known !== undefined) return known;
+    if (this.strings.size >= REMEMBERED) this.strings = new Map();
+    this.strings.set(value, value);
+    return value;
+  }
+}
 
 export class Admission {
   private readonly entitled: Set<string>;
-  /** Address -> its network, as one string per network: rules compare networks event to event, and equal pointers compare at once. */
-  private networks = new Map<string, string>();
-  private networkStrings = new Map<string, string>();
+  private addresses = new Map<string, Address>();
+  private readonly networks = new Interner();
+  private readonly userAgents = new Interner();
 
   constructor(
     entitledPlans: readonly string[],
@@ -45,31 +68,25 @@ export class Admission {
     return batch;
   }
 
-  private networkOf(ip: string): string {
-    let network = this.networks.get(ip);
-    if (network === undefined) {
-      if (this.networks.size >= NETWORKS_REMEMBERED) {
-        this.networks = new Map();
-        this.networkStrings = new Map();
-      }
-      network = networkOf(ip);
-      const known = this.networkStrings.get(network);
-      if (known === undefined) this.networkStrings.set(network, network);
-      else network = known;
-      this.networks.set(ip, network);
+  private address(ip: string): Address {
+    let address = this.addresses.get(ip);
+    if (address === undefined) {
+      if (this.addresses.size >= REMEMBERED) this.addresses = new Map();
+      address = { ip, network: this.networks.intern(networkOf(ip)), geo: this.geo?.lookup(ip) };
+      this.addresses.set(ip, address);
     }
-    return network;
+    return address;
   }
 
   private toWindowEvent(event: RequestEvent): WindowEvent {
-    const geo = this.geo?.lookup(event.ip);
+    const { ip, network, geo } = this.address(event.ip);
     // Every event has the same fields (country and geo may be undefined): the rules' reads stay monomorphic.
     return {
       eventId: event.eventId,
       timestamp: event.timestamp,
-      ip: event.ip,
-      network: this.networkOf(event.ip),
-      userAgent: event.userAgent,
+      ip,
+      network,
+      userAgent: this.userAgents.intern(event.userAgent),
       method: event.method,
       path: event.path,
       status: event.status,

@@ -179,7 +179,7 @@ export class DetectionEngine {
   private prune(state: KeyState): void {
     const { window } = state;
     const cutoff = window.newestTime - this.windowMs;
-    while (window.size > 0 && (window.size > this.maxEventsPerKey || window.oldest!.timestamp < cutoff)) {
+    while (window.size > 0 && (window.size > this.maxEventsPerKey || window.oldestTime < cutoff)) {
       const event = window.dropOldest();
       state.eventIds.delete(event.eventId);
       for (let r = 0; r < this.rules.length; r++) {

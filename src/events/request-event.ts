@@ -61,7 +61,7 @@ export interface RequestEvent {
 }
 
 /** Normalizes zod's output in place (it is a fresh object already): one allocation less per event. */
-function normalizeEvent(input: z.output<typeof requestEventSchema>): RequestEvent {
+function normalizeEvent(input: z.output<typeof requestEventSchema> | RequestEvent): RequestEvent {
   const event = input as unknown as RequestEvent;
   if (typeof input.timestamp !== 'number') event.timestamp = Date.parse(input.timestamp);
   if (input.userAgent.length > MAX_USER_AGENT_LENGTH) event.userAgent = input.userAgent.slice(0, MAX_USER_AGENT_LENGTH);
@@ -70,6 +70,40 @@ function normalizeEvent(input: z.output<typeof requestEventSchema>): RequestEven
   return event;
 }
 
+// The schema costs a few microseconds an event. The common case is checked by hand first: the same
+// rules as the schema (its own patterns for addresses and times) or stricter ones (an IPv6 address,
+// a number out of the safe range, anything unusual is left to the schema), and the same output (the
+// known fields only). Whatever it does not accept goes to the schema, which also words the rejection.
+const IPV4 = z.regexes.ipv4;
+const ISO_DATETIME = z.regexes.datetime({ offset: true });
+const METHOD = /^[A-Za-z]{1,16}$/;
+const COUNTRY = /^[A-Za-z]{2}$/;
+const PLAN_NAMES: ReadonlySet<unknown> = new Set(PLANS);
+
+/** The schema's output for a value the hand-written checks accept; undefined to ask the schema. */
+export function commonEvent(value: Record<string, unknown>): RequestEvent | undefined {
+  const { eventId, timestamp, merchantId, plan, apiKeyId, environment, ip, userAgent, method, path, status, responseTimeMs, rateLimitPerMinute, country } = value;
+  if (!isName(eventId) || !isName(merchantId) || !isName(apiKeyId)) return undefined;
+  if (typeof timestamp === 'number' ? !isIntegerIn(timestamp, MIN_EPOCH_MS, MAX_EPOCH_MS) : typeof timestamp !== 'string' || !ISO_DATETIME.test(timestamp)) return undefined;
+  if (!PLAN_NAMES.has(plan) || (environment !== 'live' && environment !== 'test')) return undefined;
+  if (typeof ip !== 'string' || !IPV4.test(ip) || typeof userAgent !== 'string') return undefined;
+  if (typeof method !== 'string' || !METHOD.test(method) || typeof path !== 'string' || path.length < 1 || path.length > 2048) return undefined;
+  if (!isIntegerIn(status, 100, 599) || typeof responseTimeMs !== 'number' || !(responseTimeMs >= 0 && responseTimeMs <= 86_400_000)) return undefined;
+  if (rateLimitPerMinute !== undefined && !isIntegerIn(rateLimitPerMinute, 1, 100_000_000)) return undefined;
+  if (country !== undefined && (typeof country !== 'string' || !COUNTRY.test(country))) return undefined;
+  const event = { eventId, timestamp, merchantId, plan, apiKeyId, environment, ip, userAgent, method, path, status, responseTimeMs } as RequestEvent;
+  if (rateLimitPerMinute !== undefined) event.rateLimitPerMinute = rateLimitPerMinute as number;
+  if (country !== undefined) event.country = country as string;
+  return event;
+}
+
+function isName(value: unknown): value is string {
+  return typeof value === 'string' && value.length >= 1 && value.length <= 128;
+}
+
+function isIntegerIn(value: unknown, min: number, max: number): value is number {
+  return Number.isSafeInteger(value) && (value as number) >= min && (value as number) <= max;
+}
 
 export type RejectionReason = 'invalid_json' | 'not_an_object' | 'validation_failed' | 'secret_in_event' | 'too_large' | 'empty';
 
@@ -114,6 +148,8 @@ function validateRequestEvent(value: unknown): ParseResult {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     return reject('not_an_object', [{ path: [], message: 'event must be a JSON object' }]);
   }
+  const common = commonEvent(value as Record<string, unknown>);
+  if (common) return { ok: true, event: normalizeEvent(common) };
   const parsed = requestEventSchema.safeParse(value);
   if (parsed.success) return { ok: true, event: normalizeEvent(parsed.data) };
   return reject(

@@ -57,11 +57,12 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds): Valid
 }
 
 /**
- * The text of the message between two byte offsets. Events are nearly always ASCII: then the batch
- * is decoded once and sliced (a byte is a character), instead of one decoder call per message.
+ * The text of the message between two byte offsets. Events are nearly always ASCII: then a byte is a
+ * character, and Buffer's latin1 decoding is the cheapest (faster than a decoder call per message,
+ * and than slicing one string of the whole batch, which JSON.parse then reads more slowly).
  */
 function messageTexts(values: Uint8Array): (start: number, end: number) => string {
   if (!isAscii(values)) return (start, end) => decoder.decode(values.subarray(start, end));
-  const all = Buffer.from(values.buffer, values.byteOffset, values.byteLength).toString('latin1');
-  return (start, end) => all.slice(start, end);
+  const bytes = Buffer.from(values.buffer, values.byteOffset, values.byteLength);
+  return (start, end) => bytes.toString('latin1', start, end);
 }

@@ -38,7 +38,8 @@ export class MinuteRing {
     if (!(size > 0 && (size & (size - 1)) === 0)) throw new Error(`MinuteRing size must be a power of two, not ${size}`);
     this.stride = initial.length + 1;
     this.mask = size - 1;
-    this.slots = Array.from({ length: size * this.stride }, () => -Infinity);
+    this.slots = [];
+    for (let i = 0; i < size * this.stride; i++) this.slots.push(-Infinity);
   }
 
   /**

@@ -162,11 +162,11 @@ describe('DetectionEngine with the rules of rules/', () => {
     const keys = Array.from({ length: 42 }, (_, k) => ({ k, profile: PROFILES[k % PROFILES.length]!, home: k % places.length, share: 0.3 + random() * 0.4 }));
     const events: RequestEvent[] = [];
     let clock = T0;
-    for (let i = 0; events.length < 24_000; i++) {
-      clock += Math.floor(random() * 2400);
+    for (let i = 0; events.length < 50_000; i++) {
+      clock += Math.floor(random() * 1800);
       const key = pick(keys);
-      // Busy keys come in bursts, around 1.5x their limit of 60 a minute.
-      const burst = key.profile === 'busy' ? 60 + Math.floor(random() * 100) : 1;
+      // Busy keys now and then send bursts above their limit of 60 a minute; failing keys call more often.
+      const burst = key.profile === 'busy' ? (random() < 0.25 ? 100 + Math.floor(random() * 150) : 1) : key.profile === 'failing' ? 3 : 1;
       for (let b = 0; b < burst; b++) {
         const late = random() < 0.05 ? Math.floor(random() * 120_000) : 0;
         let place = key.home;
@@ -213,7 +213,7 @@ describe('DetectionEngine with the rules of rules/', () => {
   );
 
   function engineWith(rules: AnyRule[]) {
-    return new DetectionEngine({ rules, entitledPlans: ['business', 'enterprise'], geo, config: () => config, maxEventsPerKey: 150 });
+    return new DetectionEngine({ rules, entitledPlans: ['business', 'enterprise'], geo, config: () => config, maxEventsPerKey: 300 });
   }
 
   it.each([1, 2, 3, 4, 5])('finds exactly what evaluating every rule on every window finds (traffic %i)', (seed) => {

@@ -118,7 +118,7 @@ export class DetectionEngine {
     }
   }
 
-  /** Sorts the batch's events by key, leaving out those whose eventId the key has already; returns the keys. */
+  /** Hands each event to its key, unless the key has its eventId already; returns the keys touched. */
   private arrive(batch: AdmittedBatch, partition: number): KeyState[] {
     const touched: KeyState[] = [];
     for (let i = 0; i < batch.events.length; i++) {
@@ -137,18 +137,23 @@ export class DetectionEngine {
   private take(state: KeyState): void {
     for (const event of state.arrived) {
       state.window.insert(event);
-      for (let r = 0; r < this.rules.length; r++) {
-        const tally = state.tallies[r];
-        if (tally === undefined || tally === BROKEN) continue;
-        try {
-          this.rules[r]!.screen!.add(tally, event);
-        } catch (error) {
-          this.screenFailed(state, r, error);
-        }
-      }
+      this.updateTallies(state, 'add', event);
     }
     state.arrived.length = 0;
     this.prune(state);
+  }
+
+  /** An event enters or leaves the key's window: every rule's tally follows; a screen that throws is set aside. */
+  private updateTallies(state: KeyState, update: 'add' | 'removeOldest', event: WindowEvent): void {
+    for (let r = 0; r < this.rules.length; r++) {
+      const tally = state.tallies[r];
+      if (tally === undefined || tally === BROKEN) continue;
+      try {
+        this.rules[r]!.screen![update](tally, event);
+      } catch (error) {
+        this.screenFailed(state, r, error);
+      }
+    }
   }
 
   private stateOf(event: RequestEvent, partition: number): KeyState {
@@ -182,15 +187,7 @@ export class DetectionEngine {
     while (window.size > 0 && (window.size > this.maxEventsPerKey || window.oldestTime < cutoff)) {
       const event = window.dropOldest();
       state.eventIds.delete(event.eventId);
-      for (let r = 0; r < this.rules.length; r++) {
-        const tally = state.tallies[r];
-        if (tally === undefined || tally === BROKEN) continue;
-        try {
-          this.rules[r]!.screen!.removeOldest(tally, event);
-        } catch (error) {
-          this.screenFailed(state, r, error);
-        }
-      }
+      this.updateTallies(state, 'removeOldest', event);
     }
   }
 

@@ -90,8 +90,8 @@ export interface Finding {
  * and rule, adds every event that enters the key's window and removes every event that leaves it
  * (always the window's oldest), and calls evaluate only when mayFire says yes.
  * mayFire must be conservative: it returns false only when evaluate(window, params, now) would
- * return no finding for that same window; when in doubt it returns true. It keeps the rule pure:
- * the tally is the only thing it changes, and it does no I/O.
+ * return no finding for that same window; when in doubt it returns true. The rule stays pure: add
+ * and removeOldest change only the tally, mayFire changes nothing, none does I/O or reads the clock.
  */
 export interface RuleScreen<P, T> {
   /** The tally of an empty window. */

@@ -4,6 +4,7 @@ import { RULES } from '../../rules/index.ts';
 import { PLACES } from '../../rules/fixtures.ts';
 import { DetectionConfig } from './detection-config.ts';
 import { DetectionEngine, type AnyRule } from './engine.ts';
+import { eventIdHash } from './event-id-hashes.ts';
 import type { GeoLookup } from './geo.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
@@ -79,6 +80,14 @@ describe('DetectionEngine', () => {
   it('counts a redelivered eventId once', () => {
     const { detection } = engine();
     expect(detection.process([event(1), event(2), event(1), event(2)], T0)).toHaveLength(0);
+  });
+
+  it('counts two ids whose hashes collide as two events', () => {
+    // eventIdHash('evt_250487') === eventIdHash('evt_507479'): the engine confirms a hash hit against the events.
+    expect(eventIdHash('evt_250487')).toBe(eventIdHash('evt_507479'));
+    const { detection } = engine();
+    const findings = detection.process([event(1, { eventId: 'evt_250487' }), event(2, { eventId: 'evt_507479' }), event(3), event(1, { eventId: 'evt_250487' })], T0 + 3000);
+    expect(findings.map((f) => f.finding.evidence.count)).toEqual([3]);
   });
 
   it('ignores plans that are not entitled', () => {

@@ -11,6 +11,7 @@
 import type { Plan, RequestEvent } from '../events/request-event.ts';
 import { Admission, type AdmittedBatch } from './admission.ts';
 import type { DetectionConfig } from './detection-config.ts';
+import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
 import type { GeoLookup } from './geo.ts';
 import type { AnomalyType, Finding, KeyWindow, RuleDefinition, WindowEvent } from './types.ts';
@@ -43,7 +44,8 @@ interface KeyState {
   apiKeyId: string;
   plan: Plan;
   window: EventWindow;
-  eventIds: Set<string>;
+  /** The eventIds of the window and of `arrived`. */
+  eventIds: EventIdHashes;
   /** Kafka partition the key's events arrive on (-1 for HTTP), for dropping keys after a rebalance. */
   partition: number;
   /** Per rule (same index as the rules): its screen's tally, undefined without a screen, or BROKEN. */
@@ -124,13 +126,19 @@ export class DetectionEngine {
     for (let i = 0; i < batch.events.length; i++) {
       const event = batch.events[i]!;
       const state = this.stateOf(event, partition);
-      const ids = state.eventIds.size;
-      if (state.eventIds.add(event.eventId).size === ids) continue; // a redelivery counts once
+      const idHash = eventIdHash(event.eventId);
+      if (state.eventIds.has(idHash) && this.holds(state, event.eventId)) continue; // a redelivery counts once
+      state.eventIds.add(idHash);
       state.plan = event.plan;
       if (partition >= 0) state.partition = partition;
       if (state.arrived.push(batch.windowEvents[i]!) === 1) touched.push(state);
     }
     return touched;
+  }
+
+  /** Whether the key has an event with this id already (to confirm a hash hit: a repeat or a rare collision). */
+  private holds(state: KeyState, eventId: string): boolean {
+    return state.window.includes(eventId) || state.arrived.some((event) => event.eventId === eventId);
   }
 
   /** The key's new events go into its window and every rule's tally; then the oldest leave. */
@@ -166,7 +174,7 @@ export class DetectionEngine {
         apiKeyId: event.apiKeyId,
         plan: event.plan,
         window: new EventWindow(),
-        eventIds: new Set(),
+        eventIds: new EventIdHashes(),
         partition,
         tallies: this.rules.map((rule) => rule.screen?.create()),
         params: [],
@@ -186,7 +194,7 @@ export class DetectionEngine {
     const cutoff = window.newestTime - this.windowMs;
     while (window.size > 0 && (window.size > this.maxEventsPerKey || window.oldestTime < cutoff)) {
       const event = window.dropOldest();
-      state.eventIds.delete(event.eventId);
+      state.eventIds.delete(eventIdHash(event.eventId));
       this.updateTallies(state, 'removeOldest', event);
     }
   }

@@ -43,6 +43,12 @@ export class EventWindow {
     return event;
   }
 
+  /** Whether an event with this id is in the window (a walk over it). */
+  includes(eventId: string): boolean {
+    for (let i = this.head; i < this.events.length; i++) if (this.events[i]!.eventId === eventId) return true;
+    return false;
+  }
+
   /** The events, oldest first, as an array (valid until the window changes). */
   toArray(): WindowEvent[] {
     if (this.head > 0) this.compact();

@@ -179,6 +179,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     // evaluate's first check: minNetworks networks in the recent interval.
     mayFire(networks, params, now) {
       const needed = Math.max(1, params.minNetworks);
+      if (networks.size < needed) return false;
       const recentStart = now - params.intervalMinutes * MINUTE;
       return !(networks.countSince(recentStart, needed) < needed);
     },

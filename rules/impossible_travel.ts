@@ -237,6 +237,7 @@ export const rule: RuleDefinition<Params, Tally> = {
       const windowStart = now - params.windowMinutes * MINUTE;
       const recentStart = now - params.recentMinutes * MINUTE;
       if (tally.unplaceable > 0 || !(recentStart >= windowStart)) return true;
+      if (tally.places.size < 2) return false;
       let points = 0;
       for (const place of tally.places.values()) if (place.newest >= windowStart && ++points === 2) break;
       if (points < 2) return false;

@@ -111,11 +111,13 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     const confidence = round(clamp01(0.5 * clamp01(inBand) + 0.5 * persistence), 3);
 
     // Evidence: only the events of the over minutes.
-    const overEvents = over.flatMap((o) => events.slice(starts[o.slot]!, starts[o.slot]! + o.count));
-    const ips = distinct(overEvents, (e) => e.ip);
-    const networks = distinct(overEvents, (e) => e.network);
-    const countries = distinct(overEvents, (e) => e.country);
-    const userAgents = distinct(overEvents, (e) => e.userAgent);
+    // The over minutes' events are runs of the window: read in place, not copied out.
+    const runs = over.map((o) => ({ start: starts[o.slot]!, end: starts[o.slot]! + o.count }));
+    const ips = distinct(events, runs, (e) => e.ip);
+    const networks = distinct(events, runs, (e) => e.network);
+    const countries = distinct(events, runs, (e) => e.country);
+    const userAgents = distinct(events, runs, (e) => e.userAgent);
+    const lastRun = runs[runs.length - 1]!;
     const threshold = Math.floor(peak.limit * params.thresholdRatio);
     const key = window.apiKeyId;
     const advice =
@@ -144,18 +146,18 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
         minMinutesOver: needed,
         windowMinutes: minutes,
         perMinute: over.map((o) => ({ minute: new Date((firstMinute + o.slot) * MINUTE).toISOString(), requests: o.count, limit: o.limit })),
-        requestsInOverMinutes: overEvents.length,
+        requestsInOverMinutes: runs.reduce((sum, run) => sum + run.end - run.start, 0),
         distinctIps: ips.count,
         ips: ips.values,
         distinctNetworks: networks.count,
         networks: networks.values,
         countries: countries.values,
         userAgents: userAgents.values,
-        sampleEventIds: overEvents.slice(-MAX_SAMPLES).map((e) => e.eventId),
+        sampleEventIds: lastEventIds(events, runs, MAX_SAMPLES),
         windowMs: (minutes + 1) * MINUTE,
       },
-      firstSeenAt: overEvents[0]!.timestamp,
-      lastSeenAt: overEvents[overEvents.length - 1]!.timestamp,
+      firstSeenAt: events[runs[0]!.start]!.timestamp,
+      lastSeenAt: events[lastRun.end - 1]!.timestamp,
     };
     return [finding];
   },
@@ -200,17 +202,33 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
   },
 };
 
-function distinct(events: readonly WindowEvent[], pick: (e: WindowEvent) => string | undefined): { count: number; values: string[] } {
+interface Run {
+  start: number;
+  end: number;
+}
+
+function distinct(events: readonly WindowEvent[], runs: readonly Run[], pick: (e: WindowEvent) => string | undefined): { count: number; values: string[] } {
   const seen = new Set<string>();
   let last: string | undefined;
-  for (const event of events) {
-    const value = pick(event);
-    // Runs of one value are the rule, not the exception: skip the set for them.
-    if (value === last || value === undefined) continue;
-    last = value;
-    seen.add(value);
+  for (const run of runs) {
+    for (let i = run.start; i < run.end; i++) {
+      const value = pick(events[i]!);
+      // Runs of one value are the rule, not the exception: skip the set for them.
+      if (value === last || value === undefined) continue;
+      last = value;
+      seen.add(value);
+    }
   }
   return { count: seen.size, values: [...seen].slice(0, MAX_SAMPLES) };
+}
+
+/** The ids of the last `count` events of the runs, oldest first. */
+function lastEventIds(events: readonly WindowEvent[], runs: readonly Run[], count: number): string[] {
+  const ids: string[] = [];
+  for (let r = runs.length - 1; r >= 0 && ids.length < count; r--) {
+    for (let i = runs[r]!.end - 1; i >= runs[r]!.start && ids.length < count; i--) ids.push(events[i]!.eventId);
+  }
+  return ids.reverse();
 }
 
 function clamp01(x: number): number {

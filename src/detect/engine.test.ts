@@ -91,6 +91,25 @@ describe('DetectionEngine', () => {
     expect(findings.map((f) => f.finding.evidence.count)).toEqual([3]);
   });
 
+  it('keeps apart two merchants that use the same apiKeyId', () => {
+    const { detection } = engine();
+    const findings = detection.process([event(1), event(2, { merchantId: 'm_2' }), event(3), event(4, { merchantId: 'm_2' }), event(5)], T0 + 5000);
+    expect(findings.map((f) => [f.merchantId, f.finding.evidence.count])).toEqual([['m_1', 3]]);
+    expect(detection.trackedKeys).toBe(2);
+  });
+
+  it('forgets the keys of partitions it no longer owns, and keeps those of HTTP', () => {
+    const { detection } = engine();
+    detection.warm([event(1, { apiKeyId: 'pk_live_p1' })], 1);
+    detection.warm([event(2, { apiKeyId: 'pk_live_p2' })], 2);
+    detection.warm([event(3, { apiKeyId: 'pk_live_http' })], -1);
+    detection.keepPartitions(new Set([1]));
+    expect(detection.trackedKeys).toBe(2);
+    // pk_live_p2's window is gone: two more events are not three.
+    expect(detection.process([event(4, { apiKeyId: 'pk_live_p2' }), event(5, { apiKeyId: 'pk_live_p2' })], T0 + 5000, 2)).toHaveLength(0);
+    expect(detection.process([event(6, { apiKeyId: 'pk_live_p1' }), event(7, { apiKeyId: 'pk_live_p1' })], T0 + 7000, 1)).toHaveLength(1);
+  });
+
   it('ignores plans that are not entitled', () => {
     const { detection } = engine();
     expect(detection.process([1, 2, 3, 4].map((i) => event(i, { plan: 'pro' })), T0)).toHaveLength(0);

@@ -60,9 +60,10 @@ interface KeyState {
 
 export class DetectionEngine {
   private readonly admission: Admission;
-  /** merchantId -> apiKeyId -> the key's state. */
-  private readonly keys = new Map<string, Map<string, KeyState>>();
-  private keyCount = 0;
+  /** apiKeyId -> the key's state; an apiKeyId also used by another merchant is in `sharedIds` for that one. */
+  private readonly keys = new Map<string, KeyState>();
+  /** `${merchantId}\u0000${apiKeyId}` -> the key's state, for the rare apiKeyId that two merchants use. */
+  private readonly sharedIds = new Map<string, KeyState>();
   private readonly rules: readonly AnyRule[];
   private readonly windowMs: number;
   private readonly maxEventsPerKey: number;
@@ -77,7 +78,7 @@ export class DetectionEngine {
   }
 
   get trackedKeys(): number {
-    return this.keyCount;
+    return this.keys.size + this.sharedIds.size;
   }
 
   /** Adds events to their windows and evaluates every key they touched, as of `now`. */
@@ -110,13 +111,8 @@ export class DetectionEngine {
 
   /** Forgets the keys of partitions this replica no longer owns. */
   keepPartitions(owned: ReadonlySet<number>): void {
-    for (const [merchantId, keys] of this.keys) {
-      for (const [apiKeyId, state] of keys) {
-        if (state.partition < 0 || owned.has(state.partition)) continue;
-        keys.delete(apiKeyId);
-        this.keyCount--;
-      }
-      if (keys.size === 0) this.keys.delete(merchantId);
+    for (const keys of [this.keys, this.sharedIds]) {
+      for (const [key, state] of keys) if (state.partition >= 0 && !owned.has(state.partition)) keys.delete(key);
     }
   }
 
@@ -165,26 +161,28 @@ export class DetectionEngine {
   }
 
   private stateOf(event: RequestEvent, partition: number): KeyState {
-    let keys = this.keys.get(event.merchantId);
-    if (!keys) this.keys.set(event.merchantId, (keys = new Map()));
-    let state = keys.get(event.apiKeyId);
-    if (!state) {
-      state = {
-        merchantId: event.merchantId,
-        apiKeyId: event.apiKeyId,
-        plan: event.plan,
-        window: new EventWindow(),
-        eventIds: new EventIdHashes(),
-        partition,
-        tallies: this.rules.map((rule) => rule.screen?.create()),
-        params: [],
-        paramsConfig: undefined,
-        paramsPlan: undefined,
-        arrived: [],
-      };
-      keys.set(event.apiKeyId, state);
-      this.keyCount++;
-    }
+    const state = this.keys.get(event.apiKeyId);
+    if (state === undefined) return this.newState(this.keys, event.apiKeyId, event, partition);
+    if (state.merchantId === event.merchantId) return state;
+    const key = `${event.merchantId}\u0000${event.apiKeyId}`;
+    return this.sharedIds.get(key) ?? this.newState(this.sharedIds, key, event, partition);
+  }
+
+  private newState(keys: Map<string, KeyState>, key: string, event: RequestEvent, partition: number): KeyState {
+    const state: KeyState = {
+      merchantId: event.merchantId,
+      apiKeyId: event.apiKeyId,
+      plan: event.plan,
+      window: new EventWindow(),
+      eventIds: new EventIdHashes(),
+      partition,
+      tallies: this.rules.map((rule) => rule.screen?.create()),
+      params: [],
+      paramsConfig: undefined,
+      paramsPlan: undefined,
+      arrived: [],
+    };
+    keys.set(key, state);
     return state;
   }
 

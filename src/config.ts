@@ -71,6 +71,8 @@ const envSchema = z
     ALERT_SUPPRESSION_MINUTES: envInt(60, 0, 60 * 24 * 30),
 
     ADMIN_JWT_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
+    ADMIN_RATE_LIMIT_PER_MINUTE: envInt(600, 1, 1_000_000),
+    ADMIN_MAX_BODY_BYTES: envInt(16 * 1024, 256, 1024 * 1024),
     ENTITLED_PLANS: commaList.pipe(z.array(z.enum(PLANS)).min(1)).default(['business', 'enterprise']),
     ENFORCEMENT_MODE: z.enum(['off', 'shadow', 'enforce']).default('off'),
     ENFORCEMENT_BLOCK_MIN_RISK: z.coerce.number().min(0).max(1).default(0.95),
@@ -113,7 +115,12 @@ export interface Config {
   };
   readonly store: { readonly flushRows: number; readonly flushIntervalMs: number; readonly maxBufferedRows: number };
   readonly ingest: { readonly token?: string; readonly maxBodyBytes: number; readonly maxEvents: number; readonly dedupCacheSize: number };
-  readonly admin: { readonly jwtSecret?: string; readonly entitledPlans: readonly string[] };
+  readonly admin: {
+    readonly jwtSecret?: string;
+    readonly entitledPlans: readonly string[];
+    readonly rateLimitPerMinute: number;
+    readonly maxBodyBytes: number;
+  };
   readonly detection: { readonly configFile?: string; readonly geoCityDb?: string; readonly suppressionMs: number };
   readonly enforcement: { readonly mode: Env['ENFORCEMENT_MODE']; readonly blockMinRisk: number };
 }
@@ -177,7 +184,12 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
       maxEvents: env.INGEST_MAX_EVENTS,
       dedupCacheSize: env.DEDUP_CACHE_SIZE,
     },
-    admin: { jwtSecret: env.ADMIN_JWT_SECRET, entitledPlans: env.ENTITLED_PLANS },
+    admin: {
+      jwtSecret: env.ADMIN_JWT_SECRET,
+      entitledPlans: env.ENTITLED_PLANS,
+      rateLimitPerMinute: env.ADMIN_RATE_LIMIT_PER_MINUTE,
+      maxBodyBytes: env.ADMIN_MAX_BODY_BYTES,
+    },
     detection: {
       configFile: env.DETECTION_CONFIG_FILE,
       geoCityDb: env.GEOIP_CITY_DB,

@@ -5,6 +5,10 @@ export interface Tables {
   readonly requestEvents: string;
   readonly requestRollup1m: string;
   readonly alerts: string;
+  readonly webhookEndpoints: string;
+  readonly webhookMessages: string;
+  readonly webhookAttempts: string;
+  readonly webhookBreakers: string;
 }
 
 export function tablesIn(database: string): Tables {
@@ -14,5 +18,9 @@ export function tablesIn(database: string): Tables {
     requestEvents: `${database}.request_events`,
     requestRollup1m: `${database}.request_rollup_1m`,
     alerts: `${database}.alerts`,
+    webhookEndpoints: `${database}.webhook_endpoints`,
+    webhookMessages: `${database}.webhook_messages`,
+    webhookAttempts: `${database}.webhook_attempts`,
+    webhookBreakers: `${database}.webhook_breakers`,
   };
 }

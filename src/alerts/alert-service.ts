@@ -9,7 +9,16 @@ import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { AlertStore } from '../store/alert-store.ts';
 import type { Alert } from './alert.ts';
-import type { AlertManager, RuleInfo } from './alert-manager.ts';
+import type { AlertChange, AlertManager, RuleInfo } from './alert-manager.ts';
+
+export interface AlertServiceHooks {
+  /**
+   * A critical alert is news: it was created critical, escalated to critical, or reopened while
+   * critical (on-call wants to hear that the attack is back). Called synchronously; it must not
+   * block, and what it throws is logged, never passed on to detection.
+   */
+  onCritical?(alert: Alert, change: Extract<AlertChange, 'created' | 'escalated' | 'reopened'>): void;
+}
 
 /** New, escalated and reopened alerts are written at once; a repeat only bumps counters, so it waits. */
 const FLUSH_DELAY_MS = 50;
@@ -29,6 +38,7 @@ export class AlertService {
     rules: readonly AnyRule[],
     private readonly metrics: WorkerMetrics,
     private readonly logger: Logger,
+    private readonly hooks: AlertServiceHooks = {},
   ) {
     this.rules = new Map(rules.map((rule) => [rule.id, { id: rule.id, version: rule.version, actions: rule.actions }]));
   }
@@ -53,6 +63,13 @@ export class AlertService {
       this.schedule(change === 'updated' ? REPEAT_FLUSH_DELAY_MS : FLUSH_DELAY_MS);
       if (change !== 'updated') {
         this.logger.info({ alertId: alert.id, merchantId, type: ruleId, severity: alert.severity, change }, alert.title);
+      }
+      if (alert.severity === 'critical' && (change === 'created' || change === 'escalated' || change === 'reopened')) {
+        try {
+          this.hooks.onCritical?.(alert, change);
+        } catch (error) {
+          this.logger.error({ err: error, alertId: alert.id }, 'critical-alert hook failed');
+        }
       }
     }
   }

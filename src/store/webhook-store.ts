@@ -164,7 +164,7 @@ export class WebhookStore {
   async endpoints(merchantIds: readonly string[]): Promise<Map<string, WebhookEndpoint>> {
     if (merchantIds.length === 0) return new Map();
     const rows = await this.db.queryRows(
-      `SELECT merchant_id, toString(endpoint_id) AS endpoint_id, url, secret, created_by, created_at, updated_at
+      `SELECT merchant_id, endpoint_id, url, secret, created_by, created_at, updated_at
          FROM ${this.tables.webhookEndpoints} FINAL
         WHERE merchant_id IN {merchantIds:Array(String)} AND deleted = 0`,
       { merchantIds: [...new Set(merchantIds)] },
@@ -218,7 +218,7 @@ export class WebhookStore {
    */
   async pendingMessages(limit: number, exclude: readonly string[]): Promise<WebhookMessage[]> {
     const rows = await this.db.queryRows(
-      `SELECT toString(id) AS id, toString(alert_id) AS alert_id, merchant_id, destination, endpoint_id, target, body, status,
+      `SELECT id, alert_id, merchant_id, destination, endpoint_id, target, body, status,
               attempts, next_attempt_at, last_outcome, last_error, created_at, updated_at
          FROM ${this.tables.webhookMessages} FINAL
         WHERE status = 'pending' AND id NOT IN {exclude:Array(UUID)}
@@ -251,7 +251,7 @@ export class WebhookStore {
   /** The delivery log: messages newest first, each with its attempts. */
   async deliveries(query: DeliveryQuery): Promise<DeliveryRecord[]> {
     const rows = await this.db.queryRows(
-      `SELECT toString(id) AS id, toString(alert_id) AS alert_id, merchant_id, destination, endpoint_id, target, status,
+      `SELECT id, alert_id, merchant_id, destination, endpoint_id, target, status,
               attempts, next_attempt_at, last_outcome, last_error, created_at, updated_at
          FROM ${this.tables.webhookMessages} FINAL
         WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
@@ -272,7 +272,7 @@ export class WebhookStore {
     const messages = rows.map((row) => toMessage({ ...deliveryRow.parse(row), body: '' }));
     if (messages.length === 0) return [];
     const attemptRows = await this.db.queryRows(
-      `SELECT toString(message_id) AS message_id, merchant_id, attempt, at, outcome, status_code, error, duration_ms
+      `SELECT message_id, merchant_id, attempt, at, outcome, status_code, error, duration_ms
          FROM ${this.tables.webhookAttempts}
         WHERE merchant_id IN {merchantIds:Array(String)} AND message_id IN {ids:Array(UUID)}
         ORDER BY message_id, attempt, at`,

@@ -40,6 +40,19 @@ describe('signWebhook', () => {
   });
 });
 
+describe('the README test vector', () => {
+  it('signs and verifies as documented', () => {
+    const secret = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+    const id = '6f1c0e7a-3d5e-4b8f-9a51-2c7d8e9f0a1b';
+    const body =
+      '{"event":"anomaly.alert.critical","alertId":"0b6d9c52-6a1e-4f0e-9d43-8d2f1c7a5e10","merchantId":"m_123","data":{},"timestamp":"2026-11-21T10:00:00.123Z"}';
+    const signature = 'v1,sAkLxPIBp/bpYhBefjPw9a98YWlhdritez3EYO5mXGs=';
+    expect(signWebhook(secret, id, '1795257600123', body)).toBe(signature);
+    const headers = { 'svc-id': id, 'svc-timestamp': '1795257600123', 'svc-signature': signature };
+    expect(verifyWebhook({ secret, rawBody: body, headers, now: 1795257600123 }).id).toBe(id);
+  });
+});
+
 describe('verifyWebhook', () => {
   it('accepts a signed delivery and returns its id and timestamp', () => {
     expect(verifyWebhook(signed())).toEqual({ id: ID, timestamp: NOW });

@@ -209,20 +209,26 @@ describe('webhook delivery', () => {
     }
   });
 
-  it('resumes after a restart between attempts: the next attempt is on schedule, with the same svc-id', async () => {
+  /**
+   * A dispatcher makes the first attempt of one on-call message (answered with `status`) and stops;
+   * returns what a second dispatcher on the same storage needs.
+   */
+  async function firstAttemptThenStop(status: number) {
     const clock = testClock();
-    const t0 = clock.now();
     const path = `/oncall-${randomUUID()}`;
-    receiver.answer((request) => (request.path === path ? 503 : 200));
+    receiver.answer((request) => (request.path === path ? status : 200));
     const oncall = { url: `${receiver.origin}${path}`, secret: ONCALL_SECRET };
     const first = await startDispatcher({ now: clock.now, oncall });
     first.dispatcher.notify(alert('m_restart'));
     await waitFor(async () => (await deliveries(first.store))[0]?.attempts === 1, 'first attempt stored', 10_000);
-    const database = first.tables.database;
     await first.stop();
+    return { clock, t0: clock.now(), path, restart: () => startDispatcher({ now: clock.now, oncall, database: first.tables.database }) };
+  }
 
+  it('resumes after a restart between attempts: the next attempt is on schedule, with the same svc-id', async () => {
+    const { clock, t0, path, restart } = await firstAttemptThenStop(503);
     receiver.answer(200);
-    const second = await startDispatcher({ now: clock.now, oncall, database });
+    const second = await restart();
     await settle();
     expect(requestsTo(path)).toHaveLength(1); // not due yet
     clock.set(t0 + MINUTE);
@@ -238,19 +244,9 @@ describe('webhook delivery', () => {
   });
 
   it('gives up without a request when the worker was down past the 15-minute budget', async () => {
-    const clock = testClock();
-    const t0 = clock.now();
-    const path = `/oncall-${randomUUID()}`;
-    receiver.answer((request) => (request.path === path ? 500 : 200));
-    const oncall = { url: `${receiver.origin}${path}`, secret: ONCALL_SECRET };
-    const first = await startDispatcher({ now: clock.now, oncall });
-    first.dispatcher.notify(alert('m_budget'));
-    await waitFor(async () => (await deliveries(first.store))[0]?.attempts === 1, 'first attempt stored', 10_000);
-    const database = first.tables.database;
-    await first.stop();
-
+    const { clock, t0, path, restart } = await firstAttemptThenStop(500);
     clock.set(t0 + 15 * MINUTE);
-    const second = await startDispatcher({ now: clock.now, oncall, database });
+    const second = await restart();
     await waitFor(async () => (await deliveries(second.store))[0]?.status === 'failed', 'expired', 10_000);
     expect((await deliveries(second.store))[0]).toMatchObject({ status: 'failed', attempts: 1, lastOutcome: 'expired' });
     expect(requestsTo(path)).toHaveLength(1);

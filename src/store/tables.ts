@@ -7,7 +7,6 @@ export interface Tables {
   readonly alerts: string;
   readonly webhookEndpoints: string;
   readonly webhookMessages: string;
-  readonly webhookAttempts: string;
   readonly webhookBreakers: string;
 }
 
@@ -20,7 +19,6 @@ export function tablesIn(database: string): Tables {
     alerts: `${database}.alerts`,
     webhookEndpoints: `${database}.webhook_endpoints`,
     webhookMessages: `${database}.webhook_messages`,
-    webhookAttempts: `${database}.webhook_attempts`,
     webhookBreakers: `${database}.webhook_breakers`,
   };
 }

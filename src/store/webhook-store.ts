@@ -1,6 +1,6 @@
 /**
- * Webhook endpoints, messages, attempts and breakers in ClickHouse (migration 005). Contract:
- * endpoints, messages and breakers are written whole with a higher version and read FINAL; every
+ * Webhook endpoints, messages (with their attempt log) and breakers in ClickHouse (migration 005).
+ * Contract: every row is written whole with a higher version and read FINAL; every
  * read an admin can cause is scoped by merchant; a signing secret is written only as row data
  * (never in query text, which a server may log) and is blanked when the endpoint is removed.
  */
@@ -39,13 +39,13 @@ export interface WebhookMessage {
   nextAttemptAt: number;
   lastOutcome: string;
   lastError: string;
+  /** Every attempt so far, oldest first. */
+  attemptLog: AttemptRecord[];
   createdAt: number;
   updatedAt: number;
 }
 
 export interface AttemptRecord {
-  messageId: string;
-  merchantId: string;
   attempt: number;
   at: number;
   outcome: string;
@@ -62,8 +62,8 @@ export interface BreakerState {
   updatedAt: number;
 }
 
-/** A message as the delivery log shows it: no body, with its attempts. */
-export type DeliveryRecord = Omit<WebhookMessage, 'body'> & { attemptLog: AttemptRecord[] };
+/** A message as the delivery log shows it: without its body. */
+export type DeliveryRecord = Omit<WebhookMessage, 'body'>;
 
 const time = z.string().transform((text) => Date.parse(`${text.replace(' ', 'T')}Z`));
 
@@ -77,6 +77,17 @@ const endpointRow = z.object({
   updated_at: time,
 });
 
+const attemptLog = z.array(
+  z.object({
+    attempt: z.number(),
+    at: z.number(),
+    outcome: z.string(),
+    statusCode: z.number().optional(),
+    error: z.string(),
+    durationMs: z.number(),
+  }),
+);
+
 const messageColumns = {
   id: z.string(),
   alert_id: z.string(),
@@ -89,22 +100,12 @@ const messageColumns = {
   next_attempt_at: time,
   last_outcome: z.string(),
   last_error: z.string(),
+  attempt_log: z.string().transform((text) => attemptLog.parse(JSON.parse(text))),
   created_at: time,
   updated_at: time,
 };
 const messageRow = z.object({ ...messageColumns, body: z.string() });
 const deliveryRow = z.object(messageColumns);
-
-const attemptRow = z.object({
-  message_id: z.string(),
-  merchant_id: z.string(),
-  attempt: z.coerce.number(),
-  at: time,
-  outcome: z.string(),
-  status_code: z.coerce.number().nullable(),
-  error: z.string(),
-  duration_ms: z.coerce.number(),
-});
 
 const breakerRow = z.object({
   endpoint_id: z.string(),
@@ -116,9 +117,10 @@ const breakerRow = z.object({
 const ENDPOINT_COLUMNS = ['merchant_id', 'endpoint_id', 'url', 'secret', 'created_by', 'created_at', 'updated_at', 'deleted', 'version'] as const;
 const MESSAGE_COLUMNS = [
   'id', 'alert_id', 'merchant_id', 'destination', 'endpoint_id', 'target', 'body', 'status', 'attempts', 'next_attempt_at',
-  'last_outcome', 'last_error', 'created_at', 'updated_at', 'version',
+  'last_outcome', 'last_error', 'attempt_log', 'created_at', 'updated_at', 'version',
 ] as const;
-const ATTEMPT_COLUMNS = ['message_id', 'merchant_id', 'attempt', 'at', 'outcome', 'status_code', 'error', 'duration_ms'] as const;
+/** The message columns but the body, as reads name them. */
+const READ_COLUMNS = MESSAGE_COLUMNS.filter((column) => column !== 'body' && column !== 'version').join(', ');
 const BREAKER_COLUMNS = ['endpoint_id', 'consecutive_failures', 'paused_until', 'updated_at', 'version'] as const;
 
 export interface DeliveryQuery {
@@ -184,7 +186,7 @@ export class WebhookStore {
     return new Map(endpoints.map((endpoint) => [endpoint.merchantId, endpoint]));
   }
 
-  // Messages and attempts ---------------------------------------------------------------------
+  // Messages --------------------------------------------------------------------------------
 
   async saveMessages(messages: readonly WebhookMessage[]): Promise<void> {
     await this.insert(
@@ -204,6 +206,7 @@ export class WebhookStore {
           next_attempt_at: toClickHouseTime(message.nextAttemptAt),
           last_outcome: message.lastOutcome,
           last_error: message.lastError,
+          attempt_log: JSON.stringify(message.attemptLog),
           created_at: toClickHouseTime(message.createdAt),
           updated_at: toClickHouseTime(message.updatedAt),
           version: this.nextVersion(),
@@ -218,8 +221,7 @@ export class WebhookStore {
    */
   async pendingMessages(limit: number, exclude: readonly string[]): Promise<WebhookMessage[]> {
     const rows = await this.db.queryRows(
-      `SELECT id, alert_id, merchant_id, destination, endpoint_id, target, body, status,
-              attempts, next_attempt_at, last_outcome, last_error, created_at, updated_at
+      `SELECT ${READ_COLUMNS}, body
          FROM ${this.tables.webhookMessages} FINAL
         WHERE status = 'pending' AND id NOT IN {exclude:Array(UUID)}
         ORDER BY next_attempt_at, id
@@ -229,30 +231,10 @@ export class WebhookStore {
     return rows.map((row) => toMessage(messageRow.parse(row)));
   }
 
-  async insertAttempts(attempts: readonly AttemptRecord[]): Promise<void> {
-    await this.insert(
-      this.tables.webhookAttempts,
-      ATTEMPT_COLUMNS,
-      attempts.map((attempt) =>
-        JSON.stringify({
-          message_id: attempt.messageId,
-          merchant_id: attempt.merchantId,
-          attempt: attempt.attempt,
-          at: toClickHouseTime(attempt.at),
-          outcome: attempt.outcome,
-          status_code: attempt.statusCode ?? null,
-          error: attempt.error,
-          duration_ms: Math.max(0, Math.round(attempt.durationMs)),
-        }),
-      ),
-    );
-  }
-
   /** The delivery log: messages newest first, each with its attempts. */
   async deliveries(query: DeliveryQuery): Promise<DeliveryRecord[]> {
     const rows = await this.db.queryRows(
-      `SELECT id, alert_id, merchant_id, destination, endpoint_id, target, status,
-              attempts, next_attempt_at, last_outcome, last_error, created_at, updated_at
+      `SELECT ${READ_COLUMNS}
          FROM ${this.tables.webhookMessages} FINAL
         WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
           AND ({destination:String} = '' OR destination = {destination:String})
@@ -269,32 +251,10 @@ export class WebhookStore {
         limit: query.limit,
       },
     );
-    const messages = rows.map((row) => toMessage({ ...deliveryRow.parse(row), body: '' }));
-    if (messages.length === 0) return [];
-    const attemptRows = await this.db.queryRows(
-      `SELECT message_id, merchant_id, attempt, at, outcome, status_code, error, duration_ms
-         FROM ${this.tables.webhookAttempts}
-        WHERE merchant_id IN {merchantIds:Array(String)} AND message_id IN {ids:Array(UUID)}
-        ORDER BY message_id, attempt, at`,
-      { merchantIds: [...new Set(messages.map((message) => message.merchantId))], ids: messages.map((message) => message.id) },
-    );
-    const byMessage = new Map<string, AttemptRecord[]>();
-    for (const row of attemptRows) {
-      const parsed = attemptRow.parse(row);
-      const list = byMessage.get(parsed.message_id) ?? [];
-      list.push({
-        messageId: parsed.message_id,
-        merchantId: parsed.merchant_id,
-        attempt: parsed.attempt,
-        at: parsed.at,
-        outcome: parsed.outcome,
-        ...(parsed.status_code !== null ? { statusCode: parsed.status_code } : {}),
-        error: parsed.error,
-        durationMs: parsed.duration_ms,
-      });
-      byMessage.set(parsed.message_id, list);
-    }
-    return messages.map(({ body: _body, ...message }) => ({ ...message, attemptLog: byMessage.get(message.id) ?? [] }));
+    return rows.map((row) => {
+      const { body: _body, ...delivery } = toMessage({ ...deliveryRow.parse(row), body: '' });
+      return delivery;
+    });
   }
 
   // Breakers ----------------------------------------------------------------------------------
@@ -371,6 +331,7 @@ function toMessage(row: z.output<typeof messageRow>): WebhookMessage {
     nextAttemptAt: row.next_attempt_at,
     lastOutcome: row.last_outcome,
     lastError: row.last_error,
+    attemptLog: row.attempt_log,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
   };

@@ -9,16 +9,18 @@
  *  - Attempt state lives in storage, so another dispatcher on the same storage (after a restart)
  *    resumes on schedule. A message is delivered at least once: an attempt cut short by a stop
  *    or a crash is made again.
- *  - Memory is bounded: at most `concurrency` messages are loaded (bodies included) at a time, the
- *    rest stay in storage and are read in pages; notifications waiting to be stored are capped.
+ *  - Memory is bounded: at most `concurrency` attempts are in flight and at most twice that many
+ *    messages are held (bodies included; the others' results being stored); the rest stay in
+ *    storage and are read in pages. Notifications waiting to be stored are capped.
  *  - A message to a merchant goes to the merchant's endpoint as registered at the time of the
  *    attempt (a removed endpoint cancels it); an endpoint paused by its breaker skips the attempt.
  */
 import { createHash, randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
 import type { Alert } from '../alerts/alert.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import type { AttemptRecord, BreakerState, Destination, WebhookEndpoint, WebhookMessage, WebhookStore } from '../store/webhook-store.ts';
+import type { BreakerState, Destination, WebhookEndpoint, WebhookMessage, WebhookStore } from '../store/webhook-store.ts';
 import { CircuitBreakers } from './breaker.ts';
 import { sendWebhook, type AttemptResult, type SendOptions } from './sender.ts';
 import type { TargetPolicy } from './target-policy.ts';
@@ -33,6 +35,8 @@ export const DELIVERY_BUDGET_MS = 15 * 60_000;
 const DEFAULT_CONCURRENCY = 16;
 const DEFAULT_MAX_UNSAVED = 5_000;
 const SAVE_DELAY_MS = 20;
+/** Slots freed within this long are filled by one read of storage, not one read each. */
+const TICK_COALESCE_MS = 25;
 const RETRY_DELAY_MS = 1_000;
 
 export interface OncallEndpoint {
@@ -51,7 +55,7 @@ export interface WebhookDispatcherOptions {
   logger: Logger;
   /** The clock of the schedule, the breakers and svc-timestamp (tests move it). */
   now?: () => number;
-  /** Messages attempted at once; also how many are held in memory. */
+  /** Attempts in flight at once; twice this many messages are held in memory at most. */
   concurrency?: number;
   /** Notifications waiting to be stored; beyond it they are dropped, counted and logged. */
   maxUnsaved?: number;
@@ -70,6 +74,8 @@ export interface DispatcherStats {
   /** Messages held in memory (being attempted or their result being stored), now and at most so far. */
   busy: number;
   maxBusy: number;
+  /** Attempts in flight, at most so far. */
+  maxSending: number;
 }
 
 interface Notification {
@@ -84,7 +90,6 @@ type AttemptReport = Omit<AttemptResult, 'outcome'> & { outcome: AttemptResult['
 
 interface Outcome {
   message: WebhookMessage;
-  attempt?: AttemptRecord;
   breaker?: BreakerState;
 }
 
@@ -111,6 +116,8 @@ export class WebhookDispatcher {
   private saving: Promise<void> | undefined;
   /** Ids of messages being attempted or whose result is being stored. */
   private readonly busy = new Set<string>();
+  private sending = 0;
+  private peakSending = 0;
   private readonly attempts = new Set<Promise<void>>();
   private outcomes: Outcome[] = [];
   private writing: Promise<void> | undefined;
@@ -119,6 +126,7 @@ export class WebhookDispatcher {
   private nextDueAt = 0;
   private lastScanAt = 0;
   private pollTimer: NodeJS.Timeout | undefined;
+  private tickTimer: NodeJS.Timeout | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
   private started = false;
   private stopped = false;
@@ -140,6 +148,7 @@ export class WebhookDispatcher {
       ...(options.requestTimeoutMs ? { requestTimeoutMs: options.requestTimeoutMs } : {}),
       signal: this.abort.signal,
     };
+    setMaxListeners(0, this.abort.signal); // every attempt in flight listens to it
     this.oncallId = options.oncall ? `oncall:${createHash('sha256').update(options.oncall.url).digest('hex').slice(0, 16)}` : undefined;
   }
 
@@ -184,7 +193,7 @@ export class WebhookDispatcher {
   }
 
   stats(): DispatcherStats {
-    return { unsaved: this.unsaved.length, maxUnsaved: this.peakUnsaved, busy: this.busy.size, maxBusy: this.peakBusy };
+    return { unsaved: this.unsaved.length, maxUnsaved: this.peakUnsaved, busy: this.busy.size, maxBusy: this.peakBusy, maxSending: this.peakSending };
   }
 
   /**
@@ -195,6 +204,7 @@ export class WebhookDispatcher {
     if (this.stopped) return;
     this.stopped = true;
     clearInterval(this.pollTimer);
+    clearTimeout(this.tickTimer);
     clearTimeout(this.saveTimer);
     this.abort.abort();
     await Promise.allSettled([...this.attempts]);
@@ -256,12 +266,22 @@ export class WebhookDispatcher {
       nextAttemptAt: item.createdAt + ATTEMPT_SCHEDULE_MS[0]!,
       lastOutcome: '',
       lastError: '',
+      attemptLog: [],
       createdAt: item.createdAt,
       updatedAt: item.createdAt,
     }));
   }
 
   // Attempting --------------------------------------------------------------------------------
+
+  private tickSoon(): void {
+    if (this.tickTimer || this.stopped) return;
+    this.tickTimer = setTimeout(() => {
+      this.tickTimer = undefined;
+      void this.tick();
+    }, TICK_COALESCE_MS);
+    this.tickTimer.unref();
+  }
 
   /** Loads due messages into the free slots; learns when the next one is due. */
   private async tick(): Promise<void> {
@@ -273,7 +293,8 @@ export class WebhookDispatcher {
     try {
       do {
         this.tickAgain = false;
-        const free = this.concurrency - this.busy.size;
+        // A slot frees when its attempt ends; its message stays held until its result is stored.
+        const free = Math.min(this.concurrency - this.sending, 2 * this.concurrency - this.busy.size);
         if (free <= 0 || this.stopped) break;
         const now = this.now();
         const page = await this.store.pendingMessages(free + 1, [...this.busy]);
@@ -296,8 +317,10 @@ export class WebhookDispatcher {
 
   private launch(message: WebhookMessage, endpoint: WebhookEndpoint | undefined): void {
     this.busy.add(message.id);
+    this.sending++;
     this.peakBusy = Math.max(this.peakBusy, this.busy.size);
-    const attempt = this.attempt(message, endpoint).then(
+    this.peakSending = Math.max(this.peakSending, this.sending);
+    const attempt = this.attempt(message, endpoint).finally(() => this.sending--).then(
       (outcome) => {
         if (!outcome) {
           this.busy.delete(message.id); // cut short by stop(): the next dispatcher makes it again
@@ -305,6 +328,7 @@ export class WebhookDispatcher {
         }
         this.outcomes.push(outcome);
         void this.writeOutcomes();
+        this.tickSoon(); // the slot is free
       },
       (error: unknown) => {
         this.busy.delete(message.id);
@@ -370,17 +394,18 @@ export class WebhookDispatcher {
         nextAttemptAt: status === 'pending' ? nextAt : message.nextAttemptAt,
         lastOutcome: result.outcome,
         lastError: result.error ?? '',
+        attemptLog: [
+          ...message.attemptLog,
+          {
+            attempt: number,
+            at: now,
+            outcome: result.outcome,
+            ...(result.statusCode !== undefined ? { statusCode: result.statusCode } : {}),
+            error: result.error ?? '',
+            durationMs: result.durationMs,
+          },
+        ],
         updatedAt: this.now(),
-      },
-      attempt: {
-        messageId: message.id,
-        merchantId: message.merchantId,
-        attempt: number,
-        at: now,
-        outcome: result.outcome,
-        ...(result.statusCode !== undefined ? { statusCode: result.statusCode } : {}),
-        error: result.error ?? '',
-        durationMs: result.durationMs,
       },
       ...(breaker ? { breaker } : {}),
     };
@@ -402,7 +427,7 @@ export class WebhookDispatcher {
     return endpoint ? { url: endpoint.url, secret: endpoint.secret, endpointId: endpoint.endpointId, display: endpoint.url } : undefined;
   }
 
-  /** Stores finished attempts: the log and breakers first, then the message (which ends the attempt). */
+  /** Stores finished attempts: the breakers first, then the messages (which end the attempts). */
   private async writeOutcomes(): Promise<void> {
     if (this.writing) return this.writing;
     this.writing = (async () => {
@@ -411,7 +436,6 @@ export class WebhookDispatcher {
         this.outcomes = [];
         // Until stored, the ids stay busy, so nothing is attempted twice meanwhile.
         const stored =
-          (await this.untilStored(() => this.store.insertAttempts(batch.flatMap(({ attempt }) => (attempt ? [attempt] : []))))) &&
           (await this.untilStored(() => this.store.saveBreakers(batch.flatMap(({ breaker }) => (breaker ? [breaker] : []))))) &&
           (await this.untilStored(() => this.store.saveMessages(batch.map(({ message }) => message))));
         if (!stored) return;
@@ -419,7 +443,7 @@ export class WebhookDispatcher {
           this.busy.delete(message.id);
           if (message.status === 'pending') this.nextDueAt = Math.min(this.nextDueAt, message.nextAttemptAt);
         }
-        void this.tick();
+        this.tickSoon();
       }
     })().finally(() => {
       this.writing = undefined;

@@ -1,6 +1,7 @@
 -- Critical-alert webhooks (contracts section 4). Endpoints, messages and breakers are rewritten whole
 -- with a higher version on every change; ReplacingMergeTree keeps the latest and reads use FINAL.
--- Attempts are an append-only log. Messages and attempts are kept 30 days.
+-- A message carries its own attempt log (at most three entries), so an attempt is one write.
+-- Messages are kept 30 days.
 CREATE TABLE IF NOT EXISTS {{db}}.webhook_endpoints
 (
     merchant_id  String                  COMMENT 'the merchant whose endpoint this is; one endpoint per merchant',
@@ -31,6 +32,7 @@ CREATE TABLE IF NOT EXISTS {{db}}.webhook_messages
     next_attempt_at  DateTime64(3, 'UTC')             COMMENT 'when the next attempt is due (pending only)',
     last_outcome     LowCardinality(String)           COMMENT 'outcome of the last attempt; empty before the first',
     last_error       String                           COMMENT 'short reason of the last failure; empty when none',
+    attempt_log      String                           COMMENT 'JSON array of {attempt, at, outcome, statusCode?, error, durationMs}; outcome: delivered | http_error | timeout | connect_error | tls_error | blocked_target | circuit_open (skipped: endpoint paused)',
     created_at       DateTime64(3, 'UTC')             COMMENT 'when the message was created: attempts are due 0, 1 and 5 minutes after, none after 15',
     updated_at       DateTime64(3, 'UTC')             COMMENT 'last change',
     version          UInt64                           COMMENT 'increases with every write; the highest wins'
@@ -40,23 +42,6 @@ PARTITION BY toYYYYMM(created_at)
 ORDER BY (merchant_id, id)
 TTL toDateTime(created_at) + INTERVAL 30 DAY
 COMMENT 'critical-alert webhook messages and their delivery state';
-
-CREATE TABLE IF NOT EXISTS {{db}}.webhook_attempts
-(
-    message_id   UUID                      COMMENT 'the message',
-    merchant_id  String                    COMMENT 'the alert''s merchant',
-    attempt      UInt8                     COMMENT '1, 2 or 3',
-    at           DateTime64(3, 'UTC')      COMMENT 'when the attempt started',
-    outcome      LowCardinality(String)    COMMENT 'delivered | http_error | timeout | connect_error | tls_error | blocked_target | circuit_open (skipped: endpoint paused)',
-    status_code  Nullable(UInt16)          COMMENT 'HTTP status when the endpoint answered',
-    error        String                    COMMENT 'short reason of a failure; empty when delivered',
-    duration_ms  UInt32                    COMMENT 'how long the attempt took'
-)
-ENGINE = MergeTree
-PARTITION BY toYYYYMM(at)
-ORDER BY (merchant_id, message_id, attempt)
-TTL toDateTime(at) + INTERVAL 30 DAY
-COMMENT 'every webhook delivery attempt, for the admins'' delivery log';
 
 CREATE TABLE IF NOT EXISTS {{db}}.webhook_breakers
 (

@@ -62,6 +62,9 @@ export interface BreakerState {
   updatedAt: number;
 }
 
+/** A due message with, for a merchant message, the merchant's endpoint as registered now. */
+export type PendingMessage = WebhookMessage & { endpoint?: Pick<WebhookEndpoint, 'endpointId' | 'url' | 'secret'> };
+
 /** A message as the delivery log shows it: without its body. */
 export type DeliveryRecord = Omit<WebhookMessage, 'body'>;
 
@@ -106,6 +109,7 @@ const messageColumns = {
 };
 const messageRow = z.object({ ...messageColumns, body: z.string() });
 const deliveryRow = z.object(messageColumns);
+const pendingRow = messageRow.extend({ registered_endpoint_id: z.string(), registered_url: z.string(), registered_secret: z.string() });
 
 const breakerRow = z.object({
   endpoint_id: z.string(),
@@ -217,18 +221,30 @@ export class WebhookStore {
 
   /**
    * Pending messages in the order they are due (due or not: the caller learns when the next one is),
-   * leaving out the ones it is already working on. One page, bodies included.
+   * leaving out the ones it is already working on. One page, bodies included, each with its
+   * merchant's endpoint as registered now (for merchant messages).
    */
-  async pendingMessages(limit: number, exclude: readonly string[]): Promise<WebhookMessage[]> {
+  async pendingMessages(limit: number, exclude: readonly string[]): Promise<PendingMessage[]> {
     const rows = await this.db.queryRows(
-      `SELECT ${READ_COLUMNS}, body
-         FROM ${this.tables.webhookMessages} FINAL
-        WHERE status = 'pending' AND id NOT IN {exclude:Array(UUID)}
-        ORDER BY next_attempt_at, id
-        LIMIT {limit:UInt32}`,
+      `SELECT m.*, e.endpoint_id AS registered_endpoint_id, e.url AS registered_url, e.secret AS registered_secret
+         FROM (SELECT ${READ_COLUMNS}, body
+                 FROM ${this.tables.webhookMessages} FINAL
+                WHERE status = 'pending' AND id NOT IN {exclude:Array(UUID)}
+                ORDER BY next_attempt_at, id
+                LIMIT {limit:UInt32}) AS m
+         LEFT JOIN (SELECT merchant_id, endpoint_id, url, secret
+                      FROM ${this.tables.webhookEndpoints} FINAL
+                     WHERE deleted = 0) AS e ON m.merchant_id = e.merchant_id
+        ORDER BY m.next_attempt_at, m.id`,
       { exclude: [...exclude], limit },
     );
-    return rows.map((row) => toMessage(messageRow.parse(row)));
+    return rows.map((row) => {
+      const { registered_endpoint_id, registered_url, registered_secret, ...message } = pendingRow.parse(row);
+      const parsed = toMessage(message);
+      return parsed.destination === 'merchant' && registered_url
+        ? { ...parsed, endpoint: { endpointId: registered_endpoint_id, url: registered_url, secret: registered_secret } }
+        : parsed;
+    });
   }
 
   /** The delivery log: messages newest first, each with its attempts. */

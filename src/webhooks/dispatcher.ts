@@ -20,7 +20,7 @@ import { setMaxListeners } from 'node:events';
 import type { Alert } from '../alerts/alert.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import type { BreakerState, Destination, WebhookEndpoint, WebhookMessage, WebhookStore } from '../store/webhook-store.ts';
+import type { BreakerState, Destination, PendingMessage, WebhookEndpoint, WebhookMessage, WebhookStore } from '../store/webhook-store.ts';
 import { CircuitBreakers } from './breaker.ts';
 import { sendWebhook, type AttemptResult, type SendOptions } from './sender.ts';
 import type { TargetPolicy } from './target-policy.ts';
@@ -37,6 +37,8 @@ const DEFAULT_MAX_UNSAVED = 5_000;
 const SAVE_DELAY_MS = 20;
 /** Slots freed within this long are filled by one read of storage, not one read each. */
 const TICK_COALESCE_MS = 25;
+/** Attempts ending within this long are stored in one write. */
+const WRITE_COALESCE_MS = 20;
 const RETRY_DELAY_MS = 1_000;
 
 export interface OncallEndpoint {
@@ -127,6 +129,7 @@ export class WebhookDispatcher {
   private lastScanAt = 0;
   private pollTimer: NodeJS.Timeout | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
+  private writeTimer: NodeJS.Timeout | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
   private started = false;
   private stopped = false;
@@ -205,6 +208,7 @@ export class WebhookDispatcher {
     this.stopped = true;
     clearInterval(this.pollTimer);
     clearTimeout(this.tickTimer);
+    clearTimeout(this.writeTimer);
     clearTimeout(this.saveTimer);
     this.abort.abort();
     await Promise.allSettled([...this.attempts]);
@@ -274,6 +278,15 @@ export class WebhookDispatcher {
 
   // Attempting --------------------------------------------------------------------------------
 
+  private writeSoon(): void {
+    if (this.writeTimer) return;
+    this.writeTimer = setTimeout(() => {
+      this.writeTimer = undefined;
+      void this.writeOutcomes();
+    }, WRITE_COALESCE_MS);
+    this.writeTimer.unref();
+  }
+
   private tickSoon(): void {
     if (this.tickTimer || this.stopped) return;
     this.tickTimer = setTimeout(() => {
@@ -303,9 +316,7 @@ export class WebhookDispatcher {
         const due = page.slice(0, free).filter((message) => message.nextAttemptAt <= now);
         this.nextDueAt = page[due.length]?.nextAttemptAt ?? Number.POSITIVE_INFINITY;
         if (due.length === 0 || this.stopped) break;
-        const merchantIds = due.filter((message) => message.destination === 'merchant').map((message) => message.merchantId);
-        const endpoints = await this.store.endpoints(merchantIds);
-        for (const message of due) this.launch(message, endpoints.get(message.merchantId));
+        for (const message of due) this.launch(message);
       } while (this.tickAgain);
     } catch (error) {
       this.storageOk = false;
@@ -315,19 +326,19 @@ export class WebhookDispatcher {
     }
   }
 
-  private launch(message: WebhookMessage, endpoint: WebhookEndpoint | undefined): void {
+  private launch(message: PendingMessage): void {
     this.busy.add(message.id);
     this.sending++;
     this.peakBusy = Math.max(this.peakBusy, this.busy.size);
     this.peakSending = Math.max(this.peakSending, this.sending);
-    const attempt = this.attempt(message, endpoint).finally(() => this.sending--).then(
+    const attempt = this.attempt(message).finally(() => this.sending--).then(
       (outcome) => {
         if (!outcome) {
           this.busy.delete(message.id); // cut short by stop(): the next dispatcher makes it again
           return;
         }
         this.outcomes.push(outcome);
-        void this.writeOutcomes();
+        this.writeSoon();
         this.tickSoon(); // the slot is free
       },
       (error: unknown) => {
@@ -340,13 +351,13 @@ export class WebhookDispatcher {
   }
 
   /** One attempt of one message; undefined when stop() cut it short. */
-  private async attempt(message: WebhookMessage, endpoint: WebhookEndpoint | undefined): Promise<Outcome | undefined> {
+  private async attempt(message: PendingMessage): Promise<Outcome | undefined> {
     const now = this.now();
     const number = message.attempts + 1;
     if (now >= message.createdAt + DELIVERY_BUDGET_MS) {
       return this.conclude(message, 'failed', 'expired', 'the 15-minute delivery budget ran out', now);
     }
-    const target = this.targetOf(message, endpoint);
+    const target = this.targetOf(message);
     if (!target) {
       const reason = message.destination === 'oncall' ? 'the on-call endpoint is no longer configured' : 'the merchant endpoint was removed';
       return this.conclude(message, 'cancelled', 'cancelled', reason, now);
@@ -418,8 +429,8 @@ export class WebhookDispatcher {
     return { message: { ...message, status, lastOutcome: outcome, lastError: reason, updatedAt: now } };
   }
 
-  private targetOf(message: WebhookMessage, endpoint: WebhookEndpoint | undefined) {
-    if (message.destination === 'oncall') {
+  private targetOf({ destination, endpoint }: PendingMessage) {
+    if (destination === 'oncall') {
       const oncall = this.options.oncall;
       // The on-call URL may carry a token in its path: only its origin is shown.
       return oncall ? { url: oncall.url, secret: oncall.secret, endpointId: this.oncallId!, display: new URL(oncall.url).origin } : undefined;

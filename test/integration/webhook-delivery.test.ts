@@ -286,40 +286,36 @@ describe('webhook delivery', () => {
     await second.stop();
   });
 
-  it('delivers a burst of 1,000 critical alerts to on-call and merchants completely, with bounded memory', async () => {
+  it('delivers a burst of 1,000 critical alerts completely, to on-call and to the merchant that registered, with bounded memory', async () => {
     const path = `/burst-${randomUUID()}`;
     receiver.answer(200);
     const concurrency = 16;
     const h = await startDispatcher({ oncall: { url: `${receiver.origin}${path}/oncall`, secret: ONCALL_SECRET }, concurrency, maxUnsaved: 1_000 });
     const merchants = Array.from({ length: 5 }, (_, i) => `m_burst_${i}`);
-    for (const merchantId of merchants) await registerEndpoint(h.store, merchantId, `${receiver.origin}${path}/${merchantId}`, Date.now());
+    await registerEndpoint(h.store, merchants[0]!, `${receiver.origin}${path}/${merchants[0]}`, Date.now()); // the others have none
     const alerts = Array.from({ length: 1_000 }, (_, i) => alert(merchants[i % merchants.length]!, i));
-    let maxUnsaved = 0;
-    for (const a of alerts) {
-      h.dispatcher.notify(a);
-      maxUnsaved = Math.max(maxUnsaved, h.dispatcher.stats().unsaved);
-    }
+    for (const a of alerts) h.dispatcher.notify(a);
     const got = () => receiver.received.filter((request) => request.path.startsWith(path));
     let maxBusy = 0;
     await waitFor(
       () => {
         maxBusy = Math.max(maxBusy, h.dispatcher.stats().busy);
-        return new Set(got().map((request) => request.headers['svc-id'])).size >= 2_000;
+        return new Set(got().map((request) => request.headers['svc-id'])).size >= 1_200;
       },
-      'two thousand deliveries',
+      'twelve hundred deliveries',
       180_000,
     );
-    const received = got();
-    const alertIdsAt = (suffix: string) => new Set(received.filter((r) => r.path.endsWith(suffix)).map((r) => JSON.parse(r.rawBody).alertId));
+    const alertIdsAt = (suffix: string) => new Set(got().filter((r) => r.path.endsWith(suffix)).map((r) => JSON.parse(r.rawBody).alertId));
     expect(alertIdsAt('/oncall').size).toBe(1_000);
-    for (const merchantId of merchants) expect(alertIdsAt(`/${merchantId}`).size).toBe(200);
+    expect(alertIdsAt(`/${merchants[0]}`).size).toBe(200);
+    expect(got().filter((r) => !r.path.endsWith('/oncall') && !r.path.endsWith(`/${merchants[0]}`))).toHaveLength(0);
     // At most `concurrency` attempts in flight, and twice that many messages held in memory.
     expect(h.dispatcher.stats().maxSending).toBeLessThanOrEqual(concurrency);
     expect(h.dispatcher.stats().maxBusy).toBeLessThanOrEqual(2 * concurrency);
     expect(maxBusy).toBeLessThanOrEqual(2 * concurrency);
     expect(h.dispatcher.stats().maxUnsaved).toBeLessThanOrEqual(1_000);
     expect((await h.metrics.webhookNotificationsDropped.get()).values[0]?.value ?? 0).toBe(0);
-    await waitFor(async () => (await deliveries(h.store)).filter((d) => d.status === 'delivered').length === 2_000, 'all stored as delivered', 30_000);
+    await waitFor(async () => (await deliveries(h.store)).filter((d) => d.status === 'delivered').length === 1_200, 'all stored as delivered', 30_000);
     await h.stop();
   }, 240_000);
 });

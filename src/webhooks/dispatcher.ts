@@ -17,6 +17,7 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Alert } from '../alerts/alert.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
@@ -130,7 +131,6 @@ export class WebhookDispatcher {
   private pollTimer: NodeJS.Timeout | undefined;
   private tickTimer: NodeJS.Timeout | undefined;
   private writeTimer: NodeJS.Timeout | undefined;
-  private retryTimer: NodeJS.Timeout | undefined;
   private started = false;
   private stopped = false;
   private storageOk = true;
@@ -163,6 +163,7 @@ export class WebhookDispatcher {
     const pollMs = this.options.pollIntervalMs ?? 1_000;
     const rescanMs = this.options.rescanIntervalMs ?? 30_000;
     this.pollTimer = setInterval(() => {
+      this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(this.now())); // pauses end by themselves
       if (this.now() >= this.nextDueAt || Date.now() - this.lastScanAt >= rescanMs) void this.tick();
     }, pollMs);
     this.pollTimer.unref();
@@ -315,8 +316,8 @@ export class WebhookDispatcher {
         this.storageOk = true;
         const due = page.slice(0, free).filter((message) => message.nextAttemptAt <= now);
         this.nextDueAt = page[due.length]?.nextAttemptAt ?? Number.POSITIVE_INFINITY;
-        if (due.length === 0 || this.stopped) break;
-        for (const message of due) this.launch(message);
+        if (!this.stopped) for (const message of due) this.launch(message);
+        // Messages stored while this read ran asked for another (tickAgain): it may not have seen them.
       } while (this.tickAgain);
     } catch (error) {
       this.storageOk = false;
@@ -473,9 +474,7 @@ export class WebhookDispatcher {
         this.storageOk = false;
         this.logger.error({ err: error }, 'storing webhook attempts failed; retrying');
         if (this.stopped) return false;
-        await new Promise<void>((resolve) => {
-          this.retryTimer = setTimeout(resolve, RETRY_DELAY_MS);
-        });
+        await sleep(RETRY_DELAY_MS);
       }
     }
   }

@@ -209,6 +209,34 @@ describe('webhook delivery', () => {
     }
   });
 
+  it('sends a retry to the endpoint registered at the time of the attempt, and cancels it when the endpoint was removed', async () => {
+    const clock = testClock();
+    const t0 = clock.now();
+    const base = `/moved-${randomUUID()}`;
+    receiver.answer((request) => (request.path.startsWith(`${base}/old`) ? 500 : 200));
+    const h = await startDispatcher({ now: clock.now });
+    await registerEndpoint(h.store, 'm_moves', `${receiver.origin}${base}/old`, t0);
+    await registerEndpoint(h.store, 'm_leaves', `${receiver.origin}${base}/old-leaves`, t0);
+    h.dispatcher.notify(alert('m_moves'));
+    h.dispatcher.notify(alert('m_leaves'));
+    await waitFor(async () => (await deliveries(h.store)).filter((d) => d.attempts === 1).length === 2, 'first attempts', 10_000);
+
+    const newSecret = await registerEndpoint(h.store, 'm_moves', `${receiver.origin}${base}/new`, t0 + 1);
+    expect(await h.store.removeEndpoint('m_leaves', t0 + 1)).toBe(true);
+    clock.set(t0 + MINUTE);
+    await waitFor(async () => (await deliveries(h.store)).every((d) => d.status !== 'pending'), 'both final', 10_000);
+
+    const byMerchant = Object.fromEntries((await deliveries(h.store)).map((d) => [d.merchantId, d]));
+    expect(byMerchant.m_moves).toMatchObject({ status: 'delivered', attempts: 2, target: `${receiver.origin}${base}/new` });
+    expect(byMerchant.m_leaves).toMatchObject({ status: 'cancelled', attempts: 1, lastOutcome: 'cancelled' });
+    const moved = receiver.received.filter((request) => request.path === `${base}/new`);
+    expect(moved).toHaveLength(1);
+    expect(verifyWebhook({ secret: newSecret, rawBody: moved[0]!.rawBody, headers: moved[0]!.headers, now: t0 + MINUTE }).id).toBe(byMerchant.m_moves!.id);
+    expect(receiver.received.filter((request) => request.path === `${base}/old-leaves`)).toHaveLength(1); // no retry after removal
+    expect(await h.store.endpoint('m_leaves')).toBeUndefined();
+    await h.stop();
+  });
+
   /**
    * A dispatcher makes the first attempt of one on-call message (answered with `status`) and stops;
    * returns what a second dispatcher on the same storage needs.

@@ -8,6 +8,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
+import { Validator } from '@seriousme/openapi-schema-validator';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerAdminApi } from '../../src/admin/admin-api.ts';
@@ -259,6 +260,16 @@ describe('critical-alert webhooks', () => {
       expect(response.status).toBe(400);
       expect(response.json.code).toBe('VALIDATION_ERROR');
     }
+  });
+
+  it('describes the webhook routes in the OpenAPI document, which is valid', async () => {
+    const document: any = await (await fetch(`${worker.url}/admin/anomaly/openapi.json`)).json();
+    const result = await new Validator().validate(document);
+    expect(result.errors).toBeUndefined();
+    expect(result.valid).toBe(true);
+    expect(Object.keys(document.paths['/admin/anomaly/webhook']).sort()).toEqual(['delete', 'get', 'put']);
+    expect(document.paths['/admin/anomaly/webhook'].put['x-required-roles']).toEqual(['admin', 'operator']);
+    expect(document.paths['/admin/anomaly/webhook/deliveries'].get.parameters.map((p: { name: string }) => p.name).sort()).toEqual(['cursor', 'limit', 'merchantId', 'status']);
   });
 
   it('never logs a signing secret', async () => {

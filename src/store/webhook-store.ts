@@ -149,7 +149,13 @@ export class WebhookStore {
   // Endpoints ---------------------------------------------------------------------------------
 
   async putEndpoint(endpoint: WebhookEndpoint): Promise<void> {
-    await this.insert(this.tables.webhookEndpoints, ENDPOINT_COLUMNS, [this.endpointLine(endpoint, false)]);
+    try {
+      await this.insert(this.tables.webhookEndpoints, ENDPOINT_COLUMNS, [this.endpointLine(endpoint, false)]);
+    } catch (error) {
+      // A storage error can quote the rows it was given: it must not carry the secret into a log.
+      const message = error instanceof Error ? error.message : String(error);
+      throw new Error(`storing a webhook endpoint failed: ${message.replaceAll(endpoint.secret, '[REDACTED]')}`);
+    }
   }
 
   /** Removes a merchant's endpoint (blanking its secret); false when it had none. */

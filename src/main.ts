@@ -8,6 +8,9 @@ import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { RULES } from '../rules/index.ts';
+import { registerAdminApi } from './admin/admin-api.ts';
+import { alertRoutes } from './admin/alert-routes.ts';
+import { AdminAuthenticator } from './admin/auth.ts';
 import { AlertManager } from './alerts/alert-manager.ts';
 import { AlertService } from './alerts/alert-service.ts';
 import { loadConfig, ConfigError, type Config } from './config.ts';
@@ -120,6 +123,15 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     });
   } else if (ingestEnabled) {
     logger.warn('INGEST_TOKEN is not set: POST /v1/ingest/events is off');
+  }
+  if (config.features.admin && config.admin.jwtSecret) {
+    await registerAdminApi(app, {
+      authenticator: new AdminAuthenticator(config.admin.jwtSecret, config.admin.entitledPlans),
+      routes: alertRoutes({ alertStore, eventStore: store, alerts }),
+      rateLimitPerMinute: config.admin.rateLimitPerMinute,
+      maxBodyBytes: config.admin.maxBodyBytes,
+      version: VERSION,
+    });
   }
   await app.listen({ host: config.http.host, port: config.http.port });
   const address = app.server.address();

@@ -11,6 +11,7 @@ import { RULES } from '../rules/index.ts';
 import { registerAdminApi } from './admin/admin-api.ts';
 import { alertRoutes } from './admin/alert-routes.ts';
 import { AdminAuthenticator } from './admin/auth.ts';
+import { ResponseCache } from './admin/response-cache.ts';
 import { AlertManager } from './alerts/alert-manager.ts';
 import { AlertService } from './alerts/alert-service.ts';
 import { loadConfig, ConfigError, type Config } from './config.ts';
@@ -127,7 +128,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   if (config.features.admin && config.admin.jwtSecret) {
     await registerAdminApi(app, {
       authenticator: new AdminAuthenticator(config.admin.jwtSecret, config.admin.entitledPlans),
-      routes: alertRoutes({ alertStore, eventStore: store, alerts }),
+      routes: alertRoutes({ alertStore, eventStore: store, alerts, cache: new ResponseCache(config.admin.cacheTtlMs) }),
       rateLimitPerMinute: config.admin.rateLimitPerMinute,
       maxBodyBytes: config.admin.maxBodyBytes,
       version: VERSION,

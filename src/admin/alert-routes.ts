@@ -11,6 +11,7 @@ import { HttpError, validationError } from '../http/errors.ts';
 import type { AlertStore } from '../store/alert-store.ts';
 import type { EventStore } from '../store/event-store.ts';
 import { merchantScope } from './auth.ts';
+import type { ResponseCache } from './response-cache.ts';
 import { defineRoute, type AdminRoute } from './route.ts';
 import {
   alertIdParams,
@@ -31,6 +32,8 @@ export interface AlertRoutesDeps {
   alertStore: AlertStore;
   eventStore: EventStore;
   alerts: AlertService;
+  /** Shares metrics and dashboard answers for a few seconds (keys include the merchant). */
+  cache: ResponseCache;
   now?: () => number;
 }
 
@@ -58,6 +61,31 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       criticalAlerts: counts.criticalAlerts,
       alertsByType: Object.fromEntries(ANOMALY_TYPES.map((type) => [type, counts.alertsByType[type] ?? 0])),
       alertsBySeverity: Object.fromEntries(SEVERITIES.map((severity) => [severity, counts.alertsBySeverity[severity] ?? 0])),
+    };
+  }
+
+  async function dashboard(range: keyof typeof DASHBOARD_RANGES, merchantId: string | undefined) {
+    const { rangeMs, bucketSeconds } = DASHBOARD_RANGES[range];
+    const to = new Date(now());
+    const from = new Date(to.getTime() - rangeMs);
+    const [summary, trend, topKeys, recent] = await Promise.all([
+      metrics({ from, to, merchantId }),
+      deps.eventStore.trafficTrend({ from, to, merchantId, bucketSeconds }),
+      deps.alertStore.topKeysByRisk({ from, to, merchantId, limit: TOP_KEYS }),
+      deps.alertStore.list({ merchantId, limit: RECENT_ALERTS }),
+    ]);
+    return {
+      range,
+      metrics: summary,
+      trafficTrend: trend.map((point) => ({ t: new Date(point.t).toISOString(), requests: point.requests })),
+      successTrend: trend.map((point) => ({
+        t: new Date(point.t).toISOString(),
+        successRate: point.requests === 0 ? null : Math.round((point.successes / point.requests) * 10_000) / 10_000,
+      })),
+      topKeys,
+      recentAlerts: recent.map(toWireAlert),
+      // Learned insights need FEATURE_AI_RISK_SCORING and a model; none is shipped yet.
+      aiInsights: [],
     };
   }
 
@@ -148,13 +176,18 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       summary: 'Traffic and alert counts over a range (default: the last 24 h)',
       description:
         'Traffic comes from the per-minute rollups. activeAlerts and criticalAlerts count the alerts open or ' +
-        'acknowledged now; alertsByType and alertsBySeverity count the alerts created in the range.',
+        'acknowledged now; alertsByType and alertsBySeverity count the alerts created in the range. ' +
+        'Answers are shared for a few seconds (ADMIN_CACHE_TTL_MS).',
       query: metricsQuery,
       response: metricsSchema,
       handle: async ({ principal, query }) => {
-        const to = query.to ?? new Date(now());
-        const from = query.from ?? new Date(to.getTime() - DEFAULT_METRICS_RANGE_MS);
-        return metrics({ from, to, merchantId: merchantScope(principal, query.merchantId) });
+        const merchantId = merchantScope(principal, query.merchantId);
+        const key = `metrics\u0000${merchantId ?? '*'}\u0000${query.from?.getTime() ?? ''}\u0000${query.to?.getTime() ?? ''}`;
+        return deps.cache.get(key, () => {
+          const to = query.to ?? new Date(now());
+          const from = query.from ?? new Date(to.getTime() - DEFAULT_METRICS_RANGE_MS);
+          return metrics({ from, to, merchantId });
+        });
       },
     }),
 
@@ -163,34 +196,15 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       path: '/dashboard',
       operationId: 'getDashboard',
       summary: 'Metrics, traffic and success trends, riskiest keys and recent alerts for a range',
-      description: 'Trends have one point per minute for 1h, per 15 minutes for 24h and per hour for 7d.',
+      description:
+        'Trends have one point per minute for 1h, per 15 minutes for 24h and per hour for 7d. ' +
+        'Answers are shared for a few seconds (ADMIN_CACHE_TTL_MS).',
       query: dashboardQuery,
       response: dashboardSchema,
       handle: async ({ principal, query }) => {
         const range = query.range ?? '24h';
-        const { rangeMs, bucketSeconds } = DASHBOARD_RANGES[range];
-        const to = new Date(now());
-        const from = new Date(to.getTime() - rangeMs);
         const merchantId = merchantScope(principal, query.merchantId);
-        const [summary, trend, topKeys, recent] = await Promise.all([
-          metrics({ from, to, merchantId }),
-          deps.eventStore.trafficTrend({ from, to, merchantId, bucketSeconds }),
-          deps.alertStore.topKeysByRisk({ from, to, merchantId, limit: TOP_KEYS }),
-          deps.alertStore.list({ merchantId, limit: RECENT_ALERTS }),
-        ]);
-        return {
-          range,
-          metrics: summary,
-          trafficTrend: trend.map((point) => ({ t: new Date(point.t).toISOString(), requests: point.requests })),
-          successTrend: trend.map((point) => ({
-            t: new Date(point.t).toISOString(),
-            successRate: point.requests === 0 ? null : Math.round((point.successes / point.requests) * 10_000) / 10_000,
-          })),
-          topKeys,
-          recentAlerts: recent.map(toWireAlert),
-          // Learned insights need FEATURE_AI_RISK_SCORING and a model; none is shipped yet.
-          aiInsights: [],
-        };
+        return deps.cache.get(`dashboard\u0000${merchantId ?? '*'}\u0000${range}`, () => dashboard(range, merchantId));
       },
     }),
   ];

@@ -125,13 +125,27 @@ export class AlertStore {
    * after a cursor sees neither repeats nor gaps while new alerts arrive (they sort before page one).
    */
   async list(filter: AlertFilter = {}): Promise<Alert[]> {
+    const limit = filter.limit ?? 1000;
+    // A busy merchant's page is usually found among its last day of alerts: look there first, which
+    // reads a fraction of the rows. Everything outside that window is older than everything in it,
+    // so when the window holds a full page, that page is exactly the page of the whole range.
+    const newest = filter.after?.createdAt ?? filter.to?.getTime() ?? Date.now();
+    const windowStart = new Date(newest - RECENT_WINDOW_MS);
+    if (!filter.from || filter.from < windowStart) {
+      const recent = await this.query({ ...filter, from: windowStart }, limit);
+      if (recent.length >= limit) return recent;
+    }
+    return this.query(filter, limit);
+  }
+
+  private async query(filter: AlertFilter, limit: number): Promise<Alert[]> {
     const { where, params } = filterClause(filter);
     const rows = await this.db.queryRows(
       `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL
         WHERE ${where}
         ORDER BY created_at DESC, id DESC
         LIMIT {limit:UInt32}`,
-      { ...params, limit: filter.limit ?? 1000 },
+      { ...params, limit },
     );
     return rows.map((row) => fromRow(alertRow.parse(row)));
   }
@@ -202,6 +216,9 @@ export class AlertStore {
     });
   }
 }
+
+/** How far back list() looks first (see there). */
+const RECENT_WINDOW_MS = 24 * 3_600_000;
 
 export interface AlertFilter {
   /** Undefined: every merchant (the engine, or an operator). */

@@ -27,6 +27,16 @@ describe('admin API', () => {
 
   const call = (path: string, init?: Parameters<typeof adminCall>[3], bearer = adminToken) => adminCall(worker.url, bearer, path, init);
 
+  /** Posts request events through HTTP ingest; the status of the answer. */
+  async function ingest(events: unknown[]): Promise<number> {
+    const response = await fetch(`${worker.url}/v1/ingest/events`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify(events),
+    });
+    return response.status;
+  }
+
   async function pageThrough(query: string, limit: number, between?: () => Promise<void>): Promise<string[]> {
     const ids: string[] = [];
     let cursor: string | null = null;
@@ -190,12 +200,7 @@ describe('admin API', () => {
       status: i % 6 === 0 ? 500 : 201,
       responseTimeMs: 50,
     }));
-    const ingest = await fetch(`${worker.url}/v1/ingest/events`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' },
-      body: JSON.stringify(events),
-    });
-    expect(ingest.status).toBe(202);
+    expect(await ingest(events)).toBe(202);
     const critical = makeAlert(3, { merchantId, createdAtMs: now - 5 * MINUTE, severity: 'critical', type: 'bot_traffic', riskScore: 0.97 });
     const low = makeAlert(4, { merchantId, createdAtMs: now - 4 * MINUTE, severity: 'low', type: 'velocity_attack', riskScore: 0.2, apiKeyId: 'pk_live_quiet' });
     await worker.alertStore.save([critical, low]);
@@ -279,12 +284,7 @@ describe('admin API', () => {
         responseTimeMs: 40,
       })),
     );
-    const ingest = await fetch(`${worker.url}/v1/ingest/events`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' },
-      body: JSON.stringify(events),
-    });
-    expect(ingest.status).toBe(202);
+    expect(await ingest(events)).toBe(202);
     const bearer = await token(merchantId, 'admin', { userId: 'alice' });
     let alert: Alert | undefined;
     await waitFor(async () => {

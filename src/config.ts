@@ -74,6 +74,7 @@ const envSchema = z
     ADMIN_JWT_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
     ADMIN_RATE_LIMIT_PER_MINUTE: envInt(600, 1, 1_000_000),
     ADMIN_MAX_BODY_BYTES: envInt(16 * 1024, 256, 1024 * 1024),
+    ADMIN_CACHE_TTL_MS: envInt(5_000, 0, 300_000),
     ENTITLED_PLANS: commaList.pipe(z.array(z.enum(PLANS)).min(1)).default(['business', 'enterprise']),
     ENFORCEMENT_MODE: z.enum(['off', 'shadow', 'enforce']).default('off'),
     ENFORCEMENT_BLOCK_MIN_RISK: z.coerce.number().min(0).max(1).default(0.95),
@@ -138,6 +139,7 @@ export interface Config {
     readonly entitledPlans: readonly string[];
     readonly rateLimitPerMinute: number;
     readonly maxBodyBytes: number;
+    readonly cacheTtlMs: number;
   };
   readonly detection: { readonly configFile?: string; readonly geoCityDb?: string; readonly suppressionMs: number };
   readonly enforcement: { readonly mode: Env['ENFORCEMENT_MODE']; readonly blockMinRisk: number };
@@ -216,6 +218,7 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
       entitledPlans: env.ENTITLED_PLANS,
       rateLimitPerMinute: env.ADMIN_RATE_LIMIT_PER_MINUTE,
       maxBodyBytes: env.ADMIN_MAX_BODY_BYTES,
+      cacheTtlMs: env.ADMIN_CACHE_TTL_MS,
     },
     detection: {
       configFile: env.DETECTION_CONFIG_FILE,

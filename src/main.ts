@@ -10,7 +10,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { RULES } from '../rules/index.ts';
 import { registerAdminApi } from './admin/admin-api.ts';
+import { alertRoutes } from './admin/alert-routes.ts';
 import { AdminAuthenticator } from './admin/auth.ts';
+import { ResponseCache } from './admin/response-cache.ts';
 import { AlertManager } from './alerts/alert-manager.ts';
 import { AlertService } from './alerts/alert-service.ts';
 import { loadConfig, ConfigError, type Config } from './config.ts';
@@ -158,7 +160,10 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   if (config.features.admin && config.admin.jwtSecret) {
     await registerAdminApi(app, {
       authenticator: new AdminAuthenticator(config.admin.jwtSecret, config.admin.entitledPlans),
-      routes: [...webhookRoutes({ store: webhookStore, policy: webhookPolicy, now: deps.webhooks?.now })],
+      routes: [
+        ...alertRoutes({ alertStore, eventStore: store, alerts, cache: new ResponseCache(config.admin.cacheTtlMs) }),
+        ...webhookRoutes({ store: webhookStore, policy: webhookPolicy, now: deps.webhooks?.now }),
+      ],
       rateLimitPerMinute: config.admin.rateLimitPerMinute,
       maxBodyBytes: config.admin.maxBodyBytes,
       version: VERSION,

@@ -62,7 +62,12 @@ function registerRoute(scope: FastifyInstance, route: AdminRoute, bodyLimit: num
       const query = parseInput(route.query ?? emptyObject, request.query, 'query');
       const params = parseInput(route.params ?? emptyObject, request.params, 'params');
       const body = route.body ? parseInput(route.body, request.body, 'body') : refuseBody(request.body);
-      const data = await route.handle({ principal, query, params, body, request, reply });
+      const data = await route.handle({ principal, query, params, body, request, reply }).catch((error: unknown) => {
+        if (error instanceof HttpError) throw error;
+        // Past validation, what fails is storage: the caller may retry; the details go to the log only.
+        request.log.error({ err: error, route: route.operationId }, 'admin request failed');
+        throw new HttpError(503, 'STORAGE_UNAVAILABLE', 'Storage is unavailable; retry shortly', undefined, { 'retry-after': '5' });
+      });
       return reply.code(route.status ?? 200).send({ success: true, data });
     },
   });

@@ -18,7 +18,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Alert } from '../alerts/alert.ts';
+import { toWireAlert, type Alert } from '../alerts/alert.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { BreakerState, Destination, PendingMessage, WebhookEndpoint, WebhookMessage, WebhookStore } from '../store/webhook-store.ts';
@@ -96,9 +96,9 @@ interface Outcome {
   breaker?: BreakerState;
 }
 
-/** The alert as the wire format has it (contracts section 2): without the internal dedup scope. */
+/** The message body; `data` is the alert in its wire format (contracts section 2). */
 export function webhookBody(alert: Alert, createdAt: number): string {
-  const { scope: _scope, ...data } = alert;
+  const data = toWireAlert(alert);
   return JSON.stringify({ event: ALERT_EVENT, alertId: alert.id, merchantId: alert.merchantId, data, timestamp: new Date(createdAt).toISOString() });
 }
 

@@ -115,7 +115,9 @@ export class WebhookDispatcher {
   private readonly abort = new AbortController();
 
   private unsaved: Notification[] = [];
-  private saveTimer: NodeJS.Timeout | undefined;
+  private readonly saveSoon = new Coalesced(() => void this.saveNew(), SAVE_DELAY_MS);
+  private readonly tickSoon = new Coalesced(() => void this.tick(), TICK_COALESCE_MS);
+  private readonly writeSoon = new Coalesced(() => void this.writeOutcomes(), WRITE_COALESCE_MS);
   private saving: Promise<void> | undefined;
   /** Ids of messages being attempted or whose result is being stored. */
   private readonly busy = new Set<string>();
@@ -129,8 +131,6 @@ export class WebhookDispatcher {
   private nextDueAt = 0;
   private lastScanAt = 0;
   private pollTimer: NodeJS.Timeout | undefined;
-  private tickTimer: NodeJS.Timeout | undefined;
-  private writeTimer: NodeJS.Timeout | undefined;
   private started = false;
   private stopped = false;
   private storageOk = true;
@@ -185,7 +185,7 @@ export class WebhookDispatcher {
       const createdAt = this.now();
       this.unsaved.push({ alertId: alert.id, merchantId: alert.merchantId, createdAt, body: webhookBody(alert, createdAt) });
       this.peakUnsaved = Math.max(this.peakUnsaved, this.unsaved.length);
-      this.scheduleSave(SAVE_DELAY_MS);
+      this.saveSoon.request();
     } catch (error) {
       this.metrics.webhookNotificationsDropped.inc();
       this.logger.error({ err: error, alertId: alert.id }, 'webhook notification failed');
@@ -208,9 +208,7 @@ export class WebhookDispatcher {
     if (this.stopped) return;
     this.stopped = true;
     clearInterval(this.pollTimer);
-    clearTimeout(this.tickTimer);
-    clearTimeout(this.writeTimer);
-    clearTimeout(this.saveTimer);
+    for (const soon of [this.saveSoon, this.tickSoon, this.writeSoon]) soon.cancel();
     this.abort.abort();
     await Promise.allSettled([...this.attempts]);
     await this.saveNew();
@@ -219,15 +217,6 @@ export class WebhookDispatcher {
   }
 
   // Storing notifications -----------------------------------------------------------------------
-
-  private scheduleSave(delayMs: number): void {
-    if (this.saveTimer || this.stopped) return;
-    this.saveTimer = setTimeout(() => {
-      this.saveTimer = undefined;
-      void this.saveNew();
-    }, delayMs);
-    this.saveTimer.unref();
-  }
 
   /** Turns waiting notifications into stored messages, one per destination. */
   private async saveNew(): Promise<void> {
@@ -250,7 +239,7 @@ export class WebhookDispatcher {
         this.storageOk = false;
         this.unsaved = [...batch, ...this.unsaved];
         this.logger.error({ err: error, notifications: batch.length }, 'storing webhook messages failed; retrying');
-        this.scheduleSave(RETRY_DELAY_MS);
+        if (!this.stopped) this.saveSoon.request(RETRY_DELAY_MS);
       }
     })();
     await this.saving;
@@ -278,24 +267,6 @@ export class WebhookDispatcher {
   }
 
   // Attempting --------------------------------------------------------------------------------
-
-  private writeSoon(): void {
-    if (this.writeTimer) return;
-    this.writeTimer = setTimeout(() => {
-      this.writeTimer = undefined;
-      void this.writeOutcomes();
-    }, WRITE_COALESCE_MS);
-    this.writeTimer.unref();
-  }
-
-  private tickSoon(): void {
-    if (this.tickTimer || this.stopped) return;
-    this.tickTimer = setTimeout(() => {
-      this.tickTimer = undefined;
-      void this.tick();
-    }, TICK_COALESCE_MS);
-    this.tickTimer.unref();
-  }
 
   /** Loads due messages into the free slots; learns when the next one is due. */
   private async tick(): Promise<void> {
@@ -339,8 +310,8 @@ export class WebhookDispatcher {
           return;
         }
         this.outcomes.push(outcome);
-        this.writeSoon();
-        this.tickSoon(); // the slot is free
+        this.writeSoon.request();
+        this.tickSoon.request(); // the slot is free
       },
       (error: unknown) => {
         this.busy.delete(message.id);
@@ -455,7 +426,7 @@ export class WebhookDispatcher {
           this.busy.delete(message.id);
           if (message.status === 'pending') this.nextDueAt = Math.min(this.nextDueAt, message.nextAttemptAt);
         }
-        this.tickSoon();
+        this.tickSoon.request();
       }
     })().finally(() => {
       this.writing = undefined;
@@ -477,5 +448,29 @@ export class WebhookDispatcher {
         await sleep(RETRY_DELAY_MS);
       }
     }
+  }
+}
+
+/** Runs a task once, a delay after it was first requested, however often it is requested meanwhile. */
+class Coalesced {
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly run: () => void,
+    private readonly delayMs: number,
+  ) {}
+
+  request(delayMs = this.delayMs): void {
+    if (this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.run();
+    }, delayMs);
+    this.timer.unref();
+  }
+
+  cancel(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
   }
 }

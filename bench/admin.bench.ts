@@ -11,6 +11,7 @@
  */
 import { createLogger } from '../src/logger.ts';
 import { startWorker } from '../src/main.ts';
+import { tablesIn } from '../src/store/tables.ts';
 import { startClickHouse } from '../test/services/clickhouse.ts';
 import { ADMIN_ENV, token } from '../test/support/admin.ts';
 import { testConfig, testNames } from '../test/support/worker.ts';
@@ -61,11 +62,11 @@ async function main(): Promise<void> {
   try {
     await worker.ready;
     const db = worker.clickhouse;
-    const database = clickhouse.database;
+    const tables = tablesIn(clickhouse.database);
 
     let started = performance.now();
     await db.command(`
-      INSERT INTO ${database}.alerts
+      INSERT INTO ${tables.alerts}
       SELECT
         generateUUIDv4(number) AS id,
         if(number % 5 = 0, '${BUSY}', concat('m_', toString(number % ${MERCHANTS - 1}))) AS merchant_id,
@@ -95,7 +96,7 @@ async function main(): Promise<void> {
     started = performance.now();
     const minutes = DAYS * 1440;
     await db.command(`
-      INSERT INTO ${database}.request_rollup_1m
+      INSERT INTO ${tables.requestRollup1m}
       SELECT merchant_id, api_key_id, minute, requests, successes, requests - successes - server_errors AS client_errors, server_errors,
              intDiv(client_errors, 2) AS auth_failures, 0 AS not_found, 0 AS rate_limited,
              requests * 80.0 AS response_time_sum, 900 AS response_time_max,

@@ -16,7 +16,7 @@ export function tablesIn(database: string): Tables {
     schemaMigrations: `${database}.schema_migrations`,
     requestEvents: `${database}.request_events`,
     requestRollup1m: `${database}.request_rollup_1m`,
-    alerts: `${database}.alerts`,
+    alerts: `${database}.alerts_by_time`,
     webhookEndpoints: `${database}.webhook_endpoints`,
     webhookMessages: `${database}.webhook_messages`,
     webhookBreakers: `${database}.webhook_breakers`,

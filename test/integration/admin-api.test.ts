@@ -9,6 +9,7 @@ import { alertSchema } from '../../src/admin/schemas.ts';
 import type { Alert } from '../../src/alerts/alert.ts';
 import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker } from '../../src/main.ts';
+import { tablesIn } from '../../src/store/tables.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 import { ADMIN_ENV, adminCall, makeAlert, token } from '../support/admin.ts';
 import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
@@ -69,7 +70,7 @@ describe('admin API', () => {
     await worker.alertStore.save([...alerts, ...others]);
     // Ties in createdAt are broken by id in ClickHouse's UUID order: ask the engine for that order.
     const order = await worker.clickhouse.queryRows<{ id: string }>(
-      `SELECT id FROM ${clickhouse.database}.alerts WHERE merchant_id = {m:String} ORDER BY created_at DESC, id DESC`,
+      `SELECT id FROM ${tablesIn(clickhouse.database).alerts} WHERE merchant_id = {m:String} ORDER BY created_at DESC, id DESC`,
       { m: M },
     );
     const byId = new Map(alerts.map((alert) => [alert.id, alert]));

@@ -1,7 +1,5 @@
 -- Anomaly alerts (contracts section 2). Every change writes the whole alert again with a higher
 -- version; ReplacingMergeTree keeps the latest, and reads use FINAL (alerts are few next to events).
--- Sorted by creation time within a merchant (created_at never changes), so the admin list reads a
--- page in key order and pages by (created_at, id); the bloom filter serves look-ups by id.
 CREATE TABLE IF NOT EXISTS {{db}}.alerts
 (
     id                 UUID                     COMMENT 'alert id',
@@ -25,10 +23,9 @@ CREATE TABLE IF NOT EXISTS {{db}}.alerts
     updated_at         DateTime64(3, 'UTC')     COMMENT 'last change',
     history            String                   COMMENT 'JSON array of {at, actor, from, to, note}',
     ai_insights        Array(String)            COMMENT 'only when FEATURE_AI_RISK_SCORING is on',
-    version            UInt64                   COMMENT 'increases with every write; the highest wins',
-    INDEX id_bloom id TYPE bloom_filter GRANULARITY 1
+    version            UInt64                   COMMENT 'increases with every write; the highest wins'
 )
 ENGINE = ReplacingMergeTree(version)
 PARTITION BY toYYYYMM(created_at)
-ORDER BY (merchant_id, created_at, id)
+ORDER BY (merchant_id, id)
 COMMENT 'anomaly alerts with their lifecycle history';

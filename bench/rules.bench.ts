@@ -1,16 +1,19 @@
 /**
  * tsx bench/rules.bench.ts (npm run bench:rules) — the five rules of rules/ over 1M synthetic
- * request events across 10k keys, on one thread, the way the engine runs them: per-key arrays hold
- * the last windowMs of events (old ones shifted off the front), events arrive in batches of 1,000,
- * and after each batch every key the batch touched is evaluated by every rule (per key per batch,
- * never per event; a key without new events is not evaluated).
+ * request events across 10k keys, on one thread, run by the engine itself (src/detect/engine.ts):
+ * events arrive in batches of 1,000, each key keeps its window of events and every rule's tally
+ * (the rule's screen), and after each batch every key the batch touched is judged by every rule
+ * (per key per batch, never per event; a key without new events is not judged): each rule's screen
+ * checks its tally, and the rule reads the key's window only when its screen says it may fire.
  * It measures, in the same run, plain JSON.parse of the same 1M event JSON strings, and prints both
- * rates and their ratio: the goal is that the rules cost no more than parsing the events does.
- * Parsing and enrichment (network, geolocation) happen per batch as in the engine but are not timed.
- * Three floors are measured with the same loop and no rules, to show where the time goes: window
- * upkeep alone, upkeep plus a bare walk over each evaluated window's last 10 minutes of event
- * objects (what any rule that reads its window pays in memory latency), and that walk over columnar
- * windows (typed arrays per key) instead.
+ * rates and their ratio: the goal is that the engine costs no more than parsing the events does.
+ * Timed: DetectionEngine.detect per batch (windows, eventId dedup per key, tallies, screens,
+ * rules). Not timed, as before: parsing, and the engine's admission step (plan, allowlists, network,
+ * geolocation; DetectionEngine.admit), which happen per batch as in the engine.
+ * For comparison, with the same engine and traffic: admission timed too (DetectionEngine.process),
+ * the engine's upkeep alone (one rule that keeps no tally and never fires), and the five rules
+ * without their screens (every rule reads every touched window, as before the screens); the last
+ * must report the same findings.
  * Traffic: ordinary integrations (library user agents, a few IPs in one /24, one region, mostly 2xx
  * with some 401/404/422/429/5xx) at BENCH_RATE events/s in all, 2% of keys served from two regions,
  * and 25 abusive keys (velocity, attack tool, sharing, travel, 401 storm) so the rules' firing paths
@@ -18,11 +21,13 @@
  * Note: windows start empty, so keys served from two regions report impossible travel while their
  * second region is new (the engine warms its windows from storage at start; this bench does not).
  * Env: BENCH_EVENTS (1000000), BENCH_KEYS (10000), BENCH_BATCH (1000), BENCH_RATE (1000 events/s),
- * BENCH_EVALUATE_EVERY (1: dirty keys are evaluated after every batch; N: after every Nth batch).
+ * BENCH_EVALUATE_EVERY (1: keys are judged after every batch; N: N batches are handed over as one).
  */
-import type { RequestEvent } from '../src/events/request-event.ts';
-import type { GeoPoint, KeyWindow, WindowEvent } from '../src/detect/types.ts';
-import { networkOf } from '../rules/network.ts';
+import { DetectionConfig } from '../src/detect/detection-config.ts';
+import { DetectionEngine, type AnyRule, type EngineFinding } from '../src/detect/engine.ts';
+import type { GeoLookup } from '../src/detect/geo.ts';
+import type { GeoPoint } from '../src/detect/types.ts';
+import { PLANS, type RequestEvent } from '../src/events/request-event.ts';
 import { RULES } from '../rules/index.ts';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 1_000_000);
@@ -33,6 +38,8 @@ const RATE = Number(process.env.BENCH_RATE ?? 1000);
 const EVALUATE_EVERY = Math.max(1, Number(process.env.BENCH_EVALUATE_EVERY ?? 1));
 const START = Date.UTC(2026, 10, 20, 12, 0, 0);
 const WINDOW_MS = Math.max(...RULES.map((rule) => rule.windowMs));
+/** No allowlists, no overrides. */
+const CONFIG = new DetectionConfig();
 
 const REGIONS: { country: string; geo: GeoPoint }[] = [
   ['US', 'Ashburn', 39.04, -77.49],
@@ -125,171 +132,83 @@ function timeParse(json: readonly string[], count: number): number {
   return ms;
 }
 
-/** The fields of a request event this benchmark generates. */
-type RawEvent = Pick<RequestEvent, 'eventId' | 'timestamp' | 'apiKeyId' | 'ip' | 'userAgent' | 'method' | 'path' | 'status' | 'responseTimeMs'>;
-
-/**
- * The engine's side of a batch, not timed: parse and enrich. Like an engine's caches, a network and
- * a user agent seen before are the same string objects (rules compare them per event, and equal
- * pointers compare at once), and a place's GeoPoint is one shared object (as a GeoIP lookup cache
- * returns it).
- */
-class Enricher {
-  private readonly networks = new Map<string, string>();
-  private readonly interned = new Map<string, string>();
-  private readonly userAgents = new Map<string, string>();
-
-  enrich(text: string, region: number): { apiKeyId: string; event: WindowEvent } {
-    const raw = JSON.parse(text) as RawEvent;
-    let network = this.networks.get(raw.ip);
-    if (network === undefined) {
-      network = networkOf(raw.ip);
-      network = this.interned.get(network) ?? (this.interned.set(network, network), network);
-      this.networks.set(raw.ip, network);
-    }
-    let userAgent = this.userAgents.get(raw.userAgent);
-    if (userAgent === undefined) this.userAgents.set(raw.userAgent, (userAgent = raw.userAgent));
-    const place = REGIONS[region]!;
-    return {
-      apiKeyId: raw.apiKeyId,
-      event: {
-        eventId: raw.eventId,
-        timestamp: raw.timestamp,
-        ip: raw.ip,
-        network,
-        userAgent,
-        method: raw.method,
-        path: raw.path,
-        status: raw.status,
-        responseTimeMs: raw.responseTimeMs,
-        rateLimitPerMinute: 60,
-        country: place.country,
-        geo: place.geo,
-      },
-    };
+/** What the engine's GeoIP lookup says: the region the generator placed each address in. */
+function geoLookup(generated: Generated, count: number): GeoLookup {
+  const places = new Map<string, GeoPoint>();
+  for (let i = 0; i < count; i++) {
+    const ip = (JSON.parse(generated.json[i]!) as RequestEvent).ip;
+    if (!places.has(ip)) places.set(ip, REGIONS[generated.regionOf[i]!]!.geo);
   }
+  return { lookup: (ip) => places.get(ip) };
 }
 
-type Work = 'rules' | 'upkeep' | 'walk' | 'columns';
+/** engine: detect() timed (admission and enrichment not); whole: process() timed; upkeep, unscreened: see rulesFor. */
+type Variant = 'engine' | 'whole' | 'upkeep' | 'unscreened';
 
-/** A key's window as columns (a ring of timestamps and statuses): what a columnar window would cost. */
-class Columns {
-  private timestamps = new Float64Array(16);
-  private statuses = new Uint16Array(16);
-  private head = 0;
-  length = 0;
+/** A rule that keeps no tally and never fires: the engine's own upkeep, with a window as long as the real rules'. */
+const NO_RULE: AnyRule = {
+  ...RULES[0],
+  windowMs: WINDOW_MS,
+  evaluate: () => [],
+  screen: { create: () => 0, add: () => undefined, removeOldest: () => undefined, mayFire: () => false },
+};
 
-  push(timestamp: number, status: number): void {
-    if (this.length === this.timestamps.length) this.grow();
-    const at = (this.head + this.length) & (this.timestamps.length - 1);
-    this.timestamps[at] = timestamp;
-    this.statuses[at] = status;
-    this.length++;
-  }
+const VARIANTS: readonly Variant[] = ['engine', 'whole', 'upkeep', 'unscreened'];
 
-  dropBefore(cutoff: number): void {
-    const mask = this.timestamps.length - 1;
-    while (this.length > 0 && this.timestamps[this.head]! < cutoff) {
-      this.head = (this.head + 1) & mask;
-      this.length--;
-    }
-  }
-
-  /** The walk of the 'walk' floor, over columns. */
-  sumStatusSince(since: number): number {
-    const mask = this.timestamps.length - 1;
-    let sum = 0;
-    for (let k = this.length - 1; k >= 0; k--) {
-      const at = (this.head + k) & mask;
-      if (this.timestamps[at]! < since) break;
-      sum += this.statuses[at]!;
-    }
-    return sum;
-  }
-
-  private grow(): void {
-    const timestamps = new Float64Array(this.timestamps.length * 2);
-    const statuses = new Uint16Array(this.statuses.length * 2);
-    for (let k = 0; k < this.length; k++) {
-      const at = (this.head + k) & (this.timestamps.length - 1);
-      timestamps[k] = this.timestamps[at]!;
-      statuses[k] = this.statuses[at]!;
-    }
-    this.timestamps = timestamps;
-    this.statuses = statuses;
-    this.head = 0;
-  }
+function rulesFor(variant: Variant): AnyRule[] {
+  if (variant === 'upkeep') return [NO_RULE];
+  if (variant === 'unscreened') return RULES.map(({ screen: _screen, ...rule }) => rule as AnyRule);
+  return [...RULES];
 }
 
 interface RunStats {
   ms: number;
   evaluations: number;
-  windowEvents: number;
   findingsByRule: Record<string, number>;
 }
 
 /**
- * The engine loop over the first `count` events. Only window upkeep and evaluation are timed.
- * work = 'upkeep' keeps the windows and evaluates nothing; 'walk' replaces the rules by a bare walk over each evaluated window's last 10 minutes
- * (touching timestamp and status): the memory-bound floor of any rule that reads a window of event
- * objects. work = 'columns' does the same walk over a columnar window (typed arrays per key).
+ * The engine over the first `count` events, in batches judged as of their newest event: each batch
+ * is parsed and admitted (plan, allowlists, network, geolocation; not timed), then detected (timed:
+ * windows, dedup, tallies, rules). Variant 'whole' times admission too (DetectionEngine.process).
  */
-function run(generated: Generated, count: number, work: Work): RunStats {
-  const params = RULES.map((rule) => rule.defaults as never);
-  const enricher = new Enricher();
-  type State = KeyWindow & { events: WindowEvent[]; columns: Columns };
-  const windows = new Map<string, State>();
+function run(generated: Generated, count: number, variant: Variant): RunStats {
+  const engine = new DetectionEngine({
+    rules: rulesFor(variant),
+    entitledPlans: PLANS,
+    geo: geoLookup(generated, count),
+    config: () => CONFIG,
+  });
   const findingsByRule: Record<string, number> = Object.fromEntries(RULES.map((rule) => [rule.id, 0]));
-  const batch: { apiKeyId: string; event: WindowEvent }[] = [];
-  let dirty = new Set<State>();
+  const batch: RequestEvent[] = [];
+  const keysInBatch = new Set<string>();
   let evaluations = 0;
-  let windowEvents = 0;
-  let checksum = 0;
   let ms = 0;
-  for (let start = 0, batchNumber = 1; start < count; start += BATCH, batchNumber++) {
-    const end = Math.min(count, start + BATCH);
+  for (let start = 0; start < count; start += BATCH * EVALUATE_EVERY) {
+    const end = Math.min(count, start + BATCH * EVALUATE_EVERY);
     batch.length = 0;
-    for (let i = start; i < end; i++) batch.push(enricher.enrich(generated.json[i]!, generated.regionOf[i]!));
-
-    const started = performance.now();
-    for (const { apiKeyId, event } of batch) {
-      let window = windows.get(apiKeyId);
-      if (!window) windows.set(apiKeyId, (window = { merchantId: 'm', apiKeyId, plan: 'business', events: [], columns: new Columns() }));
-      if (work === 'columns') window.columns.push(event.timestamp, event.status);
-      else window.events.push(event);
-      dirty.add(window);
+    keysInBatch.clear();
+    for (let i = start; i < end; i++) {
+      const event = JSON.parse(generated.json[i]!) as RequestEvent;
+      batch.push(event);
+      keysInBatch.add(event.apiKeyId);
     }
-    if (batchNumber % EVALUATE_EVERY === 0 || end === count) {
-      const now = batch[batch.length - 1]!.event.timestamp;
-      const cutoff = now - WINDOW_MS;
-      for (const window of dirty) {
-        evaluations++;
-        if (work === 'columns') {
-          window.columns.dropBefore(cutoff);
-          windowEvents += window.columns.length;
-          checksum += window.columns.sumStatusSince(now - 10 * 60_000);
-          continue;
-        }
-        const events = window.events;
-        while (events.length > 0 && events[0]!.timestamp < cutoff) events.shift();
-        windowEvents += events.length;
-        if (work === 'upkeep') continue;
-        if (work === 'walk') {
-          for (let i = events.length - 1; i >= 0 && events[i]!.timestamp >= now - 10 * 60_000; i--) checksum += events[i]!.status;
-          continue;
-        }
-        for (let r = 0; r < RULES.length; r++) {
-          const rule = RULES[r]!;
-          const findings = (rule.evaluate as (w: KeyWindow, p: never, n: number) => unknown[])(window, params[r]!, now);
-          if (findings.length > 0) findingsByRule[rule.id]! += 1;
-        }
-      }
-      dirty = new Set();
+    evaluations += keysInBatch.size;
+    const now = batch[batch.length - 1]!.timestamp;
+    let findings: EngineFinding[];
+    if (variant === 'whole') {
+      const started = performance.now();
+      findings = engine.process(batch, now);
+      ms += performance.now() - started;
+    } else {
+      const admitted = engine.admit(batch);
+      const started = performance.now();
+      findings = engine.detect(admitted, now);
+      ms += performance.now() - started;
     }
-    ms += performance.now() - started;
+    for (const { ruleId } of findings) findingsByRule[ruleId]! += 1;
   }
-  if (checksum < 0) throw new Error('unreachable');
-  return { ms, evaluations, windowEvents, findingsByRule };
+  return { ms, evaluations, findingsByRule };
 }
 
 function main(): void {
@@ -300,39 +219,35 @@ function main(): void {
   console.log(
     `input: ${EVENTS.toLocaleString('en')} events, ${KEYS.toLocaleString('en')} keys, ${averageBytes} bytes of JSON on average, ` +
       `${RATE} events/s (${((RATE * 60) / KEYS).toFixed(1)} per key per minute) over ${spanMinutes.toFixed(1)} min of event time; ` +
-      `batches of ${BATCH}, dirty keys evaluated every ${EVALUATE_EVERY} batch(es); engine window ${WINDOW_MS / 60_000} min ` +
+      `batches of ${BATCH}, touched keys judged every ${EVALUATE_EVERY} batch(es); engine window ${WINDOW_MS / 60_000} min ` +
       `(generated in ${((performance.now() - generateStarted) / 1000).toFixed(1)} s)`,
   );
 
-  // Warm up on the first 10% (separate state), then measure the whole input.
+  // Warm up on the first 10% (separate engines), then measure the whole input.
   const warm = Math.min(EVENTS, 100_000);
   timeParse(generated.json, warm);
-  run(generated, warm, 'rules');
-  for (const work of ['upkeep', 'walk', 'columns'] as const) run(generated, warm, work);
+  for (const variant of VARIANTS) run(generated, warm, variant);
 
   const parseMs = timeParse(generated.json, EVENTS);
-  const rules = run(generated, EVENTS, 'rules');
-  const upkeep = run(generated, EVENTS, 'upkeep');
-  const walk = run(generated, EVENTS, 'walk');
-  const columns = run(generated, EVENTS, 'columns');
+  const [engine, whole, upkeep, unscreened] = VARIANTS.map((variant) => run(generated, EVENTS, variant)) as [RunStats, RunStats, RunStats, RunStats];
   const perSecond = (ms: number) => Math.round(EVENTS / (ms / 1000)).toLocaleString('en');
   console.log(`JSON.parse of the same events: ${perSecond(parseMs)} events/s (${(parseMs / 1000).toFixed(2)} s)`);
   console.log(
-    `rules (${RULES.length} rules, dirty keys every ${EVALUATE_EVERY} batch(es), window upkeep included): ${perSecond(rules.ms)} events/s (${(rules.ms / 1000).toFixed(2)} s); ` +
-      `${rules.evaluations.toLocaleString('en')} key evaluations, ${(rules.windowEvents / rules.evaluations).toFixed(1)} events per window on average, ` +
-      `${((rules.ms * 1000) / rules.evaluations).toFixed(2)} µs per key evaluation (all rules)`,
+    `engine with the ${RULES.length} rules (DetectionEngine.detect, keys judged every ${EVALUATE_EVERY} batch(es)): ${perSecond(engine.ms)} events/s (${(engine.ms / 1000).toFixed(2)} s); ` +
+      `${engine.evaluations.toLocaleString('en')} key evaluations, ${((engine.ms * 1000) / engine.evaluations).toFixed(2)} µs per key judged (all rules, upkeep included)`,
   );
-  console.log(`ratio rules / JSON.parse (time): ${(rules.ms / parseMs).toFixed(2)} (goal: <= 1)`);
-  const floor = (label: string, stats: RunStats) =>
+  console.log(`ratio engine / JSON.parse (time): ${(engine.ms / parseMs).toFixed(2)} (goal: <= 1)`);
+  const compare = (label: string, stats: RunStats) =>
     console.log(
       `  ${label}: ${perSecond(stats.ms)} events/s, ${((stats.ms * 1000) / stats.evaluations).toFixed(2)} µs per key evaluation, ` +
         `ratio to JSON.parse ${(stats.ms / parseMs).toFixed(2)}`,
     );
-  console.log('floors (same loop, no rules):');
-  floor('window upkeep alone (push, shift, dirty set)', upkeep);
-  floor("upkeep + walking each evaluated window's last 10 min of event objects", walk);
-  floor('upkeep + the same walk over columnar windows (typed arrays per key)', columns);
-  console.log(`evaluations with findings: ${JSON.stringify(rules.findingsByRule)}`);
+  console.log('for comparison, the same engine and traffic:');
+  compare('admission and enrichment timed too (DetectionEngine.process)', whole);
+  compare('upkeep alone (keys, eventId dedup, windows; no rules)', upkeep);
+  compare('rules without their screens (every rule reads every touched window)', unscreened);
+  const same = JSON.stringify(engine.findingsByRule) === JSON.stringify(unscreened.findingsByRule);
+  console.log(`evaluations with findings: ${JSON.stringify(engine.findingsByRule)} (${same ? 'the same' : 'NOT the same'} without screens)`);
   console.log(`peak RSS: ${Math.round(process.resourceUsage().maxRSS / 1024)} MB`);
 }
 

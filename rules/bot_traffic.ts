@@ -11,6 +11,7 @@
  * The patterns are data (USER_AGENT_PATTERNS), checked in order, attack tools first. There is no
  * "good bot" list: a crawler's reputation says nothing about whether it should hold an API key.
  */
+import { DistinctValues } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 export type UserAgentCategory = 'attack_tool' | 'headless' | 'scraper';
@@ -90,7 +91,14 @@ type Params = {
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
-export const rule: RuleDefinition<Params> = {
+/** The screen's tally: when an attack tool was last seen, and the distinct paths of headless browsers and scrapers. */
+interface Tally {
+  attackEvents: number;
+  newestAttack: number;
+  automationPaths: DistinctValues<string> | undefined;
+}
+
+export const rule: RuleDefinition<Params, Tally> = {
   id: 'bot_traffic',
   version: '1.0.0',
   title: 'Bot traffic',
@@ -184,7 +192,48 @@ export const rule: RuleDefinition<Params> = {
     };
     return [finding];
   },
+  screen: {
+    create: () => ({ attackEvents: 0, newestAttack: -Infinity, automationPaths: undefined }),
+    add(tally, event) {
+      const verdict = rememberedVerdict(event.userAgent);
+      if (!verdict) return;
+      if (verdict.category !== 'attack_tool') (tally.automationPaths ??= new DistinctValues()).add(event.path, event.timestamp);
+      else {
+        tally.attackEvents++;
+        if (event.timestamp > tally.newestAttack) tally.newestAttack = event.timestamp;
+      }
+    },
+    removeOldest(tally, event) {
+      const verdict = rememberedVerdict(event.userAgent);
+      if (!verdict) return;
+      if (verdict.category !== 'attack_tool') tally.automationPaths!.removeOldest(event.path);
+      else if (--tally.attackEvents === 0) tally.newestAttack = -Infinity;
+    },
+    // An attack tool in the window fires at once; automation needs its distinct paths since the window
+    // start, which are at most the automation paths of the whole window.
+    mayFire(tally, params, now) {
+      const windowStart = now - params.windowMinutes * MINUTE;
+      if (tally.newestAttack >= windowStart) return true;
+      const paths = tally.automationPaths;
+      return paths !== undefined && paths.countSince(windowStart, 1) > 0 && !(paths.size < params.minDistinctResources);
+    },
+  },
 };
+
+// The screen classifies every event's user agent; the verdicts of the user agents seen lately are
+// remembered (a cache of a pure function: it changes no result).
+const VERDICTS_REMEMBERED = 10_000;
+let verdicts = new Map<string, UserAgentPattern | null>();
+
+function rememberedVerdict(userAgent: string): UserAgentPattern | undefined {
+  let verdict = verdicts.get(userAgent);
+  if (verdict === undefined) {
+    if (verdicts.size >= VERDICTS_REMEMBERED) verdicts = new Map();
+    verdict = classifyUserAgent(userAgent) ?? null;
+    verdicts.set(userAgent, verdict);
+  }
+  return verdict ?? undefined;
+}
 
 function attackFinding(key: string, attacks: WindowEvent[], verdicts: Map<string, UserAgentPattern | undefined>, params: Params): Finding {
   const tools = countBy(attacks, (e) => verdicts.get(e.userAgent)!.name);

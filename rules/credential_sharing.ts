@@ -12,6 +12,7 @@
  * Severity: medium; high from highNetworks networks or highCountries countries; critical from
  * criticalNetworks networks in criticalCountries countries (a key published for anyone to use).
  */
+import { DistinctValues } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
@@ -30,7 +31,10 @@ type Params = {
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
-export const rule: RuleDefinition<Params> = {
+/** The screen's tally: the window's networks, each with the time it was last seen. */
+type Tally = DistinctValues<string>;
+
+export const rule: RuleDefinition<Params, Tally> = {
   id: 'credential_sharing',
   version: '1.0.0',
   title: 'Credential sharing',
@@ -167,6 +171,18 @@ export const rule: RuleDefinition<Params> = {
       lastSeenAt: recent[recent.length - 1]!.timestamp,
     };
     return [finding];
+  },
+  screen: {
+    create: () => new DistinctValues(),
+    add: (networks, event) => networks.add(event.network, event.timestamp),
+    removeOldest: (networks, event) => networks.removeOldest(event.network),
+    // evaluate's first check: minNetworks networks in the recent interval.
+    mayFire(networks, params, now) {
+      const needed = Math.max(1, params.minNetworks);
+      if (networks.size < needed) return false;
+      const recentStart = now - params.intervalMinutes * MINUTE;
+      return !(networks.countSince(recentStart, needed) < needed);
+    },
   },
 };
 

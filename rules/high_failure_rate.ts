@@ -9,6 +9,7 @@
  * Severity grows with share and volume: medium from thresholdShare (50%); high at highShare (80%)
  * with at least highFailures signal failures; critical at criticalShare (90%) with criticalFailures.
  */
+import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity } from '../src/detect/types.ts';
 
 type Params = {
@@ -25,7 +26,12 @@ type Params = {
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
-export const rule: RuleDefinition<Params> = {
+/** The screen's tally: judged requests and signal failures per clock minute, for the last RING_MINUTES. */
+const RING_MINUTES = 16;
+const JUDGED = 0;
+const FAILURES = 1;
+
+export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'high_failure_rate',
   version: '1.0.0',
   title: 'High failure rate',
@@ -138,7 +144,46 @@ export const rule: RuleDefinition<Params> = {
     };
     return [finding];
   },
+  screen: {
+    create: () => new MinuteRing(RING_MINUTES, [0, 0]),
+    add(ring, event) {
+      const at = ring.claim(event.timestamp);
+      if (at !== FORGOTTEN) count(ring, at, event.status, 1);
+    },
+    removeOldest(ring, event) {
+      const at = ring.find(minuteOf(event.timestamp));
+      if (at >= 0) count(ring, at, event.status, -1);
+    },
+    // The window starts inside a minute: its counts lie between those of the minutes wholly inside it
+    // (at least) and of every minute it touches (at most), and so does the share.
+    mayFire(ring, params, now) {
+      const windowStart = now - params.windowMinutes * MINUTE;
+      const firstMinute = minuteOf(windowStart);
+      const firstWholeMinute = Math.ceil(windowStart / MINUTE);
+      if (ring.newestMinute - firstMinute >= ring.size) return true;
+      let judgedAtMost = 0;
+      let judgedAtLeast = 0;
+      let failuresAtMost = 0;
+      for (let minute = firstMinute; minute <= ring.newestMinute; minute++) {
+        const at = ring.find(minute);
+        if (at === NO_EVENTS) continue;
+        if (at === FORGOTTEN) return true;
+        judgedAtMost += ring.get(at, JUDGED);
+        failuresAtMost += ring.get(at, FAILURES);
+        if (minute >= firstWholeMinute) judgedAtLeast += ring.get(at, JUDGED);
+      }
+      if (judgedAtMost < params.minRequests || failuresAtMost === 0) return false;
+      return judgedAtLeast === 0 || !(failuresAtMost / judgedAtLeast < params.thresholdShare);
+    },
+  },
 };
+
+/** Counts an event in (sign 1) or out (sign -1) of its minute, as evaluate counts it. */
+function count(ring: MinuteRing, at: number, status: number, sign: 1 | -1): void {
+  if (status === 429 || status >= 500) return;
+  ring.add(at, JUDGED, sign);
+  if (isSignal(status)) ring.add(at, FAILURES, sign);
+}
 
 function isSignal(status: number): boolean {
   return status === 401 || status === 403 || status === 404;

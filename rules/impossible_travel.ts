@@ -13,6 +13,7 @@
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the impossible hops span at least criticalCountries countries.
  */
+import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
 import type { Finding, GeoPoint, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
@@ -42,7 +43,28 @@ interface Hop {
   speedKmh: number;
 }
 
-export const rule: RuleDefinition<Params> = {
+/** A point the key was seen at (exact coordinates): its events in the window, newest time, and events per minute. */
+interface Place {
+  latitude: number;
+  longitude: number;
+  events: number;
+  newest: number;
+  minutes: MinuteRing;
+}
+
+/** Places remember this many minutes: an hour's window and its edges. */
+const RING_MINUTES = 64;
+
+/** The screen's tally: the window's geolocated points. */
+interface Tally {
+  places: Map<string, Place>;
+  /** The place of the last event added or removed: consecutive events usually share one. */
+  last: Place | undefined;
+  /** Events whose coordinates are not numbers: never the same point as anything, so the screen steps aside. */
+  unplaceable: number;
+}
+
+export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
   version: '1.0.0',
   title: 'Impossible travel',
@@ -174,7 +196,81 @@ export const rule: RuleDefinition<Params> = {
     };
     return [finding];
   },
+  screen: {
+    create: () => ({ places: new Map(), last: undefined, unplaceable: 0 }),
+    add(tally, event) {
+      const geo = event.geo;
+      if (!geo) return;
+      if (Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) {
+        tally.unplaceable++;
+        return;
+      }
+      let place = placeOf(tally, geo);
+      if (!place) {
+        place = { latitude: geo.latitude, longitude: geo.longitude, events: 0, newest: -Infinity, minutes: new MinuteRing(RING_MINUTES, [0]) };
+        tally.places.set(placeKey(geo), (tally.last = place));
+      }
+      place.events++;
+      if (event.timestamp > place.newest) place.newest = event.timestamp;
+      const at = place.minutes.claim(event.timestamp);
+      if (at !== FORGOTTEN) place.minutes.add(at, 0, 1);
+    },
+    removeOldest(tally, event) {
+      const geo = event.geo;
+      if (!geo) return;
+      if (Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) {
+        tally.unplaceable--;
+        return;
+      }
+      const place = placeOf(tally, geo)!;
+      const at = place.minutes.find(minuteOf(event.timestamp));
+      if (at >= 0) place.minutes.add(at, 0, -1);
+      if (--place.events === 0) {
+        tally.places.delete(placeKey(geo));
+        tally.last = undefined;
+      }
+    },
+    // A finding needs a recent hop (two geolocated events since the window start, at different points)
+    // into a point not seen before the hop: a point also seen in a whole minute between the window
+    // start and the recent part was known before any recent hop into it.
+    mayFire(tally, params, now) {
+      const windowStart = now - params.windowMinutes * MINUTE;
+      const recentStart = now - params.recentMinutes * MINUTE;
+      if (tally.unplaceable > 0 || !(recentStart >= windowStart)) return true;
+      if (tally.places.size < 2) return false;
+      let points = 0;
+      for (const place of tally.places.values()) if (place.newest >= windowStart && ++points === 2) break;
+      if (points < 2) return false;
+      const firstWholeMinute = Math.ceil(windowStart / MINUTE);
+      const lastWholeMinute = Math.floor(recentStart / MINUTE) - 1;
+      for (const place of tally.places.values()) {
+        if (place.newest >= recentStart && !seenIn(place.minutes, firstWholeMinute, lastWholeMinute)) return true;
+      }
+      return false;
+    },
+  },
 };
+
+function placeOf(tally: Tally, geo: GeoPoint): Place | undefined {
+  const last = tally.last;
+  if (last && last.latitude === geo.latitude && last.longitude === geo.longitude) return last;
+  const place = tally.places.get(placeKey(geo));
+  if (place) tally.last = place;
+  return place;
+}
+
+function placeKey(geo: GeoPoint): string {
+  return `${geo.latitude},${geo.longitude}`;
+}
+
+/** Whether events fell in a minute from `first` to `last` (inclusive); a minute the ring forgot counts as not seen. */
+function seenIn(minutes: MinuteRing, first: number, last: number): boolean {
+  for (let minute = first; minute <= last; minute++) {
+    const at = minutes.find(minute);
+    if (at !== NO_EVENTS && at !== FORGOTTEN && minutes.get(at, 0) > 0) return true;
+  }
+  return false;
+}
 
 function measure(from: Hop['from'], to: Hop['to'], defaultAccuracyKm: number): Hop {
   const distanceKm = haversineKm(from.geo, to.geo);

@@ -6,12 +6,12 @@
  */
 import { readdirSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ACTIONS, ANOMALY_TYPES, SEVERITIES, type Finding, type KeyWindow, type RuleDefinition } from '../src/detect/types.ts';
-import type { RuleFixture } from './fixtures.ts';
+import { ACTIONS, ANOMALY_TYPES, SEVERITIES, type Finding, type KeyWindow, type RuleDefinition, type WindowEvent } from '../src/detect/types.ts';
+import { keyWindow, MINUTE, spread, T0, type RuleFixture } from './fixtures.ts';
 import { RULES } from './index.ts';
 import { networkOf } from './network.ts';
 
-type AnyRule = RuleDefinition<Record<string, number | string | boolean | readonly string[]>>;
+type AnyRule = RuleDefinition<Record<string, number | string | boolean | readonly string[]>, unknown>;
 
 const rules = RULES as readonly AnyRule[];
 const RULE_FILE = /^[a-z_]+\.ts$/;
@@ -155,5 +155,54 @@ describe('networkOf', () => {
     ['not an ip', 'not an ip'],
   ])('%s is in %s', (ip, network) => {
     expect(networkOf(ip)).toBe(network);
+  });
+});
+
+describe('rule screens', () => {
+  type Screen = NonNullable<AnyRule['screen']>;
+  const screened = cases.map((c) => ({ ...c, screen: c.rule.screen as Screen }));
+
+  /** The screen's tally after `events` arrive in the given order, and `gone` (older ones) arrive and leave first. */
+  function tallyOf(screen: Screen, events: readonly WindowEvent[], gone: readonly WindowEvent[] = []): unknown {
+    const tally = screen.create();
+    for (const event of gone) screen.add(tally, event);
+    for (const event of events) screen.add(tally, event);
+    for (const event of gone) screen.removeOldest(tally, event);
+    return tally;
+  }
+
+  /** The window's events in a different arrival order: odd positions first, then even ones reversed. */
+  function shuffled(events: readonly WindowEvent[]): WindowEvent[] {
+    return [...events.filter((_, i) => i % 2 === 1), ...events.filter((_, i) => i % 2 === 0).reverse()];
+  }
+
+  /** The same events three hours earlier, as history that has left the window since. */
+  function earlier(events: readonly WindowEvent[]): WindowEvent[] {
+    return events.map((e) => ({ ...e, eventId: `old_${e.eventId}`, timestamp: e.timestamp - 3 * 60 * MINUTE }));
+  }
+
+  it('every rule has one', () => {
+    for (const rule of rules) expect(rule.screen, rule.id).toBeDefined();
+  });
+
+  // The contract: mayFire is false only when evaluate finds nothing. Checked on every fixture, with the
+  // window's events arriving in order and out of order, and after older events have come and gone.
+  it.each(screened)('$label: the screen lets every finding through', ({ rule, fixture, screen }) => {
+    const params = { ...rule.defaults, ...fixture.params } as AnyRule['defaults'];
+    const findings = rule.evaluate(fixture.window, params, fixture.now);
+    const { events } = fixture.window;
+    const verdicts = [tallyOf(screen, events), tallyOf(screen, shuffled(events)), tallyOf(screen, events, earlier(events))].map((tally) =>
+      screen.mayFire(tally, params, fixture.now),
+    );
+    if (findings.length > 0) expect(verdicts).toEqual([true, true, true]);
+    // The same window judges the same way, however its events arrived.
+    expect(new Set(verdicts).size).toBe(1);
+  });
+
+  // A screen that always said "may fire" would pass the test above and spare nothing.
+  it.each(rules.map((rule) => ({ id: rule.id, rule })))('$id screens ordinary traffic out', ({ rule }) => {
+    const screen = rule.screen as Screen;
+    const window = keyWindow(spread(120, T0 - 60 * MINUTE, 60 * MINUTE, (i) => ({ status: i % 10 === 0 ? 404 : 201 })));
+    expect(screen.mayFire(tallyOf(screen, window.events), rule.defaults, T0)).toBe(false);
   });
 });

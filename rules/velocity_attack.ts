@@ -7,6 +7,8 @@
  * minMinutesOver-th busiest over minute — so one huge spike next to a mild excess stays medium:
  *   medium >= 1.5x the limit, high >= 3x, critical >= 10x.
  */
+import { firstAtOrAfter } from '../src/detect/search.ts';
+import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
@@ -25,7 +27,17 @@ type Params = {
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
-export const rule: RuleDefinition<Params> = {
+/**
+ * The screen's tally, per clock minute of the last RING_MINUTES: the events, and the lowest limit any
+ * of them carried (a minute is judged against its highest limit, which is at least that; it is not
+ * raised when events leave). An event without a usable limit counts as limit 0 (evaluate would judge
+ * its minute against the default or another event's limit).
+ */
+const RING_MINUTES = 8;
+const EVENTS = 0;
+const LOWEST_LIMIT = 1;
+
+export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'velocity_attack',
   version: '1.0.0',
   title: 'Velocity attack',
@@ -58,11 +70,8 @@ export const rule: RuleDefinition<Params> = {
     const limits = new Array<number>(minutes + 1).fill(0);
     // Events are in time order, so each minute's events are one run: its first index and its count.
     const starts = new Array<number>(minutes + 1).fill(0);
-    // Find the first event of the window with a tight loop, then count: the window's events are
-    // scattered in memory, and a tight loop lets the CPU fetch many of them at once.
     const windowStart = firstMinute * MINUTE;
-    let first = events.length;
-    while (first > 0 && events[first - 1]!.timestamp >= windowStart) first--;
+    const first = firstAtOrAfter(events, windowStart);
     let slot = 0;
     let slotEnd = windowStart + MINUTE;
     for (let i = first; i < events.length; i++) {
@@ -102,11 +111,13 @@ export const rule: RuleDefinition<Params> = {
     const confidence = round(clamp01(0.5 * clamp01(inBand) + 0.5 * persistence), 3);
 
     // Evidence: only the events of the over minutes.
-    const overEvents = over.flatMap((o) => events.slice(starts[o.slot]!, starts[o.slot]! + o.count));
-    const ips = distinct(overEvents, (e) => e.ip);
-    const networks = distinct(overEvents, (e) => e.network);
-    const countries = distinct(overEvents, (e) => e.country);
-    const userAgents = distinct(overEvents, (e) => e.userAgent);
+    // The over minutes' events are runs of the window: read in place, not copied out.
+    const runs = over.map((o) => ({ start: starts[o.slot]!, end: starts[o.slot]! + o.count }));
+    const ips = distinct(events, runs, (e) => e.ip);
+    const networks = distinct(events, runs, (e) => e.network);
+    const countries = distinct(events, runs, (e) => e.country);
+    const userAgents = distinct(events, runs, (e) => e.userAgent);
+    const lastRun = runs[runs.length - 1]!;
     const threshold = Math.floor(peak.limit * params.thresholdRatio);
     const key = window.apiKeyId;
     const advice =
@@ -135,34 +146,89 @@ export const rule: RuleDefinition<Params> = {
         minMinutesOver: needed,
         windowMinutes: minutes,
         perMinute: over.map((o) => ({ minute: new Date((firstMinute + o.slot) * MINUTE).toISOString(), requests: o.count, limit: o.limit })),
-        requestsInOverMinutes: overEvents.length,
+        requestsInOverMinutes: runs.reduce((sum, run) => sum + run.end - run.start, 0),
         distinctIps: ips.count,
         ips: ips.values,
         distinctNetworks: networks.count,
         networks: networks.values,
         countries: countries.values,
         userAgents: userAgents.values,
-        sampleEventIds: overEvents.slice(-MAX_SAMPLES).map((e) => e.eventId),
+        sampleEventIds: lastEventIds(events, runs, MAX_SAMPLES),
         windowMs: (minutes + 1) * MINUTE,
       },
-      firstSeenAt: overEvents[0]!.timestamp,
-      lastSeenAt: overEvents[overEvents.length - 1]!.timestamp,
+      firstSeenAt: events[runs[0]!.start]!.timestamp,
+      lastSeenAt: events[lastRun.end - 1]!.timestamp,
     };
     return [finding];
   },
+  screen: {
+    create: () => new MinuteRing(RING_MINUTES, [0, Infinity]),
+    add(ring, event) {
+      const at = ring.claim(event.timestamp);
+      if (at === FORGOTTEN) return;
+      ring.add(at, EVENTS, 1);
+      ring.lower(at, LOWEST_LIMIT, event.rateLimitPerMinute > 0 ? event.rateLimitPerMinute : 0);
+    },
+    removeOldest(ring, event) {
+      const at = ring.find(minuteOf(event.timestamp));
+      if (at >= 0) ring.add(at, EVENTS, -1);
+    },
+    // The minutes evaluate counts, each judged against its lowest limit: never fewer minutes over.
+    mayFire(ring, params, now) {
+      const minutes = Math.max(1, Math.floor(params.windowMinutes));
+      const needed = Math.max(1, Math.floor(params.minMinutesOver));
+      const currentMinute = minuteOf(now);
+      const firstMinute = currentMinute - minutes;
+      // Events later than now count in the current minute, as in evaluate.
+      const lastMinute = Math.max(currentMinute, ring.newestMinute);
+      if (lastMinute - firstMinute >= ring.size || !(params.thresholdRatio >= 0)) return true;
+      let over = 0;
+      let currentEvents = 0;
+      let currentLimit = Infinity;
+      for (let minute = firstMinute; minute <= lastMinute; minute++) {
+        const at = ring.find(minute);
+        if (at === NO_EVENTS) continue;
+        if (at === FORGOTTEN) return true;
+        if (minute < currentMinute) {
+          if (ring.get(at, EVENTS) > ring.get(at, LOWEST_LIMIT) * params.thresholdRatio) over++;
+        } else {
+          currentEvents += ring.get(at, EVENTS);
+          currentLimit = Math.min(currentLimit, ring.get(at, LOWEST_LIMIT));
+        }
+      }
+      if (currentEvents > currentLimit * params.thresholdRatio) over++;
+      return over >= needed;
+    },
+  },
 };
 
-function distinct(events: readonly WindowEvent[], pick: (e: WindowEvent) => string | undefined): { count: number; values: string[] } {
+interface Run {
+  start: number;
+  end: number;
+}
+
+function distinct(events: readonly WindowEvent[], runs: readonly Run[], pick: (e: WindowEvent) => string | undefined): { count: number; values: string[] } {
   const seen = new Set<string>();
   let last: string | undefined;
-  for (const event of events) {
-    const value = pick(event);
-    // Runs of one value are the rule, not the exception: skip the set for them.
-    if (value === last || value === undefined) continue;
-    last = value;
-    seen.add(value);
+  for (const run of runs) {
+    for (let i = run.start; i < run.end; i++) {
+      const value = pick(events[i]!);
+      // Runs of one value are the rule, not the exception: skip the set for them.
+      if (value === last || value === undefined) continue;
+      last = value;
+      seen.add(value);
+    }
   }
   return { count: seen.size, values: [...seen].slice(0, MAX_SAMPLES) };
+}
+
+/** The ids of the last `count` events of the runs, oldest first. */
+function lastEventIds(events: readonly WindowEvent[], runs: readonly Run[], count: number): string[] {
+  const ids: string[] = [];
+  for (let r = runs.length - 1; r >= 0 && ids.length < count; r--) {
+    for (let i = runs[r]!.end - 1; i >= runs[r]!.start && ids.length < count; i--) ids.push(events[i]!.eventId);
+  }
+  return ids.reverse();
 }
 
 function clamp01(x: number): number {

@@ -1,7 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import type { RequestEvent } from '../events/request-event.ts';
+import { RULES } from '../../rules/index.ts';
+import { PLACES } from '../../rules/fixtures.ts';
 import { DetectionConfig } from './detection-config.ts';
 import { DetectionEngine, type AnyRule } from './engine.ts';
+import { eventIdHash } from './event-id-hashes.ts';
+import type { GeoLookup } from './geo.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
 
@@ -78,6 +82,14 @@ describe('DetectionEngine', () => {
     expect(detection.process([event(1), event(2), event(1), event(2)], T0)).toHaveLength(0);
   });
 
+  it('counts two ids whose hashes collide as two events', () => {
+    // eventIdHash('evt_250487') === eventIdHash('evt_507479'): the engine confirms a hash hit against the events.
+    expect(eventIdHash('evt_250487')).toBe(eventIdHash('evt_507479'));
+    const { detection } = engine();
+    const findings = detection.process([event(1, { eventId: 'evt_250487' }), event(2, { eventId: 'evt_507479' }), event(3), event(1, { eventId: 'evt_250487' })], T0 + 3000);
+    expect(findings.map((f) => f.finding.evidence.count)).toEqual([3]);
+  });
+
   it('ignores plans that are not entitled', () => {
     const { detection } = engine();
     expect(detection.process([1, 2, 3, 4].map((i) => event(i, { plan: 'pro' })), T0)).toHaveLength(0);
@@ -123,5 +135,117 @@ describe('DetectionEngine', () => {
   it('refuses an invalid config naming the field', () => {
     expect(() => DetectionConfig.parse(JSON.stringify({ allowlist: { ips: ['not-an-ip'] } }))).toThrow(/allowlist\.ips\.0/);
     expect(() => DetectionConfig.parse(JSON.stringify({ allowlist: { userAgents: ['('] } }))).toThrow(/userAgents/);
+  });
+});
+
+describe('DetectionEngine with the rules of rules/', () => {
+  /** Deterministic PRNG (mulberry32). */
+  function prng(seed: number): () => number {
+    let a = seed >>> 0;
+    return () => {
+      a = (a + 0x6d2b79f5) >>> 0;
+      let t = a;
+      t = Math.imul(t ^ (t >>> 15), t | 1);
+      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    };
+  }
+
+  const places = Object.values(PLACES);
+  const geo: GeoLookup = {
+    // 10.x addresses are private (no geo); 100.<place>.x.y is at that place.
+    lookup: (ip) => (ip.startsWith('100.') ? places[Number(ip.split('.')[1]) % places.length]!.geo : undefined),
+  };
+
+  type Profile = 'ordinary' | 'failing' | 'busy' | 'travelling' | 'shared' | 'bot' | 'regions';
+  const PROFILES: Profile[] = ['ordinary', 'failing', 'busy', 'travelling', 'shared', 'bot', 'regions'];
+
+  /**
+   * Two hours of traffic from keys near every rule's thresholds: failure shares around 50%, rates
+   * around 1.5x the limit, hops between near and far places, many networks, attack tools and
+   * headless browsers; events arrive up to two minutes late, some twice, in batches of any size.
+   */
+  function traffic(seed: number): RequestEvent[][] {
+    const random = prng(seed);
+    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
+    const keys = Array.from({ length: 42 }, (_, k) => ({ k, profile: PROFILES[k % PROFILES.length]!, home: k % places.length, share: 0.3 + random() * 0.4 }));
+    const events: RequestEvent[] = [];
+    let clock = T0;
+    for (let i = 0; events.length < 50_000; i++) {
+      clock += Math.floor(random() * 1800);
+      const key = pick(keys);
+      // Busy keys now and then send bursts above their limit of 60 a minute; failing keys call more often.
+      const burst = key.profile === 'busy' ? (random() < 0.25 ? 100 + Math.floor(random() * 150) : 1) : key.profile === 'failing' ? 3 : 1;
+      for (let b = 0; b < burst; b++) {
+        const late = random() < 0.05 ? Math.floor(random() * 120_000) : 0;
+        let place = key.home;
+        if (key.profile === 'travelling' && random() < 0.1) place = Math.floor(random() * places.length);
+        if (key.profile === 'regions') place = random() < 0.5 ? key.home : (key.home + 4) % places.length;
+        const network = key.profile === 'shared' && random() < 0.5 ? Math.floor(random() * 40) : key.k;
+        const failing = (key.profile === 'failing' || key.profile === 'bot') && random() < key.share;
+        events.push({
+          eventId: `e${i}_${b}`,
+          timestamp: clock + b * 250 - late,
+          merchantId: `m_${key.k % 3}`,
+          plan: key.k % 5 === 0 ? 'enterprise' : 'business',
+          apiKeyId: `pk_live_${key.k}`,
+          environment: 'live',
+          ip: random() < 0.05 ? `10.0.${key.k}.${i % 4}` : `100.${place}.${network}.${i % 3}`,
+          userAgent: key.profile === 'bot' && random() < 0.3 ? pick(['sqlmap/1.8', 'HeadlessChrome/120', 'Scrapy/2.11']) : pick(['okhttp/4.12.0', 'python-requests/2.32']),
+          method: 'GET',
+          path: key.profile === 'bot' ? `/v1/verify/sessions/ses_${Math.floor(random() * 200)}` : '/v1/verify/sessions',
+          status: failing ? pick([401, 403, 404]) : pick([200, 201, 201, 422, 429, 503]),
+          responseTimeMs: 40,
+          ...(key.k % 4 === 0 ? { rateLimitPerMinute: pick([40, 60, 100]) } : {}),
+        });
+      }
+      // A redelivery now and then.
+      if (random() < 0.02) events.push({ ...events[Math.floor(random() * events.length)]! });
+    }
+    const batches: RequestEvent[][] = [];
+    for (let start = 0; start < events.length; ) {
+      const size = 1 + Math.floor(random() * 150);
+      batches.push(events.slice(start, start + size));
+      start += size;
+    }
+    return batches;
+  }
+
+  // Overrides move the thresholds and windows so the screens are checked away from the defaults too.
+  const config = DetectionConfig.parse(
+    JSON.stringify({
+      merchants: {
+        m_1: { rules: { velocity_attack: { thresholdRatio: 1.2, windowMinutes: 3 }, high_failure_rate: { windowMinutes: 7, minRequests: 12, thresholdShare: 0.45 } } },
+        m_2: { rules: { impossible_travel: { recentMinutes: 4, windowMinutes: 30 }, credential_sharing: { minNetworks: 3, minCountries: 1 }, bot_traffic: { minDistinctResources: 15 } } },
+      },
+    }),
+  );
+
+  function engineWith(rules: AnyRule[]) {
+    return new DetectionEngine({ rules, entitledPlans: ['business', 'enterprise'], geo, config: () => config, maxEventsPerKey: 300 });
+  }
+
+  it.each([1, 2, 3, 4, 5])('finds exactly what evaluating every rule on every window finds (traffic %i)', (seed) => {
+    const screened = engineWith([...RULES]);
+    const unscreened = engineWith(RULES.map(({ screen: _screen, ...rule }) => rule as AnyRule));
+    const fired = new Set<string>();
+    for (const batch of traffic(seed)) {
+      // As the analysis thread does: the batch is judged as of its newest event.
+      const now = Math.max(...batch.map((e) => e.timestamp));
+      const expected = unscreened.process(batch, now);
+      expect(screened.process(batch, now)).toEqual(expected);
+      for (const finding of expected) fired.add(finding.ruleId);
+    }
+    // The traffic does make every rule fire.
+    expect([...fired].sort()).toEqual(RULES.map((rule) => rule.id).sort());
+    expect(screened.ruleErrors).toBe(0);
+  });
+
+  it('sets aside a screen that throws: counted once for the key, and the rule judges the window from then on', () => {
+    const failing: AnyRule = { ...countingRule, screen: { create: () => ({}), add: () => { throw new Error('tally broke'); }, removeOldest: () => undefined, mayFire: () => false } };
+    const { detection, errors } = engine([failing]);
+    expect(detection.process([event(1), event(2)], T0)).toHaveLength(0);
+    expect(detection.process([event(3)], T0 + 3000)).toHaveLength(1);
+    expect(errors).toEqual(['velocity_attack']);
   });
 });

@@ -1,19 +1,24 @@
 /**
  * The streaming detection engine. Every batch the worker takes in is evaluated at once: events go
- * into per-key windows in memory, and every rule runs over each key the batch touched.
+ * into per-key windows in memory, and every rule judges each key the batch touched.
  * Contract: only entitled plans are evaluated; an eventId counts once per key; allowlisted sources
  * never enter a window; a rule that throws is isolated (counted, reported, the others go on); the
  * engine does no I/O — findings go back to the caller, which turns them into alerts.
+ * Cost: each rule's screen (RuleScreen in types.ts) keeps running tallies of every window as events
+ * enter and leave it, so judging a key is usually a few counter checks; a rule reads the window
+ * (evaluate) only when its screen says it may fire.
  */
-import { DEFAULT_RATE_LIMIT_PER_MINUTE, type RequestEvent } from '../events/request-event.ts';
-import { networkOf } from '../../rules/network.ts';
+import type { Plan, RequestEvent } from '../events/request-event.ts';
+import { Admission, type AdmittedBatch } from './admission.ts';
 import type { DetectionConfig } from './detection-config.ts';
+import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
+import { EventWindow } from './event-window.ts';
 import type { GeoLookup } from './geo.ts';
 import type { AnomalyType, Finding, KeyWindow, RuleDefinition, WindowEvent } from './types.ts';
 
-// Rules have different parameter types; the engine treats them alike.
+// Rules have different parameter and tally types; the engine treats them alike.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
-export type AnyRule = RuleDefinition<any>;
+export type AnyRule = RuleDefinition<any, any>;
 
 export interface EngineFinding {
   merchantId: string;
@@ -31,127 +36,213 @@ export interface EngineOptions {
   onRuleError?(ruleId: string, error: unknown): void;
 }
 
+/** A screen that threw: its tally can no longer be trusted, so the rule evaluates the window every time. */
+const BROKEN = Symbol('broken screen');
+
 interface KeyState {
-  window: { merchantId: string; apiKeyId: string; plan: RequestEvent['plan']; events: WindowEvent[] };
-  eventIds: Set<string>;
+  merchantId: string;
+  apiKeyId: string;
+  plan: Plan;
+  window: EventWindow;
+  /** The eventIds of the window and of `arrived`. */
+  eventIds: EventIdHashes;
   /** Kafka partition the key's events arrive on (-1 for HTTP), for dropping keys after a rebalance. */
   partition: number;
+  /** Per rule (same index as the rules): its screen's tally, undefined without a screen, or BROKEN. */
+  tallies: unknown[];
+  /** Per rule: its parameters for this key, merged under paramsConfig for paramsPlan. */
+  params: unknown[];
+  paramsConfig: DetectionConfig | undefined;
+  paramsPlan: Plan | undefined;
+  /** The batch's events for this key (repeats left out), before they go into the window. */
+  arrived: WindowEvent[];
 }
 
 export class DetectionEngine {
-  private readonly keys = new Map<string, KeyState>();
+  private readonly admission: Admission;
+  /** merchantId -> apiKeyId -> the key's state. */
+  private readonly keys = new Map<string, Map<string, KeyState>>();
+  private keyCount = 0;
+  private readonly rules: readonly AnyRule[];
   private readonly windowMs: number;
   private readonly maxEventsPerKey: number;
-  private readonly entitled: Set<string>;
+  private batches = 0;
   ruleErrors = 0;
 
   constructor(private readonly options: EngineOptions) {
+    this.admission = new Admission(options.entitledPlans, options.config, options.geo);
+    this.rules = options.rules;
     this.windowMs = Math.max(...options.rules.map((rule) => rule.windowMs));
     this.maxEventsPerKey = options.maxEventsPerKey ?? 5_000;
-    this.entitled = new Set(options.entitledPlans);
   }
 
   get trackedKeys(): number {
-    return this.keys.size;
+    return this.keyCount;
   }
 
-  /** Adds events to their windows and evaluates every key they touched. */
+  /** Adds events to their windows and evaluates every key they touched, as of `now`. */
   process(events: readonly RequestEvent[], now: number, partition = -1): EngineFinding[] {
-    const touched = new Set<KeyState>();
-    for (const event of events) {
-      const state = this.add(event, partition);
-      if (state) touched.add(state);
-    }
+    return this.detect(this.admit(events), now, partition);
+  }
+
+  /** process() in two steps: admission and enrichment (admission.ts), ... */
+  admit(events: readonly RequestEvent[]): AdmittedBatch {
+    return this.admission.admit(events);
+  }
+
+  /**
+   * ... then windows and rules, key by key: each key touched by the batch takes its new events
+   * (window and tallies) and is judged at once, so its state is fetched from memory once.
+   */
+  detect(batch: AdmittedBatch, now: number, partition = -1): EngineFinding[] {
     const findings: EngineFinding[] = [];
-    for (const state of touched) this.evaluate(state, now, findings);
+    for (const state of this.arrive(batch, partition)) {
+      this.take(state);
+      this.judge(state, now, findings);
+    }
     return findings;
   }
 
   /** Adds events without evaluating (warming the windows after a start or a rebalance). */
   warm(events: readonly RequestEvent[], partition = -1): void {
-    for (const event of events) this.add(event, partition);
+    for (const state of this.arrive(this.admit(events), partition)) this.take(state);
   }
 
   /** Forgets the keys of partitions this replica no longer owns. */
   keepPartitions(owned: ReadonlySet<number>): void {
-    for (const [key, state] of this.keys) {
-      if (state.partition >= 0 && !owned.has(state.partition)) this.keys.delete(key);
+    for (const [merchantId, keys] of this.keys) {
+      for (const [apiKeyId, state] of keys) {
+        if (state.partition < 0 || owned.has(state.partition)) continue;
+        keys.delete(apiKeyId);
+        this.keyCount--;
+      }
+      if (keys.size === 0) this.keys.delete(merchantId);
     }
   }
 
-  private add(event: RequestEvent, partition: number): KeyState | undefined {
-    if (!this.entitled.has(event.plan)) return undefined;
-    if (this.options.config().isAllowlisted(event.merchantId, event.apiKeyId, event.ip, event.userAgent)) return undefined;
-    const key = `${event.merchantId}\u0000${event.apiKeyId}`;
-    let state = this.keys.get(key);
+  /** Hands each event to its key, unless the key has its eventId already; returns the keys touched. */
+  private arrive(batch: AdmittedBatch, partition: number): KeyState[] {
+    const touched: KeyState[] = [];
+    for (let i = 0; i < batch.events.length; i++) {
+      const event = batch.events[i]!;
+      const state = this.stateOf(event, partition);
+      const idHash = eventIdHash(event.eventId);
+      if (state.eventIds.has(idHash) && this.holds(state, event.eventId)) continue; // a redelivery counts once
+      state.eventIds.add(idHash);
+      state.plan = event.plan;
+      if (partition >= 0) state.partition = partition;
+      if (state.arrived.push(batch.windowEvents[i]!) === 1) touched.push(state);
+    }
+    return touched;
+  }
+
+  /** Whether the key has an event with this id already (to confirm a hash hit: a repeat or a rare collision). */
+  private holds(state: KeyState, eventId: string): boolean {
+    return state.window.includes(eventId) || state.arrived.some((event) => event.eventId === eventId);
+  }
+
+  /** The key's new events go into its window and every rule's tally; then the oldest leave. */
+  private take(state: KeyState): void {
+    for (const event of state.arrived) {
+      state.window.insert(event);
+      this.updateTallies(state, 'add', event);
+    }
+    state.arrived.length = 0;
+    this.prune(state);
+  }
+
+  /** An event enters or leaves the key's window: every rule's tally follows; a screen that throws is set aside. */
+  private updateTallies(state: KeyState, update: 'add' | 'removeOldest', event: WindowEvent): void {
+    for (let r = 0; r < this.rules.length; r++) {
+      const tally = state.tallies[r];
+      if (tally === undefined || tally === BROKEN) continue;
+      try {
+        this.rules[r]!.screen![update](tally, event);
+      } catch (error) {
+        this.screenFailed(state, r, error);
+      }
+    }
+  }
+
+  private stateOf(event: RequestEvent, partition: number): KeyState {
+    let keys = this.keys.get(event.merchantId);
+    if (!keys) this.keys.set(event.merchantId, (keys = new Map()));
+    let state = keys.get(event.apiKeyId);
     if (!state) {
       state = {
-        window: { merchantId: event.merchantId, apiKeyId: event.apiKeyId, plan: event.plan, events: [] },
-        eventIds: new Set(),
+        merchantId: event.merchantId,
+        apiKeyId: event.apiKeyId,
+        plan: event.plan,
+        window: new EventWindow(),
+        eventIds: new EventIdHashes(),
         partition,
+        tallies: this.rules.map((rule) => rule.screen?.create()),
+        params: [],
+        paramsConfig: undefined,
+        paramsPlan: undefined,
+        arrived: [],
       };
-      this.keys.set(key, state);
+      keys.set(event.apiKeyId, state);
+      this.keyCount++;
     }
-    if (state.eventIds.has(event.eventId)) return undefined; // a redelivery counts once
-    state.eventIds.add(event.eventId);
-    state.window.plan = event.plan;
-    if (partition >= 0) state.partition = partition;
-    insertInTimeOrder(state.window.events, this.toWindowEvent(event));
-    this.prune(state);
     return state;
-  }
-
-  private toWindowEvent(event: RequestEvent): WindowEvent {
-    const geo = this.options.geo?.lookup(event.ip);
-    const country = event.country ?? geo?.country;
-    return {
-      eventId: event.eventId,
-      timestamp: event.timestamp,
-      ip: event.ip,
-      network: networkOf(event.ip),
-      userAgent: event.userAgent,
-      method: event.method,
-      path: event.path,
-      status: event.status,
-      responseTimeMs: event.responseTimeMs,
-      rateLimitPerMinute: event.rateLimitPerMinute ?? DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan],
-      ...(country ? { country } : {}),
-      ...(geo ? { geo } : {}),
-    };
   }
 
   /** Drops events older than the longest rule window (relative to the key's newest event), and the excess. */
   private prune(state: KeyState): void {
-    const events = state.window.events;
-    const newest = events[events.length - 1]!.timestamp;
-    let drop = 0;
-    while (drop < events.length && (events[drop]!.timestamp < newest - this.windowMs || events.length - drop > this.maxEventsPerKey)) {
-      state.eventIds.delete(events[drop]!.eventId);
-      drop++;
+    const { window } = state;
+    const cutoff = window.newestTime - this.windowMs;
+    while (window.size > 0 && (window.size > this.maxEventsPerKey || window.oldestTime < cutoff)) {
+      const event = window.dropOldest();
+      state.eventIds.delete(eventIdHash(event.eventId));
+      this.updateTallies(state, 'removeOldest', event);
     }
-    if (drop > 0) events.splice(0, drop);
   }
 
-  private evaluate(state: KeyState, now: number, findings: EngineFinding[]): void {
-    const { window } = state;
-    const config = this.options.config();
-    for (const rule of this.options.rules) {
+  /** Every rule whose screen says it may fire reads the key's window. */
+  private judge(state: KeyState, now: number, findings: EngineFinding[]): void {
+    this.refreshParams(state);
+    let window: KeyWindow | undefined;
+    for (let r = 0; r < this.rules.length; r++) {
+      const rule = this.rules[r]!;
+      const tally = state.tallies[r];
+      if (tally !== undefined && tally !== BROKEN && !this.screen(state, r, tally, now)) continue;
+      window ??= { merchantId: state.merchantId, apiKeyId: state.apiKeyId, plan: state.plan, events: state.window.toArray() };
       try {
-        const params = config.parameters(rule.id, rule.defaults, window.plan, window.merchantId);
-        for (const finding of rule.evaluate(window as KeyWindow, params, now)) {
-          findings.push({ merchantId: window.merchantId, ruleId: rule.id, finding });
-        }
+        for (const finding of rule.evaluate(window, state.params[r], now)) findings.push({ merchantId: state.merchantId, ruleId: rule.id, finding });
       } catch (error) {
-        this.ruleErrors++;
-        this.options.onRuleError?.(rule.id, error);
+        this.ruleError(rule.id, error);
       }
     }
   }
-}
 
-/** Events arrive nearly in order: append, or walk back to the right place. */
-function insertInTimeOrder(events: WindowEvent[], event: WindowEvent): void {
-  let index = events.length;
-  while (index > 0 && events[index - 1]!.timestamp > event.timestamp) index--;
-  events.splice(index, 0, event);
+  /** A screen's verdict on a key; a screen that throws is set aside for the key, and the rule evaluates. */
+  private screen(state: KeyState, r: number, tally: unknown, now: number): boolean {
+    try {
+      return this.rules[r]!.screen!.mayFire(tally, state.params[r], now);
+    } catch (error) {
+      this.screenFailed(state, r, error);
+      return true;
+    }
+  }
+
+  /** The rule is reported, and evaluates this key's window every time from now on. */
+  private screenFailed(state: KeyState, r: number, error: unknown): void {
+    state.tallies[r] = BROKEN;
+    this.ruleError(this.rules[r]!.id, error);
+  }
+
+  /** The rules' parameters for a key, merged again only when the config or the key's plan changed. */
+  private refreshParams(state: KeyState): void {
+    const config = this.options.config();
+    if (state.paramsConfig === config && state.paramsPlan === state.plan) return;
+    state.params = this.rules.map((rule) => config.parameters(rule.id, rule.defaults, state.plan, state.merchantId));
+    state.paramsConfig = config;
+    state.paramsPlan = state.plan;
+  }
+
+  private ruleError(ruleId: string, error: unknown): void {
+    this.ruleErrors++;
+    this.options.onRuleError?.(ruleId, error);
+  }
 }

@@ -3,6 +3,8 @@
  * A rule is pure: it receives one key's window of recent events, its parameters and the current
  * time, and returns findings. It does no I/O and keeps no state between calls; the engine owns the
  * windows, geolocation, allowlists, deduplication into alerts, severity-to-risk mapping and storage.
+ * A rule may also have a screen: running tallies of a key's window that the engine keeps for it,
+ * and a cheap test on them that spares evaluating a window that cannot produce a finding.
  */
 import type { Plan } from '../events/request-event.ts';
 
@@ -81,7 +83,28 @@ export interface Finding {
   lastSeenAt: number;
 }
 
-export interface RuleDefinition<P extends Record<string, number | string | boolean | readonly string[]> = Record<string, number>> {
+/**
+ * Spares the engine most evaluations: instead of reading a key's whole window on every batch, a
+ * rule keeps running tallies of it (counts per minute, distinct networks with their newest time,
+ * ...), and says from them whether evaluate could find anything. The engine makes one tally per key
+ * and rule, adds every event that enters the key's window and removes every event that leaves it
+ * (always the window's oldest), and calls evaluate only when mayFire says yes.
+ * mayFire must be conservative: it returns false only when evaluate(window, params, now) would
+ * return no finding for that same window; when in doubt it returns true. The rule stays pure: add
+ * and removeOldest change only the tally, mayFire changes nothing, none does I/O or reads the clock.
+ */
+export interface RuleScreen<P, T> {
+  /** The tally of an empty window. */
+  create(): T;
+  /** An event enters the window (events arrive nearly, not always, in time order). */
+  add(tally: T, event: WindowEvent): void;
+  /** The window's oldest event leaves it. */
+  removeOldest(tally: T, event: WindowEvent): void;
+  /** False only when evaluate would find nothing. */
+  mayFire(tally: T, params: P, now: number): boolean;
+}
+
+export interface RuleDefinition<P extends Record<string, number | string | boolean | readonly string[]> = Record<string, number>, T = unknown> {
   /** Stable id; equals the anomaly type and the file name (rules/<id>.ts). */
   id: AnomalyType;
   version: string;
@@ -97,4 +120,9 @@ export interface RuleDefinition<P extends Record<string, number | string | boole
   falsePositives: readonly string[];
   /** Pure: no I/O, no state, no Date.now() (use `now`). */
   evaluate(window: KeyWindow, params: P, now: number): Finding[];
+  /**
+   * Optional, but every rule of rules/ has one: without a screen, evaluate reads the key's window
+   * on every batch that touches the key, which is too slow at production volumes.
+   */
+  screen?: RuleScreen<P, T>;
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseRequestEventText, parseRequestEventValue, MAX_USER_AGENT_LENGTH } from './request-event.ts';
+import { commonEvent, parseRequestEventText, parseRequestEventValue, MAX_USER_AGENT_LENGTH, schemaEvent } from './request-event.ts';
 
 const valid = {
   eventId: 'evt_1',
@@ -98,5 +98,40 @@ describe('request event schema', () => {
       expect(result.rejection.reason).toBe('secret_in_event');
       expect(JSON.stringify(result.rejection)).not.toContain('0123456789abcdef');
     }
+  });
+});
+
+describe('the hand-checked common case', () => {
+  const ODD_VALUES: unknown[] = [
+    '', 'x', 'x'.repeat(128), 'x'.repeat(129), 'x'.repeat(2048), 'x'.repeat(2049), 0, -1, 1, 1.5, 2 ** 53, -0, null, true, [], {}, 'live', 'test', 'prod',
+    'business', 'gold', '2026-11-21T03:00:00Z', '2026-11-21T03:00:00.123456Z', '2026-11-21T04:00:00+01:00', '2026-02-30T00:00:00Z', '2026-11-21 03:00:00Z',
+    '2026-11-21T03:00:00', '2026-11-21T03:00:00.123Z', '2024-02-29T10:00:00.000Z', '2026-02-29T10:00:00.000Z', '2000-02-29T00:00:00.000Z',
+    '2100-02-29T00:00:00.000Z', '2026-04-31T00:00:00.000Z', '2026-04-30T23:59:59.999Z', '2026-12-31T23:59:59.999Z', '2026-13-01T00:00:00.000Z',
+    '2026-00-10T00:00:00.000Z', '2026-01-00T00:00:00.000Z', '2026-11-21T24:00:00.000Z', '2026-11-21T23:60:00.000Z', '2026-11-21T23:59:60.000Z',
+    '0999-01-01T00:00:00.000Z', '1000-01-01T00:00:00.000Z', '2026-1a-21T03:00:00.000Z', '2026-11-21T03:00:00.000z', '2026-11-21T03:00:00.00Z',
+    '2026-11-21T03:00:00.0000Z', '+2026-11-21T03:00:00.000Z', '2026-11-21T03:00:00,000Z', Date.UTC(2000, 0, 1), Date.UTC(2000, 0, 1) - 1, Date.UTC(2100, 0, 1), Date.UTC(2100, 0, 1) + 1, '1.2.3.4', '01.2.3.4', '256.1.1.1',
+    '2001:db8::1', '::ffff:1.2.3.4', 'GET', 'get', 'GET /', 'X'.repeat(16), 'X'.repeat(17), 'de', 'DE', 'DEU', 'd1', 99, 100, 599, 600, 86_400_000, 86_400_001,
+    100_000_000, 100_000_001, 'sk_live_0123456789abcdef', '\u00e9', '12', '201',
+  ];
+  const FIELDS = [...Object.keys(valid), 'rateLimitPerMinute', 'country'];
+
+  // Everything it accepts, the schema accepts too, with the same normalized event; the rest goes to the schema.
+  it('accepts only what the schema accepts, with the schema’s output', () => {
+    let accepted = 0;
+    for (const field of FIELDS) {
+      for (const odd of ODD_VALUES) {
+        const value = { ...valid, country: 'de', rateLimitPerMinute: 600, extra: 'dropped', [field]: odd };
+        const common = commonEvent(value);
+        if (!common) continue;
+        accepted++;
+        expect(schemaEvent(value), `${field} = ${JSON.stringify(odd)}`).toStrictEqual({ ok: true, event: common });
+      }
+    }
+    expect(accepted).toBeGreaterThan(60);
+  });
+
+  it('takes ordinary events, with and without the optional fields', () => {
+    expect(commonEvent(valid)).toBeDefined();
+    expect(commonEvent({ ...valid, timestamp: Date.UTC(2026, 0, 1), country: 'US', rateLimitPerMinute: 60 })).toBeDefined();
   });
 });

@@ -70,6 +70,107 @@ function normalizeEvent(input: z.output<typeof requestEventSchema>): RequestEven
   return event;
 }
 
+/** The schema's way: the event as the schema validates and normalizes it, or its issues. */
+export function schemaEvent(value: unknown): { ok: true; event: RequestEvent } | { ok: false; issues: z.core.$ZodIssue[] } {
+  const parsed = requestEventSchema.safeParse(value);
+  return parsed.success ? { ok: true, event: normalizeEvent(parsed.data) } : { ok: false, issues: parsed.error.issues };
+}
+
+// The schema costs a few microseconds an event. The common case is checked by hand first: the same
+// rules as the schema (its own patterns for addresses and times) or stricter ones (an IPv6 address,
+// a number out of the safe range, anything unusual is left to the schema), and the same normalized
+// event. Whatever it does not accept goes to the schema, which also words the rejection.
+const IPV4 = z.regexes.ipv4;
+const ISO_DATETIME = z.regexes.datetime({ offset: true });
+const METHOD = /^[A-Za-z]{1,16}$/;
+const COUNTRY = /^[A-Za-z]{2}$/;
+const PLAN_NAMES: ReadonlySet<unknown> = new Set(PLANS);
+
+/** The normalized event for a value the hand-written checks accept (as the schema would); undefined to ask the schema. */
+export function commonEvent(value: Record<string, unknown>): RequestEvent | undefined {
+  const { eventId, merchantId, plan, apiKeyId, environment, ip, userAgent, method, path, status, responseTimeMs, rateLimitPerMinute, country } = value;
+  if (!isName(eventId) || !isName(merchantId) || !isName(apiKeyId)) return undefined;
+  const timestamp = epochMs(value.timestamp);
+  if (timestamp === undefined) return undefined;
+  if (!PLAN_NAMES.has(plan) || (environment !== 'live' && environment !== 'test')) return undefined;
+  if (typeof ip !== 'string' || !IPV4.test(ip) || typeof userAgent !== 'string') return undefined;
+  if (typeof method !== 'string' || !METHOD.test(method) || typeof path !== 'string' || path.length < 1 || path.length > 2048) return undefined;
+  if (!isIntegerIn(status, 100, 599) || typeof responseTimeMs !== 'number' || !(responseTimeMs >= 0 && responseTimeMs <= 86_400_000)) return undefined;
+  if (rateLimitPerMinute !== undefined && !isIntegerIn(rateLimitPerMinute, 1, 100_000_000)) return undefined;
+  if (country !== undefined && (typeof country !== 'string' || !COUNTRY.test(country))) return undefined;
+  const event = {
+    eventId,
+    timestamp,
+    merchantId,
+    plan,
+    apiKeyId,
+    environment,
+    ip,
+    userAgent: userAgent.length > MAX_USER_AGENT_LENGTH ? userAgent.slice(0, MAX_USER_AGENT_LENGTH) : userAgent,
+    method: method.toUpperCase(),
+    path,
+    status,
+    responseTimeMs,
+  } as RequestEvent;
+  if (rateLimitPerMinute !== undefined) event.rateLimitPerMinute = rateLimitPerMinute as number;
+  if (country !== undefined) event.country = (country as string).toUpperCase();
+  return event;
+}
+
+/** A timestamp the schema accepts, in epoch ms; undefined for anything else. */
+function epochMs(timestamp: unknown): number | undefined {
+  if (typeof timestamp === 'number') return isIntegerIn(timestamp, MIN_EPOCH_MS, MAX_EPOCH_MS) ? timestamp : undefined;
+  if (typeof timestamp !== 'string') return undefined;
+  const canonical = canonicalUtcTime(timestamp);
+  if (canonical !== undefined) return canonical;
+  return ISO_DATETIME.test(timestamp) ? Date.parse(timestamp) : undefined;
+}
+
+/**
+ * The common form, "YYYY-MM-DDTHH:MM:SS.sssZ" (what toISOString writes) in a year from 1000 on, read by
+ * hand: a third of the time of the schema's pattern and Date.parse. Undefined for any other text, and
+ * for an impossible date (the pattern's rule: days per month, 29 February in leap years only).
+ */
+function canonicalUtcTime(text: string): number | undefined {
+  if (text.length !== 24 || text[4] !== '-' || text[7] !== '-' || text[10] !== 'T' || text[13] !== ':' || text[16] !== ':' || text[19] !== '.' || text[23] !== 'Z') {
+    return undefined;
+  }
+  const year = digits(text, 0, 4);
+  const month = digits(text, 5, 2);
+  const day = digits(text, 8, 2);
+  const hour = digits(text, 11, 2);
+  const minute = digits(text, 14, 2);
+  const second = digits(text, 17, 2);
+  const millisecond = digits(text, 20, 3);
+  if (!(year >= 1000 && month >= 1 && month <= 12 && day >= 1 && day <= daysIn(year, month) && hour <= 23 && minute <= 59 && second <= 59 && millisecond >= 0)) {
+    return undefined;
+  }
+  return Date.UTC(year, month - 1, day, hour, minute, second, millisecond);
+}
+
+function daysIn(year: number, month: number): number {
+  if (month !== 2) return month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31;
+  return year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28;
+}
+
+/** The number written by `length` decimal digits from `start`; NaN when one is not a digit. */
+function digits(text: string, start: number, length: number): number {
+  let value = 0;
+  for (let i = start; i < start + length; i++) {
+    const digit = text.charCodeAt(i) - 48;
+    if (digit < 0 || digit > 9) return NaN;
+    value = value * 10 + digit;
+  }
+  return value;
+}
+
+function isName(value: unknown): value is string {
+  return typeof value === 'string' && value.length >= 1 && value.length <= 128;
+}
+
+function isIntegerIn(value: unknown, min: number, max: number): value is number {
+  return Number.isSafeInteger(value) && (value as number) >= min && (value as number) <= max;
+}
 
 export type RejectionReason = 'invalid_json' | 'not_an_object' | 'validation_failed' | 'secret_in_event' | 'too_large' | 'empty';
 
@@ -114,11 +215,13 @@ function validateRequestEvent(value: unknown): ParseResult {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     return reject('not_an_object', [{ path: [], message: 'event must be a JSON object' }]);
   }
-  const parsed = requestEventSchema.safeParse(value);
-  if (parsed.success) return { ok: true, event: normalizeEvent(parsed.data) };
+  const common = commonEvent(value as Record<string, unknown>);
+  if (common) return { ok: true, event: common };
+  const parsed = schemaEvent(value);
+  if (parsed.ok) return parsed;
   return reject(
     'validation_failed',
-    parsed.error.issues.map((issue) => ({
+    parsed.issues.map((issue) => ({
       path: issue.path.filter((key): key is string | number => typeof key !== 'symbol'),
       message: redactSecrets(issue.message),
     })),

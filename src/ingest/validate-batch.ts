@@ -3,6 +3,7 @@
  * eventIds, serialize. Pure apart from the RecentEventIds it is given; runs inside the analysis
  * thread (analysis-thread-main.ts).
  */
+import { isAscii } from 'node:buffer';
 import { parseRequestEventText, type Rejection, type RequestEvent } from '../events/request-event.ts';
 import { serializeEventRow } from '../store/event-store.ts';
 import type { RecentEventIds } from './recent-event-ids.ts';
@@ -36,11 +37,12 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds): Valid
   const rows = new RowBuffer(Math.max(1024, batch.values.length * 2));
   const rejections: ValidatedBatch['rejections'] = [];
   const events: RequestEvent[] = [];
+  const text = messageTexts(batch.values);
   let duplicates = 0;
   let start = 0;
   for (let index = 0; index < batch.ends.length; index++) {
     const end = batch.ends[index]!;
-    const result = parseRequestEventText(decoder.decode(batch.values.subarray(start, end)));
+    const result = parseRequestEventText(text(start, end));
     start = end;
     if (!result.ok) {
       rejections.push({ index, rejection: result.rejection });
@@ -52,4 +54,15 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds): Valid
     }
   }
   return { rows: rows.bytes(), rowCount: rows.rows, duplicates, rejections, events };
+}
+
+/**
+ * The text of the message between two byte offsets. Events are nearly always ASCII: then a byte is a
+ * character, and Buffer's latin1 decoding is the cheapest (faster than a decoder call per message,
+ * and than slicing one string of the whole batch, which JSON.parse then reads more slowly).
+ */
+function messageTexts(values: Uint8Array): (start: number, end: number) => string {
+  if (!isAscii(values)) return (start, end) => decoder.decode(values.subarray(start, end));
+  const bytes = Buffer.from(values.buffer, values.byteOffset, values.byteLength);
+  return (start, end) => bytes.toString('latin1', start, end);
 }

@@ -1,0 +1,99 @@
+/**
+ * The engine's first step: which events detection looks at, and what it knows about them. An event
+ * is admitted when its plan is entitled and no allowlist covers its key, address, network or user
+ * agent; it then becomes a WindowEvent, with its network, geolocation and rate limit filled in.
+ * Stateless apart from bounded memories of addresses and user agents.
+ */
+import { DEFAULT_RATE_LIMIT_PER_MINUTE, type RequestEvent } from '../events/request-event.ts';
+import { networkOf } from '../../rules/network.ts';
+import type { DetectionConfig } from './detection-config.ts';
+import type { GeoLookup } from './geo.ts';
+import type { GeoPoint, WindowEvent } from './types.ts';
+
+/** The admitted events of a batch and their window events, index for index. */
+export interface AdmittedBatch {
+  events: RequestEvent[];
+  windowEvents: WindowEvent[];
+}
+
+/** How many addresses and user agents are remembered: clients repeat theirs. */
+const REMEMBERED = 50_000;
+
+/** What admission knows about an address. */
+interface Address {
+  ip: string;
+  network: string;
+  geo: GeoPoint | undefined;
+}
+
+/**
+ * One string object per distinct value (bounded): windows hold one copy of a user agent or network,
+ * not one per event, and rules comparing them event to event find equal pointers at once.
+ */
+class Interner {
+  private strings = new Map<string, string>();
+
+  intern(value: string): string {
+    const known = this.strings.get(value);
+    if (known !== undefined) return known;
+    if (this.strings.size >= REMEMBERED) this.strings = new Map();
+    this.strings.set(value, value);
+    return value;
+  }
+}
+
+export class Admission {
+  private readonly entitled: Set<string>;
+  private addresses = new Map<string, Address>();
+  private readonly networks = new Interner();
+  private readonly userAgents = new Interner();
+
+  constructor(
+    entitledPlans: readonly string[],
+    private readonly config: () => DetectionConfig,
+    private readonly geo?: GeoLookup,
+  ) {
+    this.entitled = new Set(entitledPlans);
+  }
+
+  admit(events: readonly RequestEvent[]): AdmittedBatch {
+    const config = this.config();
+    const batch: AdmittedBatch = { events: [], windowEvents: [] };
+    for (const event of events) {
+      if (!this.entitled.has(event.plan)) continue;
+      if (config.isAllowlisted(event.merchantId, event.apiKeyId, event.ip, event.userAgent)) continue;
+      batch.events.push(event);
+      batch.windowEvents.push(this.toWindowEvent(event));
+    }
+    return batch;
+  }
+
+  private address(ip: string): Address {
+    let address = this.addresses.get(ip);
+    if (address === undefined) {
+      if (this.addresses.size >= REMEMBERED) this.addresses = new Map();
+      address = { ip, network: this.networks.intern(networkOf(ip)), geo: this.geo?.lookup(ip) };
+      this.addresses.set(ip, address);
+    }
+    return address;
+  }
+
+  private toWindowEvent(event: RequestEvent): WindowEvent {
+    const { ip, network, geo } = this.address(event.ip);
+    // Every event has the same fields (country and geo may be undefined): the rules' reads stay monomorphic.
+    return {
+      eventId: event.eventId,
+      timestamp: event.timestamp,
+      ip,
+      network,
+      userAgent: this.userAgents.intern(event.userAgent),
+      method: event.method,
+      path: event.path,
+      status: event.status,
+      responseTimeMs: event.responseTimeMs,
+      rateLimitPerMinute: event.rateLimitPerMinute ?? DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan],
+      country: event.country ?? geo?.country,
+      geo,
+    };
+  }
+}

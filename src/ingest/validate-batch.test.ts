@@ -1,0 +1,49 @@
+import { describe, expect, it } from 'vitest';
+import { RecentEventIds } from './recent-event-ids.ts';
+import { validateBatch, type RawBatch } from './validate-batch.ts';
+
+const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
+
+function event(i: number, userAgent = 'okhttp/4.12.0'): string {
+  return JSON.stringify({
+    eventId: `evt_${i}`,
+    timestamp: T0 + i,
+    merchantId: 'm_1',
+    plan: 'business',
+    apiKeyId: 'pk_live_a',
+    environment: 'live',
+    ip: '203.0.113.7',
+    userAgent,
+    method: 'GET',
+    path: '/v1/verify/sessions',
+    status: 200,
+    responseTimeMs: 12,
+  });
+}
+
+function batchOf(texts: string[]): RawBatch {
+  const encoded = texts.map((text) => new TextEncoder().encode(text));
+  const values = new Uint8Array(encoded.reduce((sum, bytes) => sum + bytes.length, 0));
+  const ends = new Uint32Array(texts.length);
+  let position = 0;
+  encoded.forEach((bytes, i) => {
+    values.set(bytes, position);
+    ends[i] = position += bytes.length;
+  });
+  return { topic: 't', partition: 0, values, ends, offsets: Float64Array.from(texts, (_, i) => i) };
+}
+
+describe('validateBatch', () => {
+  it.each([
+    ['ASCII', 'okhttp/4.12.0'],
+    ['UTF-8', 'Mozilla/5.0 (Linux; Android 14; Pixel 8) Café/1.0 ✓'],
+  ])('reads each message of a batch (%s): accepted, duplicate, rejected', (_, userAgent) => {
+    const result = validateBatch(batchOf([event(1, userAgent), event(2), event(1, userAgent), '{"eventId":"evt_3", trunc', event(4)]), new RecentEventIds(100));
+    expect(result.events.map((e) => e.eventId)).toEqual(['evt_1', 'evt_2', 'evt_4']);
+    expect(result.events[0]!.userAgent).toBe(userAgent);
+    expect(result.rowCount).toBe(3);
+    expect(result.duplicates).toBe(1);
+    expect(result.rejections.map((r) => [r.index, r.rejection.reason])).toEqual([[3, 'invalid_json']]);
+    expect(new TextDecoder().decode(result.rows).split('\n')[0]).toContain(JSON.stringify(userAgent));
+  });
+});

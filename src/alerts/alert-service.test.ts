@@ -7,21 +7,12 @@ import type { AlertStore } from '../store/alert-store.ts';
 import type { Alert } from './alert.ts';
 import { AlertManager } from './alert-manager.ts';
 import { AlertService, type AlertServiceHooks } from './alert-service.ts';
+import { finding as makeFinding } from './test-findings.ts';
 
 const T0 = Date.UTC(2026, 10, 21, 12, 0, 0);
 
 function finding(severity: Severity, scope = 'pk_live_a'): Finding {
-  return {
-    scope,
-    apiKeyId: scope,
-    severity,
-    confidence: 0.5,
-    title: `${severity} finding`,
-    summary: 'summary',
-    evidence: { sampleEventIds: ['e1'], windowMs: 60_000 },
-    firstSeenAt: T0 - 60_000,
-    lastSeenAt: T0,
-  };
+  return makeFinding(severity, T0, scope);
 }
 
 function service(onCritical: AlertServiceHooks['onCritical']) {

@@ -29,6 +29,7 @@ import type { GeoLookup } from '../src/detect/geo.ts';
 import type { GeoPoint } from '../src/detect/types.ts';
 import { PLANS, type RequestEvent } from '../src/events/request-event.ts';
 import { RULES } from '../rules/index.ts';
+import { prng } from '../test/support/random.ts';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 1_000_000);
 const KEYS = Number(process.env.BENCH_KEYS ?? 10_000);
@@ -58,18 +59,6 @@ const REGIONS: { country: string; geo: GeoPoint }[] = [
 }));
 const LIBRARIES = ['python-requests/2.32.3', 'okhttp/4.12.0', 'axios/1.7.7', 'Go-http-client/2.0', 'node-fetch/1.0', 'Java/17.0.2', 'GuzzleHttp/7', 'curl/8.7.1', ''];
 const STATUSES = [...Array<number>(85).fill(201), ...Array<number>(5).fill(404), ...Array<number>(3).fill(401), ...Array<number>(4).fill(422), 429, 429, 503];
-
-/** Deterministic PRNG (mulberry32), so every run sees the same traffic. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 type Abuse = 'velocity' | 'attack_tool' | 'sharing' | 'travel' | 'auth_storm' | undefined;
 const abuseOf = (key: number): Abuse => (['velocity', 'attack_tool', 'sharing', 'travel', 'auth_storm'] as const)[Math.floor(key / 5)];

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { RequestEvent } from '../events/request-event.ts';
 import { RULES } from '../../rules/index.ts';
+import { prng } from '../../test/support/random.ts';
 import { PLACES } from '../../rules/fixtures.ts';
 import { DetectionConfig } from './detection-config.ts';
 import { DetectionEngine, type AnyRule } from './engine.ts';
@@ -139,18 +140,6 @@ describe('DetectionEngine', () => {
 });
 
 describe('DetectionEngine with the rules of rules/', () => {
-  /** Deterministic PRNG (mulberry32). */
-  function prng(seed: number): () => number {
-    let a = seed >>> 0;
-    return () => {
-      a = (a + 0x6d2b79f5) >>> 0;
-      let t = a;
-      t = Math.imul(t ^ (t >>> 15), t | 1);
-      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-  }
-
   const places = Object.values(PLACES);
   const geo: GeoLookup = {
     // 10.x addresses are private (no geo); 100.<place>.x.y is at that place.

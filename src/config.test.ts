@@ -53,3 +53,40 @@ describe('loadConfig', () => {
     expect((error as ConfigError).message).not.toContain('short-secret');
   });
 });
+
+describe('loadConfig: webhooks', () => {
+  const SECRET = 'oncall-secret-0123456789abcdefghijklmnop';
+
+  it('is off by default: no on-call endpoint, private targets refused', () => {
+    expect(loadConfig({}).webhooks).toEqual({ oncall: undefined, allowPrivateTargets: false, caFile: undefined, concurrency: 16 });
+  });
+
+  it('reads the on-call endpoint', () => {
+    const config = loadConfig({ ONCALL_WEBHOOK_URL: 'https://oncall.example.com/hook', ONCALL_WEBHOOK_SECRET: SECRET });
+    expect(config.webhooks.oncall).toEqual({ url: 'https://oncall.example.com/hook', secret: SECRET });
+  });
+
+  it.each([
+    [{ ONCALL_WEBHOOK_URL: 'https://oncall.example.com/hook' }, 'set both or neither'],
+    [{ ONCALL_WEBHOOK_SECRET: SECRET }, 'set both or neither'],
+    [{ ONCALL_WEBHOOK_URL: 'http://oncall.example.com/hook', ONCALL_WEBHOOK_SECRET: SECRET }, 'must use https'],
+    [{ ONCALL_WEBHOOK_URL: 'https://127.0.0.1/hook', ONCALL_WEBHOOK_SECRET: SECRET }, 'loopback'],
+    [{ ONCALL_WEBHOOK_URL: 'https://localhost/hook', ONCALL_WEBHOOK_SECRET: SECRET }, 'must name a public host'],
+    [{ ONCALL_WEBHOOK_URL: 'https://oncall.example.com/hook', ONCALL_WEBHOOK_SECRET: 'short' }, 'at least 32'],
+    [{ WEBHOOK_ALLOW_PRIVATE_TARGETS: 'sometimes' }, 'expected true or false'],
+  ])('refuses %j', (env, problem) => {
+    expect(() => loadConfig(env)).toThrow(problem);
+    try {
+      loadConfig(env);
+    } catch (error) {
+      expect((error as ConfigError).message).not.toContain(SECRET);
+      expect((error as ConfigError).message).not.toContain('short');
+    }
+  });
+
+  it('accepts a loopback on-call endpoint only with WEBHOOK_ALLOW_PRIVATE_TARGETS=true', () => {
+    const env = { ONCALL_WEBHOOK_URL: 'https://127.0.0.1:8443/hook', ONCALL_WEBHOOK_SECRET: SECRET };
+    expect(() => loadConfig({ ...env, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'false' })).toThrow(ConfigError);
+    expect(loadConfig({ ...env, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' }).webhooks).toMatchObject({ allowPrivateTargets: true, oncall: { url: env.ONCALL_WEBHOOK_URL } });
+  });
+});

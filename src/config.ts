@@ -4,6 +4,7 @@
  * the parsed result is frozen and passed to the parts that need it (nothing reads process.env later).
  */
 import { z } from 'zod';
+import { checkTargetUrl } from './webhooks/target-policy.ts';
 
 const TRUE_WORDS = ['true', '1', 'yes', 'on'] as const;
 const FALSE_WORDS = ['false', '0', 'no', 'off'] as const;
@@ -71,9 +72,18 @@ const envSchema = z
     ALERT_SUPPRESSION_MINUTES: envInt(60, 0, 60 * 24 * 30),
 
     ADMIN_JWT_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
+    ADMIN_RATE_LIMIT_PER_MINUTE: envInt(600, 1, 1_000_000),
+    ADMIN_MAX_BODY_BYTES: envInt(16 * 1024, 256, 1024 * 1024),
+    ADMIN_CACHE_TTL_MS: envInt(5_000, 0, 300_000),
     ENTITLED_PLANS: commaList.pipe(z.array(z.enum(PLANS)).min(1)).default(['business', 'enterprise']),
     ENFORCEMENT_MODE: z.enum(['off', 'shadow', 'enforce']).default('off'),
     ENFORCEMENT_BLOCK_MIN_RISK: z.coerce.number().min(0).max(1).default(0.95),
+
+    ONCALL_WEBHOOK_URL: z.url().optional(),
+    ONCALL_WEBHOOK_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
+    WEBHOOK_ALLOW_PRIVATE_TARGETS: envBoolean(false),
+    WEBHOOK_CA_FILE: z.string().min(1).optional(),
+    WEBHOOK_CONCURRENCY: envInt(16, 1, 256),
   });
 
 /** Rules across variables, checked on the raw environment so they are reported with every other problem. */
@@ -81,6 +91,17 @@ function crossFieldProblems(source: NodeJS.ProcessEnv): string[] {
   const problems: string[] = [];
   const adminEnabled = (TRUE_WORDS as readonly string[]).includes((source.ADMIN_ENABLED ?? '').trim().toLowerCase());
   if (adminEnabled && !source.ADMIN_JWT_SECRET) problems.push('ADMIN_JWT_SECRET: is required when ADMIN_ENABLED=true');
+  if (!source.ONCALL_WEBHOOK_URL !== !source.ONCALL_WEBHOOK_SECRET) {
+    problems.push('ONCALL_WEBHOOK_URL, ONCALL_WEBHOOK_SECRET: set both or neither');
+  }
+  if (source.ONCALL_WEBHOOK_URL) {
+    const allowPrivate = (TRUE_WORDS as readonly string[]).includes((source.WEBHOOK_ALLOW_PRIVATE_TARGETS ?? '').trim().toLowerCase());
+    try {
+      checkTargetUrl(source.ONCALL_WEBHOOK_URL, { allowPrivate });
+    } catch (error) {
+      problems.push(`ONCALL_WEBHOOK_URL: ${(error as Error).message}`);
+    }
+  }
   return problems;
 }
 
@@ -113,9 +134,24 @@ export interface Config {
   };
   readonly store: { readonly flushRows: number; readonly flushIntervalMs: number; readonly maxBufferedRows: number };
   readonly ingest: { readonly token?: string; readonly maxBodyBytes: number; readonly maxEvents: number; readonly dedupCacheSize: number };
-  readonly admin: { readonly jwtSecret?: string; readonly entitledPlans: readonly string[] };
+  readonly admin: {
+    readonly jwtSecret?: string;
+    readonly entitledPlans: readonly string[];
+    readonly rateLimitPerMinute: number;
+    readonly maxBodyBytes: number;
+    readonly cacheTtlMs: number;
+  };
   readonly detection: { readonly configFile?: string; readonly geoCityDb?: string; readonly suppressionMs: number };
   readonly enforcement: { readonly mode: Env['ENFORCEMENT_MODE']; readonly blockMinRisk: number };
+  readonly webhooks: {
+    /** The operator's on-call endpoint; undefined when not configured. */
+    readonly oncall?: { readonly url: string; readonly secret: string };
+    /** Tests only: lets deliveries reach loopback and private networks. */
+    readonly allowPrivateTargets: boolean;
+    /** A PEM file of extra trusted CAs (tests' own CA). */
+    readonly caFile?: string;
+    readonly concurrency: number;
+  };
 }
 
 export class ConfigError extends Error {
@@ -177,13 +213,25 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
       maxEvents: env.INGEST_MAX_EVENTS,
       dedupCacheSize: env.DEDUP_CACHE_SIZE,
     },
-    admin: { jwtSecret: env.ADMIN_JWT_SECRET, entitledPlans: env.ENTITLED_PLANS },
+    admin: {
+      jwtSecret: env.ADMIN_JWT_SECRET,
+      entitledPlans: env.ENTITLED_PLANS,
+      rateLimitPerMinute: env.ADMIN_RATE_LIMIT_PER_MINUTE,
+      maxBodyBytes: env.ADMIN_MAX_BODY_BYTES,
+      cacheTtlMs: env.ADMIN_CACHE_TTL_MS,
+    },
     detection: {
       configFile: env.DETECTION_CONFIG_FILE,
       geoCityDb: env.GEOIP_CITY_DB,
       suppressionMs: env.ALERT_SUPPRESSION_MINUTES * 60_000,
     },
     enforcement: { mode: env.ENFORCEMENT_MODE, blockMinRisk: env.ENFORCEMENT_BLOCK_MIN_RISK },
+    webhooks: {
+      oncall: env.ONCALL_WEBHOOK_URL && env.ONCALL_WEBHOOK_SECRET ? { url: env.ONCALL_WEBHOOK_URL, secret: env.ONCALL_WEBHOOK_SECRET } : undefined,
+      allowPrivateTargets: env.WEBHOOK_ALLOW_PRIVATE_TARGETS,
+      caFile: env.WEBHOOK_CA_FILE,
+      concurrency: env.WEBHOOK_CONCURRENCY,
+    },
   });
 }
 

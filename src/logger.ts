@@ -19,6 +19,7 @@ const REDACTED_PATHS = [
   'config.clickhouse.password',
   'config.ingest.token',
   'config.admin.jwtSecret',
+  'config.webhooks.oncall.secret',
 ];
 
 export function createLogger(level: string, destination?: pino.DestinationStream): Logger {

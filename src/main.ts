@@ -4,10 +4,15 @@
  * and on SIGTERM or SIGINT drains and exits.
  */
 import { readFileSync } from 'node:fs';
+import { rootCertificates } from 'node:tls';
 import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { RULES } from '../rules/index.ts';
+import { registerAdminApi } from './admin/admin-api.ts';
+import { alertRoutes } from './admin/alert-routes.ts';
+import { AdminAuthenticator } from './admin/auth.ts';
+import { ResponseCache } from './admin/response-cache.ts';
 import { AlertManager } from './alerts/alert-manager.ts';
 import { AlertService } from './alerts/alert-service.ts';
 import { loadConfig, ConfigError, type Config } from './config.ts';
@@ -25,6 +30,10 @@ import { connectClickHouse, type ClickHouse } from './store/clickhouse.ts';
 import { EventStore } from './store/event-store.ts';
 import { migrate } from './store/migrate.ts';
 import { tablesIn } from './store/tables.ts';
+import { WebhookStore } from './store/webhook-store.ts';
+import { WebhookDispatcher, type WebhookDispatcherOptions } from './webhooks/dispatcher.ts';
+import { targetPolicy, type Resolver } from './webhooks/target-policy.ts';
+import { webhookRoutes } from './webhooks/webhook-routes.ts';
 
 const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
@@ -32,6 +41,11 @@ export interface WorkerDeps {
   logger?: Logger;
   /** Wraps the storage write, so tests inject faults at the storage boundary. */
   wrapStoreRows?(storeRows: (body: Buffer) => Promise<void>): (body: Buffer) => Promise<void>;
+  /** Webhook test hooks: a clock to move, a resolver, faster polling and timeouts. */
+  webhooks?: { resolve?: Resolver } & Pick<
+    WebhookDispatcherOptions,
+    'now' | 'pollIntervalMs' | 'rescanIntervalMs' | 'connectTimeoutMs' | 'requestTimeoutMs'
+  >;
 }
 
 export interface Worker {
@@ -41,6 +55,9 @@ export interface Worker {
   readonly clickhouse: ClickHouse;
   readonly store: EventStore;
   readonly alertStore: AlertStore;
+  readonly webhookStore: WebhookStore;
+  /** Critical-alert webhooks; undefined when FEATURE_ANOMALY_DETECTION is off. */
+  readonly webhooks?: WebhookDispatcher;
   readonly metrics: WorkerMetrics;
   /** Resolves when storage is migrated and the Kafka intake (if any) has started. */
   readonly ready: Promise<void>;
@@ -62,6 +79,24 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   const recentIds = new RecentEventIds(config.ingest.dedupCacheSize);
   const alertStore = new AlertStore(clickhouse, tables);
   const ingestEnabled = config.features.anomalyDetection;
+  const webhookStore = new WebhookStore(clickhouse, tables);
+  const { resolve, ...webhookTiming } = deps.webhooks ?? {};
+  const webhookPolicy = targetPolicy({ allowPrivate: config.webhooks.allowPrivateTargets, resolve });
+  if (config.webhooks.allowPrivateTargets) {
+    logger.warn({ setting: 'WEBHOOK_ALLOW_PRIVATE_TARGETS' }, 'WEBHOOKS MAY REACH LOOPBACK AND PRIVATE NETWORKS: a test setting, never for production');
+  }
+  const webhooks = ingestEnabled
+    ? new WebhookDispatcher({
+        store: webhookStore,
+        oncall: config.webhooks.oncall,
+        policy: webhookPolicy,
+        ca: config.webhooks.caFile ? [...rootCertificates, readFileSync(config.webhooks.caFile, 'utf8')] : undefined,
+        concurrency: config.webhooks.concurrency,
+        metrics,
+        logger: logger.child({ component: 'webhooks' }),
+        ...webhookTiming,
+      })
+    : undefined;
 
   // Validation of Kafka batches and detection run in one thread of their own.
   const analysis = ingestEnabled
@@ -82,6 +117,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     RULES,
     metrics,
     logger.child({ component: 'alerts' }),
+    { onCritical: (alert) => webhooks?.notify(alert) },
   );
   const onDetection = (detection: Detection) => alerts.handle(detection);
   const detectionWindowMs = Math.max(...RULES.map((rule) => rule.windowMs));
@@ -121,6 +157,18 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   } else if (ingestEnabled) {
     logger.warn('INGEST_TOKEN is not set: POST /v1/ingest/events is off');
   }
+  if (config.features.admin && config.admin.jwtSecret) {
+    await registerAdminApi(app, {
+      authenticator: new AdminAuthenticator(config.admin.jwtSecret, config.admin.entitledPlans),
+      routes: [
+        ...alertRoutes({ alertStore, eventStore: store, alerts, cache: new ResponseCache(config.admin.cacheTtlMs) }),
+        ...webhookRoutes({ store: webhookStore, policy: webhookPolicy, now: deps.webhooks?.now }),
+      ],
+      rateLimitPerMinute: config.admin.rateLimitPerMinute,
+      maxBodyBytes: config.admin.maxBodyBytes,
+      version: VERSION,
+    });
+  }
   await app.listen({ host: config.http.host, port: config.http.port });
   const address = app.server.address();
   const url = typeof address === 'object' && address ? `http://${formatHost(address.address)}:${address.port}` : '';
@@ -134,6 +182,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     migrated = true;
     if (!analysis) return;
     await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(config.detection.suppressionMs));
+    if (webhooks) await retryUntilDone('starting webhooks', logger, abort.signal, () => webhooks.start());
     await analysis.ready;
     // Events that came over HTTP belong to no partition: every replica warms them.
     const since = () => new Date(Date.now() - detectionWindowMs);
@@ -173,11 +222,12 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       await intake?.disconnect();
       await analysis?.close();
       await alerts.stop();
+      await webhooks?.stop(); // after alerts: stores the notifications in hand
       await clickhouse.close();
       logger.info('stopped');
     })());
 
-  return { app, url, clickhouse, store, alertStore, metrics, ready, stop };
+  return { app, url, clickhouse, store, alertStore, webhookStore, webhooks, metrics, ready, stop };
 }
 
 /** Retries a start-up step with backoff (a server may come up after the worker does). */
@@ -207,6 +257,8 @@ function describeConfig(config: Config): Record<string, unknown> {
     kafka: config.kafka ? { brokers: config.kafka.brokers, topic: config.kafka.topic, groupId: config.kafka.groupId } : 'off',
     clickhouse,
     enforcement: config.enforcement.mode,
+    // The on-call URL may carry a token in its path: its origin only.
+    webhooks: { oncall: config.webhooks.oncall ? new URL(config.webhooks.oncall.url).origin : 'off', allowPrivateTargets: config.webhooks.allowPrivateTargets },
   };
 }
 

@@ -88,6 +88,29 @@ export class WorkerMetrics {
     registers: [this.registry],
   });
 
+  readonly webhookMessages = new Counter({
+    name: 'security_center_webhook_messages_total',
+    help: 'Critical-alert webhook messages, by destination (oncall, merchant) and status (created, delivered, failed, cancelled)',
+    labelNames: ['destination', 'status'] as const,
+    registers: [this.registry],
+  });
+  readonly webhookAttempts = new Counter({
+    name: 'security_center_webhook_attempts_total',
+    help: 'Webhook delivery attempts, by destination and outcome (delivered, http_error, timeout, connect_error, tls_error, blocked_target, circuit_open)',
+    labelNames: ['destination', 'outcome'] as const,
+    registers: [this.registry],
+  });
+  readonly webhookNotificationsDropped = new Counter({
+    name: 'security_center_webhook_notifications_dropped_total',
+    help: 'Critical-alert notifications dropped because too many were waiting to be stored',
+    registers: [this.registry],
+  });
+  readonly webhookEndpointsPaused = new Gauge({
+    name: 'security_center_webhook_endpoints_paused',
+    help: 'Webhook endpoints whose circuit breaker is open (deliveries paused)',
+    registers: [this.registry],
+  });
+
   constructor(options: { defaultMetrics?: boolean } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
     this.storageUp.set(1);

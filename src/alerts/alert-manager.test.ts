@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Finding, RecommendedAction, Severity } from '../detect/types.ts';
 import { AlertManager, type RuleInfo } from './alert-manager.ts';
+import { finding as makeFinding } from './test-findings.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
 const rule: RuleInfo = {
@@ -10,17 +11,7 @@ const rule: RuleInfo = {
 };
 
 function finding(severity: Severity, at = T0, scope = 'pk_live_a'): Finding {
-  return {
-    scope,
-    apiKeyId: scope,
-    severity,
-    confidence: 0.5,
-    title: `${severity} finding`,
-    summary: 'summary',
-    evidence: { sampleEventIds: ['e1'], windowMs: 60_000 },
-    firstSeenAt: at - 60_000,
-    lastSeenAt: at,
-  };
+  return makeFinding(severity, at, scope);
 }
 
 function manager() {

@@ -54,6 +54,12 @@ export class AlertManager {
     if (!current || current.id === alert.id || current.updatedAt <= alert.updatedAt) this.byKey.set(key, alert);
   }
 
+  /** The newest state of an alert known here (detection may have updated it since it was stored). */
+  current(alert: Alert): Alert {
+    const known = this.byKey.get(dedupKey(alert.merchantId, alert.type, alert.scope));
+    return known?.id === alert.id && known.updatedAt >= alert.updatedAt ? known : alert;
+  }
+
   apply(merchantId: string, rule: RuleInfo, finding: Finding): { alert: Alert | undefined; change: AlertChange } {
     const key = dedupKey(merchantId, rule.id, finding.scope);
     const existing = this.byKey.get(key);

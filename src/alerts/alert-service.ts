@@ -8,8 +8,17 @@ import type { Detection } from '../ingest/analysis-thread.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { AlertStore } from '../store/alert-store.ts';
-import type { Alert } from './alert.ts';
-import type { AlertManager, RuleInfo } from './alert-manager.ts';
+import { changeStatus, type Alert, type AlertStatus, type StatusChange } from './alert.ts';
+import type { AlertChange, AlertManager, RuleInfo } from './alert-manager.ts';
+
+export interface AlertServiceHooks {
+  /**
+   * A critical alert is news: it was created critical, escalated to critical, or reopened while
+   * critical (on-call wants to hear that the attack is back). Called synchronously; it must not
+   * block, and what it throws is logged, never passed on to detection.
+   */
+  onCritical?(alert: Alert, change: Extract<AlertChange, 'created' | 'escalated' | 'reopened'>): void;
+}
 
 /** New, escalated and reopened alerts are written at once; a repeat only bumps counters, so it waits. */
 const FLUSH_DELAY_MS = 50;
@@ -22,6 +31,8 @@ export class AlertService {
   private timer: NodeJS.Timeout | undefined;
   private timerDueAt = Number.POSITIVE_INFINITY;
   private saving: Promise<void> | undefined;
+  /** Admin changes in progress per alert id: two changes of one alert run one after the other. */
+  private readonly changing = new Map<string, Promise<unknown>>();
 
   constructor(
     private readonly manager: AlertManager,
@@ -29,6 +40,7 @@ export class AlertService {
     rules: readonly AnyRule[],
     private readonly metrics: WorkerMetrics,
     private readonly logger: Logger,
+    private readonly hooks: AlertServiceHooks = {},
   ) {
     this.rules = new Map(rules.map((rule) => [rule.id, { id: rule.id, version: rule.version, actions: rule.actions }]));
   }
@@ -54,24 +66,66 @@ export class AlertService {
       if (change !== 'updated') {
         this.logger.info({ alertId: alert.id, merchantId, type: ruleId, severity: alert.severity, change }, alert.title);
       }
+      if (alert.severity === 'critical' && (change === 'created' || change === 'escalated' || change === 'reopened')) {
+        try {
+          this.hooks.onCritical?.(alert, change);
+        } catch (error) {
+          this.logger.error({ err: error, alertId: alert.id }, 'critical-alert hook failed');
+        }
+      }
+    }
+  }
+
+  /**
+   * An admin's status change of one alert of a merchant (any merchant when undefined). It starts from
+   * the newest state detection knows, is stored before it returns, and is remembered for dedup (a
+   * dismissal silences the dedup key). Undefined when no such alert exists for that merchant.
+   */
+  async changeStatus(
+    id: string,
+    merchantId: string | undefined,
+    change: { to: AlertStatus; actor: string; note?: string },
+  ): Promise<StatusChange | undefined> {
+    const previous = this.changing.get(id) ?? Promise.resolve();
+    const result = previous.catch(() => undefined).then(async () => {
+      const stored = await this.store.get(id, merchantId);
+      if (!stored) return undefined;
+      const outcome = changeStatus(this.manager.current(stored), change.to, change.actor, change.note, Date.now());
+      if (!outcome.ok) return outcome;
+      this.manager.remember(outcome.alert);
+      this.unsaved.set(outcome.alert.id, outcome.alert);
+      await this.flushNow();
+      this.logger.info({ alertId: id, merchantId: stored.merchantId, actor: change.actor, to: change.to }, 'alert status changed');
+      return outcome;
+    });
+    this.changing.set(id, result);
+    try {
+      return await result;
+    } finally {
+      if (this.changing.get(id) === result) this.changing.delete(id);
     }
   }
 
   /** Writes every unsaved alert; resolves when they are stored (or the write failed and is rescheduled). */
   async flush(): Promise<void> {
+    await this.flushNow().catch((error: unknown) => this.logger.error({ err: error }, 'storing alerts failed; retrying'));
+  }
+
+  /** Writes every unsaved alert; a failed write rejects (and is still retried in the background). */
+  private async flushNow(): Promise<void> {
     await this.saving;
     if (this.unsaved.size === 0) return;
     const batch = [...this.unsaved.values()];
     this.unsaved.clear();
-    this.saving = this.store.save(batch).then(
+    const saving = this.store.save(batch);
+    this.saving = saving.then(
       () => undefined,
-      (error: unknown) => {
+      () => {
         for (const alert of batch) if (!this.unsaved.has(alert.id)) this.unsaved.set(alert.id, alert);
-        this.logger.error({ err: error, alerts: batch.length }, 'storing alerts failed; retrying');
         this.schedule(RETRY_DELAY_MS);
       },
     );
-    await this.saving;
+    await saving;
   }
 
   async stop(): Promise<void> {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SEVERITIES } from '../detect/types.ts';
-import { higherSeverity, isAllowedTransition, riskScore } from './alert.ts';
+import { changeStatus, higherSeverity, isAllowedTransition, riskScore, type Alert } from './alert.ts';
 
 describe('riskScore', () => {
   it.each([
@@ -46,5 +46,57 @@ describe('lifecycle', () => {
   it('never lowers severity', () => {
     expect(higherSeverity('high', 'medium')).toBe('high');
     expect(higherSeverity('medium', 'critical')).toBe('critical');
+  });
+});
+
+describe('changeStatus', () => {
+  const base: Alert = {
+    id: '6f1c1a8e-3a52-4a3e-9a4e-1d2f3b4c5d6e',
+    merchantId: 'm_1',
+    apiKeyId: 'pk_live_1',
+    type: 'velocity_attack',
+    scope: 'pk_live_1',
+    severity: 'high',
+    riskScore: 0.8,
+    recommendedAction: 'rate_limit',
+    status: 'open',
+    title: 't',
+    summary: 's',
+    evidence: {},
+    ruleId: 'velocity_attack',
+    ruleVersion: '1.0.0',
+    firstSeenAt: '2026-11-20T12:00:00.000Z',
+    lastSeenAt: '2026-11-20T12:05:00.000Z',
+    occurrences: 3,
+    createdAt: '2026-11-20T12:05:00.000Z',
+    updatedAt: '2026-11-20T12:06:00.000Z',
+    history: [{ at: '2026-11-20T12:05:00.000Z', actor: 'system', from: null, to: 'open' }],
+  };
+  const later = Date.parse('2026-11-20T13:00:00.000Z');
+
+  it('records who moved the alert, when, from where to where, and why', () => {
+    const outcome = changeStatus(base, 'acknowledged', 'alice', 'checking', later);
+    expect(outcome).toEqual({
+      ok: true,
+      alert: {
+        ...base,
+        status: 'acknowledged',
+        updatedAt: '2026-11-20T13:00:00.000Z',
+        history: [...base.history, { at: '2026-11-20T13:00:00.000Z', actor: 'alice', from: 'open', to: 'acknowledged', note: 'checking' }],
+      },
+    });
+    expect(base.status).toBe('open'); // the input is not changed
+  });
+
+  it('refuses moves the lifecycle does not allow, and a dismissal without a note', () => {
+    expect(changeStatus(base, 'resolved', 'alice', undefined, later)).toEqual({ ok: false, reason: 'not_allowed' });
+    expect(changeStatus(base, 'open', 'alice', undefined, later)).toEqual({ ok: false, reason: 'not_allowed' });
+    expect(changeStatus(base, 'dismissed', 'alice', undefined, later)).toEqual({ ok: false, reason: 'note_required' });
+    expect(changeStatus(base, 'dismissed', 'alice', 'our load test', later).ok).toBe(true);
+  });
+
+  it('never moves updatedAt backwards when the clock is behind the last change', () => {
+    const outcome = changeStatus(base, 'acknowledged', 'alice', undefined, Date.parse('2026-11-20T12:00:00.000Z'));
+    expect(outcome.ok && outcome.alert.updatedAt).toBe('2026-11-20T12:06:00.001Z');
   });
 });

@@ -76,3 +76,34 @@ export function isAllowedTransition(from: AlertStatus, to: AlertStatus): boolean
       return false;
   }
 }
+
+export type StatusChange = { ok: true; alert: Alert } | { ok: false; reason: 'not_allowed' | 'note_required' };
+
+/**
+ * An admin's status change: the lifecycle move, recorded in history with who, when and why.
+ * Dismissing needs a note (it marks a false positive and silences the dedup key for a while).
+ */
+export function changeStatus(alert: Alert, to: AlertStatus, actor: string, note: string | undefined, now: number): StatusChange {
+  if (!isAllowedTransition(alert.status, to)) return { ok: false, reason: 'not_allowed' };
+  if (to === 'dismissed' && !note) return { ok: false, reason: 'note_required' };
+  const at = new Date(now).toISOString();
+  // updatedAt only moves forward, so the newest write also wins in the dedup index.
+  const updatedAt = at > alert.updatedAt ? at : new Date(Date.parse(alert.updatedAt) + 1).toISOString();
+  return {
+    ok: true,
+    alert: {
+      ...alert,
+      status: to,
+      updatedAt,
+      history: [...alert.history, { at, actor, from: alert.status, to, ...(note ? { note } : {}) }],
+    },
+  };
+}
+
+/** The alert as the wire format of contracts section 2 has it (the dedup scope is internal). */
+export type WireAlert = Omit<Alert, 'scope'>;
+
+export function toWireAlert(alert: Alert): WireAlert {
+  const { scope: _scope, ...wire } = alert;
+  return wire;
+}

@@ -7,7 +7,9 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 export type ErrorCode =
   | 'UNAUTHORIZED'
   | 'FORBIDDEN'
+  | 'PLAN_UPGRADE_REQUIRED'
   | 'NOT_FOUND'
+  | 'INVALID_TRANSITION'
   | 'VALIDATION_ERROR'
   | 'PAYLOAD_TOO_LARGE'
   | 'UNSUPPORTED_MEDIA_TYPE'

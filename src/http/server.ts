@@ -3,10 +3,10 @@
  * /metrics (Prometheus), and the routes that other parts register (ingest, admin).
  * Contract: every error goes through the one error handler (errors.ts); unknown paths are 404 in Format A.
  */
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import { HttpError, handleError, renderError } from './errors.ts';
+import { HttpError, handleError, renderError, toHttpError, validationError } from './errors.ts';
 
 export interface ServerOptions {
   logger: Logger;
@@ -27,6 +27,16 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
     return503OnClosing: true,
+    // Errors the router raises before any handler runs: the same formats, and never the URL echoed.
+    frameworkErrors: (error, _request, reply) => {
+      const httpError =
+        error.code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? validationError([{ path: ['params'], message: 'a path parameter is too long' }])
+          : error.code === 'FST_ERR_BAD_URL'
+            ? validationError([{ path: ['url'], message: 'the URL is malformed' }])
+            : toHttpError(error);
+      void (reply as FastifyReply).code(httpError.statusCode).send(renderError(httpError));
+    },
   });
   app.setErrorHandler(handleError);
   app.setNotFoundHandler((_request, reply) => {

@@ -120,15 +120,178 @@ export class AlertStore {
     return rows.map((row) => fromRow(alertRow.parse(row)));
   }
 
-  /** Alerts of one merchant (or all when undefined), newest first. */
-  async list(options: { merchantId?: string; limit?: number } = {}): Promise<Alert[]> {
+  /**
+   * A page of alerts, newest first, ordered by (createdAt, id), which never change: a page that starts
+   * after a cursor sees neither repeats nor gaps while new alerts arrive (they sort before page one).
+   */
+  async list(filter: AlertFilter = {}): Promise<Alert[]> {
+    const limit = filter.limit ?? 1000;
+    // A busy merchant's page is usually found among its last day of alerts: look there first, which
+    // reads a fraction of the rows. Everything outside that window is older than everything in it,
+    // so when the window holds a full page, that page is exactly the page of the whole range.
+    const newest = filter.after?.createdAt ?? filter.to?.getTime() ?? Date.now();
+    const windowStart = new Date(newest - RECENT_WINDOW_MS);
+    if (!filter.from || filter.from < windowStart) {
+      const recent = await this.query({ ...filter, from: windowStart }, limit);
+      if (recent.length >= limit) return recent;
+    }
+    return this.query(filter, limit);
+  }
+
+  private async query(filter: AlertFilter, limit: number): Promise<Alert[]> {
+    const { where, params } = filterClause(filter);
     const rows = await this.db.queryRows(
       `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL
-        WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
-        ORDER BY created_at DESC, id
+        WHERE ${where}
+        ORDER BY created_at DESC, id DESC
         LIMIT {limit:UInt32}`,
-      { merchantId: options.merchantId ?? '', limit: options.limit ?? 1000 },
+      { ...params, limit },
     );
     return rows.map((row) => fromRow(alertRow.parse(row)));
   }
+
+  /** One alert, only if it belongs to the merchant (any merchant when merchantId is undefined). */
+  async get(id: string, merchantId: string | undefined): Promise<Alert | undefined> {
+    const rows = await this.db.queryRows(
+      `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL
+        WHERE id = {id:UUID} AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
+        LIMIT 1`,
+      { id, merchantId: merchantId ?? '' },
+    );
+    return rows[0] ? fromRow(alertRow.parse(rows[0])) : undefined;
+  }
+
+  /**
+   * Counts for metrics: active (open or acknowledged, whenever created) and active critical alerts,
+   * and the alerts created in the range by type and by severity.
+   */
+  async counts(range: { from: Date; to: Date; merchantId?: string }): Promise<AlertCounts> {
+    const rows = await this.db.queryRows(
+      `SELECT type, severity,
+              countIf(status IN ('open', 'acknowledged')) AS active,
+              countIf(created_at >= {from:DateTime64(3)} AND created_at <= {to:DateTime64(3)}) AS created
+         FROM ${this.tables.alerts} FINAL
+        WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
+          AND (status IN ('open', 'acknowledged') OR (created_at >= {from:DateTime64(3)} AND created_at <= {to:DateTime64(3)}))
+        GROUP BY type, severity`,
+      { from: toClickHouseTime(range.from.getTime()), to: toClickHouseTime(range.to.getTime()), merchantId: range.merchantId ?? '' },
+    );
+    const counts: AlertCounts = { activeAlerts: 0, criticalAlerts: 0, alertsByType: {}, alertsBySeverity: {} };
+    for (const row of rows.map((raw) => countRow.parse(raw))) {
+      counts.activeAlerts += row.active;
+      if (row.severity === 'critical') counts.criticalAlerts += row.active;
+      if (row.created > 0) {
+        counts.alertsByType[row.type] = (counts.alertsByType[row.type] ?? 0) + row.created;
+        counts.alertsBySeverity[row.severity] = (counts.alertsBySeverity[row.severity] ?? 0) + row.created;
+      }
+    }
+    return counts;
+  }
+
+  /** The keys with the riskiest alerts active or seen in the range, riskiest first. */
+  async topKeysByRisk(range: { from: Date; to: Date; merchantId?: string; limit: number }): Promise<KeyRisk[]> {
+    const rows = await this.db.queryRows(
+      `SELECT merchant_id, api_key_id, max(risk_score) AS max_risk, count() AS alerts,
+              countIf(status IN ('open', 'acknowledged')) AS active, argMax(type, risk_score) AS top_type
+         FROM ${this.tables.alerts} FINAL
+        WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
+          AND api_key_id IS NOT NULL AND status != 'dismissed'
+          AND (status IN ('open', 'acknowledged') OR last_seen_at >= {from:DateTime64(3)})
+          AND first_seen_at <= {to:DateTime64(3)}
+        GROUP BY merchant_id, api_key_id
+        ORDER BY max_risk DESC, active DESC, api_key_id
+        LIMIT {limit:UInt32}`,
+      { from: toClickHouseTime(range.from.getTime()), to: toClickHouseTime(range.to.getTime()), merchantId: range.merchantId ?? '', limit: range.limit },
+    );
+    return rows.map((raw) => {
+      const row = keyRiskRow.parse(raw);
+      return {
+        merchantId: row.merchant_id,
+        apiKeyId: row.api_key_id,
+        riskScore: Math.round(row.max_risk * 1000) / 1000,
+        alerts: row.alerts,
+        activeAlerts: row.active,
+        topType: row.top_type,
+      };
+    });
+  }
+}
+
+/** How far back list() looks first (see there). */
+const RECENT_WINDOW_MS = 24 * 3_600_000;
+
+export interface AlertFilter {
+  /** Undefined: every merchant (the engine, or an operator). */
+  merchantId?: string;
+  status?: readonly string[];
+  severity?: readonly string[];
+  type?: readonly string[];
+  apiKeyId?: string;
+  /** Created at or after. */
+  from?: Date;
+  /** Created at or before. */
+  to?: Date;
+  /** Only alerts that sort after this one (older, or as old with a smaller id). */
+  after?: { createdAt: number; id: string };
+  limit?: number;
+}
+
+export interface AlertCounts {
+  activeAlerts: number;
+  criticalAlerts: number;
+  alertsByType: Record<string, number>;
+  alertsBySeverity: Record<string, number>;
+}
+
+export interface KeyRisk {
+  merchantId: string;
+  apiKeyId: string;
+  riskScore: number;
+  alerts: number;
+  activeAlerts: number;
+  topType: string;
+}
+
+const countRow = z.object({ type: z.string(), severity: z.string(), active: z.coerce.number(), created: z.coerce.number() });
+const keyRiskRow = z.object({
+  merchant_id: z.string(),
+  api_key_id: z.string(),
+  max_risk: z.coerce.number(),
+  alerts: z.coerce.number(),
+  active: z.coerce.number(),
+  top_type: z.string(),
+});
+
+/** Every filter is a bound parameter; an absent one is a condition that is always true. */
+function filterClause(filter: AlertFilter): { where: string; params: Record<string, unknown> } {
+  const conditions = ['1'];
+  const params: Record<string, unknown> = {};
+  if (filter.merchantId !== undefined) {
+    conditions.push('merchant_id = {merchantId:String}');
+    params.merchantId = filter.merchantId;
+  }
+  for (const [column, values] of [['status', filter.status], ['severity', filter.severity], ['type', filter.type]] as const) {
+    if (values && values.length > 0) {
+      conditions.push(`${column} IN {${column}:Array(String)}`);
+      params[column] = values;
+    }
+  }
+  if (filter.apiKeyId !== undefined) {
+    conditions.push('api_key_id = {apiKeyId:String}');
+    params.apiKeyId = filter.apiKeyId;
+  }
+  if (filter.from) {
+    conditions.push('created_at >= {from:DateTime64(3)}');
+    params.from = toClickHouseTime(filter.from.getTime());
+  }
+  if (filter.to) {
+    conditions.push('created_at <= {to:DateTime64(3)}');
+    params.to = toClickHouseTime(filter.to.getTime());
+  }
+  if (filter.after) {
+    conditions.push('(created_at, id) < ({afterCreatedAt:DateTime64(3)}, {afterId:UUID})');
+    params.afterCreatedAt = toClickHouseTime(filter.after.createdAt);
+    params.afterId = filter.after.id;
+  }
+  return { where: conditions.join(' AND '), params };
 }

@@ -95,6 +95,15 @@ const storedEventRow = z.object({
 });
 type StoredEvent = z.output<typeof storedEventRow>;
 
+const trendRow = z.object({ t: z.coerce.number(), requests: z.coerce.number(), successes: z.coerce.number() });
+
+/** One bucket of a traffic chart; t is the bucket's start in epoch ms. */
+export interface TrafficPoint {
+  t: number;
+  requests: number;
+  successes: number;
+}
+
 export interface TrafficTotals {
   requests: number;
   successes: number;
@@ -148,6 +157,38 @@ export class EventStore {
       failureRate: totals.requests === 0 ? 0 : (totals.requests - totals.successes) / totals.requests,
       uniqueIps: totals.unique_ips,
     };
+  }
+
+  /**
+   * Requests and successes per bucket from the per-minute rollups, oldest first, with empty buckets
+   * filled in as zeros so a chart has one point per bucket.
+   */
+  async trafficTrend(range: { from: Date; to: Date; merchantId?: string; bucketSeconds: number }): Promise<TrafficPoint[]> {
+    const bucketMs = range.bucketSeconds * 1000;
+    const rows = await this.db.queryRows(
+      `SELECT toUnixTimestamp(toStartOfInterval(minute, INTERVAL {bucket:UInt32} SECOND)) AS t,
+              sum(requests) AS requests, sum(successes) AS successes
+         FROM ${this.tables.requestRollup1m}
+        WHERE minute >= toStartOfMinute({from:DateTime64(3)}) AND minute <= {to:DateTime64(3)}
+          AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
+        GROUP BY t`,
+      {
+        from: toClickHouseTime(range.from.getTime()),
+        to: toClickHouseTime(range.to.getTime()),
+        merchantId: range.merchantId ?? '',
+        bucket: range.bucketSeconds,
+      },
+    );
+    const byBucket = new Map(rows.map((raw) => {
+      const row = trendRow.parse(raw);
+      return [row.t * 1000, row] as const;
+    }));
+    const points: TrafficPoint[] = [];
+    for (let t = Math.floor(range.from.getTime() / bucketMs) * bucketMs; t <= range.to.getTime(); t += bucketMs) {
+      const row = byBucket.get(t);
+      points.push({ t, requests: row?.requests ?? 0, successes: row?.successes ?? 0 });
+    }
+    return points;
   }
 
   /**

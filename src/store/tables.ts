@@ -5,6 +5,9 @@ export interface Tables {
   readonly requestEvents: string;
   readonly requestRollup1m: string;
   readonly alerts: string;
+  readonly webhookEndpoints: string;
+  readonly webhookMessages: string;
+  readonly webhookBreakers: string;
 }
 
 export function tablesIn(database: string): Tables {
@@ -13,6 +16,9 @@ export function tablesIn(database: string): Tables {
     schemaMigrations: `${database}.schema_migrations`,
     requestEvents: `${database}.request_events`,
     requestRollup1m: `${database}.request_rollup_1m`,
-    alerts: `${database}.alerts`,
+    alerts: `${database}.alerts_by_time`,
+    webhookEndpoints: `${database}.webhook_endpoints`,
+    webhookMessages: `${database}.webhook_messages`,
+    webhookBreakers: `${database}.webhook_breakers`,
   };
 }

@@ -1,9 +1,11 @@
-/** Schema migrations on the real ClickHouse engine: recorded, safe to run twice, TTL changes applied. */
+/** Schema migrations on the real ClickHouse engine: recorded, safe to run twice, TTL changes applied, data carried over. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.ts';
 import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
 import { listMigrations, migrate } from '../../src/store/migrate.ts';
 import { tablesIn } from '../../src/store/tables.ts';
+import { AlertStore } from '../../src/store/alert-store.ts';
+import { makeAlert } from '../support/admin.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 
 describe('migrations', () => {
@@ -33,7 +35,7 @@ describe('migrations', () => {
       { database: service.database },
     );
     expect(existing.map((row) => row.name)).toEqual(
-      expect.arrayContaining(['alerts', 'request_events', 'request_rollup_1m', 'request_rollup_1m_mv', 'schema_migrations']),
+      expect.arrayContaining(['alerts', 'alerts_by_time', 'request_events', 'request_rollup_1m', 'request_rollup_1m_mv', 'schema_migrations']),
     );
   });
 
@@ -45,6 +47,23 @@ describe('migrations', () => {
       { database: service.database },
     );
     expect(table?.engine_full).toMatch(/toIntervalDay\(7\)/);
+  });
+
+  it('carries alerts stored before 004 over to alerts_by_time, and collapses copies when 004 runs again', async () => {
+    const tables = tablesIn(service.database);
+    // An alert written by a worker that still used the 003 table.
+    const before = new AlertStore(db, { ...tables, alerts: `${service.database}.alerts` });
+    const alert = makeAlert(1, { merchantId: 'm_upgrade', createdAtMs: Date.UTC(2026, 10, 20, 12) });
+    await before.save([alert]);
+    const forget004 = () =>
+      db.command(`ALTER TABLE ${tables.schemaMigrations} DELETE WHERE version = 4 SETTINGS mutations_sync = 1`);
+    for (let run = 0; run < 2; run++) {
+      await forget004();
+      expect(await migrate(db, { tables, eventsTtlDays: 30 }, logger)).toEqual([4]);
+    }
+    const after = new AlertStore(db, tables);
+    expect(await after.get(alert.id, 'm_upgrade')).toMatchObject({ id: alert.id, title: alert.title, status: 'open' });
+    expect(await after.list({ merchantId: 'm_upgrade' })).toHaveLength(1);
   });
 
   it('refuses to start when an applied migration has been edited', async () => {

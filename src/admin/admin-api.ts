@@ -1,0 +1,84 @@
+/**
+ * The admin API under /admin/anomaly (contracts section 3). Contract: every route is authenticated
+ * (auth.ts), rate limited per token (429 RATE_LIMITED with Retry-After), validated with its zod
+ * schemas (400 in Format B naming each bad field) and answered in the `{success:true, data}`
+ * envelope; routes that change something refuse viewers with 403. The OpenAPI document of the same
+ * routes is served at /admin/anomaly/openapi.json without authentication.
+ */
+import rateLimit from '@fastify/rate-limit';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { HttpError } from '../http/errors.ts';
+import { attachPrincipal, principalOf, requireChangeRole, type AdminAuthenticator } from './auth.ts';
+import { buildOpenApiDocument } from './openapi.ts';
+import { ADMIN_PREFIX, type AdminRoute } from './route.ts';
+import { parseInput } from './validation.ts';
+
+export interface AdminApiOptions {
+  authenticator: AdminAuthenticator;
+  routes: readonly AdminRoute[];
+  /** Requests per token per minute. */
+  rateLimitPerMinute: number;
+  maxBodyBytes: number;
+  version: string;
+}
+
+export async function registerAdminApi(app: FastifyInstance, options: AdminApiOptions): Promise<void> {
+  const document = buildOpenApiDocument(options.routes, options.version);
+  await app.register(
+    async (scope) => {
+      scope.get('/openapi.json', async () => document);
+
+      await scope.register(async (secured) => {
+        secured.addHook('onRequest', async (request) => {
+          attachPrincipal(request, await options.authenticator.authenticate(request.headers.authorization));
+        });
+        // After authentication, so the limit is per token and unauthenticated calls are not counted.
+        await secured.register(rateLimit, {
+          hook: 'preHandler',
+          max: options.rateLimitPerMinute,
+          timeWindow: 60_000,
+          keyGenerator: (request: FastifyRequest) => principalOf(request).tokenId,
+          errorResponseBuilder: (_request, context) =>
+            new HttpError(429, 'RATE_LIMITED', `Too many requests; retry in ${Math.ceil(context.ttl / 1000)} s`, undefined, {
+              'retry-after': String(Math.max(1, Math.ceil(context.ttl / 1000))),
+            }),
+        });
+        for (const route of options.routes) registerRoute(secured, route, options.maxBodyBytes);
+      });
+    },
+    { prefix: ADMIN_PREFIX },
+  );
+}
+
+function registerRoute(scope: FastifyInstance, route: AdminRoute, bodyLimit: number): void {
+  scope.route({
+    method: route.method,
+    url: route.path,
+    bodyLimit,
+    handler: async (request, reply) => {
+      const principal = principalOf(request);
+      if (route.changes) requireChangeRole(principal);
+      const query = parseInput(route.query ?? emptyObject, request.query, 'query');
+      const params = parseInput(route.params ?? emptyObject, request.params, 'params');
+      const body = route.body ? parseInput(route.body, request.body, 'body') : refuseBody(request.body);
+      const data = await route.handle({ principal, query, params, body, request, reply }).catch((error: unknown) => {
+        if (error instanceof HttpError) throw error;
+        // Past validation, what fails is storage: the caller may retry; the details go to the log only.
+        request.log.error({ err: error, route: route.operationId }, 'admin request failed');
+        throw new HttpError(503, 'STORAGE_UNAVAILABLE', 'Storage is unavailable; retry shortly', undefined, { 'retry-after': '5' });
+      });
+      return reply.code(route.status ?? 200).send({ success: true, data });
+    },
+  });
+}
+
+const emptyObject = z.strictObject({});
+
+/** A route without a body schema takes no body. */
+function refuseBody(body: unknown): undefined {
+  if (body !== undefined && body !== null && !(typeof body === 'object' && Object.keys(body).length === 0)) {
+    parseInput(emptyObject, body, 'body');
+  }
+  return undefined;
+}

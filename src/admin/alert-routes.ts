@@ -1,0 +1,211 @@
+/**
+ * The alert routes of the admin API (contracts section 3): the list with filters and cursor paging,
+ * one alert, its status change, metrics and the dashboard. Contract: every read and write is scoped
+ * by the caller's merchant (merchantScope), and an alert of another merchant answers exactly as an
+ * unknown id does: the same 404, after the same single query.
+ */
+import type { AlertService } from '../alerts/alert-service.ts';
+import { toWireAlert } from '../alerts/alert.ts';
+import { ANOMALY_TYPES, SEVERITIES } from '../detect/types.ts';
+import { HttpError, validationError } from '../http/errors.ts';
+import type { AlertStore } from '../store/alert-store.ts';
+import type { EventStore } from '../store/event-store.ts';
+import { merchantScope } from './auth.ts';
+import type { ResponseCache } from './response-cache.ts';
+import { defineRoute, type AdminRoute } from './route.ts';
+import {
+  alertIdParams,
+  alertPageSchema,
+  alertSchema,
+  DASHBOARD_RANGES,
+  dashboardQuery,
+  dashboardSchema,
+  encodeCursor,
+  listAlertsQuery,
+  merchantQuery,
+  metricsQuery,
+  metricsSchema,
+  patchAlertBody,
+} from './schemas.ts';
+
+export interface AlertRoutesDeps {
+  alertStore: AlertStore;
+  eventStore: EventStore;
+  alerts: AlertService;
+  /** Shares metrics and dashboard answers for a few seconds (keys include the merchant). */
+  cache: ResponseCache;
+  now?: () => number;
+}
+
+const DEFAULT_PAGE_SIZE = 50;
+const DEFAULT_METRICS_RANGE_MS = 24 * 3_600_000;
+const TOP_KEYS = 10;
+const RECENT_ALERTS = 10;
+
+function notFound(): HttpError {
+  return new HttpError(404, 'NOT_FOUND', 'Alert not found');
+}
+
+export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
+  const now = deps.now ?? Date.now;
+
+  async function metrics(range: { from: Date; to: Date; merchantId?: string }) {
+    const [traffic, counts] = await Promise.all([deps.eventStore.trafficTotals(range), deps.alertStore.counts(range)]);
+    return {
+      from: range.from.toISOString(),
+      to: range.to.toISOString(),
+      totalRequests: traffic.requests,
+      failureRate: Math.round(traffic.failureRate * 10_000) / 10_000,
+      uniqueIps: traffic.uniqueIps,
+      activeAlerts: counts.activeAlerts,
+      criticalAlerts: counts.criticalAlerts,
+      alertsByType: Object.fromEntries(ANOMALY_TYPES.map((type) => [type, counts.alertsByType[type] ?? 0])),
+      alertsBySeverity: Object.fromEntries(SEVERITIES.map((severity) => [severity, counts.alertsBySeverity[severity] ?? 0])),
+    };
+  }
+
+  async function dashboard(range: keyof typeof DASHBOARD_RANGES, merchantId: string | undefined) {
+    const { rangeMs, bucketSeconds } = DASHBOARD_RANGES[range];
+    const to = new Date(now());
+    const from = new Date(to.getTime() - rangeMs);
+    const [summary, trend, topKeys, recent] = await Promise.all([
+      metrics({ from, to, merchantId }),
+      deps.eventStore.trafficTrend({ from, to, merchantId, bucketSeconds }),
+      deps.alertStore.topKeysByRisk({ from, to, merchantId, limit: TOP_KEYS }),
+      deps.alertStore.list({ merchantId, limit: RECENT_ALERTS }),
+    ]);
+    return {
+      range,
+      metrics: summary,
+      trafficTrend: trend.map((point) => ({ t: new Date(point.t).toISOString(), requests: point.requests })),
+      successTrend: trend.map((point) => ({
+        t: new Date(point.t).toISOString(),
+        successRate: point.requests === 0 ? null : Math.round((point.successes / point.requests) * 10_000) / 10_000,
+      })),
+      topKeys,
+      recentAlerts: recent.map(toWireAlert),
+      // Learned insights need FEATURE_AI_RISK_SCORING and a model; none is shipped yet.
+      aiInsights: [],
+    };
+  }
+
+  return [
+    defineRoute({
+      method: 'GET',
+      path: '/alerts',
+      operationId: 'listAlerts',
+      summary: 'List alerts, newest first',
+      description:
+        'Filters combine with AND; status, severity and type take comma-separated values. Pages are stable: ' +
+        'pass nextCursor to get the next page; alerts created meanwhile never shift a page.',
+      query: listAlertsQuery,
+      response: alertPageSchema,
+      handle: async ({ principal, query }) => {
+        const limit = query.limit ?? DEFAULT_PAGE_SIZE;
+        // One row more than the page tells whether there is a next page.
+        const rows = await deps.alertStore.list({
+          merchantId: merchantScope(principal, query.merchantId),
+          status: query.status,
+          severity: query.severity,
+          type: query.type,
+          apiKeyId: query.apiKeyId,
+          from: query.from,
+          to: query.to,
+          after: query.cursor,
+          limit: limit + 1,
+        });
+        const page = rows.slice(0, limit);
+        const last = page[page.length - 1];
+        return {
+          alerts: page.map(toWireAlert),
+          nextCursor: rows.length > limit && last ? encodeCursor({ createdAt: Date.parse(last.createdAt), id: last.id }) : null,
+        };
+      },
+    }),
+
+    defineRoute({
+      method: 'GET',
+      path: '/alerts/:id',
+      operationId: 'getAlert',
+      summary: 'One alert with its evidence and history',
+      params: alertIdParams,
+      query: merchantQuery,
+      response: alertSchema,
+      errors: [404],
+      handle: async ({ principal, params, query }) => {
+        const alert = await deps.alertStore.get(params.id, merchantScope(principal, query.merchantId));
+        if (!alert) throw notFound();
+        return toWireAlert(alert);
+      },
+    }),
+
+    defineRoute({
+      method: 'PATCH',
+      path: '/alerts/:id',
+      operationId: 'changeAlertStatus',
+      summary: 'Move an alert through its lifecycle',
+      description:
+        'open -> acknowledged -> resolved; open or acknowledged -> dismissed (needs a note: a false positive, ' +
+        'which silences the same pattern for a while). Any other move is 409 INVALID_TRANSITION. ' +
+        'Every change is recorded in the alert history with the caller and the note.',
+      changes: true,
+      params: alertIdParams,
+      query: merchantQuery,
+      body: patchAlertBody,
+      response: alertSchema,
+      errors: [404, 409, 413],
+      handle: async ({ principal, params, query, body }) => {
+        const outcome = await deps.alerts.changeStatus(params.id, merchantScope(principal, query.merchantId), {
+          to: body.status,
+          actor: principal.userId,
+          note: body.note,
+        });
+        if (!outcome) throw notFound();
+        if (!outcome.ok && outcome.reason === 'note_required') {
+          throw validationError([{ path: ['body', 'note'], message: 'a note is required to dismiss an alert' }]);
+        }
+        if (!outcome.ok) throw new HttpError(409, 'INVALID_TRANSITION', `This alert cannot move to ${body.status} from its current status`);
+        return toWireAlert(outcome.alert);
+      },
+    }),
+
+    defineRoute({
+      method: 'GET',
+      path: '/metrics',
+      operationId: 'getMetrics',
+      summary: 'Traffic and alert counts over a range (default: the last 24 h)',
+      description:
+        'Traffic comes from the per-minute rollups. activeAlerts and criticalAlerts count the alerts open or ' +
+        'acknowledged now; alertsByType and alertsBySeverity count the alerts created in the range. ' +
+        'Answers are shared for a few seconds (ADMIN_CACHE_TTL_MS).',
+      query: metricsQuery,
+      response: metricsSchema,
+      handle: async ({ principal, query }) => {
+        const merchantId = merchantScope(principal, query.merchantId);
+        const key = `metrics\u0000${merchantId ?? '*'}\u0000${query.from?.getTime() ?? ''}\u0000${query.to?.getTime() ?? ''}`;
+        return deps.cache.get(key, () => {
+          const to = query.to ?? new Date(now());
+          const from = query.from ?? new Date(to.getTime() - DEFAULT_METRICS_RANGE_MS);
+          return metrics({ from, to, merchantId });
+        });
+      },
+    }),
+
+    defineRoute({
+      method: 'GET',
+      path: '/dashboard',
+      operationId: 'getDashboard',
+      summary: 'Metrics, traffic and success trends, riskiest keys and recent alerts for a range',
+      description:
+        'Trends have one point per minute for 1h, per 15 minutes for 24h and per hour for 7d. ' +
+        'Answers are shared for a few seconds (ADMIN_CACHE_TTL_MS).',
+      query: dashboardQuery,
+      response: dashboardSchema,
+      handle: async ({ principal, query }) => {
+        const range = query.range ?? '24h';
+        const merchantId = merchantScope(principal, query.merchantId);
+        return deps.cache.get(`dashboard\u0000${merchantId ?? '*'}\u0000${range}`, () => dashboard(range, merchantId));
+      },
+    }),
+  ];
+}

@@ -1,0 +1,129 @@
+/**
+ * Who is calling the admin API (contracts section 3): an HS256 JWT in `Authorization: Bearer`, with
+ * the claims sub, merchantId, plan, role and exp. Contract: a missing, malformed, expired, not yet
+ * valid or badly signed token, or one with `alg: none` or any algorithm but HS256, is 401
+ * UNAUTHORIZED; a plan that is not entitled is 403 PLAN_UPGRADE_REQUIRED; a role that may not do
+ * something is 403 FORBIDDEN. Error messages never echo the token.
+ */
+import { createHash } from 'node:crypto';
+import type { FastifyRequest } from 'fastify';
+import { errors as joseErrors, jwtVerify, SignJWT } from 'jose';
+import { z } from 'zod';
+import { HttpError } from '../http/errors.ts';
+
+export const ADMIN_ROLES = ['viewer', 'admin', 'operator'] as const;
+export type AdminRole = (typeof ADMIN_ROLES)[number];
+
+export interface AdminPrincipal {
+  /** The admin user (the token's sub). */
+  userId: string;
+  merchantId: string;
+  plan: string;
+  role: AdminRole;
+  /** A digest of the token: the rate limiter's key, never the token itself. */
+  tokenId: string;
+}
+
+const claimsSchema = z.object({
+  sub: z.string().min(1).max(200),
+  merchantId: z.string().min(1).max(100),
+  plan: z.string().min(1).max(50),
+  role: z.enum(ADMIN_ROLES),
+  exp: z.number(),
+});
+
+const ALGORITHM = 'HS256';
+/** Clock skew allowed between the token issuer and this worker. */
+const CLOCK_TOLERANCE_SECONDS = 5;
+const MAX_TOKEN_LENGTH = 4096;
+
+export class AdminAuthenticator {
+  private readonly key: Uint8Array;
+  private readonly entitledPlans: ReadonlySet<string>;
+
+  constructor(secret: string, entitledPlans: readonly string[]) {
+    this.key = new TextEncoder().encode(secret);
+    this.entitledPlans = new Set(entitledPlans);
+  }
+
+  /** Verifies the bearer token of a request; throws HttpError 401 or 403. */
+  async authenticate(authorization: string | undefined): Promise<AdminPrincipal> {
+    const token = bearerToken(authorization);
+    let payload: unknown;
+    try {
+      ({ payload } = await jwtVerify(token, this.key, {
+        algorithms: [ALGORITHM],
+        requiredClaims: ['exp', 'sub'],
+        clockTolerance: CLOCK_TOLERANCE_SECONDS,
+      }));
+    } catch (error) {
+      throw unauthorized(error instanceof joseErrors.JWTExpired ? 'Token has expired' : 'Token is invalid');
+    }
+    const claims = claimsSchema.safeParse(payload);
+    if (!claims.success) throw unauthorized('Token lacks the claims sub, merchantId, plan and role');
+    const { sub, merchantId, plan, role } = claims.data;
+    if (!this.entitledPlans.has(plan)) {
+      throw new HttpError(403, 'PLAN_UPGRADE_REQUIRED', 'The Security Center is available on the Business and Enterprise plans');
+    }
+    return { userId: sub, merchantId, plan, role, tokenId: createHash('sha256').update(token).digest('base64url').slice(0, 22) };
+  }
+}
+
+function bearerToken(authorization: string | undefined): string {
+  const match = /^Bearer ([A-Za-z0-9_.=-]+)$/.exec(authorization ?? '');
+  if (!match || match[1]!.length > MAX_TOKEN_LENGTH) throw unauthorized('Send Authorization: Bearer <token>');
+  return match[1]!;
+}
+
+function unauthorized(message: string): HttpError {
+  return new HttpError(401, 'UNAUTHORIZED', message, undefined, { 'www-authenticate': 'Bearer' });
+}
+
+/** Viewers read; admins and operators also change. */
+export function requireChangeRole(principal: AdminPrincipal): void {
+  if (principal.role === 'viewer') throw new HttpError(403, 'FORBIDDEN', 'Your role may read but not change');
+}
+
+/**
+ * The merchant a request acts on. Everyone acts on their own merchant; an operator may name another
+ * with ?merchantId=, and without it acts across all merchants (undefined).
+ * A non-operator naming another merchant gets 403 whether or not that merchant exists.
+ */
+export function merchantScope(principal: AdminPrincipal, requested: string | undefined): string | undefined {
+  if (principal.role === 'operator') return requested;
+  if (requested !== undefined && requested !== principal.merchantId) {
+    throw new HttpError(403, 'FORBIDDEN', 'Only operators may choose a merchant');
+  }
+  return principal.merchantId;
+}
+
+/** The principal the admin API's authentication hook attached to the request. */
+export function principalOf(request: FastifyRequest): AdminPrincipal {
+  const principal = (request as FastifyRequest & { adminPrincipal?: AdminPrincipal }).adminPrincipal;
+  if (!principal) throw new HttpError(401, 'UNAUTHORIZED', 'Send Authorization: Bearer <token>');
+  return principal;
+}
+
+export function attachPrincipal(request: FastifyRequest, principal: AdminPrincipal): void {
+  (request as FastifyRequest & { adminPrincipal?: AdminPrincipal }).adminPrincipal = principal;
+}
+
+export interface MintOptions {
+  secret: string;
+  userId: string;
+  merchantId: string;
+  role: AdminRole;
+  plan?: string;
+  /** Lifetime in seconds (default one hour). */
+  ttlSeconds?: number;
+}
+
+/** Mints a token as the identity provider would (the `npm run token` command and tests use it). */
+export async function mintAdminToken(options: MintOptions): Promise<string> {
+  return new SignJWT({ merchantId: options.merchantId, plan: options.plan ?? 'business', role: options.role })
+    .setProtectedHeader({ alg: ALGORITHM, typ: 'JWT' })
+    .setSubject(options.userId)
+    .setIssuedAt()
+    .setExpirationTime(Math.floor(Date.now() / 1000) + (options.ttlSeconds ?? 3600))
+    .sign(new TextEncoder().encode(options.secret));
+}

@@ -1,0 +1,186 @@
+/**
+ * The admin API's request and response schemas (contracts section 3). They validate requests and
+ * generate the OpenAPI document. Query values arrive as strings; every field is bounded, unknown
+ * fields are refused, and nothing here ever reaches SQL except as a bound parameter.
+ */
+import { z } from 'zod';
+import { ALERT_STATUSES } from '../alerts/alert.ts';
+import { ACTIONS, ANOMALY_TYPES, SEVERITIES } from '../detect/types.ts';
+
+/** Merchant and key ids: short, printable, no separators that could mean something elsewhere. */
+const identifier = z.string().min(1).max(100).regex(/^[A-Za-z0-9_.:-]+$/, 'letters, digits and _ . : - only');
+
+const isoDate = z.iso
+  .datetime({ offset: true, message: 'an ISO 8601 date-time, e.g. 2026-11-20T12:00:00Z' })
+  .transform((text) => new Date(text));
+
+/** `a,b,c` of allowed values (a repeated parameter is refused: use the comma form). */
+function commaList<const T extends readonly [string, ...string[]]>(values: T) {
+  return z
+    .string()
+    .max(200)
+    .transform((text) => text.split(',').map((part) => part.trim()))
+    .pipe(z.array(z.enum(values)).min(1).max(values.length))
+    .describe(`one or more of ${values.join(', ')}, comma-separated`);
+}
+
+/** An opaque page position: base64url of [createdAt epoch ms, id]. */
+export interface Cursor {
+  createdAt: number;
+  id: string;
+}
+
+const cursorTuple = z.tuple([z.number().int().nonnegative(), z.uuid()]);
+
+export function encodeCursor(cursor: Cursor): string {
+  return Buffer.from(JSON.stringify([cursor.createdAt, cursor.id])).toString('base64url');
+}
+
+const cursorParam = z
+  .string()
+  .max(200)
+  .regex(/^[A-Za-z0-9_-]+$/, 'not a cursor from this API')
+  .transform((text, context): Cursor => {
+    try {
+      const [createdAt, id] = cursorTuple.parse(JSON.parse(Buffer.from(text, 'base64url').toString('utf8')));
+      return { createdAt, id };
+    } catch {
+      context.addIssue({ code: 'custom', message: 'not a cursor from this API' });
+      return z.NEVER;
+    }
+  })
+  .describe('nextCursor of the previous page');
+
+const limitParam = z
+  .string()
+  .regex(/^\d{1,4}$/, 'an integer from 1 to 200')
+  .transform(Number)
+  .pipe(z.number().int().min(1, 'an integer from 1 to 200').max(200, 'an integer from 1 to 200'))
+  .optional()
+  .describe('page size, 1..200 (default 50)');
+
+const merchantIdParam = identifier.optional().describe('operators only: the merchant to act on');
+
+/** from must not be after to. */
+function rangeInOrder(value: { from?: Date; to?: Date }, context: z.RefinementCtx): void {
+  if (value.from && value.to && value.from > value.to) {
+    context.addIssue({ code: 'custom', path: ['to'], message: 'must not be before from' });
+  }
+}
+
+export const listAlertsQuery = z
+  .strictObject({
+    status: commaList(ALERT_STATUSES).optional(),
+    severity: commaList(SEVERITIES).optional(),
+    type: commaList(ANOMALY_TYPES).optional(),
+    apiKeyId: identifier.optional(),
+    from: isoDate.optional().describe('created at or after'),
+    to: isoDate.optional().describe('created at or before'),
+    limit: limitParam,
+    cursor: cursorParam.optional(),
+    merchantId: merchantIdParam,
+  })
+  .superRefine(rangeInOrder);
+
+export const alertIdParams = z.strictObject({ id: z.uuid('an alert id (UUID)') });
+
+export const merchantQuery = z.strictObject({ merchantId: merchantIdParam });
+
+export const patchAlertBody = z.strictObject({
+  status: z.enum(ALERT_STATUSES),
+  note: z.string().trim().min(1, 'must not be empty').max(2000).optional(),
+});
+
+/** Longest range metrics may cover: the rollups' retention. */
+export const MAX_METRICS_RANGE_MS = 400 * 24 * 3_600_000;
+
+export const metricsQuery = z
+  .strictObject({
+    from: isoDate.optional().describe('default: 24 h before to'),
+    to: isoDate.optional().describe('default: now'),
+    merchantId: merchantIdParam,
+  })
+  .superRefine(rangeInOrder)
+  .superRefine((value, context) => {
+    if (value.from && value.to && value.to.getTime() - value.from.getTime() > MAX_METRICS_RANGE_MS) {
+      context.addIssue({ code: 'custom', path: ['from'], message: 'the range may span at most 400 days' });
+    }
+  });
+
+/** Dashboard ranges and the chart resolution that fits each. */
+export const DASHBOARD_RANGES = {
+  '1h': { rangeMs: 3_600_000, bucketSeconds: 60 },
+  '24h': { rangeMs: 24 * 3_600_000, bucketSeconds: 15 * 60 },
+  '7d': { rangeMs: 7 * 24 * 3_600_000, bucketSeconds: 3_600 },
+} as const;
+
+export const dashboardQuery = z.strictObject({
+  range: z.enum(['1h', '24h', '7d']).optional().describe('default 24h'),
+  merchantId: merchantIdParam,
+});
+
+// ---- responses ----
+
+export const alertSchema = z.object({
+  id: z.uuid(),
+  merchantId: z.string(),
+  apiKeyId: z.string().nullable(),
+  type: z.enum(ANOMALY_TYPES),
+  severity: z.enum(SEVERITIES),
+  riskScore: z.number().min(0).max(1),
+  recommendedAction: z.enum(ACTIONS),
+  status: z.enum(ALERT_STATUSES),
+  title: z.string(),
+  summary: z.string(),
+  evidence: z.record(z.string(), z.unknown()),
+  ruleId: z.string(),
+  ruleVersion: z.string(),
+  firstSeenAt: z.string(),
+  lastSeenAt: z.string(),
+  occurrences: z.number().int(),
+  createdAt: z.string(),
+  updatedAt: z.string(),
+  history: z.array(
+    z.object({
+      at: z.string(),
+      actor: z.string(),
+      from: z.enum(ALERT_STATUSES).nullable(),
+      to: z.enum(ALERT_STATUSES),
+      note: z.string().optional(),
+    }),
+  ),
+  aiInsights: z.array(z.string()).optional(),
+});
+
+export const alertPageSchema = z.object({ alerts: z.array(alertSchema), nextCursor: z.string().nullable() });
+
+export const metricsSchema = z.object({
+  from: z.string(),
+  to: z.string(),
+  totalRequests: z.number().int(),
+  failureRate: z.number(),
+  uniqueIps: z.number().int(),
+  activeAlerts: z.number().int(),
+  criticalAlerts: z.number().int(),
+  alertsByType: z.record(z.string(), z.number().int()),
+  alertsBySeverity: z.record(z.string(), z.number().int()),
+});
+
+export const dashboardSchema = z.object({
+  range: z.enum(['1h', '24h', '7d']),
+  metrics: metricsSchema,
+  trafficTrend: z.array(z.object({ t: z.string(), requests: z.number().int() })),
+  successTrend: z.array(z.object({ t: z.string(), successRate: z.number().nullable() })),
+  topKeys: z.array(
+    z.object({
+      merchantId: z.string(),
+      apiKeyId: z.string(),
+      riskScore: z.number(),
+      alerts: z.number().int(),
+      activeAlerts: z.number().int(),
+      topType: z.string(),
+    }),
+  ),
+  recentAlerts: z.array(alertSchema),
+  aiInsights: z.array(z.string()),
+});

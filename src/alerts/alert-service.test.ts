@@ -1,0 +1,65 @@
+import { describe, expect, it } from 'vitest';
+import { RULES } from '../../rules/index.ts';
+import type { Finding, Severity } from '../detect/types.ts';
+import { createLogger } from '../logger.ts';
+import { WorkerMetrics } from '../metrics.ts';
+import type { AlertStore } from '../store/alert-store.ts';
+import type { Alert } from './alert.ts';
+import { AlertManager } from './alert-manager.ts';
+import { AlertService, type AlertServiceHooks } from './alert-service.ts';
+import { finding as makeFinding } from './test-findings.ts';
+
+const T0 = Date.UTC(2026, 10, 21, 12, 0, 0);
+
+function finding(severity: Severity, scope = 'pk_live_a'): Finding {
+  return makeFinding(severity, T0, scope);
+}
+
+function service(onCritical: AlertServiceHooks['onCritical']) {
+  const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
+  const store = { save: async () => undefined } as unknown as AlertStore;
+  const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), { onCritical });
+  const apply = (severity: Severity, scope?: string) =>
+    alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding(severity, scope) }], ruleErrors: [] });
+  return { alerts, manager, apply };
+}
+
+describe('AlertService onCritical', () => {
+  it('is called when an alert is created critical or escalated to critical, and not for repeats or lower severities', () => {
+    const calls: [string, string, string][] = [];
+    const { apply } = service((alert, change) => calls.push([alert.apiKeyId ?? '', alert.severity, change]));
+    apply('critical', 'pk_a'); // created critical
+    apply('critical', 'pk_a'); // repeat: no news
+    apply('high', 'pk_b'); // created high
+    apply('critical', 'pk_b'); // escalated
+    apply('medium', 'pk_c');
+    expect(calls).toEqual([
+      ['pk_a', 'critical', 'created'],
+      ['pk_b', 'critical', 'escalated'],
+    ]);
+  });
+
+  it('is called when a resolved critical alert is reopened', () => {
+    const calls: string[] = [];
+    const { apply, manager } = service((_alert, change) => calls.push(change));
+    let created: Alert | undefined;
+    const capture = service((alert) => (created = alert));
+    capture.apply('critical');
+    manager.load([{ ...created!, status: 'resolved' }]);
+    apply('critical');
+    expect(calls).toEqual(['reopened']);
+  });
+
+  it('a hook that throws does not stop the other findings', () => {
+    const seen: string[] = [];
+    const { apply } = service((alert) => {
+      seen.push(alert.apiKeyId ?? '');
+      throw new Error('boom');
+    });
+    expect(() => {
+      apply('critical', 'pk_a');
+      apply('critical', 'pk_b');
+    }).not.toThrow();
+    expect(seen).toEqual(['pk_a', 'pk_b']);
+  });
+});

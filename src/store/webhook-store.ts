@@ -1,0 +1,360 @@
+/**
+ * Webhook endpoints, messages (with their attempt log) and breakers in ClickHouse (migration 005).
+ * Contract: every row is written whole with a higher version and read FINAL; every
+ * read an admin can cause is scoped by merchant; a signing secret is written only as row data
+ * (never in query text, which a server may log) and is blanked when the endpoint is removed.
+ */
+import { z } from 'zod';
+import type { ClickHouse } from './clickhouse.ts';
+import { toClickHouseTime } from './event-store.ts';
+import type { Tables } from './tables.ts';
+
+export const MESSAGE_STATUSES = ['pending', 'delivered', 'failed', 'cancelled'] as const;
+export type MessageStatus = (typeof MESSAGE_STATUSES)[number];
+export const DESTINATIONS = ['oncall', 'merchant'] as const;
+export type Destination = (typeof DESTINATIONS)[number];
+
+export interface WebhookEndpoint {
+  merchantId: string;
+  endpointId: string;
+  url: string;
+  /** Signing secret: for signing only, never logged or returned after registration. */
+  secret: string;
+  createdBy: string;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface WebhookMessage {
+  /** svc-id. */
+  id: string;
+  alertId: string;
+  merchantId: string;
+  destination: Destination;
+  endpointId: string;
+  target: string;
+  body: string;
+  status: MessageStatus;
+  attempts: number;
+  nextAttemptAt: number;
+  lastOutcome: string;
+  lastError: string;
+  /** Every attempt so far, oldest first. */
+  attemptLog: AttemptRecord[];
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface AttemptRecord {
+  attempt: number;
+  at: number;
+  outcome: string;
+  statusCode?: number;
+  error: string;
+  durationMs: number;
+}
+
+export interface BreakerState {
+  endpointId: string;
+  consecutiveFailures: number;
+  /** Epoch ms; 0 when not paused. */
+  pausedUntil: number;
+  updatedAt: number;
+}
+
+/** A due message with, for a merchant message, the merchant's endpoint as registered now. */
+export type PendingMessage = WebhookMessage & { endpoint?: Pick<WebhookEndpoint, 'endpointId' | 'url' | 'secret'> };
+
+/** A message as the delivery log shows it: without its body. */
+export type DeliveryRecord = Omit<WebhookMessage, 'body'>;
+
+const time = z.string().transform((text) => Date.parse(`${text.replace(' ', 'T')}Z`));
+
+const endpointRow = z.object({
+  merchant_id: z.string(),
+  endpoint_id: z.string(),
+  url: z.string(),
+  secret: z.string(),
+  created_by: z.string(),
+  created_at: time,
+  updated_at: time,
+});
+
+const attemptLog = z.array(
+  z.object({
+    attempt: z.number(),
+    at: z.number(),
+    outcome: z.string(),
+    statusCode: z.number().optional(),
+    error: z.string(),
+    durationMs: z.number(),
+  }),
+);
+
+const messageColumns = {
+  id: z.string(),
+  alert_id: z.string(),
+  merchant_id: z.string(),
+  destination: z.enum(DESTINATIONS),
+  endpoint_id: z.string(),
+  target: z.string(),
+  status: z.enum(MESSAGE_STATUSES),
+  attempts: z.coerce.number(),
+  next_attempt_at: time,
+  last_outcome: z.string(),
+  last_error: z.string(),
+  attempt_log: z.string().transform((text) => attemptLog.parse(JSON.parse(text))),
+  created_at: time,
+  updated_at: time,
+};
+const messageRow = z.object({ ...messageColumns, body: z.string() });
+const deliveryRow = z.object(messageColumns);
+const pendingRow = messageRow.extend({ registered_endpoint_id: z.string(), registered_url: z.string(), registered_secret: z.string() });
+
+const breakerRow = z.object({
+  endpoint_id: z.string(),
+  consecutive_failures: z.coerce.number(),
+  paused_until: time,
+  updated_at: time,
+});
+
+const ENDPOINT_COLUMNS = ['merchant_id', 'endpoint_id', 'url', 'secret', 'created_by', 'created_at', 'updated_at', 'deleted', 'version'] as const;
+const MESSAGE_COLUMNS = [
+  'id', 'alert_id', 'merchant_id', 'destination', 'endpoint_id', 'target', 'body', 'status', 'attempts', 'next_attempt_at',
+  'last_outcome', 'last_error', 'attempt_log', 'created_at', 'updated_at', 'version',
+] as const;
+/** The message columns but the body, as reads name them. */
+const READ_COLUMNS = MESSAGE_COLUMNS.filter((column) => column !== 'body' && column !== 'version').join(', ');
+const BREAKER_COLUMNS = ['endpoint_id', 'consecutive_failures', 'paused_until', 'updated_at', 'version'] as const;
+
+export interface DeliveryQuery {
+  /** Undefined: every merchant (operators only). */
+  merchantId?: string;
+  /** Undefined: both destinations (operators only). */
+  destination?: Destination;
+  status?: MessageStatus;
+  limit: number;
+  /** Keyset: messages created before this one (created_at, id), newest first. */
+  after?: { createdAt: number; id: string };
+}
+
+export class WebhookStore {
+  private version = Date.now() * 1000;
+
+  constructor(
+    private readonly db: ClickHouse,
+    private readonly tables: Tables,
+  ) {}
+
+  // Endpoints ---------------------------------------------------------------------------------
+
+  async putEndpoint(endpoint: WebhookEndpoint): Promise<void> {
+    try {
+      await this.insert(this.tables.webhookEndpoints, ENDPOINT_COLUMNS, [this.endpointLine(endpoint, false)]);
+    } catch (error) {
+      // A storage error can quote the rows it was given: it must not carry the secret into a log.
+      const message = error instanceof Error ? error.message : String(error);
+      throw new Error(`storing a webhook endpoint failed: ${message.replaceAll(endpoint.secret, '[REDACTED]')}`);
+    }
+  }
+
+  /** Removes a merchant's endpoint (blanking its secret); false when it had none. */
+  async removeEndpoint(merchantId: string, at: number): Promise<boolean> {
+    const current = await this.endpoint(merchantId);
+    if (!current) return false;
+    await this.insert(this.tables.webhookEndpoints, ENDPOINT_COLUMNS, [
+      this.endpointLine({ ...current, secret: '', updatedAt: at }, true),
+    ]);
+    return true;
+  }
+
+  async endpoint(merchantId: string): Promise<WebhookEndpoint | undefined> {
+    return (await this.endpoints([merchantId])).get(merchantId);
+  }
+
+  /** The registered endpoints of these merchants, by merchant. */
+  async endpoints(merchantIds: readonly string[]): Promise<Map<string, WebhookEndpoint>> {
+    if (merchantIds.length === 0) return new Map();
+    const rows = await this.db.queryRows(
+      `SELECT merchant_id, endpoint_id, url, secret, created_by, created_at, updated_at
+         FROM ${this.tables.webhookEndpoints} FINAL
+        WHERE merchant_id IN {merchantIds:Array(String)} AND deleted = 0`,
+      { merchantIds: [...new Set(merchantIds)] },
+    );
+    const endpoints = rows.map((row) => {
+      const parsed = endpointRow.parse(row);
+      return {
+        merchantId: parsed.merchant_id,
+        endpointId: parsed.endpoint_id,
+        url: parsed.url,
+        secret: parsed.secret,
+        createdBy: parsed.created_by,
+        createdAt: parsed.created_at,
+        updatedAt: parsed.updated_at,
+      };
+    });
+    return new Map(endpoints.map((endpoint) => [endpoint.merchantId, endpoint]));
+  }
+
+  // Messages --------------------------------------------------------------------------------
+
+  async saveMessages(messages: readonly WebhookMessage[]): Promise<void> {
+    await this.insert(
+      this.tables.webhookMessages,
+      MESSAGE_COLUMNS,
+      messages.map((message) =>
+        JSON.stringify({
+          id: message.id,
+          alert_id: message.alertId,
+          merchant_id: message.merchantId,
+          destination: message.destination,
+          endpoint_id: message.endpointId,
+          target: message.target,
+          body: message.body,
+          status: message.status,
+          attempts: message.attempts,
+          next_attempt_at: toClickHouseTime(message.nextAttemptAt),
+          last_outcome: message.lastOutcome,
+          last_error: message.lastError,
+          attempt_log: JSON.stringify(message.attemptLog),
+          created_at: toClickHouseTime(message.createdAt),
+          updated_at: toClickHouseTime(message.updatedAt),
+          version: this.nextVersion(),
+        }),
+      ),
+    );
+  }
+
+  /**
+   * Pending messages in the order they are due (due or not: the caller learns when the next one is),
+   * leaving out the ones it is already working on. One page, bodies included, each with its
+   * merchant's endpoint as registered now (for merchant messages).
+   */
+  async pendingMessages(limit: number, exclude: readonly string[]): Promise<PendingMessage[]> {
+    const rows = await this.db.queryRows(
+      `SELECT m.*, e.endpoint_id AS registered_endpoint_id, e.url AS registered_url, e.secret AS registered_secret
+         FROM (SELECT ${READ_COLUMNS}, body
+                 FROM ${this.tables.webhookMessages} FINAL
+                WHERE status = 'pending' AND id NOT IN {exclude:Array(UUID)}
+                ORDER BY next_attempt_at, id
+                LIMIT {limit:UInt32}) AS m
+         LEFT JOIN (SELECT merchant_id, endpoint_id, url, secret
+                      FROM ${this.tables.webhookEndpoints} FINAL
+                     WHERE deleted = 0) AS e ON m.merchant_id = e.merchant_id
+        ORDER BY m.next_attempt_at, m.id`,
+      { exclude: [...exclude], limit },
+    );
+    return rows.map((row) => {
+      const { registered_endpoint_id, registered_url, registered_secret, ...message } = pendingRow.parse(row);
+      const parsed = toMessage(message);
+      return parsed.destination === 'merchant' && registered_url
+        ? { ...parsed, endpoint: { endpointId: registered_endpoint_id, url: registered_url, secret: registered_secret } }
+        : parsed;
+    });
+  }
+
+  /** The delivery log: messages newest first, each with its attempts. */
+  async deliveries(query: DeliveryQuery): Promise<DeliveryRecord[]> {
+    const rows = await this.db.queryRows(
+      `SELECT ${READ_COLUMNS}
+         FROM ${this.tables.webhookMessages} FINAL
+        WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
+          AND ({destination:String} = '' OR destination = {destination:String})
+          AND ({status:String} = '' OR status = {status:String})
+          AND ({afterId:String} = '' OR (created_at, id) < ({afterAt:DateTime64(3)}, toUUIDOrZero({afterId:String})))
+        ORDER BY created_at DESC, id DESC
+        LIMIT {limit:UInt32}`,
+      {
+        merchantId: query.merchantId ?? '',
+        destination: query.destination ?? '',
+        status: query.status ?? '',
+        afterId: query.after?.id ?? '',
+        afterAt: toClickHouseTime(query.after?.createdAt ?? 0),
+        limit: query.limit,
+      },
+    );
+    return rows.map((row) => {
+      const { body: _body, ...delivery } = toMessage({ ...deliveryRow.parse(row), body: '' });
+      return delivery;
+    });
+  }
+
+  // Breakers ----------------------------------------------------------------------------------
+
+  async loadBreakers(): Promise<BreakerState[]> {
+    const rows = await this.db.queryRows(
+      `SELECT endpoint_id, consecutive_failures, paused_until, updated_at FROM ${this.tables.webhookBreakers} FINAL`,
+    );
+    return rows.map((row) => {
+      const parsed = breakerRow.parse(row);
+      return {
+        endpointId: parsed.endpoint_id,
+        consecutiveFailures: parsed.consecutive_failures,
+        pausedUntil: parsed.paused_until,
+        updatedAt: parsed.updated_at,
+      };
+    });
+  }
+
+  async saveBreakers(states: readonly BreakerState[]): Promise<void> {
+    await this.insert(
+      this.tables.webhookBreakers,
+      BREAKER_COLUMNS,
+      states.map((state) =>
+        JSON.stringify({
+          endpoint_id: state.endpointId,
+          consecutive_failures: state.consecutiveFailures,
+          paused_until: toClickHouseTime(state.pausedUntil),
+          updated_at: toClickHouseTime(state.updatedAt),
+          version: this.nextVersion(),
+        }),
+      ),
+    );
+  }
+
+  // -------------------------------------------------------------------------------------------
+
+  private endpointLine(endpoint: WebhookEndpoint, deleted: boolean): string {
+    return JSON.stringify({
+      merchant_id: endpoint.merchantId,
+      endpoint_id: endpoint.endpointId,
+      url: endpoint.url,
+      secret: endpoint.secret,
+      created_by: endpoint.createdBy,
+      created_at: toClickHouseTime(endpoint.createdAt),
+      updated_at: toClickHouseTime(endpoint.updatedAt),
+      deleted: deleted ? 1 : 0,
+      version: this.nextVersion(),
+    });
+  }
+
+  private async insert(table: string, columns: readonly string[], lines: readonly string[]): Promise<void> {
+    if (lines.length === 0) return;
+    await this.db.insertJsonEachRow(table, columns, Buffer.from(`${lines.join('\n')}\n`));
+  }
+
+  /** Monotonic across writes in this process; wall-clock based across restarts. */
+  private nextVersion(): number {
+    return (this.version = Math.max(this.version + 1, Date.now() * 1000));
+  }
+}
+
+function toMessage(row: z.output<typeof messageRow>): WebhookMessage {
+  return {
+    id: row.id,
+    alertId: row.alert_id,
+    merchantId: row.merchant_id,
+    destination: row.destination,
+    endpointId: row.endpoint_id,
+    target: row.target,
+    body: row.body,
+    status: row.status,
+    attempts: row.attempts,
+    nextAttemptAt: row.next_attempt_at,
+    lastOutcome: row.last_outcome,
+    lastError: row.last_error,
+    attemptLog: row.attempt_log,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
+}

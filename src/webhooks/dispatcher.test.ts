@@ -1,0 +1,81 @@
+/**
+ * The dispatcher's promises to detection, with storage faked: notify never throws or waits, and the
+ * notifications waiting for storage are capped. Delivery itself is tested on the real engine in
+ * test/integration/webhook-delivery.test.ts.
+ */
+import { describe, expect, it } from 'vitest';
+import type { Alert } from '../alerts/alert.ts';
+import { createLogger } from '../logger.ts';
+import { WorkerMetrics } from '../metrics.ts';
+import type { WebhookStore } from '../store/webhook-store.ts';
+import { ALERT_EVENT, WebhookDispatcher, webhookBody } from './dispatcher.ts';
+import { targetPolicy } from './target-policy.ts';
+
+function alert(i: number): Alert {
+  return {
+    id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+    merchantId: 'm_1',
+    apiKeyId: 'pk_live_a',
+    type: 'bot_traffic',
+    scope: 'pk_live_a',
+    severity: 'critical',
+    riskScore: 0.95,
+    recommendedAction: 'block',
+    status: 'open',
+    title: 'Attack tool',
+    summary: 'summary',
+    evidence: { tools: { sqlmap: 1 } },
+    ruleId: 'bot_traffic',
+    ruleVersion: '1.0.0',
+    firstSeenAt: '2026-11-21T10:00:00.000Z',
+    lastSeenAt: '2026-11-21T10:00:00.000Z',
+    occurrences: 1,
+    createdAt: '2026-11-21T10:00:00.000Z',
+    updatedAt: '2026-11-21T10:00:00.000Z',
+    history: [],
+  };
+}
+
+/** A store whose writes never finish: what a hung storage looks like to the dispatcher. */
+function stalledStore(): WebhookStore {
+  const never = () => new Promise<never>(() => undefined);
+  return { endpoints: never, saveMessages: never, pendingMessages: never, loadBreakers: async () => [] } as unknown as WebhookStore;
+}
+
+describe('webhookBody', () => {
+  it('is the contract body: event, alertId, merchantId, the alert without its internal scope, timestamp', () => {
+    const body = JSON.parse(webhookBody(alert(1), Date.UTC(2026, 10, 21, 10, 0, 1, 5)));
+    expect(body).toMatchObject({ event: ALERT_EVENT, alertId: alert(1).id, merchantId: 'm_1', timestamp: '2026-11-21T10:00:01.005Z' });
+    expect(body.data).toMatchObject({ id: alert(1).id, type: 'bot_traffic', severity: 'critical', apiKeyId: 'pk_live_a' });
+    expect(body.data).not.toHaveProperty('scope');
+  });
+});
+
+describe('WebhookDispatcher.notify', () => {
+  it('never throws or waits, and caps what waits for storage: the rest is dropped and counted', async () => {
+    const metrics = new WorkerMetrics({ defaultMetrics: false });
+    const dispatcher = new WebhookDispatcher({
+      store: stalledStore(),
+      oncall: { url: 'https://oncall.example.com/hook', secret: 'x'.repeat(32) },
+      policy: targetPolicy(),
+      metrics,
+      logger: createLogger('silent'),
+      maxUnsaved: 10,
+    });
+    const started = performance.now();
+    for (let i = 0; i < 25; i++) expect(() => dispatcher.notify(alert(i))).not.toThrow();
+    expect(performance.now() - started).toBeLessThan(1_000);
+    expect(dispatcher.stats()).toMatchObject({ unsaved: 10, maxUnsaved: 10 });
+    expect((await metrics.webhookNotificationsDropped.get()).values[0]?.value).toBe(15);
+  });
+
+  it('after stop, drops and counts instead of throwing', async () => {
+    const metrics = new WorkerMetrics({ defaultMetrics: false });
+    const store = { endpoints: async () => new Map(), saveMessages: async () => undefined, loadBreakers: async () => [] } as unknown as WebhookStore;
+    const dispatcher = new WebhookDispatcher({ store, policy: targetPolicy(), metrics, logger: createLogger('silent') });
+    await dispatcher.stop();
+    expect(() => dispatcher.notify(alert(1))).not.toThrow();
+    expect(dispatcher.stats().unsaved).toBe(0);
+    expect((await metrics.webhookNotificationsDropped.get()).values[0]?.value).toBe(1);
+  });
+});

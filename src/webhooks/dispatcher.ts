@@ -1,0 +1,476 @@
+/**
+ * Critical-alert webhooks: from a critical alert to signed deliveries (contracts section 4, spec 6.5).
+ * Contract:
+ *  - `notify` never throws and never waits: detection is not slowed by webhooks. A notification
+ *    becomes one message per destination (the on-call endpoint when configured, the merchant's when
+ *    registered), stored before its first attempt.
+ *  - Attempts are due 0, 1 and 5 minutes after the message was created, none later than 15 minutes
+ *    after; the message id is svc-id on every attempt, and the body is the same bytes every time.
+ *  - Attempt state lives in storage, so another dispatcher on the same storage (after a restart)
+ *    resumes on schedule. A message is delivered at least once: an attempt cut short by a stop
+ *    or a crash is made again.
+ *  - Memory is bounded: at most `concurrency` attempts are in flight and at most twice that many
+ *    messages are held (bodies included; the others' results being stored); the rest stay in
+ *    storage and are read in pages. Notifications waiting to be stored are capped.
+ *  - A message to a merchant goes to the merchant's endpoint as registered at the time of the
+ *    attempt (a removed endpoint cancels it); an endpoint paused by its breaker skips the attempt.
+ */
+import { createHash, randomUUID } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { toWireAlert, type Alert } from '../alerts/alert.ts';
+import type { Logger } from '../logger.ts';
+import type { WorkerMetrics } from '../metrics.ts';
+import type { BreakerState, Destination, PendingMessage, WebhookEndpoint, WebhookMessage, WebhookStore } from '../store/webhook-store.ts';
+import { CircuitBreakers } from './breaker.ts';
+import { sendWebhook, type AttemptResult, type SendOptions } from './sender.ts';
+import type { TargetPolicy } from './target-policy.ts';
+import { signWebhook, WEBHOOK_HEADERS } from './verify.ts';
+
+export const ALERT_EVENT = 'anomaly.alert.critical';
+/** When attempts are due, after the message was created. */
+export const ATTEMPT_SCHEDULE_MS: readonly number[] = [0, 60_000, 5 * 60_000];
+/** No attempt starts later than this after the message was created. */
+export const DELIVERY_BUDGET_MS = 15 * 60_000;
+
+const DEFAULT_CONCURRENCY = 16;
+const DEFAULT_MAX_UNSAVED = 5_000;
+const SAVE_DELAY_MS = 20;
+/** Slots freed within this long are filled by one read of storage, not one read each. */
+const TICK_COALESCE_MS = 25;
+/** Attempts ending within this long are stored in one write. */
+const WRITE_COALESCE_MS = 20;
+const RETRY_DELAY_MS = 1_000;
+
+export interface OncallEndpoint {
+  url: string;
+  secret: string;
+}
+
+export interface WebhookDispatcherOptions {
+  store: WebhookStore;
+  /** ONCALL_WEBHOOK_URL and ONCALL_WEBHOOK_SECRET. */
+  oncall?: OncallEndpoint;
+  policy: TargetPolicy;
+  /** Trusted CAs (default: Node's bundled roots). */
+  ca?: readonly string[];
+  metrics: WorkerMetrics;
+  logger: Logger;
+  /** The clock of the schedule, the breakers and svc-timestamp (tests move it). */
+  now?: () => number;
+  /** Attempts in flight at once; twice this many messages are held in memory at most. */
+  concurrency?: number;
+  /** Notifications waiting to be stored; beyond it they are dropped, counted and logged. */
+  maxUnsaved?: number;
+  /** How often the clock is compared with the next due time (real milliseconds). */
+  pollIntervalMs?: number;
+  /** How often storage is read even when nothing is known to be due (other replicas, restarts). */
+  rescanIntervalMs?: number;
+  connectTimeoutMs?: number;
+  requestTimeoutMs?: number;
+}
+
+export interface DispatcherStats {
+  /** Notifications waiting to be stored, now and at most so far. */
+  unsaved: number;
+  maxUnsaved: number;
+  /** Messages held in memory (being attempted or their result being stored), now and at most so far. */
+  busy: number;
+  maxBusy: number;
+  /** Attempts in flight, at most so far. */
+  maxSending: number;
+}
+
+interface Notification {
+  alertId: string;
+  merchantId: string;
+  createdAt: number;
+  body: string;
+}
+
+/** An attempt's result; `circuit_open` is an attempt skipped because the endpoint is paused. */
+type AttemptReport = Omit<AttemptResult, 'outcome'> & { outcome: AttemptResult['outcome'] | 'circuit_open' };
+
+interface Outcome {
+  message: WebhookMessage;
+  breaker?: BreakerState;
+}
+
+/** The message body; `data` is the alert in its wire format (contracts section 2). */
+export function webhookBody(alert: Alert, createdAt: number): string {
+  const data = toWireAlert(alert);
+  return JSON.stringify({ event: ALERT_EVENT, alertId: alert.id, merchantId: alert.merchantId, data, timestamp: new Date(createdAt).toISOString() });
+}
+
+export class WebhookDispatcher {
+  private readonly store: WebhookStore;
+  private readonly now: () => number;
+  private readonly concurrency: number;
+  private readonly maxUnsaved: number;
+  private readonly breakers = new CircuitBreakers();
+  private readonly logger: Logger;
+  private readonly metrics: WorkerMetrics;
+  private readonly sendOptions: SendOptions;
+  private readonly oncallId: string | undefined;
+  private readonly abort = new AbortController();
+
+  private unsaved: Notification[] = [];
+  private readonly saveSoon = new Coalesced(() => void this.saveNew(), SAVE_DELAY_MS);
+  private readonly tickSoon = new Coalesced(() => void this.tick(), TICK_COALESCE_MS);
+  private readonly writeSoon = new Coalesced(() => void this.writeOutcomes(), WRITE_COALESCE_MS);
+  private saving: Promise<void> | undefined;
+  /** Ids of messages being attempted or whose result is being stored. */
+  private readonly busy = new Set<string>();
+  private sending = 0;
+  private peakSending = 0;
+  private readonly attempts = new Set<Promise<void>>();
+  private outcomes: Outcome[] = [];
+  private writing: Promise<void> | undefined;
+  private ticking = false;
+  private tickAgain = false;
+  private nextDueAt = 0;
+  private lastScanAt = 0;
+  private pollTimer: NodeJS.Timeout | undefined;
+  private started = false;
+  private stopped = false;
+  private storageOk = true;
+  private peakBusy = 0;
+  private peakUnsaved = 0;
+
+  constructor(private readonly options: WebhookDispatcherOptions) {
+    this.store = options.store;
+    this.now = options.now ?? Date.now;
+    this.concurrency = options.concurrency ?? DEFAULT_CONCURRENCY;
+    this.maxUnsaved = options.maxUnsaved ?? DEFAULT_MAX_UNSAVED;
+    this.logger = options.logger;
+    this.metrics = options.metrics;
+    this.sendOptions = {
+      policy: options.policy,
+      ...(options.ca ? { ca: options.ca } : {}),
+      ...(options.connectTimeoutMs ? { connectTimeoutMs: options.connectTimeoutMs } : {}),
+      ...(options.requestTimeoutMs ? { requestTimeoutMs: options.requestTimeoutMs } : {}),
+      signal: this.abort.signal,
+    };
+    setMaxListeners(0, this.abort.signal); // every attempt in flight listens to it
+    this.oncallId = options.oncall ? `oncall:${createHash('sha256').update(options.oncall.url).digest('hex').slice(0, 16)}` : undefined;
+  }
+
+  /** Loads the breakers and starts attempting what is due. */
+  async start(): Promise<void> {
+    this.breakers.load(await this.store.loadBreakers());
+    this.started = true;
+    this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(this.now()));
+    const pollMs = this.options.pollIntervalMs ?? 1_000;
+    const rescanMs = this.options.rescanIntervalMs ?? 30_000;
+    this.pollTimer = setInterval(() => {
+      this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(this.now())); // pauses end by themselves
+      if (this.now() >= this.nextDueAt || Date.now() - this.lastScanAt >= rescanMs) void this.tick();
+    }, pollMs);
+    this.pollTimer.unref();
+    void this.tick();
+  }
+
+  /**
+   * A critical alert was created, escalated or reopened: queue its messages. Never throws, never
+   * waits; storing happens in the background.
+   */
+  notify(alert: Alert): void {
+    try {
+      if (this.stopped) throw new Error('the webhook dispatcher is stopped');
+      if (this.unsaved.length >= this.maxUnsaved) {
+        this.metrics.webhookNotificationsDropped.inc();
+        this.logger.error({ alertId: alert.id, merchantId: alert.merchantId, waiting: this.unsaved.length }, 'webhook queue full: notification dropped');
+        return;
+      }
+      const createdAt = this.now();
+      this.unsaved.push({ alertId: alert.id, merchantId: alert.merchantId, createdAt, body: webhookBody(alert, createdAt) });
+      this.peakUnsaved = Math.max(this.peakUnsaved, this.unsaved.length);
+      this.saveSoon.request();
+    } catch (error) {
+      this.metrics.webhookNotificationsDropped.inc();
+      this.logger.error({ err: error, alertId: alert.id }, 'webhook notification failed');
+    }
+  }
+
+  get healthy(): boolean {
+    return this.storageOk;
+  }
+
+  stats(): DispatcherStats {
+    return { unsaved: this.unsaved.length, maxUnsaved: this.peakUnsaved, busy: this.busy.size, maxBusy: this.peakBusy, maxSending: this.peakSending };
+  }
+
+  /**
+   * Stops attempting, cuts attempts in flight short (they are made again by the next dispatcher),
+   * and stores what is in hand.
+   */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    clearInterval(this.pollTimer);
+    for (const soon of [this.saveSoon, this.tickSoon, this.writeSoon]) soon.cancel();
+    this.abort.abort();
+    await Promise.allSettled([...this.attempts]);
+    await this.saveNew();
+    await this.writeOutcomes();
+    if (this.unsaved.length > 0) this.logger.error({ lost: this.unsaved.length }, 'webhook notifications could not be stored before stopping');
+  }
+
+  // Storing notifications -----------------------------------------------------------------------
+
+  /** Turns waiting notifications into stored messages, one per destination. */
+  private async saveNew(): Promise<void> {
+    await this.saving;
+    if (this.unsaved.length === 0) return;
+    const batch = this.unsaved;
+    this.unsaved = [];
+    this.saving = (async () => {
+      try {
+        const endpoints = await this.store.endpoints(batch.map((item) => item.merchantId));
+        const messages = batch.flatMap((item) => this.messagesOf(item, endpoints.get(item.merchantId)));
+        await this.store.saveMessages(messages);
+        this.storageOk = true;
+        for (const message of messages) this.metrics.webhookMessages.inc({ destination: message.destination, status: 'created' });
+        if (messages.length > 0) {
+          this.nextDueAt = Math.min(this.nextDueAt, ...messages.map((message) => message.nextAttemptAt));
+          if (this.started) void this.tick();
+        }
+      } catch (error) {
+        this.storageOk = false;
+        this.unsaved = [...batch, ...this.unsaved];
+        this.logger.error({ err: error, notifications: batch.length }, 'storing webhook messages failed; retrying');
+        if (!this.stopped) this.saveSoon.request(RETRY_DELAY_MS);
+      }
+    })();
+    await this.saving;
+  }
+
+  private messagesOf(item: Notification, endpoint: WebhookEndpoint | undefined): WebhookMessage[] {
+    const destinations: Destination[] = [...(this.options.oncall ? (['oncall'] as const) : []), ...(endpoint ? (['merchant'] as const) : [])];
+    return destinations.map((destination) => ({
+      id: randomUUID(),
+      alertId: item.alertId,
+      merchantId: item.merchantId,
+      destination,
+      endpointId: '',
+      target: '',
+      body: item.body,
+      status: 'pending',
+      attempts: 0,
+      nextAttemptAt: item.createdAt + ATTEMPT_SCHEDULE_MS[0]!,
+      lastOutcome: '',
+      lastError: '',
+      attemptLog: [],
+      createdAt: item.createdAt,
+      updatedAt: item.createdAt,
+    }));
+  }
+
+  // Attempting --------------------------------------------------------------------------------
+
+  /** Loads due messages into the free slots; learns when the next one is due. */
+  private async tick(): Promise<void> {
+    if (this.ticking) {
+      this.tickAgain = true;
+      return;
+    }
+    this.ticking = true;
+    try {
+      do {
+        this.tickAgain = false;
+        // A slot frees when its attempt ends; its message stays held until its result is stored.
+        const free = Math.min(this.concurrency - this.sending, 2 * this.concurrency - this.busy.size);
+        if (free <= 0 || this.stopped) break;
+        const now = this.now();
+        const page = await this.store.pendingMessages(free + 1, [...this.busy]);
+        this.lastScanAt = Date.now();
+        this.storageOk = true;
+        const due = page.slice(0, free).filter((message) => message.nextAttemptAt <= now);
+        this.nextDueAt = page[due.length]?.nextAttemptAt ?? Number.POSITIVE_INFINITY;
+        if (!this.stopped) for (const message of due) this.launch(message);
+        // Messages stored while this read ran asked for another (tickAgain): it may not have seen them.
+      } while (this.tickAgain);
+    } catch (error) {
+      this.storageOk = false;
+      this.logger.error({ err: error }, 'reading due webhook messages failed; retrying');
+    } finally {
+      this.ticking = false;
+    }
+  }
+
+  private launch(message: PendingMessage): void {
+    this.busy.add(message.id);
+    this.sending++;
+    this.peakBusy = Math.max(this.peakBusy, this.busy.size);
+    this.peakSending = Math.max(this.peakSending, this.sending);
+    const attempt = this.attempt(message).finally(() => this.sending--).then(
+      (outcome) => {
+        if (!outcome) {
+          this.busy.delete(message.id); // cut short by stop(): the next dispatcher makes it again
+          return;
+        }
+        this.outcomes.push(outcome);
+        this.writeSoon.request();
+        this.tickSoon.request(); // the slot is free
+      },
+      (error: unknown) => {
+        this.busy.delete(message.id);
+        this.logger.error({ err: error, messageId: message.id }, 'webhook attempt failed unexpectedly');
+      },
+    );
+    this.attempts.add(attempt);
+    void attempt.finally(() => this.attempts.delete(attempt));
+  }
+
+  /** One attempt of one message; undefined when stop() cut it short. */
+  private async attempt(message: PendingMessage): Promise<Outcome | undefined> {
+    const now = this.now();
+    const number = message.attempts + 1;
+    if (now >= message.createdAt + DELIVERY_BUDGET_MS) {
+      return this.conclude(message, 'failed', 'expired', 'the 15-minute delivery budget ran out', now);
+    }
+    const target = this.targetOf(message);
+    if (!target) {
+      const reason = message.destination === 'oncall' ? 'the on-call endpoint is no longer configured' : 'the merchant endpoint was removed';
+      return this.conclude(message, 'cancelled', 'cancelled', reason, now);
+    }
+    let result: AttemptReport;
+    let breaker: BreakerState | undefined;
+    const pausedUntil = this.breakers.pausedUntil(target.endpointId, now);
+    if (pausedUntil !== undefined) {
+      result = { outcome: 'circuit_open', error: `endpoint paused until ${new Date(pausedUntil).toISOString()}`, durationMs: 0 };
+    } else {
+      const timestamp = String(now);
+      result = await sendWebhook(
+        {
+          url: target.url,
+          body: message.body,
+          headers: {
+            [WEBHOOK_HEADERS.id]: message.id,
+            [WEBHOOK_HEADERS.timestamp]: timestamp,
+            [WEBHOOK_HEADERS.signature]: signWebhook(target.secret, message.id, timestamp, message.body),
+          },
+        },
+        this.sendOptions,
+      );
+      if (this.abort.signal.aborted) return undefined;
+      breaker = this.breakers.record(target.endpointId, result.outcome === 'delivered', this.now());
+      this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(this.now()));
+    }
+    this.metrics.webhookAttempts.inc({ destination: message.destination, outcome: result.outcome });
+    const nextAt = message.createdAt + (ATTEMPT_SCHEDULE_MS[number] ?? Number.POSITIVE_INFINITY);
+    const status = result.outcome === 'delivered' ? 'delivered' : nextAt < message.createdAt + DELIVERY_BUDGET_MS ? 'pending' : 'failed';
+    if (status !== 'pending') this.metrics.webhookMessages.inc({ destination: message.destination, status });
+    if (result.outcome !== 'delivered') {
+      this.logger.warn(
+        { messageId: message.id, alertId: message.alertId, destination: message.destination, attempt: number, outcome: result.outcome, statusCode: result.statusCode, status },
+        'webhook attempt failed',
+      );
+    }
+    return {
+      message: {
+        ...message,
+        endpointId: target.endpointId,
+        target: target.display,
+        status,
+        attempts: number,
+        nextAttemptAt: status === 'pending' ? nextAt : message.nextAttemptAt,
+        lastOutcome: result.outcome,
+        lastError: result.error ?? '',
+        attemptLog: [
+          ...message.attemptLog,
+          {
+            attempt: number,
+            at: now,
+            outcome: result.outcome,
+            ...(result.statusCode !== undefined ? { statusCode: result.statusCode } : {}),
+            error: result.error ?? '',
+            durationMs: result.durationMs,
+          },
+        ],
+        updatedAt: this.now(),
+      },
+      ...(breaker ? { breaker } : {}),
+    };
+  }
+
+  /** Ends a message without an attempt. */
+  private conclude(message: WebhookMessage, status: 'failed' | 'cancelled', outcome: string, reason: string, now: number): Outcome {
+    this.metrics.webhookMessages.inc({ destination: message.destination, status });
+    this.logger.warn({ messageId: message.id, alertId: message.alertId, destination: message.destination, status }, reason);
+    return { message: { ...message, status, lastOutcome: outcome, lastError: reason, updatedAt: now } };
+  }
+
+  private targetOf({ destination, endpoint }: PendingMessage) {
+    if (destination === 'oncall') {
+      const oncall = this.options.oncall;
+      // The on-call URL may carry a token in its path: only its origin is shown.
+      return oncall ? { url: oncall.url, secret: oncall.secret, endpointId: this.oncallId!, display: new URL(oncall.url).origin } : undefined;
+    }
+    return endpoint ? { url: endpoint.url, secret: endpoint.secret, endpointId: endpoint.endpointId, display: endpoint.url } : undefined;
+  }
+
+  /** Stores finished attempts: the breakers first, then the messages (which end the attempts). */
+  private async writeOutcomes(): Promise<void> {
+    if (this.writing) return this.writing;
+    this.writing = (async () => {
+      while (this.outcomes.length > 0) {
+        const batch = this.outcomes;
+        this.outcomes = [];
+        // Until stored, the ids stay busy, so nothing is attempted twice meanwhile.
+        const stored =
+          (await this.untilStored(() => this.store.saveBreakers(batch.flatMap(({ breaker }) => (breaker ? [breaker] : []))))) &&
+          (await this.untilStored(() => this.store.saveMessages(batch.map(({ message }) => message))));
+        if (!stored) return;
+        for (const { message } of batch) {
+          this.busy.delete(message.id);
+          if (message.status === 'pending') this.nextDueAt = Math.min(this.nextDueAt, message.nextAttemptAt);
+        }
+        this.tickSoon.request();
+      }
+    })().finally(() => {
+      this.writing = undefined;
+    });
+    return this.writing;
+  }
+
+  /** Retries a write until it succeeds (true) or the dispatcher stops (false). */
+  private async untilStored(write: () => Promise<void>): Promise<boolean> {
+    for (;;) {
+      try {
+        await write();
+        this.storageOk = true;
+        return true;
+      } catch (error) {
+        this.storageOk = false;
+        this.logger.error({ err: error }, 'storing webhook attempts failed; retrying');
+        if (this.stopped) return false;
+        await sleep(RETRY_DELAY_MS);
+      }
+    }
+  }
+}
+
+/** Runs a task once, a delay after it was first requested, however often it is requested meanwhile. */
+class Coalesced {
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly run: () => void,
+    private readonly delayMs: number,
+  ) {}
+
+  request(delayMs = this.delayMs): void {
+    if (this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.run();
+    }, delayMs);
+    this.timer.unref();
+  }
+
+  cancel(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+}

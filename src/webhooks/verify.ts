@@ -1,0 +1,110 @@
+/**
+ * Signing and verification of critical-alert webhooks (contracts section 4, spec 6.4). Contract:
+ * `svc-signature: v1,<base64 of HMAC-SHA256(secret, "<svc-id>.<svc-timestamp>.<raw body>")>`, where
+ * the key is the secret string exactly as shown once at registration (UTF-8 bytes), svc-id is the
+ * message id (the same on every retry) and svc-timestamp the send time in Unix milliseconds.
+ *
+ * This file is for receivers too: it depends on node:crypto alone, so it can be imported from the
+ * package (`security-center-worker/webhooks/verify`) or copied as is.
+ */
+import { createHmac, timingSafeEqual } from 'node:crypto';
+
+export const WEBHOOK_HEADERS = { id: 'svc-id', timestamp: 'svc-timestamp', signature: 'svc-signature' } as const;
+
+/** A receiver rejects a timestamp further than this from its own clock. */
+export const DEFAULT_TOLERANCE_MS = 5 * 60_000;
+
+const SIGNATURE_VERSION = 'v1';
+
+export type VerificationFailure = 'missing_header' | 'invalid_timestamp' | 'stale_timestamp' | 'invalid_signature';
+
+/** Why a delivery was rejected, with the status the receiver should answer (spec 6.4: 401 or 400). */
+export class WebhookVerificationError extends Error {
+  readonly status: 400 | 401;
+
+  constructor(
+    readonly reason: VerificationFailure,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'WebhookVerificationError';
+    this.status = reason === 'invalid_signature' ? 401 : 400;
+  }
+}
+
+type RawBody = string | Uint8Array;
+
+/** The svc-signature header value for one message at one timestamp. */
+export function signWebhook(secret: string, id: string, timestamp: string | number, rawBody: RawBody): string {
+  const hmac = createHmac('sha256', secret);
+  hmac.update(`${id}.${timestamp}.`);
+  hmac.update(rawBody);
+  return `${SIGNATURE_VERSION},${hmac.digest('base64')}`;
+}
+
+/** Node's IncomingHttpHeaders (lower-case keys), a plain record, or a fetch Headers object. */
+export type HeaderSource = { get(name: string): string | null } | Record<string, string | string[] | undefined>;
+
+export interface VerifyOptions {
+  /** The signing secret, exactly as it was shown. */
+  secret: string;
+  /** The request body exactly as received, before any JSON parsing. */
+  rawBody: RawBody;
+  headers: HeaderSource;
+  /** The receiver's clock, Unix ms (default Date.now()). */
+  now?: number;
+  toleranceMs?: number;
+}
+
+export interface VerifiedWebhook {
+  /** svc-id: the message id; the same on every retry, so it is the idempotency key. */
+  id: string;
+  /** svc-timestamp, Unix ms. */
+  timestamp: number;
+}
+
+/**
+ * Checks the three headers, the timestamp's freshness and the signature (compared in constant
+ * time). Returns the message id and timestamp; throws WebhookVerificationError otherwise.
+ */
+export function verifyWebhook(options: VerifyOptions): VerifiedWebhook {
+  const id = header(options.headers, WEBHOOK_HEADERS.id);
+  const timestampText = header(options.headers, WEBHOOK_HEADERS.timestamp);
+  const signature = header(options.headers, WEBHOOK_HEADERS.signature);
+  if (!id || !timestampText || !signature) {
+    throw new WebhookVerificationError('missing_header', 'svc-id, svc-timestamp and svc-signature are all required');
+  }
+  if (!/^\d{1,16}$/.test(timestampText)) {
+    throw new WebhookVerificationError('invalid_timestamp', 'svc-timestamp must be Unix milliseconds');
+  }
+  const timestamp = Number(timestampText);
+  const now = options.now ?? Date.now();
+  if (Math.abs(now - timestamp) > (options.toleranceMs ?? DEFAULT_TOLERANCE_MS)) {
+    throw new WebhookVerificationError('stale_timestamp', 'svc-timestamp is too far from the current time');
+  }
+  const expected = Buffer.from(signWebhook(options.secret, id, timestampText, options.rawBody).slice(SIGNATURE_VERSION.length + 1), 'base64');
+  const [version, encoded] = splitOnce(signature, ',');
+  const given = version === SIGNATURE_VERSION && encoded && /^[A-Za-z0-9+/]+={0,2}$/.test(encoded) ? Buffer.from(encoded, 'base64') : undefined;
+  // The length of an HMAC-SHA256 is public; only the bytes are compared in constant time.
+  if (!given || given.length !== expected.length || !timingSafeEqual(given, expected)) {
+    throw new WebhookVerificationError('invalid_signature', 'svc-signature does not match');
+  }
+  return { id, timestamp };
+}
+
+function header(headers: HeaderSource, name: string): string | undefined {
+  let value: unknown;
+  if (typeof headers.get === 'function') {
+    value = (headers as { get(name: string): string | null }).get(name);
+  } else {
+    const record = headers as Record<string, unknown>;
+    value = record[name] ?? record[Object.keys(record).find((key) => key.toLowerCase() === name) ?? ''];
+  }
+  const single = Array.isArray(value) ? (value.length === 1 ? value[0] : undefined) : value;
+  return typeof single === 'string' && single.length > 0 ? single.trim() : undefined;
+}
+
+function splitOnce(text: string, separator: string): [string, string | undefined] {
+  const at = text.indexOf(separator);
+  return at < 0 ? [text, undefined] : [text.slice(0, at), text.slice(at + 1)];
+}

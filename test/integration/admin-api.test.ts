@@ -1,0 +1,327 @@
+/**
+ * The admin API over real HTTP on the real ClickHouse engine: each endpoint's success shape, every
+ * filter, paging while new alerts arrive, the lifecycle with its history, metrics and dashboard from
+ * ingested traffic, the OpenAPI document, and a detected attack triaged from list to resolution.
+ */
+import { Validator } from '@seriousme/openapi-schema-validator';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { alertSchema } from '../../src/admin/schemas.ts';
+import type { Alert } from '../../src/alerts/alert.ts';
+import { createLogger } from '../../src/logger.ts';
+import { startWorker, type Worker } from '../../src/main.ts';
+import { tablesIn } from '../../src/store/tables.ts';
+import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { ADMIN_ENV, adminCall, makeAlert, token } from '../support/admin.ts';
+import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
+
+const MINUTE = 60_000;
+const names = testNames('admin');
+const M = `m_${names.runId}`;
+const OTHER = `m_${names.runId}_other`;
+
+describe('admin API', () => {
+  let clickhouse: ClickHouseService;
+  let worker: Worker;
+  let adminToken: string;
+  /** Seeded alerts of M, newest first (the order the API must give). */
+  let seeded: Alert[];
+
+  const call = (path: string, init?: Parameters<typeof adminCall>[3], bearer = adminToken) => adminCall(worker.url, bearer, path, init);
+
+  /** Posts request events through HTTP ingest; the status of the answer. */
+  async function ingest(events: unknown[]): Promise<number> {
+    const response = await fetch(`${worker.url}/v1/ingest/events`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify(events),
+    });
+    return response.status;
+  }
+
+  async function pageThrough(query: string, limit: number, between?: () => Promise<void>): Promise<string[]> {
+    const ids: string[] = [];
+    let cursor: string | null = null;
+    do {
+      const response = await call(`/alerts?limit=${limit}${query}${cursor ? `&cursor=${cursor}` : ''}`);
+      expect(response.status).toBe(200);
+      ids.push(...response.body.data.alerts.map((alert: Alert) => alert.id));
+      cursor = response.body.data.nextCursor;
+      await between?.();
+    } while (cursor);
+    return ids;
+  }
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    const config = testConfig({ clickhouse, names, extra: { ...ADMIN_ENV, ADMIN_RATE_LIMIT_PER_MINUTE: '100000' } });
+    worker = await startWorker(config, { logger: createLogger('silent') });
+    await worker.ready;
+    adminToken = await token(M, 'admin');
+    const base = Date.now() - 3 * 24 * 3_600_000;
+    const alerts = Array.from({ length: 150 }, (_, i) =>
+      makeAlert(i, {
+        merchantId: M,
+        // Some share a creation time: the id breaks the tie.
+        createdAtMs: base + Math.floor(i / 3) * MINUTE,
+        ...(i % 7 === 0 ? { status: 'acknowledged' as const } : {}),
+      }),
+    );
+    const others = Array.from({ length: 40 }, (_, i) => makeAlert(i, { merchantId: OTHER, createdAtMs: base + i * MINUTE }));
+    await worker.alertStore.save([...alerts, ...others]);
+    // Ties in createdAt are broken by id in ClickHouse's UUID order: ask the engine for that order.
+    const order = await worker.clickhouse.queryRows<{ id: string }>(
+      `SELECT id FROM ${tablesIn(clickhouse.database).alerts} WHERE merchant_id = {m:String} ORDER BY created_at DESC, id DESC`,
+      { m: M },
+    );
+    const byId = new Map(alerts.map((alert) => [alert.id, alert]));
+    seeded = order.map((row) => byId.get(row.id)!);
+    expect(seeded).toHaveLength(150);
+  });
+
+  afterAll(async () => {
+    await worker?.stop();
+    await clickhouse?.stop();
+  });
+
+  it('lists alerts newest first, in the contract shape, without internal fields', async () => {
+    const response = await call('/alerts?limit=10');
+    expect(response.status).toBe(200);
+    expect(response.body.success).toBe(true);
+    const { alerts, nextCursor } = response.body.data;
+    expect(alerts.map((alert: Alert) => alert.id)).toEqual(seeded.slice(0, 10).map((alert) => alert.id));
+    for (const alert of alerts) {
+      expect(() => alertSchema.parse(alert)).not.toThrow();
+      expect(alert).not.toHaveProperty('scope');
+      expect(alert.merchantId).toBe(M);
+    }
+    expect(typeof nextCursor).toBe('string');
+    expect((await call('/alerts')).body.data.alerts).toHaveLength(50); // the default page size
+  });
+
+  it('applies every filter, alone and combined', async () => {
+    const cases: [string, (alert: Alert) => boolean][] = [
+      ['status=acknowledged', (a) => a.status === 'acknowledged'],
+      ['status=open,acknowledged', (a) => a.status === 'open' || a.status === 'acknowledged'],
+      ['severity=critical', (a) => a.severity === 'critical'],
+      ['severity=low,high', (a) => a.severity === 'low' || a.severity === 'high'],
+      ['type=impossible_travel', (a) => a.type === 'impossible_travel'],
+      [`apiKeyId=pk_live_${M}_3`, (a) => a.apiKeyId === `pk_live_${M}_3`],
+      [`from=${seeded[40]!.createdAt}`, (a) => a.createdAt >= seeded[40]!.createdAt],
+      [`to=${seeded[100]!.createdAt}`, (a) => a.createdAt <= seeded[100]!.createdAt],
+      [
+        `type=bot_traffic&severity=medium,critical&from=${seeded[120]!.createdAt}&to=${seeded[10]!.createdAt}`,
+        (a) => a.type === 'bot_traffic' && ['medium', 'critical'].includes(a.severity) && a.createdAt >= seeded[120]!.createdAt && a.createdAt <= seeded[10]!.createdAt,
+      ],
+    ];
+    for (const [query, keep] of cases) {
+      const expected = seeded.filter(keep).map((alert) => alert.id);
+      expect(expected.length, query).toBeGreaterThan(0);
+      expect(await pageThrough(`&${query}`, 200), query).toEqual(expected);
+    }
+  });
+
+  it('pages through more alerts than one page while new alerts arrive, skipping and repeating none', async () => {
+    let arrivals = 0;
+    const ids = await pageThrough('', 25, async () => {
+      // New alerts are created between page requests, as detection would.
+      const batch = arrivals++;
+      await worker.alertStore.save(Array.from({ length: 5 }, (_, i) => makeAlert(1000 + batch * 5 + i, { merchantId: M, createdAtMs: Date.now() })));
+    });
+    expect(arrivals).toBe(6);
+    expect(ids).toEqual(seeded.map((alert) => alert.id));
+    // The new ones are on a fresh first page.
+    const fresh = (await call('/alerts?limit=30')).body.data.alerts as Alert[];
+    expect(fresh.filter((alert) => Number((alert.evidence as { observed: number }).observed) >= 1000)).toHaveLength(30);
+  });
+
+  it('returns one alert, and 404 for an unknown id and for another merchant\'s id alike', async () => {
+    const one = await call(`/alerts/${seeded[5]!.id}`);
+    expect(one.status).toBe(200);
+    expect(one.body.data).toMatchObject({ id: seeded[5]!.id, merchantId: M, title: seeded[5]!.title, evidence: seeded[5]!.evidence });
+    const otherId = (await worker.alertStore.list({ merchantId: OTHER, limit: 1 }))[0]!.id;
+    const unknown = await call('/alerts/00000000-0000-4000-8000-000000000000');
+    const foreign = await call(`/alerts/${otherId}`);
+    expect(unknown.status).toBe(404);
+    expect(foreign.status).toBe(404);
+    expect(foreign.text).toBe(unknown.text);
+  });
+
+  it('moves an alert through its lifecycle, refuses other moves, and records each change in history', async () => {
+    const open = seeded.find((alert) => alert.status === 'open')!;
+    const patch = (id: string, body: unknown) => call(`/alerts/${id}`, { method: 'PATCH', body });
+
+    const acknowledged = await patch(open.id, { status: 'acknowledged', note: 'looking into it' });
+    expect(acknowledged.status).toBe(200);
+    expect(acknowledged.body.data.status).toBe('acknowledged');
+    expect((await patch(open.id, { status: 'open' })).body.error.code).toBe('INVALID_TRANSITION');
+    const resolved = await patch(open.id, { status: 'resolved' });
+    expect(resolved.status).toBe(200);
+    for (const to of ['acknowledged', 'dismissed', 'open']) {
+      const refused = await patch(open.id, { status: to, note: 'x' });
+      expect(refused.status, to).toBe(409);
+      expect(refused.body).toEqual({ success: false, error: { code: 'INVALID_TRANSITION', message: expect.any(String) } });
+    }
+
+    const history = (await call(`/alerts/${open.id}`)).body.data.history;
+    expect(history.slice(1)).toEqual([
+      { at: expect.any(String), actor: `user_admin_${M}`, from: 'open', to: 'acknowledged', note: 'looking into it' },
+      { at: expect.any(String), actor: `user_admin_${M}`, from: 'acknowledged', to: 'resolved' },
+    ]);
+    expect(Date.parse(history[2].at)).toBeGreaterThanOrEqual(Date.parse(history[1].at));
+
+    // open -> resolved skips a step; dismissal needs a note.
+    const another = seeded.filter((alert) => alert.status === 'open')[1]!;
+    expect((await patch(another.id, { status: 'resolved' })).status).toBe(409);
+    const noNote = await patch(another.id, { status: 'dismissed' });
+    expect(noNote.status).toBe(400);
+    expect(noNote.body).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path: ['body', 'note'] }] });
+    const dismissed = await patch(another.id, { status: 'dismissed', note: 'our own load test' });
+    expect(dismissed.status).toBe(200);
+    expect(dismissed.body.data.history.at(-1)).toMatchObject({ from: 'open', to: 'dismissed', note: 'our own load test' });
+    // An acknowledged alert may be dismissed too.
+    const acked = seeded.find((alert) => alert.status === 'acknowledged')!;
+    expect((await patch(acked.id, { status: 'dismissed', note: 'known partner' })).status).toBe(200);
+  });
+
+  it('serves metrics and the dashboard from the rollups of ingested traffic', async () => {
+    const merchantId = `${M}_traffic`;
+    const now = Date.now();
+    // 240 requests over the last 40 minutes from 12 addresses; every 6th fails.
+    const events = Array.from({ length: 240 }, (_, i) => ({
+      eventId: `evt_${names.runId}_traffic_${i}`,
+      timestamp: new Date(now - 40 * MINUTE + i * 10_000).toISOString(),
+      merchantId,
+      plan: i % 2 ? 'free' : 'business', // every plan counts in metrics
+      apiKeyId: `pk_live_${merchantId}_${i % 3}`,
+      environment: 'live',
+      ip: `203.0.113.${i % 12}`,
+      userAgent: 'okhttp/4.12.0',
+      method: 'POST',
+      path: '/v1/verify/sessions',
+      status: i % 6 === 0 ? 500 : 201,
+      responseTimeMs: 50,
+    }));
+    expect(await ingest(events)).toBe(202);
+    const critical = makeAlert(3, { merchantId, createdAtMs: now - 5 * MINUTE, severity: 'critical', type: 'bot_traffic', riskScore: 0.97 });
+    const low = makeAlert(4, { merchantId, createdAtMs: now - 4 * MINUTE, severity: 'low', type: 'velocity_attack', riskScore: 0.2, apiKeyId: 'pk_live_quiet' });
+    await worker.alertStore.save([critical, low]);
+    const bearer = await token(merchantId, 'viewer');
+
+    const metrics = await call('/metrics', {}, bearer);
+    expect(metrics.status).toBe(200);
+    expect(metrics.body.data).toMatchObject({
+      totalRequests: 240,
+      failureRate: Math.round((40 / 240) * 10_000) / 10_000, // every 6th failed
+      uniqueIps: 12,
+      activeAlerts: 2,
+      criticalAlerts: 1,
+      alertsByType: { bot_traffic: 1, velocity_attack: 1, impossible_travel: 0, high_failure_rate: 0, credential_sharing: 0 },
+      alertsBySeverity: { critical: 1, low: 1, medium: 0, high: 0 },
+    });
+    const past = await call(`/metrics?from=${new Date(now - 30 * 24 * 3_600_000).toISOString()}&to=${new Date(now - 29 * 24 * 3_600_000).toISOString()}`, {}, bearer);
+    expect(past.body.data).toMatchObject({ totalRequests: 0, activeAlerts: 2, alertsBySeverity: { critical: 0, low: 0 } });
+
+    const dashboard = await call('/dashboard?range=1h', {}, bearer);
+    expect(dashboard.status).toBe(200);
+    const data = dashboard.body.data;
+    expect(data.range).toBe('1h');
+    expect(data.metrics.totalRequests).toBe(240);
+    expect(data.trafficTrend.length).toBeGreaterThanOrEqual(60);
+    expect(data.trafficTrend.reduce((sum: number, point: { requests: number }) => sum + point.requests, 0)).toBe(240);
+    const step = Date.parse(data.trafficTrend[1].t) - Date.parse(data.trafficTrend[0].t);
+    expect(step).toBe(MINUTE);
+    // Each minute's success rate, worked out from the events themselves.
+    const perMinute = new Map<string, { requests: number; successes: number }>();
+    for (const event of events) {
+      const t = new Date(Math.floor(Date.parse(event.timestamp) / MINUTE) * MINUTE).toISOString();
+      const bucket = perMinute.get(t) ?? { requests: 0, successes: 0 };
+      bucket.requests++;
+      if (event.status < 400) bucket.successes++;
+      perMinute.set(t, bucket);
+    }
+    for (const point of data.successTrend as { t: string; successRate: number | null }[]) {
+      const bucket = perMinute.get(point.t);
+      expect(point.successRate, point.t).toBe(bucket ? Math.round((bucket.successes / bucket.requests) * 10_000) / 10_000 : null);
+    }
+    expect(data.topKeys[0]).toMatchObject({ apiKeyId: critical.apiKeyId, riskScore: 0.97, activeAlerts: 1 });
+    expect(data.topKeys.map((key: { riskScore: number }) => key.riskScore)).toEqual([0.97, 0.2]);
+    expect(data.recentAlerts.map((alert: Alert) => alert.id)).toEqual([low.id, critical.id]);
+    expect(data.aiInsights).toEqual([]);
+
+    const week = (await call('/dashboard?range=7d', {}, bearer)).body.data;
+    expect(Date.parse(week.trafficTrend[1].t) - Date.parse(week.trafficTrend[0].t)).toBe(60 * MINUTE);
+    expect(week.trafficTrend.length).toBeGreaterThanOrEqual(168);
+  });
+
+  it('serves an OpenAPI 3.1 document of every endpoint that validates', async () => {
+    const response = await fetch(`${worker.url}/admin/anomaly/openapi.json`);
+    expect(response.status).toBe(200);
+    const document = (await response.json()) as { paths: Record<string, Record<string, { operationId: string }>> };
+    const result = await new Validator().validate(document as Parameters<Validator['validate']>[0]);
+    expect(result.errors ?? []).toEqual([]);
+    expect(result.valid).toBe(true);
+    const operations = Object.values(document.paths).flatMap((methods) => Object.values(methods).map((op) => op.operationId));
+    expect(operations).toEqual(expect.arrayContaining(['listAlerts', 'getAlert', 'changeAlertStatus', 'getMetrics', 'getDashboard']));
+  });
+
+  it('takes a detected attack from the list to resolution', async () => {
+    const merchantId = `${M}_attack`;
+    const key = `pk_live_${names.runId}_attack`;
+    const minute = Math.floor(Date.now() / MINUTE) * MINUTE;
+    // Three minutes at 200 requests a minute against a limit of 60: a velocity attack.
+    const events = [3, 2, 1].flatMap((ago) =>
+      Array.from({ length: 200 }, (_, i) => ({
+        eventId: `evt_${names.runId}_attack_${ago}_${i}`,
+        timestamp: new Date(minute - ago * MINUTE + i * 300).toISOString(),
+        merchantId,
+        plan: 'business',
+        apiKeyId: key,
+        environment: 'live',
+        ip: '198.51.100.7',
+        userAgent: 'okhttp/4.12.0',
+        method: 'POST',
+        path: '/v1/verify/sessions',
+        status: 201,
+        responseTimeMs: 40,
+      })),
+    );
+    expect(await ingest(events)).toBe(202);
+    const bearer = await token(merchantId, 'admin', { userId: 'alice' });
+    let alert: Alert | undefined;
+    await waitFor(async () => {
+      alert = (await call('/alerts?type=velocity_attack&status=open', {}, bearer)).body.data.alerts[0];
+      return alert !== undefined;
+    }, 'the attack is detected and listed', 30_000);
+    expect(alert).toMatchObject({ apiKeyId: key, type: 'velocity_attack', status: 'open' });
+
+    const ack = await call(`/alerts/${alert!.id}`, { method: 'PATCH', body: { status: 'acknowledged', note: 'paging the merchant' } }, bearer);
+    expect(ack.body.data.status).toBe('acknowledged');
+    const done = await call(`/alerts/${alert!.id}`, { method: 'PATCH', body: { status: 'resolved', note: 'key rotated' } }, bearer);
+    expect(done.body.data).toMatchObject({ status: 'resolved', occurrences: expect.any(Number) });
+    expect(done.body.data.history.map((entry: { actor: string; to: string }) => `${entry.actor}:${entry.to}`)).toEqual([
+      'system:open',
+      'alice:acknowledged',
+      'alice:resolved',
+    ]);
+    // The change is stored, not only remembered: a fresh read shows it.
+    expect((await worker.alertStore.get(alert!.id, merchantId))?.status).toBe('resolved');
+  });
+});
+
+describe('admin API switched off', () => {
+  it('answers 404 on every /admin path when ADMIN_ENABLED is false', async () => {
+    const clickhouse = await startClickHouse();
+    const worker = await startWorker(testConfig({ clickhouse, names: testNames('admin_off') }), { logger: createLogger('silent') });
+    try {
+      await worker.ready;
+      for (const path of ['/alerts', '/metrics', '/dashboard', '/openapi.json']) {
+        const response = await adminCall(worker.url, await token('m_1', 'admin'), path);
+        expect(response.status, path).toBe(404);
+        expect(response.body.error.code).toBe('NOT_FOUND');
+      }
+    } finally {
+      await worker.stop();
+      await clickhouse.stop();
+    }
+  });
+});

@@ -1,0 +1,277 @@
+/**
+ * The admin API's security suite, over real HTTP on the real ClickHouse engine: forged, expired,
+ * premature and unsigned tokens; each role against each endpoint; merchant A probing merchant B's
+ * alert ids, filters and cursors; malformed and hostile input in every parameter; the per-token
+ * rate limit. Each case asserts the exact status and error code, and that nothing of B leaks to A.
+ */
+import { SignJWT, UnsecuredJWT } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { AdminRole } from '../../src/admin/auth.ts';
+import { encodeCursor } from '../../src/admin/schemas.ts';
+import type { Alert } from '../../src/alerts/alert.ts';
+import { createLogger } from '../../src/logger.ts';
+import { startWorker, type Worker } from '../../src/main.ts';
+import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { ADMIN_ENV, adminCall, makeAlert, TEST_ADMIN_SECRET, token, type AdminResponse } from '../support/admin.ts';
+import { testConfig, testNames } from '../support/worker.ts';
+
+const names = testNames('adminsec');
+const A = `m_${names.runId}_a`;
+const B = `m_${names.runId}_b`;
+const RATE_LIMIT = 60;
+const MISSING_ID = '00000000-0000-4000-8000-000000000000';
+
+describe('admin API security', () => {
+  let clickhouse: ClickHouseService;
+  let worker: Worker;
+  let alertsOfA: Alert[];
+  let alertsOfB: Alert[];
+  let tokenCount = 0;
+
+  /** A token of its own for each use, so the per-token rate limit never couples two cases. */
+  const fresh = (merchantId: string, role: AdminRole, plan?: string) => token(merchantId, role, { userId: `u${tokenCount++}`, plan });
+  const call = (bearer: string | undefined, path: string, init?: Parameters<typeof adminCall>[3]) => adminCall(worker.url, bearer, path, init);
+
+  function expectFormatA(response: AdminResponse, status: number, code: string): void {
+    expect(response.status, response.text).toBe(status);
+    expect(response.body).toEqual({ success: false, error: { code, message: expect.any(String) } });
+  }
+
+  function expectValidation(response: AdminResponse, path: (string | number)[]): void {
+    expect(response.status, response.text).toBe(400);
+    expect(response.body).toMatchObject({ code: 'VALIDATION_ERROR', error: expect.any(String) });
+    expect(response.body.details.map((issue: { path: unknown[] }) => issue.path)).toContainEqual(path);
+  }
+
+  /** Nothing of merchant B appears anywhere in a response to A. */
+  function expectNothingOfB(response: AdminResponse): void {
+    expect(response.text).not.toContain(B);
+    for (const alert of alertsOfB) expect(response.text).not.toContain(alert.id);
+  }
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    const config = testConfig({ clickhouse, names, extra: { ...ADMIN_ENV, ADMIN_RATE_LIMIT_PER_MINUTE: String(RATE_LIMIT) } });
+    worker = await startWorker(config, { logger: createLogger('silent') });
+    await worker.ready;
+    const now = Date.now();
+    alertsOfA = Array.from({ length: 6 }, (_, i) => makeAlert(i, { merchantId: A, createdAtMs: now - (10 - i) * 60_000 }));
+    // B's alerts are newer than A's and share A's key names' shapes: a leak would show at once.
+    alertsOfB = Array.from({ length: 6 }, (_, i) => makeAlert(i, { merchantId: B, createdAtMs: now - (5 - i) * 60_000 }));
+    await worker.alertStore.save([...alertsOfA, ...alertsOfB]);
+  });
+
+  afterAll(async () => {
+    await worker?.stop();
+    await clickhouse?.stop();
+  });
+
+  describe('tokens', () => {
+    const secret = new TextEncoder().encode(TEST_ADMIN_SECRET);
+    const claims = () => ({ merchantId: A, plan: 'business', role: 'admin' });
+    const signed = (builder: SignJWT, key = secret, alg = 'HS256') => builder.setProtectedHeader({ alg }).sign(key);
+
+    it('refuses missing, malformed, forged, expired, premature and unsigned tokens with 401', async () => {
+      const hour = Math.floor(Date.now() / 1000) + 3600;
+      const cases: [string, string | undefined][] = [
+        ['no token', undefined],
+        ['not a JWT', 'not-a-jwt'],
+        ['garbage segments', 'aaa.bbb.ccc'],
+        ['another key', await signed(new SignJWT(claims()).setSubject('x').setExpirationTime(hour), new TextEncoder().encode('another-secret-another-secret-123456'))],
+        ['expired', await token(A, 'admin', { ttlSeconds: -120 })],
+        ['not yet valid', await signed(new SignJWT(claims()).setSubject('x').setExpirationTime(hour).setNotBefore(hour - 60))],
+        ['alg none', new UnsecuredJWT(claims()).setSubject('x').setExpirationTime(hour).encode()],
+        ['HS512 with the same secret', await signed(new SignJWT(claims()).setSubject('x').setExpirationTime(hour), secret, 'HS512')],
+        ['no exp', await signed(new SignJWT(claims()).setSubject('x'))],
+        ['no sub', await signed(new SignJWT(claims()).setExpirationTime(hour))],
+        ['no merchantId', await signed(new SignJWT({ plan: 'business', role: 'admin' }).setSubject('x').setExpirationTime(hour))],
+        ['unknown role', await signed(new SignJWT({ ...claims(), role: 'root' }).setSubject('x').setExpirationTime(hour))],
+        ['tampered payload', (await fresh(A, 'viewer')).replace(/^([^.]+)\.([^.]+)\./, (_m, h: string, p: string) => {
+          const payload = JSON.parse(Buffer.from(p, 'base64url').toString()) as Record<string, unknown>;
+          return `${h}.${Buffer.from(JSON.stringify({ ...payload, role: 'operator' })).toString('base64url')}.`;
+        })],
+      ];
+      for (const [name, bearer] of cases) {
+        for (const path of ['/alerts', `/alerts/${alertsOfA[0]!.id}`, '/metrics', '/dashboard']) {
+          const response = await call(bearer, path);
+          expectFormatA(response, 401, 'UNAUTHORIZED');
+          expect(response.headers.get('www-authenticate'), name).toBe('Bearer');
+          if (bearer) expect(response.text, name).not.toContain(bearer);
+        }
+      }
+      // Other schemes and a token in the query string are not accepted either.
+      const good = await fresh(A, 'admin');
+      expectFormatA(await call(undefined, '/alerts', { headers: { authorization: `Basic ${good}` } }), 401, 'UNAUTHORIZED');
+      expectFormatA(await call(undefined, `/alerts?access_token=${good}`), 401, 'UNAUTHORIZED');
+    });
+
+    it('refuses plans that are not entitled with 403 PLAN_UPGRADE_REQUIRED', async () => {
+      for (const plan of ['free', 'pro', 'starter', '']) {
+        const bearer = plan === '' ? await signed(new SignJWT({ merchantId: A, plan, role: 'admin' }).setSubject('x').setExpirationTime('1h')) : await fresh(A, 'admin', plan);
+        const response = await call(bearer, '/alerts');
+        if (plan === '') expectFormatA(response, 401, 'UNAUTHORIZED');
+        else expectFormatA(response, 403, 'PLAN_UPGRADE_REQUIRED');
+      }
+      expect((await call(await fresh(A, 'admin', 'enterprise'), '/alerts')).status).toBe(200);
+    });
+  });
+
+  describe('roles', () => {
+    it('lets viewers read and nothing more', async () => {
+      const viewer = await fresh(A, 'viewer');
+      for (const path of ['/alerts', `/alerts/${alertsOfA[0]!.id}`, '/metrics', '/dashboard']) {
+        expect((await call(viewer, path)).status, path).toBe(200);
+      }
+      const patch = await call(viewer, `/alerts/${alertsOfA[0]!.id}`, { method: 'PATCH', body: { status: 'acknowledged' } });
+      expectFormatA(patch, 403, 'FORBIDDEN');
+      expect((await worker.alertStore.get(alertsOfA[0]!.id, A))?.status).toBe('open');
+      // The role check comes before anything about the alert: an unknown id is 403 too.
+      expectFormatA(await call(viewer, `/alerts/${MISSING_ID}`, { method: 'PATCH', body: { status: 'acknowledged' } }), 403, 'FORBIDDEN');
+    });
+
+    it('lets admins read and change their own merchant only', async () => {
+      const admin = await fresh(A, 'admin');
+      const patch = await call(admin, `/alerts/${alertsOfA[1]!.id}`, { method: 'PATCH', body: { status: 'acknowledged' } });
+      expect(patch.status).toBe(200);
+      for (const path of ['/alerts', '/metrics', '/dashboard', `/alerts/${alertsOfB[0]!.id}`]) {
+        const response = await call(admin, `${path}?merchantId=${B}`);
+        expectFormatA(response, 403, 'FORBIDDEN');
+        expectNothingOfB(response);
+      }
+      expect((await call(admin, `/alerts?merchantId=${A}`)).status).toBe(200);
+    });
+
+    it('lets operators work on any merchant they name, and across all without one', async () => {
+      const operator = await fresh(A, 'operator');
+      const listB = await call(operator, `/alerts?merchantId=${B}`);
+      expect(listB.status).toBe(200);
+      expect(new Set(listB.body.data.alerts.map((alert: Alert) => alert.merchantId))).toEqual(new Set([B]));
+      const patch = await call(operator, `/alerts/${alertsOfB[2]!.id}?merchantId=${B}`, { method: 'PATCH', body: { status: 'acknowledged', note: 'on-call' } });
+      expect(patch.status).toBe(200);
+      expect(patch.body.data.history.at(-1).actor).toMatch(/^u\d+$/);
+      // Naming the wrong merchant for an id finds nothing.
+      expectFormatA(await call(operator, `/alerts/${alertsOfB[2]!.id}?merchantId=${A}`), 404, 'NOT_FOUND');
+      const all = await call(operator, '/alerts?limit=200');
+      const merchants = new Set(all.body.data.alerts.map((alert: Alert) => alert.merchantId));
+      expect(merchants.has(A) && merchants.has(B)).toBe(true);
+      expect((await call(operator, `/metrics?merchantId=${B}`)).status).toBe(200);
+    });
+  });
+
+  describe('tenant isolation', () => {
+    it('answers another merchant\'s alert id exactly as an unknown one, for reads and writes', async () => {
+      const admin = await fresh(A, 'admin');
+      for (const method of ['GET', 'PATCH'] as const) {
+        const body = method === 'PATCH' ? { status: 'acknowledged' } : undefined;
+        const foreign = await call(admin, `/alerts/${alertsOfB[0]!.id}`, { method, body });
+        const unknown = await call(admin, `/alerts/${MISSING_ID}`, { method, body });
+        expectFormatA(foreign, 404, 'NOT_FOUND');
+        expect(foreign.text).toBe(unknown.text);
+        expect([...foreign.headers.keys()].filter((name) => !['date', 'x-ratelimit-remaining'].includes(name))).toEqual(
+          [...unknown.headers.keys()].filter((name) => !['date', 'x-ratelimit-remaining'].includes(name)),
+        );
+        expectNothingOfB(foreign);
+      }
+      expect((await worker.alertStore.get(alertsOfB[0]!.id, B))?.status).toBe('open');
+    });
+
+    it('never returns another merchant\'s alerts through filters, cursors or dashboards', async () => {
+      const admin = await fresh(A, 'admin');
+      const probes = [
+        `/alerts?apiKeyId=${alertsOfB[0]!.apiKeyId}`,
+        `/alerts?limit=200`,
+        `/alerts?cursor=${encodeCursor({ createdAt: Date.parse(alertsOfB[5]!.createdAt) + 1, id: alertsOfB[5]!.id })}`,
+        `/alerts?cursor=${encodeCursor({ createdAt: Date.now() + 3_600_000, id: MISSING_ID })}`,
+        '/dashboard?range=7d',
+        '/metrics',
+      ];
+      for (const probe of probes) {
+        const response = await call(admin, probe);
+        expect(response.status, probe).toBe(200);
+        expectNothingOfB(response);
+      }
+      const keyOfB = await call(admin, `/alerts?apiKeyId=${alertsOfB[0]!.apiKeyId}`);
+      expect(keyOfB.body.data.alerts).toEqual([]);
+      // A cursor from B's listing pages A's own alerts only.
+      const fromB = await call(admin, `/alerts?cursor=${encodeCursor({ createdAt: Date.parse(alertsOfB[5]!.createdAt) + 1, id: alertsOfB[5]!.id })}`);
+      expect(fromB.body.data.alerts.map((alert: Alert) => alert.id).sort()).toEqual(alertsOfA.map((alert) => alert.id).sort());
+    });
+  });
+
+  describe('hostile input', () => {
+    it('answers every bad query parameter with 400 naming it, and never a 500', async () => {
+      const bearer = await fresh(A, 'admin');
+      const cases: [string, (string | number)[]][] = [
+        ['limit=0', ['query', 'limit']],
+        ['limit=201', ['query', 'limit']],
+        ['limit=-1', ['query', 'limit']],
+        ['limit=1e2', ['query', 'limit']],
+        ['limit=abc', ['query', 'limit']],
+        ['limit=', ['query', 'limit']],
+        ['limit=1&limit=2', ['query', 'limit']],
+        ["status=open'--", ['query', 'status', 0]],
+        ['status=open,bogus', ['query', 'status', 1]],
+        ['severity=CRITICAL', ['query', 'severity', 0]],
+        ['type=velocity_attack%00', ['query', 'type', 0]],
+        ["apiKeyId=' OR 1=1 --", ['query', 'apiKeyId']],
+        [`apiKeyId=${'k'.repeat(5000)}`, ['query', 'apiKeyId']],
+        ['apiKeyId=%F0%9F%92%A3', ['query', 'apiKeyId']],
+        ['from=2026-13-45T00:00:00Z', ['query', 'from']],
+        ['from=yesterday', ['query', 'from']],
+        ['from=2026-11-20T00:00:00Z&to=2026-11-19T00:00:00Z', ['query', 'to']],
+        ['cursor=not*a*cursor', ['query', 'cursor']],
+        [`cursor=${Buffer.from('{"a":1}').toString('base64url')}`, ['query', 'cursor']],
+        [`cursor=${Buffer.from('[1,"1\' OR 1=1"]').toString('base64url')}`, ['query', 'cursor']],
+        [`cursor=${'A'.repeat(300)}`, ['query', 'cursor']],
+        ['merchantId=../../etc/passwd', ['query', 'merchantId']],
+        ['unknown=1', ['query', 'unknown']],
+        ['__proto__=1', ['query', '__proto__']],
+        ['constructor[prototype][x]=1', ['query', 'constructor[prototype][x]']],
+      ];
+      for (const [query, path] of cases) expectValidation(await call(bearer, `/alerts?${query}`), path);
+      expectValidation(await call(bearer, '/dashboard?range=30d'), ['query', 'range']);
+      expectValidation(await call(bearer, '/metrics?from=2020-01-01T00:00:00Z&to=2026-01-01T00:00:00Z'), ['query', 'from']);
+      expectValidation(await call(bearer, "/alerts/1'%20OR%20'1'='1"), ['params', 'id']);
+      expectValidation(await call(bearer, `/alerts/${'9'.repeat(2000)}`), ['params']);
+      expectValidation(await call(bearer, '/alerts/%E0%A4%A'), ['url']);
+    });
+
+    it('answers bad bodies with 400, 413 or 415, and changes nothing', async () => {
+      const bearer = await fresh(A, 'admin');
+      const target = `/alerts/${alertsOfA[3]!.id}`;
+      const patch = (init: Parameters<typeof adminCall>[3]) => call(bearer, target, { method: 'PATCH', ...init });
+      expectValidation(await patch({ body: { status: 5 } }), ['body', 'status']);
+      expectValidation(await patch({ body: { status: 'acknowledged', note: { $gt: '' } } }), ['body', 'note']);
+      expectValidation(await patch({ body: { status: 'acknowledged', note: 'x'.repeat(2001) } }), ['body', 'note']);
+      expectValidation(await patch({ body: { status: 'acknowledged', role: 'operator' } }), ['body', 'role']);
+      expectValidation(await patch({ body: { status: 'acknowledged', __proto__x: 1 } }), ['body', '__proto__x']);
+      expectValidation(await patch({ body: {} }), ['body', 'status']);
+      expectValidation(await patch({ body: ['acknowledged'] }), ['body']);
+      expectValidation(await patch({ rawBody: '"acknowledged"' }), ['body']);
+      expectValidation(await patch({ rawBody: '{"status": "acknowledged",' }), ['body']);
+      expect((await patch({ rawBody: '{"__proto__": {"admin": true}, "status": "acknowledged"}' })).status).toBe(400);
+      const deep = `${'{"a":'.repeat(2000)}1${'}'.repeat(2000)}`;
+      expect((await patch({ rawBody: deep })).status).toBe(400);
+      const huge = await patch({ body: { status: 'acknowledged', note: 'x'.repeat(100_000) } });
+      expectFormatA(huge, 413, 'PAYLOAD_TOO_LARGE');
+      expectValidation(await patch({ rawBody: 'status=acknowledged', headers: { 'content-type': 'text/plain' } }), ['body']);
+      const xml = await patch({ rawBody: '<status>acknowledged</status>', headers: { 'content-type': 'application/xml' } });
+      expectFormatA(xml, 415, 'UNSUPPORTED_MEDIA_TYPE');
+      expectValidation(await patch({ body: { status: 'acknowledged', id: MISSING_ID } }), ['body', 'id']);
+      expect((await worker.alertStore.get(alertsOfA[3]!.id, A))?.status).toBe('open');
+    });
+  });
+
+  it('limits each token to its rate with 429 RATE_LIMITED and Retry-After, leaving other tokens alone', async () => {
+    const busy = await fresh(A, 'viewer');
+    const statuses: number[] = [];
+    for (let i = 0; i <= RATE_LIMIT; i++) statuses.push((await call(busy, '/metrics')).status);
+    expect(statuses.slice(0, RATE_LIMIT).every((status) => status === 200)).toBe(true);
+    const limited = await call(busy, '/alerts');
+    expectFormatA(limited, 429, 'RATE_LIMITED');
+    const retryAfter = Number(limited.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThan(0);
+    expect(retryAfter).toBeLessThanOrEqual(60);
+    expect((await call(await fresh(A, 'viewer'), '/alerts')).status).toBe(200);
+  });
+});

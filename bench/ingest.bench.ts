@@ -2,9 +2,11 @@
  * npm run bench:ingest — one run, the same 500k request events of about 300 bytes, three ways:
  *  1. a plain kafkajs eachBatch consumer that only counts messages (the consumer ceiling);
  *  2. the storage ceiling: the same rows inserted straight into the ClickHouse engine in large raw
- *     JSONEachRow inserts, through the worker's own insert primitive;
+ *     JSONEachRow inserts, through the worker's own insert primitive (the ceiling the target is
+ *     measured against); and, for comparison, the same in TabSeparated, the format the worker
+ *     itself stores events in (src/store/clickhouse.ts says why);
  *  3. the worker's full path: consume, validate, store, commit.
- * Prints the three rates, the worker's ratio to each, and peak RSS. Uses the test services: the
+ * Prints the rates, the worker's ratio to each, and peak RSS. Uses the test services: the
  * mock broker (or KAFKA_BROKERS) and the embedded engine (or CLICKHOUSE_URL).
  * Env: BENCH_EVENTS (default 500000).
  */
@@ -14,7 +16,9 @@ import { parseRequestEventText } from '../src/events/request-event.ts';
 import { createLogger } from '../src/logger.ts';
 import { startWorker } from '../src/main.ts';
 import { connectClickHouse } from '../src/store/clickhouse.ts';
-import { EventStore, serializeEventRow } from '../src/store/event-store.ts';
+import { DEFAULT_RATE_LIMIT_PER_MINUTE, type RequestEvent } from '../src/events/request-event.ts';
+import type { ClickHouse, RowFormat } from '../src/store/clickhouse.ts';
+import { REQUEST_EVENT_COLUMNS, serializeEventRow, toClickHouseTime, type EventSource } from '../src/store/event-store.ts';
 import { migrate } from '../src/store/migrate.ts';
 import { tablesIn } from '../src/store/tables.ts';
 import { startClickHouse } from '../test/services/clickhouse.ts';
@@ -52,28 +56,29 @@ async function main(): Promise<void> {
     const plainMs = await timePlainConsumer(kafka, names.topic, EVENTS);
     console.log(`plain kafkajs eachBatch consumer: ${rate(EVENTS, plainMs)} msg/s`);
 
-    // 2. Storage ceiling: the worker's rows, pre-built, in large raw inserts.
+    // 2. Storage ceilings: the worker's rows, pre-built, in large raw inserts, as JSONEachRow (the
+    // target's ceiling) and as TabSeparated (the worker's own format).
     const db = connectClickHouse({ url: clickhouse.url, username: clickhouse.username, password: clickhouse.password, dataDir: clickhouse.dataDir });
-    const ceilingTables = tablesIn(`${clickhouse.database}_ceiling`);
-    await migrate(db, { tables: ceilingTables, eventsTtlDays: 30 }, createLogger('silent'));
-    const lines = values.map((value, offset) => {
+    const parsedEvents = values.map((value) => {
       const parsed = parseRequestEventText(value);
       if (!parsed.ok) throw new Error('bench input must be valid');
-      return serializeEventRow(parsed.event, { topic: names.topic, partition: 0, offset });
+      return parsed.event;
     });
-    const ceilingStore = new EventStore(db, ceilingTables);
-    const ceilingCpu = process.cpuUsage();
-    const ceilingStarted = performance.now();
-    for (let start = 0; start < lines.length; start += CEILING_INSERT_ROWS) {
-      await ceilingStore.insertRows(Buffer.from(lines.slice(start, start + CEILING_INSERT_ROWS).join('\n')));
-    }
-    const ceilingMs = performance.now() - ceilingStarted;
-    const ceilingCpuUsed = process.cpuUsage(ceilingCpu);
-    console.log(`ceiling cpu: ${((ceilingCpuUsed.user + ceilingCpuUsed.system) / 1000 / ceilingMs).toFixed(2)} cores`);
-    console.log(`storage ceiling (raw JSONEachRow inserts of ${CEILING_INSERT_ROWS} rows): ${rate(EVENTS, ceilingMs)} rows/s`);
-    // Free the input before measuring the worker: a large old heap makes every GC slower.
-    lines.length = 0;
+    const source = (offset: number): EventSource => ({ topic: names.topic, partition: 0, offset });
+    const formats = (process.env.CEILINGS ?? 'JSONEachRow,TabSeparated').split(',') as RowFormat[];
+    // The insert bodies are built before the clock starts: the ceiling times the engine alone.
+    const bodies = new Map<RowFormat, Buffer[]>();
+    for (const format of formats) bodies.set(format, insertBodies(parsedEvents, format, source));
+    // Free the input before timing anything: a large old heap makes every GC slower.
+    parsedEvents.length = 0;
     values.length = 0;
+    const ceilings: Partial<Record<RowFormat, number>> = {};
+    for (const format of formats) {
+      const { ms, cores } = await timeCeiling(db, `${clickhouse.database}_ceiling_${format.toLowerCase()}`, format, bodies.get(format)!);
+      ceilings[format] = ms;
+      console.log(`storage ceiling (raw ${format} inserts of ${CEILING_INSERT_ROWS} rows): ${rate(EVENTS, ms)} rows/s, ${cores.toFixed(2)} cores`);
+    }
+    bodies.clear();
 
     // 3. The worker's full path, in this process, on the same engine.
     const env = testEnv({ brokers: kafkaService.brokers, clickhouse, names, extra: { LOG_LEVEL: 'warn', STORE_FLUSH_INTERVAL_MS: process.env.STORE_FLUSH_INTERVAL_MS ?? '1000', STORE_FLUSH_ROWS: process.env.STORE_FLUSH_ROWS ?? '50000' } });
@@ -106,18 +111,69 @@ async function main(): Promise<void> {
     console.log(`worker full path (consume, validate, store, commit): ${workerRate} events/s`);
 
     const plainRate = rate(EVENTS, plainMs);
-    const ceilingRate = rate(EVENTS, ceilingMs);
+    const ceilingRate = rate(EVENTS, ceilings.JSONEachRow ?? Number.NaN);
+    const tsvCeilingRate = rate(EVENTS, ceilings.TabSeparated ?? Number.NaN);
     console.log('');
     console.log(`| path | rate (/s) | worker ratio |`);
     console.log(`|---|---|---|`);
     console.log(`| plain kafkajs consumer | ${plainRate} | ${(workerRate / plainRate).toFixed(2)}x |`);
-    console.log(`| storage ceiling | ${ceilingRate} | ${(workerRate / ceilingRate).toFixed(2)}x |`);
+    console.log(`| storage ceiling (JSONEachRow) | ${ceilingRate} | ${(workerRate / ceilingRate).toFixed(2)}x |`);
+    console.log(`| storage ceiling in the worker's format (TabSeparated) | ${tsvCeilingRate} | ${(workerRate / tsvCeilingRate).toFixed(2)}x |`);
     console.log(`| worker full path | ${workerRate} | 1.00x |`);
     console.log(`peak RSS: ${Math.round(process.resourceUsage().maxRSS / 1024)} MiB (whole benchmark process)`);
   } finally {
     await kafkaService.stop();
     await clickhouse.stop();
   }
+}
+
+/**
+ * The events' rows in `format`, as insert bodies of CEILING_INSERT_ROWS rows each. A function of its
+ * own so the row strings die with it: a suspended async function keeps its dead variables alive,
+ * and 500k row strings left on the heap halve the worker's rate measured after them.
+ */
+function insertBodies(events: readonly RequestEvent[], format: RowFormat, source: (offset: number) => EventSource): Buffer[] {
+  const lines = events.map((event, offset) => (format === 'JSONEachRow' ? jsonEachRowLine(event, source(offset)) : serializeEventRow(event, source(offset))));
+  const bodies: Buffer[] = [];
+  for (let start = 0; start < lines.length; start += CEILING_INSERT_ROWS) bodies.push(Buffer.from(`${lines.slice(start, start + CEILING_INSERT_ROWS).join('\n')}\n`));
+  return bodies;
+}
+
+/** Inserts the bodies into a fresh copy of the schema; the time and the cores used. */
+async function timeCeiling(db: ClickHouse, database: string, format: RowFormat, bodies: readonly Buffer[]): Promise<{ ms: number; cores: number }> {
+  const tables = tablesIn(database);
+  await migrate(db, { tables, eventsTtlDays: 30 }, createLogger('silent'));
+  const cpu = process.cpuUsage();
+  const started = performance.now();
+  for (const body of bodies) await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, body, format);
+  const ms = performance.now() - started;
+  const used = process.cpuUsage(cpu);
+  const [stored] = await db.queryRows<{ rows: number }>(`SELECT count() AS rows FROM ${tables.requestEvents}`);
+  if (Number(stored?.rows) !== EVENTS) throw new Error(`${format} ceiling stored ${stored?.rows} of ${EVENTS} rows`);
+  return { ms, cores: (used.user + used.system) / 1000 / ms };
+}
+
+/** The worker's row for an event (serializeEventRow's values) as one JSONEachRow line. */
+function jsonEachRowLine(event: RequestEvent, source: EventSource): string {
+  return JSON.stringify({
+    event_id: event.eventId,
+    ts: toClickHouseTime(event.timestamp),
+    merchant_id: event.merchantId,
+    plan: event.plan,
+    api_key_id: event.apiKeyId,
+    environment: event.environment,
+    ip: event.ip,
+    user_agent: event.userAgent,
+    method: event.method,
+    path: event.path,
+    status: event.status,
+    response_time_ms: event.responseTimeMs,
+    rate_limit_per_minute: event.rateLimitPerMinute ?? DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan],
+    country: event.country ?? '',
+    source_topic: source.topic,
+    source_partition: source.partition,
+    source_offset: source.offset,
+  });
 }
 
 async function timePlainConsumer(kafka: Kafka, topic: string, expected: number): Promise<number> {

@@ -23,9 +23,9 @@ export interface OffsetMark {
 }
 
 export interface BufferInput {
-  /** JSONEachRow lines. */
+  /** Event rows (serializeEventRow lines, without newlines). */
   lines?: readonly string[];
-  /** Rows already encoded as newline-terminated JSONEachRow bytes (from the analysis thread). */
+  /** Rows already encoded as newline-terminated bytes (from the analysis thread). */
   encodedRows?: { bytes: Uint8Array; count: number };
   deadLetters?: readonly DeadLetter[];
   offsets?: readonly OffsetMark[];

@@ -23,4 +23,23 @@ describe('RecentEventIds', () => {
     expect(ids.checkAndAdd('a')).toBe(false);
     expect(ids.checkAndAdd('a')).toBe(false);
   });
+
+  it('tells 200k similar ids apart, then knows each of them again', () => {
+    const ids = new RecentEventIds(400_000);
+    const names = Array.from({ length: 200_000 }, (_, i) => `evt_2026-11-21_${i}`);
+    expect(names.filter((name) => ids.checkAndAdd(name))).toEqual([]);
+    expect(names.every((name) => ids.checkAndAdd(name))).toBe(true);
+    expect(ids.size).toBe(200_000);
+  });
+
+  it('keeps remembering across many generation changes', () => {
+    const ids = new RecentEventIds(1000);
+    for (let i = 0; i < 20_000; i++) {
+      expect(ids.checkAndAdd(`id-${i}`)).toBe(false);
+      // The id just before is always still remembered, whatever generation it went into.
+      if (i > 0) expect(ids.checkAndAdd(`id-${i - 1}`)).toBe(true);
+    }
+    expect(ids.size).toBeLessThanOrEqual(1000);
+    expect(ids.checkAndAdd('id-0')).toBe(false);
+  });
 });

@@ -1,5 +1,5 @@
 /**
- * JSONEachRow bytes accumulated off the JS heap: each row is UTF-8 encoded into a growing Buffer as
+ * Event rows (serializeEventRow lines) accumulated off the JS heap: each row is UTF-8 encoded into a growing Buffer as
  * it arrives, so a flush neither joins tens of thousands of strings nor copies a large string into
  * a Buffer (both showed up as garbage-collector time on the ingest path).
  */
@@ -25,7 +25,7 @@ export class RowBuffer {
     this.count++;
   }
 
-  /** Appends rows that are already encoded (newline-terminated JSONEachRow bytes). */
+  /** Appends rows that are already encoded (newline-terminated rows). */
   appendEncoded(bytes: Uint8Array, rowCount: number): void {
     if (this.length + bytes.length > this.buffer.length) this.grow(this.length + bytes.length);
     this.buffer.set(bytes, this.length);

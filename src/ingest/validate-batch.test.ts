@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { REQUEST_EVENT_COLUMNS, tsvText } from '../store/event-store.ts';
 import { RecentEventIds } from './recent-event-ids.ts';
 import { validateBatch, type RawBatch } from './validate-batch.ts';
 
@@ -37,6 +38,7 @@ describe('validateBatch', () => {
   it.each([
     ['ASCII', 'okhttp/4.12.0'],
     ['UTF-8', 'Mozilla/5.0 (Linux; Android 14; Pixel 8) Café/1.0 ✓'],
+    ['escapes', 'tab\there, back\\slash'],
   ])('reads each message of a batch (%s): accepted, duplicate, rejected', (_, userAgent) => {
     const result = validateBatch(batchOf([event(1, userAgent), event(2), event(1, userAgent), '{"eventId":"evt_3", trunc', event(4)]), new RecentEventIds(100));
     expect(result.events.map((e) => e.eventId)).toEqual(['evt_1', 'evt_2', 'evt_4']);
@@ -44,6 +46,9 @@ describe('validateBatch', () => {
     expect(result.rowCount).toBe(3);
     expect(result.duplicates).toBe(1);
     expect(result.rejections.map((r) => [r.index, r.rejection.reason])).toEqual([[3, 'invalid_json']]);
-    expect(new TextDecoder().decode(result.rows).split('\n')[0]).toContain(JSON.stringify(userAgent));
+    const firstRow = new TextDecoder().decode(result.rows).split('\n')[0]!.split('\t');
+    expect(firstRow).toHaveLength(REQUEST_EVENT_COLUMNS.length);
+    expect(firstRow[REQUEST_EVENT_COLUMNS.indexOf('user_agent')]).toBe(tsvText(userAgent));
+    expect(firstRow[REQUEST_EVENT_COLUMNS.indexOf('source_offset')]).toBe('0');
   });
 });

@@ -1,5 +1,5 @@
 /**
- * Turns one batch of raw Kafka values into JSONEachRow rows: parse, validate, drop re-published
+ * Turns one batch of raw Kafka values into event rows (TabSeparated): parse, validate, drop re-published
  * eventIds, serialize. Pure apart from the RecentEventIds it is given; runs inside the analysis
  * thread (analysis-thread-main.ts).
  */
@@ -21,7 +21,7 @@ export interface RawBatch {
 }
 
 export interface ValidatedBatch {
-  /** JSONEachRow bytes of the accepted events, newline-terminated. */
+  /** Rows of the accepted events (serializeEventRow), newline-terminated. */
   rows: Uint8Array;
   rowCount: number;
   duplicates: number;
@@ -42,14 +42,15 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds): Valid
   let start = 0;
   for (let index = 0; index < batch.ends.length; index++) {
     const end = batch.ends[index]!;
-    const result = parseRequestEventText(text(start, end));
+    const messageText = text(start, end);
+    const result = parseRequestEventText(messageText);
     start = end;
     if (!result.ok) {
       rejections.push({ index, rejection: result.rejection });
     } else if (recentIds.checkAndAdd(result.event.eventId)) {
       duplicates++;
     } else {
-      rows.append(serializeEventRow(result.event, { topic: batch.topic, partition: batch.partition, offset: batch.offsets[index]! }));
+      rows.append(serializeEventRow(result.event, { topic: batch.topic, partition: batch.partition, offset: batch.offsets[index]! }, messageText));
       events.push(result.event);
     }
   }

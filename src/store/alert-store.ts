@@ -107,7 +107,7 @@ export class AlertStore {
         version: (this.version = Math.max(this.version + 1, Date.now() * 1000)),
       }),
     );
-    await this.db.insertJsonEachRow(this.tables.alerts, COLUMNS, Buffer.from(`${lines.join('\n')}\n`));
+    await this.db.insert(this.tables.alerts, COLUMNS, Buffer.from(`${lines.join('\n')}\n`), 'JSONEachRow');
   }
 
   /** Alerts the engine must know at start: not closed, or closed recently enough to matter for dedup. */

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { parseRequestEventValue } from '../events/request-event.ts';
-import { REQUEST_EVENT_COLUMNS, serializeEventRow, toClickHouseTime } from './event-store.ts';
+import { REQUEST_EVENT_COLUMNS, serializeEventRow, toClickHouseTime, tsvText } from './event-store.ts';
 
 describe('serializeEventRow', () => {
-  it('writes every column, in order, as valid JSON, quoting free text safely', () => {
+  it('writes every column, in order, one value per tab-separated field, escaping free text', () => {
     const parsed = parseRequestEventValue({
       eventId: 'evt "quoted" \\ \u2028 é',
       timestamp: '2026-11-21T03:04:05.678Z',
@@ -12,30 +12,43 @@ describe('serializeEventRow', () => {
       apiKeyId: 'pk_live_\n',
       environment: 'test',
       ip: '2001:db8::1',
-      userAgent: 'Mozilla "x" \t',
+      userAgent: 'Mozilla "x" \t\r',
       method: 'get',
-      path: '/v1/verify/sessions/:id?q="a"',
+      path: '/v1/verify/sessions/:id?q="a"\\t',
       status: 404,
       responseTimeMs: 1.5,
     });
     if (!parsed.ok) throw new Error('fixture must be valid');
-    const row = JSON.parse(serializeEventRow(parsed.event, { topic: 't', partition: 3, offset: 42 }));
-    expect(Object.keys(row)).toEqual([...REQUEST_EVENT_COLUMNS]);
+    const line = serializeEventRow(parsed.event, { topic: 't', partition: 3, offset: 42 });
+    expect(line).not.toMatch(/[\n\r]/);
+    const fields = line.split('\t');
+    expect(fields).toHaveLength(REQUEST_EVENT_COLUMNS.length);
+    const row = Object.fromEntries(REQUEST_EVENT_COLUMNS.map((column, i) => [column, fields[i]]));
     expect(row).toMatchObject({
-      event_id: 'evt "quoted" \\ \u2028 é',
+      event_id: 'evt "quoted" \\\\ \u2028 é',
       ts: '2026-11-21 03:04:05.678',
       merchant_id: 'm_"1"',
-      api_key_id: 'pk_live_\n',
-      user_agent: 'Mozilla "x" \t',
+      plan: 'pro',
+      api_key_id: 'pk_live_\\n',
+      environment: 'test',
+      ip: '2001:db8::1',
+      user_agent: 'Mozilla "x" \\t\\r',
       method: 'GET',
-      path: '/v1/verify/sessions/:id?q="a"',
-      status: 404,
-      response_time_ms: 1.5,
-      rate_limit_per_minute: 60,
+      path: '/v1/verify/sessions/:id?q="a"\\\\t',
+      status: '404',
+      response_time_ms: '1.5',
+      rate_limit_per_minute: '60',
       country: '',
-      source_partition: 3,
-      source_offset: 42,
+      source_topic: 't',
+      source_partition: '3',
+      source_offset: '42',
     });
+  });
+
+  it('escapes exactly the characters TabSeparated reads specially', () => {
+    expect(tsvText('plain text, "quotes" and é')).toBe('plain text, "quotes" and é');
+    expect(tsvText('a\tb\nc\rd\\e\0f')).toBe('a\\tb\\nc\\rd\\\\e\\0f');
+    expect(tsvText('\\n')).toBe('\\\\n'); // a backslash and an n stay two characters
   });
 
   it('formats ClickHouse time in UTC with milliseconds', () => {

@@ -53,21 +53,35 @@ export function toClickHouseTime(epochMs: number): string {
   return cachedSecondText + (millis < 10 ? '00' : millis < 100 ? '0' : '') + millis;
 }
 
+/** Characters TabSeparated must escape in a value: the separators, the escape itself, CR and NUL. */
+const TSV_SPECIAL = /[\t\n\r\\\0]/;
+const TSV_SPECIAL_ALL = /[\t\n\r\\\0]/g;
+const TSV_ESCAPES: Record<string, string> = { '\t': '\\t', '\n': '\\n', '\r': '\\r', '\\': '\\\\', '\0': '\\0' };
+
+/** A free-text value for a TabSeparated row (ClickHouse's escaping; most values need none). */
+export function tsvText(value: string): string {
+  return TSV_SPECIAL.test(value) ? value.replace(TSV_SPECIAL_ALL, (special) => TSV_ESCAPES[special]!) : value;
+}
+
+const asIs = (value: string) => value;
+
 /**
- * One JSONEachRow line for request_events, in REQUEST_EVENT_COLUMNS order. Built by hand because it
- * runs on every event and is about four times faster than JSON.stringify of an object: free-text
- * fields are JSON-quoted; the others were validated to enums, numbers, letters or IP addresses,
- * none of which can hold a quote or a backslash.
+ * One TabSeparated line for request_events, in REQUEST_EVENT_COLUMNS order, without its newline.
+ * Built by hand because it runs on every event: free-text fields are escaped; the others were
+ * validated to enums, numbers, letters or IP addresses, none of which can hold a tab, a newline or
+ * a backslash.
+ * `sourceText` is the JSON the event was parsed from, when the caller has it: JSON writes every
+ * character TabSeparated escapes as a backslash sequence, so text without a backslash has none to
+ * escape, and one search of it replaces a search of every field.
  */
-export function serializeEventRow(event: RequestEvent, source: EventSource): string {
-  const quote = JSON.stringify;
+export function serializeEventRow(event: RequestEvent, source: EventSource, sourceText?: string): string {
+  const text = sourceText === undefined || sourceText.includes('\\') ? tsvText : asIs;
   const rateLimit = event.rateLimitPerMinute ?? DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan];
   return (
-    `{"event_id":${quote(event.eventId)},"ts":"${toClickHouseTime(event.timestamp)}","merchant_id":${quote(event.merchantId)}` +
-    `,"plan":"${event.plan}","api_key_id":${quote(event.apiKeyId)},"environment":"${event.environment}","ip":"${event.ip}"` +
-    `,"user_agent":${quote(event.userAgent)},"method":"${event.method}","path":${quote(event.path)},"status":${event.status}` +
-    `,"response_time_ms":${event.responseTimeMs},"rate_limit_per_minute":${rateLimit},"country":"${event.country ?? ''}"` +
-    `,"source_topic":${quote(source.topic)},"source_partition":${source.partition},"source_offset":${source.offset}}`
+    `${text(event.eventId)}\t${toClickHouseTime(event.timestamp)}\t${text(event.merchantId)}\t${event.plan}` +
+    `\t${text(event.apiKeyId)}\t${event.environment}\t${event.ip}\t${text(event.userAgent)}\t${event.method}` +
+    `\t${text(event.path)}\t${event.status}\t${event.responseTimeMs}\t${rateLimit}\t${event.country ?? ''}` +
+    `\t${tsvText(source.topic)}\t${source.partition}\t${source.offset}`
   );
 }
 
@@ -117,9 +131,9 @@ export class EventStore {
     private readonly tables: Tables,
   ) {}
 
-  /** Inserts pre-serialized rows (serializeEventRow lines joined by '\n'). */
+  /** Inserts pre-serialized rows (serializeEventRow lines, each ending in '\n'). */
   insertRows(body: Buffer): Promise<void> {
-    return this.db.insertJsonEachRow(this.tables.requestEvents, REQUEST_EVENT_COLUMNS, body);
+    return this.db.insert(this.tables.requestEvents, REQUEST_EVENT_COLUMNS, body, 'TabSeparated');
   }
 
   /**

@@ -6,7 +6,7 @@ import { WebhookStore } from './webhook-store.ts';
 describe('WebhookStore.putEndpoint', () => {
   it('keeps the secret out of the error when storage quotes the row back', async () => {
     const db = {
-      insertJsonEachRow: async (_table: string, _columns: readonly string[], body: Buffer) => {
+      insert: async (_table: string, _columns: readonly string[], body: Buffer) => {
         throw new Error(`Cannot parse input: expected '}' before: ${body.toString('utf8').slice(0, 400)}`);
       },
     } as unknown as ClickHouse;

@@ -330,7 +330,7 @@ export class WebhookStore {
 
   private async insert(table: string, columns: readonly string[], lines: readonly string[]): Promise<void> {
     if (lines.length === 0) return;
-    await this.db.insertJsonEachRow(table, columns, Buffer.from(`${lines.join('\n')}\n`));
+    await this.db.insert(table, columns, Buffer.from(`${lines.join('\n')}\n`), 'JSONEachRow');
   }
 
   /** Monotonic across writes in this process; wall-clock based across restarts. */

@@ -80,6 +80,21 @@ describe('HTTP ingest', () => {
     expect(await storedIds()).toEqual(expect.arrayContaining(events.map((event) => event.eventId)));
   });
 
+  it('stores free text exactly as sent: tabs, newlines, backslashes, quotes and non-ASCII survive the row format', async () => {
+    const texts = ['tab\there', 'new\nline', 'carriage\rreturn', 'back\\slash \\t \\n \\\\', 'nul\u0000byte', '"quoted" \'single\'', 'é ü 漢字 😀 \u2028'];
+    const events = texts.map((text, i) => ({ ...makeEvent(20 + i, eventOptions), eventId: `${names.runId}\t${i}\\${text}`, userAgent: text, path: `/v1/${text}` }));
+    const response = await post(JSON.stringify(events));
+    expect(response.body.data).toMatchObject({ accepted: texts.length, rejected: 0 });
+    const rows = await worker.clickhouse.queryRows<{ event_id: string; user_agent: string; path: string; status: number }>(
+      `SELECT event_id, user_agent, path, status FROM ${clickhouse.database}.request_events WHERE event_id IN {ids:Array(String)}`,
+      { ids: events.map((event) => event.eventId) },
+    );
+    const stored = new Map(rows.map((row) => [row.event_id, row]));
+    for (const event of events) {
+      expect(stored.get(event.eventId)).toEqual({ event_id: event.eventId, user_agent: event.userAgent, path: event.path, status: event.status });
+    }
+  });
+
   it.each([
     ['no token', {}],
     ['a wrong token', { authorization: 'Bearer wrong-token-wrong-token' }],

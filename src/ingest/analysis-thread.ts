@@ -107,13 +107,18 @@ export class AnalysisThread {
   }
 }
 
-/** Copies the message values into one transferable buffer. */
+/**
+ * Copies what the thread needs of the messages into typed arrays (the values into one transferable
+ * buffer), so the caller need not keep the messages while the batch waits for analysis: kept, the
+ * in-flight batches' message objects survived every young-generation collection of the main thread.
+ */
 function packBatch(topic: string, partition: number, messages: readonly KafkaMessage[]): RawBatch {
   let total = 0;
   for (const message of messages) total += message.value?.length ?? 0;
   const values = new Uint8Array(total);
   const ends = new Uint32Array(messages.length);
   const offsets = new Float64Array(messages.length);
+  const timestamps = new Float64Array(messages.length);
   let position = 0;
   messages.forEach((message, index) => {
     if (message.value) {
@@ -122,6 +127,7 @@ function packBatch(topic: string, partition: number, messages: readonly KafkaMes
     }
     ends[index] = position;
     offsets[index] = Number(message.offset);
+    timestamps[index] = Number(message.timestamp);
   });
-  return { topic, partition, values, ends, offsets };
+  return { topic, partition, values, ends, offsets, timestamps };
 }

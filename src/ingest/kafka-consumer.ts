@@ -164,10 +164,7 @@ export class KafkaIntake {
     this.batchesInFlight++;
     const step = this.chain.then(async () => {
       const result = analysis ? await analysis : undefined;
-      const deadLetters = (result?.rejections ?? []).map(({ index, rejection }) => {
-        const message = fresh[index]!;
-        return toDeadLetter(rejection, message.value?.toString('utf8') ?? '', { topic, partition, offset: message.offset, timestamp: message.timestamp });
-      });
+      const deadLetters = (result?.rejections ?? []).map(({ rejection, text, offset, timestamp }) => toDeadLetter(rejection, text, { topic, partition, offset, timestamp }));
       if (result && result.duplicates > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, result.duplicates);
       void this.buffer.add({ encodedRows: result && { bytes: result.rows, count: result.rowCount }, deadLetters, offsets: [mark] });
       if (result) this.options.onDetection(result);

@@ -31,7 +31,7 @@ function batchOf(texts: string[]): RawBatch {
     values.set(bytes, position);
     ends[i] = position += bytes.length;
   });
-  return { topic: 't', partition: 0, values, ends, offsets: Float64Array.from(texts, (_, i) => i) };
+  return { topic: 't', partition: 0, values, ends, offsets: Float64Array.from(texts, (_, i) => 100 + i), timestamps: Float64Array.from(texts, (_, i) => T0 + i) };
 }
 
 describe('validateBatch', () => {
@@ -45,10 +45,10 @@ describe('validateBatch', () => {
     expect(result.events[0]!.userAgent).toBe(userAgent);
     expect(result.rowCount).toBe(3);
     expect(result.duplicates).toBe(1);
-    expect(result.rejections.map((r) => [r.index, r.rejection.reason])).toEqual([[3, 'invalid_json']]);
+    expect(result.rejections.map((r) => [r.index, r.rejection.reason, r.text, r.offset, r.timestamp])).toEqual([[3, 'invalid_json', '{"eventId":"evt_3", trunc', '103', String(T0 + 3)]]);
     const firstRow = new TextDecoder().decode(result.rows).split('\n')[0]!.split('\t');
     expect(firstRow).toHaveLength(REQUEST_EVENT_COLUMNS.length);
     expect(firstRow[REQUEST_EVENT_COLUMNS.indexOf('user_agent')]).toBe(tsvText(userAgent));
-    expect(firstRow[REQUEST_EVENT_COLUMNS.indexOf('source_offset')]).toBe('0');
+    expect(firstRow[REQUEST_EVENT_COLUMNS.indexOf('source_offset')]).toBe('100');
   });
 });

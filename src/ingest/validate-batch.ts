@@ -18,6 +18,19 @@ export interface RawBatch {
   ends: Uint32Array;
   /** Kafka offset of each message. */
   offsets: Float64Array;
+  /** Kafka timestamp (epoch ms) of each message. */
+  timestamps: Float64Array;
+}
+
+/** A message that cannot become an event, with what its dead letter needs. */
+export interface BatchRejection {
+  /** The message's index in the batch. */
+  index: number;
+  rejection: Rejection;
+  /** The message's value as text (secrets still in it: the dead letter redacts). */
+  text: string;
+  offset: string;
+  timestamp: string;
 }
 
 export interface ValidatedBatch {
@@ -25,8 +38,8 @@ export interface ValidatedBatch {
   rows: Uint8Array;
   rowCount: number;
   duplicates: number;
-  /** Messages that cannot become events, by index in the batch. */
-  rejections: { index: number; rejection: Rejection }[];
+  /** Messages that cannot become events, in batch order. */
+  rejections: BatchRejection[];
   /** The accepted events, for detection (stays in the thread). */
   events: RequestEvent[];
 }
@@ -46,7 +59,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds): Valid
     const result = parseRequestEventText(messageText);
     start = end;
     if (!result.ok) {
-      rejections.push({ index, rejection: result.rejection });
+      rejections.push({ index, rejection: result.rejection, text: messageText, offset: String(batch.offsets[index]), timestamp: String(batch.timestamps[index]) });
     } else if (recentIds.checkAndAdd(result.event.eventId)) {
       duplicates++;
     } else {

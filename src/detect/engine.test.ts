@@ -110,6 +110,31 @@ describe('DetectionEngine', () => {
     expect(detection.process([event(6, { apiKeyId: 'pk_live_p1' }), event(7, { apiKeyId: 'pk_live_p1' })], T0 + 7000, 1)).toHaveLength(1);
   });
 
+  it('forgets keys idle for a whole window by their own partition\'s clock, and judges a returning key as before', () => {
+    const { detection } = engine();
+    const idleKey = (i: number) => event(i, { apiKeyId: 'pk_live_idle', eventId: `idle${i}` });
+    const busy = (i: number, partition: number) => event(i, { apiKeyId: `pk_live_busy${partition}`, eventId: `p${partition}e${i}` });
+    detection.process([idleKey(0), idleKey(1)], T0 + 1000, 1);
+    detection.process([busy(0, 2)], T0, 2);
+    // 256 batches later on partition 1, 10 minutes on: pk_live_idle has had nothing for far longer than the 60 s window.
+    for (let b = 0; b < 256; b++) detection.process([busy(600 + b, 1)], T0 + (600 + b) * 1000, 1);
+    // Gone: pk_live_idle (partition 1's clock moved on); kept: pk_live_busy1, and pk_live_busy2, whose partition's clock did not move.
+    expect(detection.trackedKeys).toBe(2);
+    // Back with two events: two, not four (the old ones were out of the window either way).
+    expect(detection.process([idleKey(900), idleKey(901)], T0 + 901_000, 1)).toHaveLength(0);
+    expect(detection.process([idleKey(902)], T0 + 902_000, 1)).toHaveLength(1);
+  });
+
+  it('keeps a merchant\'s history of a shared apiKeyId when the other merchant\'s state is forgotten', () => {
+    const { detection } = engine();
+    detection.process([event(0)], T0, 1); // m_1 first: its state is the apiKeyId's main entry
+    for (let b = 1; b <= 256; b++) detection.process([event(0, { merchantId: 'm_2', eventId: `m2e${b}`, timestamp: T0 + 100_000 + b * 100 })], T0 + 100_000 + b * 100, 1);
+    // m_1's state went idle and was dropped; m_2 goes on with its window (256 events in the last minute).
+    expect(detection.trackedKeys).toBe(1);
+    const findings = detection.process([event(0, { merchantId: 'm_2', eventId: 'm2e-next', timestamp: T0 + 125_700 })], T0 + 125_700, 1);
+    expect(findings.map((f) => [f.merchantId, f.finding.evidence.count])).toEqual([['m_2', 257]]);
+  });
+
   it('ignores plans that are not entitled', () => {
     const { detection } = engine();
     expect(detection.process([1, 2, 3, 4].map((i) => event(i, { plan: 'pro' })), T0)).toHaveLength(0);

@@ -36,6 +36,9 @@ export interface EngineOptions {
   onRuleError?(ruleId: string, error: unknown): void;
 }
 
+/** Idle keys are looked for once per this many batches judged. */
+const SWEEP_EVERY_BATCHES = 256;
+
 /** A screen that threw: its tally can no longer be trusted, so the rule evaluates the window every time. */
 const BROKEN = Symbol('broken screen');
 
@@ -68,6 +71,8 @@ export class DetectionEngine {
   private readonly windowMs: number;
   private readonly maxEventsPerKey: number;
   private batches = 0;
+  /** Per partition (-1 for HTTP): the latest time its keys were judged as of. */
+  private readonly partitionClocks = new Map<number, number>();
   ruleErrors = 0;
 
   constructor(private readonly options: EngineOptions) {
@@ -101,6 +106,8 @@ export class DetectionEngine {
       this.take(state);
       this.judge(state, now, findings);
     }
+    if (now > (this.partitionClocks.get(partition) ?? -Infinity)) this.partitionClocks.set(partition, now);
+    if (++this.batches % SWEEP_EVERY_BATCHES === 0) this.dropIdleKeys();
     return findings;
   }
 
@@ -113,6 +120,21 @@ export class DetectionEngine {
   keepPartitions(owned: ReadonlySet<number>): void {
     for (const keys of [this.keys, this.sharedIds]) {
       for (const [key, state] of keys) if (state.partition >= 0 && !owned.has(state.partition)) keys.delete(key);
+    }
+  }
+
+  /**
+   * Forgets keys whose newest event left the window a whole window ago, by the clock of the key's
+   * own partition (a partition catching up on a backlog keeps its keys). Without this, every key
+   * ever seen would stay in memory. Nothing changes for a key that returns: its first new event
+   * would have pruned the whole old window anyway.
+   */
+  private dropIdleKeys(): void {
+    for (const keys of [this.keys, this.sharedIds]) {
+      for (const [key, state] of keys) {
+        const clock = this.partitionClocks.get(state.partition);
+        if (clock !== undefined && state.arrived.length === 0 && state.window.newestTime < clock - this.windowMs) keys.delete(key);
+      }
     }
   }
 
@@ -162,10 +184,12 @@ export class DetectionEngine {
 
   private stateOf(event: RequestEvent, partition: number): KeyState {
     const state = this.keys.get(event.apiKeyId);
-    if (state === undefined) return this.newState(this.keys, event.apiKeyId, event, partition);
-    if (state.merchantId === event.merchantId) return state;
+    if (state !== undefined && state.merchantId === event.merchantId) return state;
+    // Rare: another merchant's key of the same id, or a key whose first owner was forgotten.
     const key = `${event.merchantId}\u0000${event.apiKeyId}`;
-    return this.sharedIds.get(key) ?? this.newState(this.sharedIds, key, event, partition);
+    const shared = this.sharedIds.get(key);
+    if (shared !== undefined) return shared;
+    return state === undefined ? this.newState(this.keys, event.apiKeyId, event, partition) : this.newState(this.sharedIds, key, event, partition);
   }
 
   private newState(keys: Map<string, KeyState>, key: string, event: RequestEvent, partition: number): KeyState {

@@ -11,6 +11,7 @@
  */
 import { BlockList, isIP } from 'node:net';
 import { z } from 'zod';
+import { PLANS } from '../events/request-event.ts';
 
 const ipOrCidr = z.string().refine((value) => {
   const [address, bits, ...rest] = value.split('/');
@@ -84,12 +85,19 @@ export class DetectionConfig {
     }
   }
 
-  /** Parses a file's text; throws a readable error naming each bad field. */
-  static parse(text: string): DetectionConfig {
+  /**
+   * Parses a file's text; throws a readable error naming each bad field. Given the rules, every
+   * override is checked against them too: a misspelt rule, parameter or plan, or a value of the
+   * wrong type, would otherwise change nothing, silently, while its author believes a noisy rule
+   * was tuned.
+   */
+  static parse(text: string, rules?: readonly TunableRule[]): DetectionConfig {
     const parsed = detectionConfigSchema.safeParse(JSON.parse(text));
     if (!parsed.success) {
       throw new Error(`invalid detection config: ${parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`);
     }
+    const problems = rules ? overrideProblems(parsed.data, rules) : [];
+    if (problems.length > 0) throw new Error(`invalid detection config: ${problems.join('; ')}`);
     return new DetectionConfig(parsed.data);
   }
 
@@ -97,7 +105,7 @@ export class DetectionConfig {
     return this.global.matches(apiKeyId, ip, userAgent) || (this.merchantAllowlists.get(merchantId)?.matches(apiKeyId, ip, userAgent) ?? false);
   }
 
-  /** Rule defaults, then the plan's overrides, then the merchant's. Unknown parameter names are ignored. */
+  /** Rule defaults, then the plan's overrides, then the merchant's (parse with the rules refuses unknown names; without them, they are ignored). */
   parameters<P extends Record<string, unknown>>(ruleId: string, defaults: P, plan: string, merchantId: string): P {
     const planOverrides = this.input.plans[plan]?.rules?.[ruleId];
     const merchantOverrides = this.input.merchants[merchantId]?.rules?.[ruleId];
@@ -110,4 +118,43 @@ export class DetectionConfig {
     }
     return merged as P;
   }
+}
+
+/** What parse needs to know of a rule to check the overrides of it. */
+export interface TunableRule {
+  id: string;
+  defaults: Record<string, unknown>;
+  windowMs: number;
+}
+
+/** Every override that names an unknown plan, rule or parameter, has the wrong type, or asks for more history than the engine keeps. */
+function overrideProblems(input: z.output<typeof detectionConfigSchema>, rules: readonly TunableRule[]): string[] {
+  const byId = new Map(rules.map((rule) => [rule.id, rule]));
+  // The engine keeps the longest rule window for every key; a longer windowMinutes would be cut short without a word.
+  const historyMinutes = Math.max(...rules.map((rule) => rule.windowMs)) / 60_000;
+  const problems: string[] = [];
+  const scopes: [string, Record<string, Record<string, unknown>> | undefined][] = [
+    ...Object.entries(input.plans).map(([plan, entry]) => [`plans.${plan}`, entry.rules] as [string, Record<string, Record<string, unknown>> | undefined]),
+    ...Object.entries(input.merchants).map(([merchantId, entry]) => [`merchants.${merchantId}`, entry.rules] as [string, Record<string, Record<string, unknown>> | undefined]),
+  ];
+  for (const plan of Object.keys(input.plans)) {
+    if (!(PLANS as readonly string[]).includes(plan)) problems.push(`plans.${plan}: unknown plan (plans: ${PLANS.join(', ')})`);
+  }
+  for (const [scope, overrides] of scopes) {
+    for (const [ruleId, parameters] of Object.entries(overrides ?? {})) {
+      const rule = byId.get(ruleId);
+      const path = `${scope}.rules.${ruleId}`;
+      if (!rule) {
+        problems.push(`${path}: unknown rule (rules: ${[...byId.keys()].join(', ')})`);
+        continue;
+      }
+      for (const [name, value] of Object.entries(parameters)) {
+        const fallback = rule.defaults[name];
+        if (!(name in rule.defaults)) problems.push(`${path}.${name}: unknown parameter (parameters: ${Object.keys(rule.defaults).join(', ')})`);
+        else if (typeof value !== typeof fallback) problems.push(`${path}.${name}: must be a ${typeof fallback}, like its default ${JSON.stringify(fallback)}`);
+        else if (name === 'windowMinutes' && (value as number) > historyMinutes) problems.push(`${path}.${name}: at most ${historyMinutes} (the engine keeps ${historyMinutes} minutes of history)`);
+      }
+    }
+  }
+  return problems;
 }

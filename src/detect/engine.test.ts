@@ -181,6 +181,20 @@ describe('DetectionEngine', () => {
     expect(() => DetectionConfig.parse(JSON.stringify({ allowlist: { ips: ['not-an-ip'] } }))).toThrow(/allowlist\.ips\.0/);
     expect(() => DetectionConfig.parse(JSON.stringify({ allowlist: { userAgents: ['('] } }))).toThrow(/userAgents/);
   });
+
+  it('refuses overrides the rules would silently ignore, naming each one', () => {
+    const parse = (input: unknown) => () => DetectionConfig.parse(JSON.stringify(input), RULES);
+    expect(parse({ merchants: { m_1: { rules: { velocity_attack: { thresholdRatoi: 3 } } } } })).toThrow(/merchants\.m_1\.rules\.velocity_attack\.thresholdRatoi: unknown parameter \(parameters: windowMinutes, /);
+    expect(parse({ merchants: { m_1: { rules: { velocity: { thresholdRatio: 3 } } } } })).toThrow(/merchants\.m_1\.rules\.velocity: unknown rule/);
+    expect(parse({ plans: { buisness: { rules: {} } } })).toThrow(/plans\.buisness: unknown plan/);
+    expect(parse({ plans: { business: { rules: { velocity_attack: { thresholdRatio: '3' } } } } })).toThrow(/plans\.business\.rules\.velocity_attack\.thresholdRatio: must be a number/);
+    expect(parse({ plans: { business: { rules: { credential_sharing: { windowMinutes: 120 } } } } })).toThrow(/windowMinutes: at most 60/);
+    // Every problem at once, so one edit fixes the file.
+    expect(parse({ plans: { buisness: {} }, merchants: { m_1: { rules: { velocity: {}, velocity_attack: { x: 1 } } } } })).toThrow(/buisness.*; .*velocity: unknown rule.*; .*velocity_attack\.x: unknown/);
+    // What the rules accept still loads, and is merged.
+    const config = DetectionConfig.parse(JSON.stringify({ plans: { enterprise: { rules: { velocity_attack: { thresholdRatio: 2, windowMinutes: 60 } } } } }), RULES);
+    expect(config.parameters('velocity_attack', RULES[0]!.defaults, 'enterprise', 'm_1')).toMatchObject({ thresholdRatio: 2, windowMinutes: 60 });
+  });
 });
 
 describe('DetectionEngine with the rules of rules/', () => {

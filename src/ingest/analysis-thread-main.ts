@@ -24,7 +24,7 @@ const ruleErrors: { ruleId: string; message: string }[] = [];
 function loadConfig(): void {
   if (!settings.detectionConfigFile) return;
   try {
-    config = DetectionConfig.parse(readFileSync(settings.detectionConfigFile, 'utf8'));
+    config = DetectionConfig.parse(readFileSync(settings.detectionConfigFile, 'utf8'), RULES);
     port.postMessage({ kind: 'log', level: 'info', message: 'detection config loaded', file: settings.detectionConfigFile });
   } catch (error) {
     port.postMessage({ kind: 'log', level: 'error', message: `detection config refused, keeping the previous one: ${(error as Error).message}` });

@@ -133,9 +133,9 @@ function overrideProblems(input: z.output<typeof detectionConfigSchema>, rules: 
   // The engine keeps the longest rule window for every key; a longer windowMinutes would be cut short without a word.
   const historyMinutes = Math.max(...rules.map((rule) => rule.windowMs)) / 60_000;
   const problems: string[] = [];
-  const scopes: [string, Record<string, Record<string, unknown>> | undefined][] = [
-    ...Object.entries(input.plans).map(([plan, entry]) => [`plans.${plan}`, entry.rules] as [string, Record<string, Record<string, unknown>> | undefined]),
-    ...Object.entries(input.merchants).map(([merchantId, entry]) => [`merchants.${merchantId}`, entry.rules] as [string, Record<string, Record<string, unknown>> | undefined]),
+  const scopes: (readonly [path: string, overrides: z.output<typeof ruleOverrides> | undefined])[] = [
+    ...Object.entries(input.plans).map(([plan, entry]) => [`plans.${plan}`, entry.rules] as const),
+    ...Object.entries(input.merchants).map(([merchantId, entry]) => [`merchants.${merchantId}`, entry.rules] as const),
   ];
   for (const plan of Object.keys(input.plans)) {
     if (!(PLANS as readonly string[]).includes(plan)) problems.push(`plans.${plan}: unknown plan (plans: ${PLANS.join(', ')})`);

@@ -127,13 +127,14 @@ export class DetectionEngine {
    * Forgets keys whose newest event left the window a whole window ago, by the clock of the key's
    * own partition (a partition catching up on a backlog keeps its keys). Without this, every key
    * ever seen would stay in memory. Nothing changes for a key that returns: its first new event
-   * would have pruned the whole old window anyway.
+   * would have pruned the whole old window anyway. Runs at the end of detect, when every key's
+   * arrived events are in its window.
    */
   private dropIdleKeys(): void {
     for (const keys of [this.keys, this.sharedIds]) {
       for (const [key, state] of keys) {
         const clock = this.partitionClocks.get(state.partition);
-        if (clock !== undefined && state.arrived.length === 0 && state.window.newestTime < clock - this.windowMs) keys.delete(key);
+        if (clock !== undefined && state.window.newestTime < clock - this.windowMs) keys.delete(key);
       }
     }
   }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
+import type { DeadLetter } from './dead-letter.ts';
 import { EventBuffer, type OffsetMark } from './event-buffer.ts';
 
 function buffer(options: { flushRows?: number; flushIntervalMs?: number; failures?: number } = {}) {
@@ -60,6 +61,21 @@ describe('EventBuffer', () => {
     expect(events).toEqual(['store failed', 'outage', 'store failed', 'store failed', 'stored', 'recovery', 'committed']);
     expect(stored).toEqual([['{"a":1}']]);
     expect(eventBuffer.healthy).toBe(true);
+  });
+
+  it('sends a flush\'s dead letters before storing its rows, and not again when the store is retried', async () => {
+    // A restart skips offsets up to the highest stored one: a dead letter must never trail its rows.
+    const { eventBuffer, events } = buffer({ flushRows: 1, failures: 1 });
+    const deadLetter: DeadLetter = {
+      reason: 'invalid_json',
+      errors: [],
+      source: { topic: 't', partition: 0, offset: '1' },
+      payload: '{',
+      payloadTruncated: false,
+      deadLetteredAt: new Date(0).toISOString(),
+    };
+    await eventBuffer.add({ lines: ['{"a":1}'], deadLetters: [deadLetter], offsets: [{ topic: 't', partition: 0, offset: 2 }] });
+    expect(events).toEqual(['dead letters sent', 'store failed', 'outage', 'stored', 'recovery', 'committed']);
   });
 
   it('drains what it holds on stop, and refuses rows afterwards', async () => {

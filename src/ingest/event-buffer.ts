@@ -4,8 +4,10 @@
  * while the next rows keep accumulating: the engine's throughput depends on large inserts, and the
  * consumer keeps fetching while one is in flight.
  *
- * Contract: a flush's dead letters are produced, and its offsets committed, only after its rows are
- * stored. A failed flush is retried with backoff until it succeeds or the buffer is stopped;
+ * Contract: a flush's dead letters are produced first, then its rows are stored, then its offsets
+ * committed. The order of the first two matters: a restarted consumer skips every offset up to the
+ * highest one stored (kafka-consumer.ts), so a dead letter still unsent when its flush's rows were
+ * stored would be lost by a crash at that moment. A failed flush is retried with backoff until it succeeds or the buffer is stopped;
  * meanwhile `healthy` is false, onOutage has been called once (the consumer pauses), and nothing is
  * committed. add() resolves when its rows are durable.
  */
@@ -211,15 +213,15 @@ export class EventBuffer {
     let deadLettersSent = flush.deadLetters.length === 0;
     for (let attempt = 1; ; attempt++) {
       try {
-        if (!rowsStored) {
-          await this.options.storeRows(body);
-          rowsStored = true;
-          metrics.eventsStored.inc(rowCount);
-        }
         if (!deadLettersSent) {
           await this.options.sendDeadLetters(flush.deadLetters);
           deadLettersSent = true;
           for (const record of flush.deadLetters) metrics.eventsDeadLettered.inc({ reason: record.reason });
+        }
+        if (!rowsStored) {
+          await this.options.storeRows(body);
+          rowsStored = true;
+          metrics.eventsStored.inc(rowCount);
         }
         break;
       } catch (error) {

@@ -36,10 +36,12 @@ describe('redelivery and replicas', () => {
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names });
     const workers = [await engines.startWorker(config), await engines.startWorker(config)];
     // Produce once the group has settled with both members owning partitions.
+    const owned = () => Promise.all(workers.map((worker) => counterValue(worker, 'security_center_assigned_partitions')));
     await waitFor(
-      async () => (await Promise.all(workers.map((worker) => counterValue(worker, 'security_center_assigned_partitions')))).every((owned) => owned > 0),
+      async () => (await owned()).every((count) => count > 0),
       'both replicas own partitions',
-      30_000,
+      60_000,
+      async () => `partitions owned: ${(await owned()).join(' and ')}`,
     );
     await produceAll(engines.producer, names.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'both replicas commit to the end', 90_000);

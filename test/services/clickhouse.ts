@@ -30,7 +30,15 @@ const CLICKHOUSE_IMAGE = 'clickhouse/clickhouse-server:25.8';
 export async function startClickHouse(): Promise<ClickHouseService> {
   const dataDir = mkdtempSync(join(tmpdir(), 'sc-clickhouse-'));
   const database = `sc_test_${randomBytes(4).toString('hex')}`;
-  const removeDir = async () => rmSync(dataDir, { recursive: true, force: true });
+  // The embedded engine lives as long as the process and may still be merging parts into the
+  // directory: retry, and leave a temporary directory behind rather than fail the suite over it.
+  const removeDir = async () => {
+    try {
+      rmSync(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+    } catch {
+      // left for the OS to clean up with the rest of the temporary directory
+    }
+  };
   const fromEnv = process.env.CLICKHOUSE_URL?.trim();
   if (fromEnv) {
     return {

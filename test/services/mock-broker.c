@@ -63,7 +63,7 @@ static void *stdin_watcher(void *arg) {
 }
 
 int main(int argc, char **argv) {
-        const char *topics = "";
+        const char *topics = "", *debug = NULL;
         int partitions = 4, brokers = 1, port = 0, stdin_eof = 0, i, sig;
         char errstr[512], *list, *topic, *save = NULL;
         pid_t parent = getppid();
@@ -74,11 +74,12 @@ int main(int argc, char **argv) {
                 const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
                 if (!strcmp(a, "--exit-on-stdin-eof")) { stdin_eof = 1; continue; }
                 if (!v) die("usage: mock-broker [--topics a,b] [--partitions N] "
-                            "[--brokers N] [--port P] [--exit-on-stdin-eof]");
+                            "[--brokers N] [--port P] [--debug mock] [--exit-on-stdin-eof]");
                 if (!strcmp(a, "--topics")) topics = v;
                 else if (!strcmp(a, "--partitions")) partitions = atoi(v);
                 else if (!strcmp(a, "--brokers")) brokers = atoi(v);
                 else if (!strcmp(a, "--port")) port = atoi(v);
+                else if (!strcmp(a, "--debug")) debug = v; /* librdkafka debug contexts, to stderr */
                 else die("unknown argument (see usage in mock-broker.c)");
                 i++;
         }
@@ -115,7 +116,9 @@ int main(int argc, char **argv) {
         /* The mock cluster needs an rd_kafka_t for its bookkeeping/threads;
          * this producer never connects anywhere itself. */
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
-        rd_kafka_conf_set(conf, "log_level", "4", NULL, 0); /* warnings+ */
+        rd_kafka_conf_set(conf, "log_level", debug ? "7" : "4", NULL, 0); /* warnings+ */
+        if (debug && rd_kafka_conf_set(conf, "debug", debug, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+                die(errstr);
         rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
         if (!rk) die(errstr);
 

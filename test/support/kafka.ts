@@ -31,7 +31,12 @@ export async function readTopic(
   await consumer.connect();
   await consumer.subscribe({ topic, fromBeginning: true });
   const done = new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`read ${values.length} of ${count} messages from ${topic}`)), timeoutMs);
+    // Says how many messages the topic holds, to tell a short topic from a stalled reader.
+    const timer = setTimeout(() => {
+      void topicSize(kafka, topic)
+        .catch(() => 'unknown')
+        .then((size) => reject(new Error(`read ${values.length} of ${count} messages from ${topic} (it holds ${size})`)));
+    }, timeoutMs);
     void consumer.run({
       eachBatch: async ({ batch }) => {
         for (const message of batch.messages) values.push(message.value?.toString('utf8') ?? '');
@@ -48,6 +53,18 @@ export async function readTopic(
     await consumer.disconnect();
   }
   return values;
+}
+
+/** Messages a topic holds, over all partitions. */
+export async function topicSize(kafka: Kafka, topic: string): Promise<number> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    const offsets = await admin.fetchTopicOffsets(topic);
+    return offsets.reduce((sum, p) => sum + Number(p.high) - Number(p.low), 0);
+  } finally {
+    await admin.disconnect();
+  }
 }
 
 /** True when the group has committed every partition of the topic up to its end. */

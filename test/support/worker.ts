@@ -55,11 +55,16 @@ export function testConfig(options: Parameters<typeof testEnv>[0]): Config {
   return loadConfig(testEnv(options));
 }
 
-/** Polls until the check returns true, or fails with the message after the timeout. */
-export async function waitFor(check: () => Promise<boolean> | boolean, message: string, timeoutMs = 60_000): Promise<void> {
+/** Polls until the check returns true, or fails with the message (and what `state` says then) after the timeout. */
+export async function waitFor(
+  check: () => Promise<boolean> | boolean,
+  message: string,
+  timeoutMs = 60_000,
+  state?: () => Promise<string> | string,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out: ${message}`);
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms: ${message}${state ? ` (${await state()})` : ''}`);
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }

@@ -101,6 +101,27 @@ sed -i "/^[[:space:]]*listen_s = rd_kafka_mock_broker_new_listener(mcluster, &si
 grep -Fq '/* PATCHED base port */' "$MOCK_C" || die "port patch did not apply to rdkafka_mock.c"
 grep -Fq 'if (base_port_ && atoi(base_port_) > 0)' "$MOCK_C" || die "port patch is malformed"
 
+# --- Patch 3: a group's sync waits for every member's SyncGroup. The mock completes
+# the sync as soon as every member has an assignment, which the leader's SyncGroup
+# alone provides; a follower whose SyncGroup arrives after the leader's (a loaded
+# machine) then finds the group Up, gets INVALID_REQUEST, and its kafkajs consumer
+# crashes for good. Real brokers hand late followers their assignment instead.
+CGRP_C="$RDK/src/rdkafka_mock_cgrp.c"
+anchor3='rd_kafka_mock_cgrp_classic_sync_done(mcgrp, RD_KAFKA_RESP_ERR_NO_ERROR);'
+[[ "$(grep -Fc "$anchor3" "$CGRP_C")" == 1 ]] || die "sync patch anchor not found exactly once in rdkafka_mock_cgrp.c"
+sed -i "/^[[:space:]]*rd_kafka_mock_cgrp_classic_sync_done(mcgrp, RD_KAFKA_RESP_ERR_NO_ERROR);/i\\
+        { /* PATCHED sync waits for every member */\\
+                rd_kafka_mock_cgrp_classic_member_t *m_;\\
+                int syncing_ = 0;\\
+                TAILQ_FOREACH(m_, \\&mcgrp->members, link)\\
+                        if (m_->resp)\\
+                                syncing_++;\\
+                if (syncing_ < mcgrp->member_cnt)\\
+                        return;\\
+        }" "$CGRP_C"
+grep -Fq '/* PATCHED sync waits for every member */' "$CGRP_C" || die "sync patch did not apply to rdkafka_mock_cgrp.c"
+grep -Fq 'TAILQ_FOREACH(m_, &mcgrp->members, link)' "$CGRP_C" || die "sync patch is malformed"
+
 # --- Configure + build the static library (no TLS, SASL/GSSAPI, curl, zstd:
 # the mock needs none of them and they would drag in more static deps).
 log "configuring"

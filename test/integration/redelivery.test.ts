@@ -53,14 +53,27 @@ describe('redelivery and replicas', () => {
   });
 
   it('skips messages already stored when they are delivered again from an older offset', async () => {
-    // A new group starts from the beginning: every message is a redelivery of a stored one.
-    const replay = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: { ...names, groupId: `${names.groupId}.replay` } });
-    const worker = await engines.startWorker(replay);
-    await waitFor(() => groupCaughtUp(kafka, `${names.groupId}.replay`, names.topic), 'replay group reaches the end', 90_000);
-    expect(await counterValue(worker, 'security_center_events_duplicate_total')).toBe(20_000);
+    // A topic of its own, stored once by a first group; a second group then starts from the
+    // beginning, so every message it reads is a redelivery of a stored one.
+    const own = testNames('replay');
+    const startMs = Date.UTC(2026, 10, 20, 16, 0, 0); // an hour of its own, for the rollup total below
+    const events = Array.from({ length: 5_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs }));
+    await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+    const first = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own }));
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the first group stores the topic', 90_000);
+    await first.stop();
+
+    const replayGroup = `${own.groupId}.replay`;
+    const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: { ...own, groupId: replayGroup } }));
+    await waitFor(() => groupCaughtUp(kafka, replayGroup, own.topic), 'replay group reaches the end', 90_000);
+    expect(await counterValue(worker, 'security_center_events_duplicate_total')).toBe(5_000);
     expect(await counterValue(worker, 'security_center_events_stored_total')).toBe(0);
-    expect(await countRows(worker)).toEqual({ rows: 20_000, ids: 20_000 });
-    const totals = await worker.store.trafficTotals({ from: new Date(eventOptions.startMs - 60_000), to: new Date(eventOptions.startMs + 60_000) });
-    expect(totals.requests).toBe(20_000);
+    const [row] = await worker.clickhouse.queryRows<{ rows: number; ids: number }>(
+      `SELECT count() AS rows, uniqExact(event_id) AS ids FROM ${engines.clickhouse.database}.request_events WHERE source_topic = {topic:String}`,
+      { topic: own.topic },
+    );
+    expect(row).toEqual({ rows: 5_000, ids: 5_000 });
+    const totals = await worker.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) });
+    expect(totals.requests).toBe(5_000);
   });
 });

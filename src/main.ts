@@ -39,6 +39,8 @@ const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', impor
 
 export interface WorkerDeps {
   logger?: Logger;
+  /** Called when a part stops for good (the Kafka consumer); the process entry then exits with 1. */
+  onFatal?(error: Error): void;
   /** Wraps the storage write, so tests inject faults at the storage boundary. */
   wrapStoreRows?(storeRows: (body: Buffer) => Promise<void>): (body: Buffer) => Promise<void>;
   /** Webhook test hooks: a clock to move, a resolver, faster polling and timeouts. */
@@ -141,7 +143,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     metrics,
     version: VERSION,
     bodyLimit: config.ingest.maxBodyBytes,
-    notReadyReason: () => (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : undefined),
+    notReadyReason: () =>
+      !migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : intake?.stoppedReason,
   });
   if (analysis && config.ingest.token) {
     registerHttpIngest(app, {
@@ -200,6 +203,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
           await analysis.warm(events, partition);
         },
         buffer,
+        onStopped: (error) => deps.onFatal?.(error),
         metrics,
         logger: logger.child({ component: 'kafka' }),
       });
@@ -278,22 +282,32 @@ async function main(): Promise<void> {
     throw error;
   }
   const logger = createLogger(config.logLevel);
-  const worker = await startWorker(config, { logger });
-  const shutdown = (signal: string) => {
-    logger.info({ signal }, 'shutdown requested');
+  const started = startWorker(config, {
+    logger,
+    // Stop cleanly and exit non-zero, so the orchestrator starts a fresh worker.
+    onFatal: (error) => shutdown(`fatal: ${error.message}`, 1),
+  });
+  let shuttingDown = false;
+  function shutdown(reason: string, exitCode = 0): void {
+    if (shuttingDown) return;
+    shuttingDown = true;
+    logger.info({ reason }, 'shutdown requested');
     const forceExit = setTimeout(() => {
       logger.error('shutdown took too long; exiting');
       process.exit(1);
     }, 30_000);
     forceExit.unref();
-    worker.stop().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        logger.error({ err: error }, 'shutdown failed');
-        process.exit(1);
-      },
-    );
-  };
+    started
+      .then((worker) => worker.stop())
+      .then(
+        () => process.exit(exitCode),
+        (error: unknown) => {
+          logger.error({ err: error }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+  }
+  await started;
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   process.once('SIGINT', () => shutdown('SIGINT'));
 }

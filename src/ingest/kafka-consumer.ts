@@ -34,6 +34,8 @@ export interface KafkaIntakeOptions {
   warmPartition?(partition: number): Promise<void>;
   /** The shared write path; it calls back commit(), sendDeadLetters(), pause() and resume(). */
   buffer: EventBuffer;
+  /** Called once if the consumer crashes for good (kafkajs will not restart it). */
+  onStopped?(error: Error): void;
   metrics: WorkerMetrics;
   logger: Logger;
 }
@@ -57,6 +59,7 @@ export class KafkaIntake {
   private chain: Promise<void> = Promise.resolve();
   private batchesInFlight = 0;
   private failure: Error | undefined;
+  private crashedBy: Error | undefined;
 
   constructor(private readonly options: KafkaIntakeOptions) {
     const { kafka, logger } = options;
@@ -83,7 +86,15 @@ export class KafkaIntake {
       logger.info({ assignment: event.payload.memberAssignment }, 'kafka partitions assigned');
     });
     this.consumer.on(this.consumer.events.CRASH, (event) => {
-      logger.error({ err: event.payload.error, restart: event.payload.restart }, 'kafka consumer crashed');
+      const { error, restart } = event.payload;
+      logger.error({ err: error, restart }, 'kafka consumer crashed');
+      // kafkajs restarts after retriable errors only; otherwise nothing is consumed any more, and
+      // a worker that looks alive while it consumes nothing is worse than one that stops.
+      if (!restart && !this.crashedBy) {
+        this.crashedBy = error;
+        options.metrics.assignedPartitions.set(0);
+        options.onStopped?.(error);
+      }
     });
   }
 
@@ -98,6 +109,11 @@ export class KafkaIntake {
     });
     this.running = true;
     this.options.logger.info({ topic: this.options.topic, groupId: this.options.groupId }, 'kafka intake started');
+  }
+
+  /** Why the consumer stopped for good, if it did. */
+  get stoppedReason(): string | undefined {
+    return this.crashedBy && `kafka consumer stopped: ${this.crashedBy.message}`;
   }
 
   /** Stops fetching (partitions stay assigned, so offsets can still be committed). */

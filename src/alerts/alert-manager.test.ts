@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Finding, RecommendedAction, Severity } from '../detect/types.ts';
+import { changeStatus } from './alert.ts';
 import { AlertManager, type RuleInfo } from './alert-manager.ts';
 import { finding as makeFinding } from './test-findings.ts';
 
@@ -72,5 +73,42 @@ describe('AlertManager', () => {
     expect(reopened.change).toBe('reopened');
     expect(reopened.alert).toMatchObject({ id: created.id, status: 'open' });
     expect(reopened.alert?.history.at(-1)).toMatchObject({ actor: 'system', from: 'resolved', to: 'open' });
+  });
+});
+
+describe('AlertManager across replicas', () => {
+  it('honours a dismissal made on another replica: the key is silent after sync', () => {
+    const replicaA = manager();
+    const replicaB = manager();
+    const created = replicaB.alerts.apply('m_1', rule, finding('high')).alert!;
+    replicaA.alerts.sync(created); // A learns B's alert from storage
+    const dismissed = changeStatus(created, 'dismissed', 'admin@m_1', 'load test', T0 + 1_000);
+    if (!dismissed.ok) throw new Error('dismissal refused');
+    // B repeats the alert before it hears of the dismissal: a later copy, without the dismissal.
+    replicaB.advance(2_000);
+    const repeat = replicaB.alerts.apply('m_1', rule, finding('high', T0 + 2_000)).alert!;
+    expect(repeat.status).toBe('open');
+    const merged = replicaB.alerts.sync(dismissed.alert);
+    expect(merged).toMatchObject({ id: repeat.id, status: 'dismissed', occurrences: 2 });
+    replicaB.advance(1_000);
+    expect(replicaB.alerts.apply('m_1', rule, finding('high', T0 + 3_000)).change).toBe('suppressed');
+  });
+
+  it('continues an alert another replica created for the key instead of opening a second one', () => {
+    const previousOwner = manager();
+    const newOwner = manager();
+    const created = previousOwner.alerts.apply('m_1', rule, finding('medium')).alert!;
+    newOwner.alerts.sync({ ...created, id: 'from-previous-owner' });
+    newOwner.advance(10_000);
+    const next = newOwner.alerts.apply('m_1', rule, finding('medium', T0 + 10_000));
+    expect(next).toMatchObject({ change: 'updated', alert: { id: 'from-previous-owner', occurrences: 2 } });
+  });
+
+  it('keeps the later of two alerts for one key when their ids differ', () => {
+    const { alerts } = manager();
+    const older = alerts.apply('m_1', rule, finding('medium')).alert!;
+    const newer = { ...older, id: 'newer', updatedAt: new Date(T0 + 5_000).toISOString() };
+    alerts.sync(newer);
+    expect(alerts.sync(older).id).toBe('newer');
   });
 });

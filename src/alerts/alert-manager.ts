@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
-import { higherSeverity, riskScore, severityRank, type Alert } from './alert.ts';
+import { higherSeverity, mergeLifecycle, riskScore, severityRank, type Alert } from './alert.ts';
 
 export interface RuleInfo {
   id: AnomalyType;
@@ -40,11 +40,27 @@ export class AlertManager {
 
   /** Loads alerts from storage at start-up (the latest per dedup key wins). */
   load(alerts: Iterable<Alert>): void {
-    for (const alert of alerts) {
-      const key = dedupKey(alert.merchantId, alert.type, alert.scope);
-      const current = this.byKey.get(key);
-      if (!current || current.updatedAt <= alert.updatedAt) this.byKey.set(key, alert);
+    for (const alert of alerts) this.sync(alert);
+  }
+
+  /**
+   * Learns a stored alert, which another replica may have written: an alert known here gets the
+   * lifecycle of both copies (an admin's dismissal made elsewhere silences its key here too); of two
+   * alerts for one dedup key, the later wins. Returns the alert the key now has.
+   */
+  sync(stored: Alert): Alert {
+    const key = dedupKey(stored.merchantId, stored.type, stored.scope);
+    const known = this.byKey.get(key);
+    let next = stored;
+    if (known?.id === stored.id) {
+      // Detection fields from the newer copy, the lifecycle from both.
+      const [newer, older] = known.updatedAt >= stored.updatedAt ? [known, stored] : [stored, known];
+      next = mergeLifecycle(newer, older);
+    } else if (known && known.updatedAt > stored.updatedAt) {
+      next = known;
     }
+    this.byKey.set(key, next);
+    return next;
   }
 
   /** Records an admin's change (so dedup sees dismissals and resolutions). */

@@ -2,13 +2,19 @@
  * Turns the engine's findings into stored alerts. Contract: findings are applied in the order they
  * arrive; changed alerts are written to ClickHouse within about a tenth of a second, and a failed
  * write is retried (the latest state of each alert wins) until it succeeds or the service stops.
+ *
+ * Several replicas share the alerts: an admin's change may be made on any of them, while the alert
+ * is updated by the replica that owns its key. So every write first merges the stored copy's
+ * lifecycle (mergeLifecycle: a status set elsewhere is never written back over), and every few
+ * seconds each replica learns what the others wrote (a dismissal silences the key everywhere; an
+ * alert created before a rebalance is continued, not duplicated, by the key's new owner).
  */
 import type { AnyRule } from '../detect/engine.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { AlertStore } from '../store/alert-store.ts';
-import { changeStatus, type Alert, type AlertStatus, type StatusChange } from './alert.ts';
+import { changeStatus, mergeLifecycle, type Alert, type AlertStatus, type StatusChange } from './alert.ts';
 import type { AlertChange, AlertManager, RuleInfo } from './alert-manager.ts';
 
 export interface AlertServiceHooks {
@@ -24,6 +30,11 @@ export interface AlertServiceHooks {
 const FLUSH_DELAY_MS = 50;
 const REPEAT_FLUSH_DELAY_MS = 5_000;
 const RETRY_DELAY_MS = 1_000;
+/** How often a replica reads the alerts the others wrote, and how far back (clock skew, slow inserts). */
+const SYNC_INTERVAL_MS = 5_000;
+const SYNC_OVERLAP_MS = 60_000;
+/** An admin's change is read back after this long; if a racing write dropped it, it is written again. */
+const VERIFY_DELAY_MS = 2_000;
 
 export class AlertService {
   private readonly rules: Map<string, RuleInfo>;
@@ -33,6 +44,9 @@ export class AlertService {
   private saving: Promise<void> | undefined;
   /** Admin changes in progress per alert id: two changes of one alert run one after the other. */
   private readonly changing = new Map<string, Promise<unknown>>();
+  private syncTimer: NodeJS.Timeout | undefined;
+  private syncedUpTo = 0;
+  private readonly verifyTimers = new Set<NodeJS.Timeout>();
 
   constructor(
     private readonly manager: AlertManager,
@@ -47,7 +61,22 @@ export class AlertService {
 
   /** Loads what deduplication must know (open alerts, recent dismissals and resolutions). */
   async start(suppressionMs: number): Promise<void> {
-    this.manager.load(await this.store.loadForDedup(new Date(Date.now() - Math.max(suppressionMs, 24 * 3_600_000))));
+    const startedAt = Date.now();
+    this.manager.load(await this.store.loadForDedup(new Date(startedAt - Math.max(suppressionMs, 24 * 3_600_000))));
+    this.syncedUpTo = startedAt;
+    this.syncTimer = setInterval(() => void this.syncWithStore(), SYNC_INTERVAL_MS);
+    this.syncTimer.unref();
+  }
+
+  /** Learns the alerts other replicas wrote since the last time (a failed read is tried again next time). */
+  async syncWithStore(): Promise<void> {
+    const startedAt = Date.now();
+    try {
+      for (const stored of await this.store.changedSince(new Date(this.syncedUpTo - SYNC_OVERLAP_MS))) this.manager.sync(stored);
+      this.syncedUpTo = startedAt;
+    } catch (error) {
+      this.logger.warn({ err: error }, 'reading alerts written by other replicas failed; trying again');
+    }
   }
 
   handle(detection: Detection): void {
@@ -95,6 +124,7 @@ export class AlertService {
       this.manager.remember(outcome.alert);
       this.unsaved.set(outcome.alert.id, outcome.alert);
       await this.flushNow();
+      this.verifyLater(outcome.alert);
       this.logger.info({ alertId: id, merchantId: stored.merchantId, actor: change.actor, to: change.to }, 'alert status changed');
       return outcome;
     });
@@ -111,13 +141,47 @@ export class AlertService {
     await this.flushNow().catch((error: unknown) => this.logger.error({ err: error }, 'storing alerts failed; retrying'));
   }
 
+  /**
+   * Another replica that owns the alert's key may have written it between our read and our write,
+   * without our change: read it back a little later and, if the change is missing, write it again.
+   */
+  private verifyLater(changed: Alert): void {
+    const timer = setTimeout(() => {
+      this.verifyTimers.delete(timer);
+      void this.store
+        .getMany([changed.id])
+        .then(([stored]) => {
+          if (!stored || mergeLifecycle(stored, changed) === stored) return;
+          this.logger.warn({ alertId: changed.id }, 'a status change was written over by another replica; writing it again');
+          const merged = mergeLifecycle(stored, changed);
+          this.manager.sync(merged);
+          this.unsaved.set(changed.id, merged);
+          this.schedule(FLUSH_DELAY_MS);
+        })
+        .catch((error: unknown) => this.logger.warn({ err: error, alertId: changed.id }, 'reading back a status change failed'));
+    }, VERIFY_DELAY_MS);
+    timer.unref();
+    this.verifyTimers.add(timer);
+  }
+
+  /** Our copies, each with the lifecycle of its stored copy merged in (see the contract above). */
+  private async withStoredLifecycle(batch: readonly Alert[]): Promise<Alert[]> {
+    const stored = new Map((await this.store.getMany(batch.map((alert) => alert.id))).map((alert) => [alert.id, alert]));
+    return batch.map((alert) => {
+      const theirs = stored.get(alert.id);
+      const merged = theirs ? mergeLifecycle(alert, theirs) : alert;
+      if (merged !== alert) this.manager.sync(merged);
+      return merged;
+    });
+  }
+
   /** Writes every unsaved alert; a failed write rejects (and is still retried in the background). */
   private async flushNow(): Promise<void> {
     await this.saving;
     if (this.unsaved.size === 0) return;
     const batch = [...this.unsaved.values()];
     this.unsaved.clear();
-    const saving = this.store.save(batch);
+    const saving = this.withStoredLifecycle(batch).then((merged) => this.store.save(merged));
     this.saving = saving.then(
       () => undefined,
       () => {
@@ -130,6 +194,9 @@ export class AlertService {
 
   async stop(): Promise<void> {
     clearTimeout(this.timer);
+    clearInterval(this.syncTimer);
+    for (const timer of this.verifyTimers) clearTimeout(timer);
+    this.verifyTimers.clear();
     await this.flush();
   }
 

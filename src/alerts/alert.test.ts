@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SEVERITIES } from '../detect/types.ts';
-import { changeStatus, higherSeverity, isAllowedTransition, riskScore, type Alert } from './alert.ts';
+import { changeStatus, higherSeverity, isAllowedTransition, mergeLifecycle, riskScore, type Alert } from './alert.ts';
 
 describe('riskScore', () => {
   it.each([
@@ -98,5 +98,39 @@ describe('changeStatus', () => {
   it('never moves updatedAt backwards when the clock is behind the last change', () => {
     const outcome = changeStatus(base, 'acknowledged', 'alice', undefined, Date.parse('2026-11-20T12:00:00.000Z'));
     expect(outcome.ok && outcome.alert.updatedAt).toBe('2026-11-20T12:06:00.001Z');
+  });
+
+  describe('mergeLifecycle (two replicas\' copies of one alert)', () => {
+    const dismissedElsewhere = changeStatus(base, 'dismissed', 'alice', 'our load test', later);
+    if (!dismissedElsewhere.ok) throw new Error('dismissal refused');
+    // The owner's copy: counted two more repeats after the dismissal, without knowing of it.
+    const ownersRepeat: Alert = { ...base, occurrences: 5, lastSeenAt: '2026-11-20T13:01:00.000Z', updatedAt: '2026-11-20T13:01:00.000Z' };
+
+    it('keeps our detection fields and takes the status change made elsewhere', () => {
+      const merged = mergeLifecycle(ownersRepeat, dismissedElsewhere.alert);
+      expect(merged).toEqual({ ...ownersRepeat, status: 'dismissed', history: dismissedElsewhere.alert.history });
+    });
+
+    it('returns our copy itself when theirs adds nothing, and ignores a different alert', () => {
+      expect(mergeLifecycle(dismissedElsewhere.alert, ownersRepeat)).toBe(dismissedElsewhere.alert);
+      expect(mergeLifecycle(ownersRepeat, { ...dismissedElsewhere.alert, id: 'another' })).toBe(ownersRepeat);
+    });
+
+    it('lets the latest entry decide: a recurrence after a resolution elsewhere reopens', () => {
+      const acknowledged = changeStatus(base, 'acknowledged', 'alice', undefined, later);
+      if (!acknowledged.ok) throw new Error('refused');
+      const resolved = changeStatus(acknowledged.alert, 'resolved', 'alice', undefined, later + 60_000);
+      if (!resolved.ok) throw new Error('refused');
+      const reopenedHere: Alert = {
+        ...acknowledged.alert,
+        status: 'open',
+        updatedAt: '2026-11-20T13:05:00.000Z',
+        history: [...acknowledged.alert.history, { at: '2026-11-20T13:05:00.000Z', actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }],
+      };
+      const merged = mergeLifecycle(reopenedHere, resolved.alert);
+      expect(merged.history.map((entry) => entry.to)).toEqual(['open', 'acknowledged', 'resolved', 'open']);
+      expect(merged.status).toBe('open');
+      expect(mergeLifecycle(resolved.alert, reopenedHere).status).toBe('open');
+    });
   });
 });

@@ -100,6 +100,31 @@ export function changeStatus(alert: Alert, to: AlertStatus, actor: string, note:
   };
 }
 
+/**
+ * One alert as two replicas have it: `ours` (the copy about to be written) and `theirs` (another
+ * replica's, say with an admin's change). The result keeps our detection fields and the lifecycle of
+ * both: the histories are merged (an entry is its time, actor and target status) and the status is
+ * the target of the latest entry, so a change made on another replica is never written back over.
+ * Returns `ours` itself when `theirs` adds nothing.
+ */
+export function mergeLifecycle(ours: Alert, theirs: Alert): Alert {
+  if (ours.id !== theirs.id) return ours;
+  const known = new Set(ours.history.map(historyKey));
+  const missing = theirs.history.filter((entry) => !known.has(historyKey(entry)));
+  if (missing.length === 0) return ours;
+  const history = [...ours.history, ...missing].sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : 0));
+  return {
+    ...ours,
+    status: history[history.length - 1]!.to,
+    updatedAt: ours.updatedAt > theirs.updatedAt ? ours.updatedAt : theirs.updatedAt,
+    history,
+  };
+}
+
+function historyKey(entry: HistoryEntry): string {
+  return `${entry.at}\u0000${entry.actor}\u0000${entry.to}`;
+}
+
 /** The alert as the wire format of contracts section 2 has it (the dedup scope is internal). */
 export type WireAlert = Omit<Alert, 'scope'>;
 

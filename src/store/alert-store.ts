@@ -161,6 +161,25 @@ export class AlertStore {
     return rows[0] ? fromRow(alertRow.parse(rows[0])) : undefined;
   }
 
+  /** The stored copies of these alerts, of any merchant (for merging before a write). */
+  async getMany(ids: readonly string[]): Promise<Alert[]> {
+    if (ids.length === 0) return [];
+    const rows = await this.db.queryRows(
+      `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL WHERE id IN {ids:Array(UUID)}`,
+      { ids },
+    );
+    return rows.map((row) => fromRow(alertRow.parse(row)));
+  }
+
+  /** Alerts of any merchant written since a time, by any replica (for replicas to learn each other's changes). */
+  async changedSince(since: Date): Promise<Alert[]> {
+    const rows = await this.db.queryRows(
+      `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL WHERE updated_at >= {since:DateTime64(3)}`,
+      { since: toClickHouseTime(since.getTime()) },
+    );
+    return rows.map((row) => fromRow(alertRow.parse(row)));
+  }
+
   /**
    * Counts for metrics: active (open or acknowledged, whenever created) and active critical alerts,
    * and the alerts created in the range by type and by severity.

@@ -1,0 +1,101 @@
+/**
+ * Alerts shared by replicas, on the real ClickHouse engine: an admin's change made through one
+ * replica is not written back over by the replica that owns the alert's key, silences the key there,
+ * and survives a racing write; a key's new owner continues the alert its previous owner created.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { RULES } from '../../rules/index.ts';
+import { AlertManager } from '../../src/alerts/alert-manager.ts';
+import { AlertService } from '../../src/alerts/alert-service.ts';
+import { finding } from '../../src/alerts/test-findings.ts';
+import type { Severity } from '../../src/detect/types.ts';
+import { createLogger } from '../../src/logger.ts';
+import { WorkerMetrics } from '../../src/metrics.ts';
+import { AlertStore } from '../../src/store/alert-store.ts';
+import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
+import { migrate } from '../../src/store/migrate.ts';
+import { tablesIn } from '../../src/store/tables.ts';
+import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { waitFor } from '../support/worker.ts';
+
+describe('alerts shared by replicas', () => {
+  let service: ClickHouseService;
+  let db: ClickHouse;
+  let store: AlertStore;
+  const replicas: AlertService[] = [];
+
+  beforeAll(async () => {
+    service = await startClickHouse();
+    db = connectClickHouse({ url: service.url, username: service.username, password: service.password, dataDir: service.dataDir });
+    const tables = tablesIn(service.database);
+    await migrate(db, { tables, eventsTtlDays: 30 }, createLogger('silent'));
+    store = new AlertStore(db, tables);
+  });
+
+  afterAll(async () => {
+    for (const replica of replicas) await replica.stop();
+    await db?.close();
+    await service?.stop();
+  });
+
+  async function replica(): Promise<AlertService> {
+    const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000 }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
+    await alerts.start(3_600_000);
+    replicas.push(alerts);
+    return alerts;
+  }
+
+  function detect(alerts: AlertService, scope: string, severity: Severity = 'high'): void {
+    alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding(severity, Date.now(), scope) }], ruleErrors: [] });
+  }
+
+  async function storedFor(scope: string) {
+    const alerts = (await store.list({ merchantId: 'm_1' })).filter((alert) => alert.scope === scope);
+    expect(alerts).toHaveLength(1); // one alert per key, never a second one
+    return alerts[0]!;
+  }
+
+  it('keeps a dismissal made through another replica, and the owner goes quiet on the key', async () => {
+    const owner = await replica();
+    const other = await replica();
+    detect(owner, 'pk_dismissed');
+    await owner.flush();
+    const created = await storedFor('pk_dismissed');
+
+    const change = await other.changeStatus(created.id, 'm_1', { to: 'dismissed', actor: 'admin@m_1', note: 'our load test' });
+    expect(change?.ok).toBe(true);
+    // The owner has not heard of the dismissal: it counts a repeat and writes its copy.
+    detect(owner, 'pk_dismissed');
+    await owner.flush();
+    expect(await storedFor('pk_dismissed')).toMatchObject({ id: created.id, status: 'dismissed', occurrences: 2 });
+    // Its write merged the dismissal in: the next finding on the key is suppressed.
+    detect(owner, 'pk_dismissed');
+    await owner.flush();
+    expect(await storedFor('pk_dismissed')).toMatchObject({ status: 'dismissed', occurrences: 2 });
+  });
+
+  it('writes a status change again when a racing write from another replica dropped it', async () => {
+    const owner = await replica();
+    const other = await replica();
+    detect(owner, 'pk_raced');
+    await owner.flush();
+    const created = await storedFor('pk_raced');
+    await other.changeStatus(created.id, 'm_1', { to: 'acknowledged', actor: 'admin@m_1' });
+    // The owner's copy, read just before the change and written just after it.
+    await store.save([{ ...created, occurrences: 9, updatedAt: new Date().toISOString() }]);
+    expect(await storedFor('pk_raced')).toMatchObject({ status: 'open', occurrences: 9 });
+    await waitFor(async () => (await storedFor('pk_raced')).status === 'acknowledged', 'the change is written again', 10_000);
+    expect(await storedFor('pk_raced')).toMatchObject({ status: 'acknowledged', occurrences: 9 });
+  });
+
+  it('lets a key\'s new owner continue the alert its previous owner created', async () => {
+    const newOwner = await replica(); // started before the alert existed
+    const previousOwner = await replica();
+    detect(previousOwner, 'pk_moved', 'medium');
+    await previousOwner.flush();
+    await newOwner.syncWithStore();
+    detect(newOwner, 'pk_moved', 'high');
+    await newOwner.flush();
+    expect(await storedFor('pk_moved')).toMatchObject({ severity: 'high', occurrences: 2 });
+  });
+});

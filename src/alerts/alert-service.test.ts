@@ -17,7 +17,7 @@ function finding(severity: Severity, scope = 'pk_live_a'): Finding {
 
 function service(onCritical: AlertServiceHooks['onCritical']) {
   const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
-  const store = { save: async () => undefined } as unknown as AlertStore;
+  const store = { save: async () => undefined, getMany: async () => [] } as unknown as AlertStore;
   const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), { onCritical });
   const apply = (severity: Severity, scope?: string) =>
     alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding(severity, scope) }], ruleErrors: [] });

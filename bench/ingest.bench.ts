@@ -96,15 +96,24 @@ async function main(): Promise<void> {
     console.log(`worker cpu: ${((workerCpuUsed.user + workerCpuUsed.system) / 1000 / (storedAt - workerStarted)).toFixed(2)} cores`);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker commits', 60_000);
     const workerMs = storedAt - (firstConsumedAt || workerStarted);
-    const breakdown = await Promise.all(
+    const histograms = await Promise.all(
       ['security_center_store_flush_duration_seconds', 'security_center_batch_duration_seconds'].map(async (name) => {
         const metric = (await worker.metrics.registry.getSingleMetric(name)?.get()) as { values: { metricName?: string; value: number }[] };
         const sum = metric.values.find((v) => v.metricName?.endsWith('_sum'))?.value ?? 0;
         const count = metric.values.find((v) => v.metricName?.endsWith('_count'))?.value ?? 0;
-        return `${name.replace('security_center_', '')}: ${count} x ${((sum / Math.max(count, 1)) * 1000).toFixed(1)} ms = ${sum.toFixed(2)} s`;
+        return { name: name.replace('security_center_', ''), sum, count };
       }),
     );
+    const breakdown = histograms.map(({ name, sum, count }) => `${name}: ${count} x ${((sum / Math.max(count, 1)) * 1000).toFixed(1)} ms = ${sum.toFixed(2)} s`);
     console.log(`worker time: ${(workerMs / 1000).toFixed(2)} s; ${breakdown.join('; ')}`);
+    // Inserts run one at a time: the time no insert runs is the pipeline's edges (filling the first
+    // insert, the last rows waiting out STORE_FLUSH_INTERVAL_MS) and any stall between inserts.
+    const flushSeconds = histograms[0]!.sum;
+    const whileStoring = EVENTS / flushSeconds;
+    console.log(
+      `storage busy ${flushSeconds.toFixed(2)} s of ${(workerMs / 1000).toFixed(2)} s (${((flushSeconds * 100_000) / workerMs).toFixed(0)}%); ` +
+        `rows per second of insert time: ${Math.round(whileStoring)} (${(whileStoring / rate(EVENTS, ceilings.JSONEachRow ?? Number.NaN)).toFixed(2)}x the JSONEachRow ceiling)`,
+    );
     await worker.stop();
     await db.close();
     const workerRate = rate(EVENTS, workerMs);

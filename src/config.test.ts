@@ -74,6 +74,7 @@ describe('loadConfig: webhooks', () => {
     [{ ONCALL_WEBHOOK_URL: 'https://localhost/hook', ONCALL_WEBHOOK_SECRET: SECRET }, 'must name a public host'],
     [{ ONCALL_WEBHOOK_URL: 'https://oncall.example.com/hook', ONCALL_WEBHOOK_SECRET: 'short' }, 'at least 32'],
     [{ WEBHOOK_ALLOW_PRIVATE_TARGETS: 'sometimes' }, 'expected true or false'],
+    [{ WEBHOOK_SECRET_KEY: 'short' }, 'WEBHOOK_SECRET_KEY: must be 32 bytes'],
   ])('refuses %j', (env, problem) => {
     expect(() => loadConfig(env)).toThrow(problem);
     try {
@@ -82,6 +83,13 @@ describe('loadConfig: webhooks', () => {
       expect((error as ConfigError).message).not.toContain(SECRET);
       expect((error as ConfigError).message).not.toContain('short');
     }
+  });
+
+  it('reads the key that seals merchants\' signing secrets, as hex or base64', () => {
+    const hex = 'a1'.repeat(32);
+    expect(loadConfig({ WEBHOOK_SECRET_KEY: hex }).webhooks.secretKey).toBe(hex);
+    const base64 = Buffer.alloc(32, 7).toString('base64');
+    expect(loadConfig({ WEBHOOK_SECRET_KEY: base64 }).webhooks.secretKey).toBe(base64);
   });
 
   it('accepts a loopback on-call endpoint only with WEBHOOK_ALLOW_PRIVATE_TARGETS=true', () => {

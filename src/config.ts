@@ -4,6 +4,7 @@
  * the parsed result is frozen and passed to the parts that need it (nothing reads process.env later).
  */
 import { z } from 'zod';
+import { parseSecretKey } from './webhooks/secret-box.ts';
 import { checkTargetUrl } from './webhooks/target-policy.ts';
 
 const TRUE_WORDS = ['true', '1', 'yes', 'on'] as const;
@@ -84,6 +85,17 @@ const envSchema = z
     WEBHOOK_ALLOW_PRIVATE_TARGETS: envBoolean(false),
     WEBHOOK_CA_FILE: z.string().min(1).optional(),
     WEBHOOK_CONCURRENCY: envInt(16, 1, 256),
+    WEBHOOK_SECRET_KEY: z
+      .string()
+      .optional()
+      .superRefine((value, ctx) => {
+        if (value === undefined) return;
+        try {
+          parseSecretKey(value);
+        } catch (error) {
+          ctx.addIssue({ code: 'custom', message: (error as Error).message });
+        }
+      }),
   });
 
 /** Rules across variables, checked on the raw environment so they are reported with every other problem. */
@@ -151,6 +163,8 @@ export interface Config {
     /** A PEM file of extra trusted CAs (tests' own CA). */
     readonly caFile?: string;
     readonly concurrency: number;
+    /** Seals merchants' signing secrets at rest (32 bytes, hex or base64); unset stores them as they are. */
+    readonly secretKey?: string;
   };
 }
 
@@ -231,6 +245,7 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
       allowPrivateTargets: env.WEBHOOK_ALLOW_PRIVATE_TARGETS,
       caFile: env.WEBHOOK_CA_FILE,
       concurrency: env.WEBHOOK_CONCURRENCY,
+      secretKey: env.WEBHOOK_SECRET_KEY,
     },
   });
 }

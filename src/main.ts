@@ -32,6 +32,7 @@ import { migrate } from './store/migrate.ts';
 import { tablesIn } from './store/tables.ts';
 import { WebhookStore } from './store/webhook-store.ts';
 import { WebhookDispatcher, type WebhookDispatcherOptions } from './webhooks/dispatcher.ts';
+import { parseSecretKey, SecretBox } from './webhooks/secret-box.ts';
 import { targetPolicy, type Resolver } from './webhooks/target-policy.ts';
 import { webhookRoutes } from './webhooks/webhook-routes.ts';
 
@@ -81,7 +82,10 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   const recentIds = new RecentEventIds(config.ingest.dedupCacheSize);
   const alertStore = new AlertStore(clickhouse, tables);
   const ingestEnabled = config.features.anomalyDetection;
-  const webhookStore = new WebhookStore(clickhouse, tables);
+  const webhookStore = new WebhookStore(clickhouse, tables, new SecretBox(config.webhooks.secretKey ? parseSecretKey(config.webhooks.secretKey) : undefined));
+  if (ingestEnabled && !config.webhooks.secretKey) {
+    logger.warn({ setting: 'WEBHOOK_SECRET_KEY' }, 'merchants\' webhook signing secrets are stored unsealed; set WEBHOOK_SECRET_KEY to seal them');
+  }
   const { resolve, ...webhookTiming } = deps.webhooks ?? {};
   const webhookPolicy = targetPolicy({ allowPrivate: config.webhooks.allowPrivateTargets, resolve });
   if (config.webhooks.allowPrivateTargets) {
@@ -262,7 +266,11 @@ function describeConfig(config: Config): Record<string, unknown> {
     clickhouse,
     enforcement: config.enforcement.mode,
     // The on-call URL may carry a token in its path: its origin only.
-    webhooks: { oncall: config.webhooks.oncall ? new URL(config.webhooks.oncall.url).origin : 'off', allowPrivateTargets: config.webhooks.allowPrivateTargets },
+    webhooks: {
+      oncall: config.webhooks.oncall ? new URL(config.webhooks.oncall.url).origin : 'off',
+      allowPrivateTargets: config.webhooks.allowPrivateTargets,
+      secretsSealed: config.webhooks.secretKey !== undefined,
+    },
   };
 }
 

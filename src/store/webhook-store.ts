@@ -2,12 +2,14 @@
  * Webhook endpoints, messages (with their attempt log) and breakers in ClickHouse (migration 005).
  * Contract: every row is written whole with a higher version and read FINAL; every
  * read an admin can cause is scoped by merchant; a signing secret is written only as row data
- * (never in query text, which a server may log) and is blanked when the endpoint is removed.
+ * (never in query text, which a server may log), sealed when a key is configured (secret-box.ts),
+ * and blanked when the endpoint is removed.
  */
 import { z } from 'zod';
 import type { ClickHouse } from './clickhouse.ts';
 import { toClickHouseTime } from './event-store.ts';
 import type { Tables } from './tables.ts';
+import { SecretBox } from '../webhooks/secret-box.ts';
 
 export const MESSAGE_STATUSES = ['pending', 'delivered', 'failed', 'cancelled'] as const;
 export type MessageStatus = (typeof MESSAGE_STATUSES)[number];
@@ -138,12 +140,19 @@ export interface DeliveryQuery {
   after?: { createdAt: number; id: string };
 }
 
+/** What a sealed secret is bound to: its merchant and endpoint. */
+function secretRow(merchantId: string, endpointId: string): string {
+  return `${merchantId}\u0000${endpointId}`;
+}
+
 export class WebhookStore {
   private version = Date.now() * 1000;
 
   constructor(
     private readonly db: ClickHouse,
     private readonly tables: Tables,
+    /** Seals merchants' signing secrets at rest (stores them as they are without a key). */
+    private readonly secrets = new SecretBox(undefined),
   ) {}
 
   // Endpoints ---------------------------------------------------------------------------------
@@ -187,7 +196,7 @@ export class WebhookStore {
         merchantId: parsed.merchant_id,
         endpointId: parsed.endpoint_id,
         url: parsed.url,
-        secret: parsed.secret,
+        secret: this.secrets.open(parsed.secret, secretRow(parsed.merchant_id, parsed.endpoint_id)),
         createdBy: parsed.created_by,
         createdAt: parsed.created_at,
         updatedAt: parsed.updated_at,
@@ -248,7 +257,14 @@ export class WebhookStore {
       const { registered_endpoint_id, registered_url, registered_secret, ...message } = pendingRow.parse(row);
       const parsed = toMessage(message);
       return parsed.destination === 'merchant' && registered_url
-        ? { ...parsed, endpoint: { endpointId: registered_endpoint_id, url: registered_url, secret: registered_secret } }
+        ? {
+            ...parsed,
+            endpoint: {
+              endpointId: registered_endpoint_id,
+              url: registered_url,
+              secret: this.secrets.open(registered_secret, secretRow(parsed.merchantId, registered_endpoint_id)),
+            },
+          }
         : parsed;
     });
   }
@@ -319,7 +335,7 @@ export class WebhookStore {
       merchant_id: endpoint.merchantId,
       endpoint_id: endpoint.endpointId,
       url: endpoint.url,
-      secret: endpoint.secret,
+      secret: this.secrets.seal(endpoint.secret, secretRow(endpoint.merchantId, endpoint.endpointId)),
       created_by: endpoint.createdBy,
       created_at: toClickHouseTime(endpoint.createdAt),
       updated_at: toClickHouseTime(endpoint.updatedAt),

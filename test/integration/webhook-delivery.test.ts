@@ -5,7 +5,7 @@
  * between attempts, and a burst of 1,000 critical alerts with bounded memory. Each test has a
  * database of its own.
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Alert } from '../../src/alerts/alert.ts';
 import { createLogger } from '../../src/logger.ts';
@@ -15,6 +15,7 @@ import { migrate } from '../../src/store/migrate.ts';
 import { tablesIn, type Tables } from '../../src/store/tables.ts';
 import { WebhookStore, type DeliveryRecord } from '../../src/store/webhook-store.ts';
 import { WebhookDispatcher, type WebhookDispatcherOptions } from '../../src/webhooks/dispatcher.ts';
+import { SecretBox } from '../../src/webhooks/secret-box.ts';
 import { targetPolicy } from '../../src/webhooks/target-policy.ts';
 import { verifyWebhook } from '../../src/webhooks/verify.ts';
 import { useEngines } from '../support/engines.ts';
@@ -56,12 +57,12 @@ describe('webhook delivery', () => {
   }
 
   /** Connects to a database (new unless named), migrates it, and starts a dispatcher on it. */
-  async function startDispatcher(options: Partial<WebhookDispatcherOptions> & { database?: string } = {}): Promise<Harness> {
+  async function startDispatcher(options: Partial<WebhookDispatcherOptions> & { database?: string; secrets?: SecretBox } = {}): Promise<Harness> {
     const { clickhouse } = engines;
     const tables = tablesIn(options.database ?? `${clickhouse.database}_${++databases}`);
     const db = connectClickHouse({ url: clickhouse.url, username: clickhouse.username, password: clickhouse.password, dataDir: clickhouse.dataDir });
     await migrate(db, { tables, eventsTtlDays: 30 }, logger);
-    const store = new WebhookStore(db, tables);
+    const store = new WebhookStore(db, tables, options.secrets);
     const metrics = new WorkerMetrics({ defaultMetrics: false });
     const dispatcher = new WebhookDispatcher({
       store,
@@ -207,6 +208,30 @@ describe('webhook delivery', () => {
       await hanging.close();
       await untrusted.close();
     }
+  });
+
+  it('stores merchants\' signing secrets sealed when a key is set, and still signs with them (and with older unsealed ones)', async () => {
+    const path = `/sealed-${randomUUID()}`;
+    receiver.answer(() => 200);
+    const h = await startDispatcher({ secrets: new SecretBox(randomBytes(32)) });
+    const t0 = Date.now();
+    const secret = await registerEndpoint(h.store, 'm_sealed', `${receiver.origin}${path}/sealed`, t0);
+    // Registered before WEBHOOK_SECRET_KEY was set: stored as it is, and still read.
+    const older = await registerEndpoint(new WebhookStore(h.db, h.tables), 'm_older', `${receiver.origin}${path}/older`, t0);
+    const rows = await h.db.queryRows<{ merchant_id: string; secret: string }>(`SELECT merchant_id, secret FROM ${h.tables.webhookEndpoints} FINAL`);
+    const storedSecret = (merchantId: string) => rows.find((row) => row.merchant_id === merchantId)?.secret;
+    expect(storedSecret('m_sealed')).toMatch(/^sealed:v1:/);
+    expect(storedSecret('m_sealed')).not.toContain(secret);
+    expect(storedSecret('m_older')).toBe(older);
+
+    h.dispatcher.notify(alert('m_sealed'));
+    h.dispatcher.notify(alert('m_older'));
+    await waitFor(() => receiver.received.filter((request) => request.path.startsWith(path)).length === 2, 'both delivered', 10_000);
+    for (const [merchant, key] of [['sealed', secret], ['older', older]] as const) {
+      const [request] = receiver.received.filter((received) => received.path === `${path}/${merchant}`);
+      expect(verifyWebhook({ secret: key, rawBody: request!.rawBody, headers: request!.headers, now: Number(request!.headers['svc-timestamp']) }).id).toBe(request!.headers['svc-id']);
+    }
+    await h.stop();
   });
 
   it('sends a retry to the endpoint registered at the time of the attempt, and cancels it when the endpoint was removed', async () => {

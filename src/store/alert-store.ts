@@ -173,8 +173,10 @@ export class AlertStore {
 
   /** Alerts of any merchant written since a time, by any replica (for replicas to learn each other's changes). */
   async changedSince(since: Date): Promise<Alert[]> {
+    // The ids first, without FINAL (one column scanned); then only those alerts are collapsed.
     const rows = await this.db.queryRows(
-      `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL WHERE updated_at >= {since:DateTime64(3)}`,
+      `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL
+        WHERE id IN (SELECT id FROM ${this.tables.alerts} WHERE updated_at >= {since:DateTime64(3)})`,
       { since: toClickHouseTime(since.getTime()) },
     );
     return rows.map((row) => fromRow(alertRow.parse(row)));

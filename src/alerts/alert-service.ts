@@ -151,9 +151,9 @@ export class AlertService {
       void this.store
         .getMany([changed.id])
         .then(([stored]) => {
-          if (!stored || mergeLifecycle(stored, changed) === stored) return;
+          const merged = stored && mergeLifecycle(stored, changed);
+          if (!merged || merged === stored) return;
           this.logger.warn({ alertId: changed.id }, 'a status change was written over by another replica; writing it again');
-          const merged = mergeLifecycle(stored, changed);
           this.manager.sync(merged);
           this.unsaved.set(changed.id, merged);
           this.schedule(FLUSH_DELAY_MS);

@@ -17,10 +17,6 @@ export class SecretBox {
     if (key && key.length !== 32) throw new Error('the webhook secret key must be 32 bytes');
   }
 
-  get sealing(): boolean {
-    return this.key !== undefined;
-  }
-
   /** The value to store for a secret; `boundTo` names the row it belongs to. An empty secret stays empty. */
   seal(secret: string, boundTo: string): string {
     if (!this.key || secret === '') return secret;

@@ -55,6 +55,23 @@ describe('EventBuffer', () => {
     expect(Date.now() - started).toBeGreaterThanOrEqual(15);
   });
 
+  it('stores the tail of a backlog at once after a full insert, and only then', async () => {
+    const { eventBuffer, stored } = buffer({ flushRows: 2, flushIntervalMs: 60_000 });
+    // Not behind before: a caught-up batch waits for the interval like any other.
+    void eventBuffer.add({ lines: ['{"a":0}'], endsBacklog: true });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(stored).toEqual([]);
+    await eventBuffer.add({ lines: ['{"a":1}'] }); // a full insert: intake was behind
+    expect(stored).toEqual([['{"a":0}', '{"a":1}']]);
+    const tail = eventBuffer.add({ lines: ['{"a":2}'], endsBacklog: true });
+    await tail; // long before the 60 s interval
+    expect(stored).toEqual([['{"a":0}', '{"a":1}'], ['{"a":2}']]);
+    // That early insert was not full: the next caught-up batch waits again (one early insert per full one).
+    void eventBuffer.add({ lines: ['{"a":3}'], endsBacklog: true });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(stored).toHaveLength(2);
+  });
+
   it('retries a failed store, reports the outage once, commits only after it succeeds', async () => {
     const { eventBuffer, stored, events } = buffer({ flushRows: 1, failures: 3 });
     await eventBuffer.add({ lines: ['{"a":1}'], deadLetters: [], offsets: [{ topic: 't', partition: 0, offset: 1 }] });

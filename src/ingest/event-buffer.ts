@@ -2,7 +2,10 @@
  * The write path to storage. Rows from Kafka batches and HTTP posts accumulate here and are stored
  * in large inserts, by count (STORE_FLUSH_ROWS) or age (STORE_FLUSH_INTERVAL_MS), one insert at a time
  * while the next rows keep accumulating: the engine's throughput depends on large inserts, and the
- * consumer keeps fetching while one is in flight.
+ * consumer keeps fetching while one is in flight. One exception to the age rule: when intake reports
+ * that it has caught up with the end of a backlog (BufferInput.endsBacklog) right after a full insert,
+ * the rows waiting are stored at once rather than a second later; at most one such early insert
+ * follows each full one, so inserts stay large and few.
  *
  * Contract: a flush's dead letters are produced first, then its rows are stored, then its offsets
  * committed. The order of the first two matters: a restarted consumer skips every offset up to the
@@ -31,6 +34,8 @@ export interface BufferInput {
   encodedRows?: { bytes: Uint8Array; count: number };
   deadLetters?: readonly DeadLetter[];
   offsets?: readonly OffsetMark[];
+  /** Intake has just caught up with the end of a backlog: nothing more is waiting to be fetched. */
+  endsBacklog?: boolean;
 }
 
 export interface EventBufferOptions {
@@ -54,6 +59,7 @@ class PendingFlush {
   deadLetters: DeadLetter[] = [];
   readonly offsets = new Map<string, OffsetMark>();
   firstAddedAt = 0;
+  endsBacklog = false;
   readonly durable: Promise<void>;
   resolve!: () => void;
   reject!: (error: Error) => void;
@@ -81,6 +87,8 @@ export class EventBuffer {
   private capacityWaiters: (() => void)[] = [];
   private readonly outageListeners = new Set<() => void>();
   private _healthy = true;
+  /** Whether the last insert was a full one (STORE_FLUSH_ROWS rows): intake was behind. */
+  private lastFlushWasFull = false;
 
   constructor(private readonly options: EventBufferOptions) {}
 
@@ -106,6 +114,7 @@ export class EventBuffer {
     if (input.lines) for (const line of input.lines) pending.rows.append(line);
     if (input.encodedRows && input.encodedRows.count > 0) pending.rows.appendEncoded(input.encodedRows.bytes, input.encodedRows.count);
     if (input.deadLetters) for (const record of input.deadLetters) pending.deadLetters.push(record);
+    if (input.endsBacklog) pending.endsBacklog = true;
     if (input.offsets) {
       for (const mark of input.offsets) {
         const key = `${mark.topic}\u0000${mark.partition}`;
@@ -160,7 +169,10 @@ export class EventBuffer {
     return (
       this.draining ||
       pending.rows.rows >= this.options.flushRows ||
-      Date.now() - pending.firstAddedAt >= this.options.flushIntervalMs
+      Date.now() - pending.firstAddedAt >= this.options.flushIntervalMs ||
+      // The tail of a backlog: the full inserts before it show intake was behind, and nothing more
+      // is coming soon, so waiting out the interval would only delay these rows.
+      (pending.endsBacklog && this.lastFlushWasFull)
     );
   }
 
@@ -192,6 +204,7 @@ export class EventBuffer {
     while (this.isDue(this.pending) && !this.stopped) {
       const flush = this.pending;
       this.pending = new PendingFlush();
+      this.lastFlushWasFull = flush.rows.rows >= this.options.flushRows;
       this.options.metrics.bufferedRows.set(0);
       for (const wake of this.capacityWaiters.splice(0)) wake();
       try {

@@ -40,6 +40,30 @@ export interface KafkaIntakeOptions {
   logger: Logger;
 }
 
+/**
+ * Tells when the replica catches up with a backlog: a batch that leaves no message behind it on its
+ * partition, when its partition and no other was behind before. The buffer then stores at once
+ * what it holds instead of waiting out the flush interval (event-buffer.ts).
+ */
+export class BacklogWatch {
+  /** Partitions whose last batch left messages behind it (consumer lag above 0). */
+  private readonly behind = new Set<number>();
+
+  /** Records a batch's lag; true when the replica has just caught up. */
+  note(partition: number, lag: number): boolean {
+    if (lag > 0) {
+      this.behind.add(partition);
+      return false;
+    }
+    return this.behind.delete(partition) && this.behind.size === 0;
+  }
+
+  /** After a rebalance: partitions may have gone elsewhere. */
+  reset(): void {
+    this.behind.clear();
+  }
+}
+
 /** Fetched batches allowed to wait for the analysis thread before the consumer waits too. */
 const MAX_BATCHES_IN_FLIGHT = 16;
 
@@ -58,6 +82,7 @@ export class KafkaIntake {
   /** Validated batches are added to the buffer in fetch order, through this chain. */
   private chain: Promise<void> = Promise.resolve();
   private batchesInFlight = 0;
+  private readonly backlog = new BacklogWatch();
   private failure: Error | undefined;
   private crashedBy: Error | undefined;
 
@@ -79,6 +104,7 @@ export class KafkaIntake {
     this.consumer.on(this.consumer.events.GROUP_JOIN, (event) => {
       this.storedOffsets = new Map();
       this.warmups = new Map();
+      this.backlog.reset();
       const owned = event.payload.memberAssignment[options.topic] ?? [];
       options.metrics.assignedPartitions.set(owned.length);
       // Keys of partitions that moved to another replica are its to watch now.
@@ -174,15 +200,17 @@ export class KafkaIntake {
     resolveOffset(batch.lastOffset()); // moves the fetch position on; the commit waits for storage
     metrics.eventsConsumed.inc({ source: 'kafka' }, batch.messages.length);
     if (redelivered > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, redelivered);
-    metrics.consumerLag.set({ topic, partition }, Math.max(0, Number(batch.highWatermark) - lastOffset - 1));
+    const lag = Math.max(0, Number(batch.highWatermark) - lastOffset - 1);
+    metrics.consumerLag.set({ topic, partition }, lag);
     const mark: OffsetMark = { topic, partition, offset: lastOffset + 1 };
+    const endsBacklog = this.backlog.note(partition, lag);
 
     this.batchesInFlight++;
     const step = this.chain.then(async () => {
       const result = analysis ? await analysis : undefined;
       const deadLetters = (result?.rejections ?? []).map(({ rejection, text, offset, timestamp }) => toDeadLetter(rejection, text, { topic, partition, offset, timestamp }));
       if (result && result.duplicates > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, result.duplicates);
-      void this.buffer.add({ encodedRows: result && { bytes: result.rows, count: result.rowCount }, deadLetters, offsets: [mark] });
+      void this.buffer.add({ encodedRows: result && { bytes: result.rows, count: result.rowCount }, deadLetters, offsets: [mark], endsBacklog });
       if (result) this.options.onDetection(result);
       metrics.batchDuration.observe((performance.now() - started) / 1000);
     });

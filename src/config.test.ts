@@ -75,6 +75,7 @@ describe('loadConfig: webhooks', () => {
     [{ ONCALL_WEBHOOK_URL: 'https://oncall.example.com/hook', ONCALL_WEBHOOK_SECRET: 'short' }, 'at least 32'],
     [{ WEBHOOK_ALLOW_PRIVATE_TARGETS: 'sometimes' }, 'expected true or false'],
     [{ WEBHOOK_SECRET_KEY: 'short' }, 'WEBHOOK_SECRET_KEY: must be 32 bytes'],
+    [{ WEBHOOK_SECRET_KEY: 'a1'.repeat(32), WEBHOOK_SECRET_KEY_PREVIOUS: 'short' }, 'WEBHOOK_SECRET_KEY_PREVIOUS: must be 32 bytes'],
   ])('refuses %j', (env, problem) => {
     expect(() => loadConfig(env)).toThrow(problem);
     try {
@@ -90,6 +91,7 @@ describe('loadConfig: webhooks', () => {
     expect(loadConfig({ WEBHOOK_SECRET_KEY: hex }).webhooks.secretKey).toBe(hex);
     const base64 = Buffer.alloc(32, 7).toString('base64');
     expect(loadConfig({ WEBHOOK_SECRET_KEY: base64 }).webhooks.secretKey).toBe(base64);
+    expect(loadConfig({ WEBHOOK_SECRET_KEY: hex, WEBHOOK_SECRET_KEY_PREVIOUS: base64 }).webhooks.previousSecretKey).toBe(base64);
   });
 
   it('accepts a loopback on-call endpoint only with WEBHOOK_ALLOW_PRIVATE_TARGETS=true', () => {

@@ -23,6 +23,20 @@ const envBoolean = (defaultValue: boolean) =>
 const envInt = (defaultValue: number, min: number, max: number) =>
   z.coerce.number().int().min(min).max(max).default(defaultValue);
 
+/** A key for sealing secrets (parseSecretKey); its value is never quoted in an error. */
+const secretKeySetting = () =>
+  z
+    .string()
+    .optional()
+    .superRefine((value, ctx) => {
+      if (value === undefined) return;
+      try {
+        parseSecretKey(value);
+      } catch (error) {
+        ctx.addIssue({ code: 'custom', message: (error as Error).message });
+      }
+    });
+
 const commaList = z
   .string()
   .transform((value) => value.split(',').map((item) => item.trim()).filter((item) => item.length > 0));
@@ -85,17 +99,8 @@ const envSchema = z
     WEBHOOK_ALLOW_PRIVATE_TARGETS: envBoolean(false),
     WEBHOOK_CA_FILE: z.string().min(1).optional(),
     WEBHOOK_CONCURRENCY: envInt(16, 1, 256),
-    WEBHOOK_SECRET_KEY: z
-      .string()
-      .optional()
-      .superRefine((value, ctx) => {
-        if (value === undefined) return;
-        try {
-          parseSecretKey(value);
-        } catch (error) {
-          ctx.addIssue({ code: 'custom', message: (error as Error).message });
-        }
-      }),
+    WEBHOOK_SECRET_KEY: secretKeySetting(),
+    WEBHOOK_SECRET_KEY_PREVIOUS: secretKeySetting(),
   });
 
 /** Rules across variables, checked on the raw environment so they are reported with every other problem. */
@@ -165,6 +170,8 @@ export interface Config {
     readonly concurrency: number;
     /** Seals merchants' signing secrets at rest (32 bytes, hex or base64); unset stores them as they are. */
     readonly secretKey?: string;
+    /** The key before a rotation: opens secrets sealed with it, never seals. */
+    readonly previousSecretKey?: string;
   };
 }
 
@@ -246,6 +253,7 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
       caFile: env.WEBHOOK_CA_FILE,
       concurrency: env.WEBHOOK_CONCURRENCY,
       secretKey: env.WEBHOOK_SECRET_KEY,
+      previousSecretKey: env.WEBHOOK_SECRET_KEY_PREVIOUS,
     },
   });
 }

@@ -82,7 +82,9 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   const recentIds = new RecentEventIds(config.ingest.dedupCacheSize);
   const alertStore = new AlertStore(clickhouse, tables);
   const ingestEnabled = config.features.anomalyDetection;
-  const webhookStore = new WebhookStore(clickhouse, tables, new SecretBox(config.webhooks.secretKey ? parseSecretKey(config.webhooks.secretKey) : undefined));
+  const { secretKey, previousSecretKey } = config.webhooks;
+  const secrets = new SecretBox(secretKey ? parseSecretKey(secretKey) : undefined, previousSecretKey ? [parseSecretKey(previousSecretKey)] : []);
+  const webhookStore = new WebhookStore(clickhouse, tables, secrets);
   if (ingestEnabled && !config.webhooks.secretKey) {
     logger.warn({ setting: 'WEBHOOK_SECRET_KEY' }, 'merchants\' webhook signing secrets are stored unsealed; set WEBHOOK_SECRET_KEY to seal them');
   }

@@ -20,8 +20,12 @@ export interface WebhookEndpoint {
   merchantId: string;
   endpointId: string;
   url: string;
-  /** Signing secret: for signing only, never logged or returned after registration. */
-  secret: string;
+  /**
+   * Signing secret: for signing only, never logged or returned after registration. Undefined when
+   * the stored value does not open with WEBHOOK_SECRET_KEY (nor WEBHOOK_SECRET_KEY_PREVIOUS): its
+   * deliveries fail until the key is restored or the merchant registers the endpoint again.
+   */
+  secret: string | undefined;
   createdBy: string;
   createdAt: number;
   updatedAt: number;
@@ -157,7 +161,7 @@ export class WebhookStore {
 
   // Endpoints ---------------------------------------------------------------------------------
 
-  async putEndpoint(endpoint: WebhookEndpoint): Promise<void> {
+  async putEndpoint(endpoint: WebhookEndpoint & { secret: string }): Promise<void> {
     try {
       await this.insert(this.tables.webhookEndpoints, ENDPOINT_COLUMNS, [this.endpointLine(endpoint, false)]);
     } catch (error) {
@@ -330,7 +334,7 @@ export class WebhookStore {
 
   // -------------------------------------------------------------------------------------------
 
-  private endpointLine(endpoint: WebhookEndpoint, deleted: boolean): string {
+  private endpointLine(endpoint: WebhookEndpoint & { secret: string }, deleted: boolean): string {
     return JSON.stringify({
       merchant_id: endpoint.merchantId,
       endpoint_id: endpoint.endpointId,

@@ -88,8 +88,15 @@ interface Notification {
   body: string;
 }
 
-/** An attempt's result; `circuit_open` is an attempt skipped because the endpoint is paused. */
-type AttemptReport = Omit<AttemptResult, 'outcome'> & { outcome: AttemptResult['outcome'] | 'circuit_open' };
+const UNREADABLE_SECRET =
+  'the endpoint\'s signing secret does not open with WEBHOOK_SECRET_KEY (was the key changed? set the old one as WEBHOOK_SECRET_KEY_PREVIOUS), ' +
+  'or the merchant registers the endpoint again';
+
+/**
+ * An attempt's result; `circuit_open` is an attempt skipped because the endpoint is paused,
+ * `secret_unreadable` one skipped because its signing secret cannot be read.
+ */
+type AttemptReport = Omit<AttemptResult, 'outcome'> & { outcome: AttemptResult['outcome'] | 'circuit_open' | 'secret_unreadable' };
 
 interface Outcome {
   message: WebhookMessage;
@@ -337,7 +344,10 @@ export class WebhookDispatcher {
     let result: AttemptReport;
     let breaker: BreakerState | undefined;
     const pausedUntil = this.breakers.pausedUntil(target.endpointId, now);
-    if (pausedUntil !== undefined) {
+    if (target.secret === undefined) {
+      // Nothing is sent unsigned; the message waits on its schedule for the key to be restored.
+      result = { outcome: 'secret_unreadable', error: UNREADABLE_SECRET, durationMs: 0 };
+    } else if (pausedUntil !== undefined) {
       result = { outcome: 'circuit_open', error: `endpoint paused until ${new Date(pausedUntil).toISOString()}`, durationMs: 0 };
     } else {
       const timestamp = String(now);

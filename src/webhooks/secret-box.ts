@@ -3,7 +3,10 @@
  * (AES-256-GCM, a random nonce per value) and bound to its merchant and endpoint, so a sealed value
  * copied into another row does not open. A stored value without the prefix was written before
  * sealing was configured and is read as it is; it is sealed when the merchant registers again.
- * Errors never quote the secret or the stored value.
+ * Rotation: new values are sealed with the current key; values sealed with a previous key
+ * (WEBHOOK_SECRET_KEY_PREVIOUS) still open, until the merchants register again.
+ * A value that opens with no key is reported as unreadable (undefined), never thrown: one merchant's
+ * unreadable row must not stop deliveries to every other merchant and to on-call.
  */
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 
@@ -12,9 +15,15 @@ const NONCE_BYTES = 12;
 const TAG_BYTES = 16;
 
 export class SecretBox {
-  /** @param key 32 bytes, or undefined to store secrets as they are. */
-  constructor(private readonly key: Buffer | undefined) {
-    if (key && key.length !== 32) throw new Error('the webhook secret key must be 32 bytes');
+  /**
+   * @param key 32 bytes, or undefined to store secrets as they are.
+   * @param previousKeys keys that sealed values stored before a rotation; used to open only.
+   */
+  constructor(
+    private readonly key: Buffer | undefined,
+    private readonly previousKeys: readonly Buffer[] = [],
+  ) {
+    for (const each of [...(key ? [key] : []), ...previousKeys]) if (each.length !== 32) throw new Error('a webhook secret key must be 32 bytes');
   }
 
   /** The value to store for a secret; `boundTo` names the row it belongs to. An empty secret stays empty. */
@@ -27,20 +36,25 @@ export class SecretBox {
     return PREFIX + Buffer.concat([nonce, cipher.getAuthTag(), sealed]).toString('base64url');
   }
 
-  /** The secret a stored value holds; throws when a sealed value cannot be opened with this key. */
-  open(stored: string, boundTo: string): string {
+  /**
+   * The secret a stored value holds; undefined when a sealed value opens with none of the keys
+   * (another key, no key configured, or an altered or moved row).
+   */
+  open(stored: string, boundTo: string): string | undefined {
     if (!stored.startsWith(PREFIX)) return stored;
-    if (!this.key) throw new Error('a webhook secret is stored sealed, but WEBHOOK_SECRET_KEY is not set');
     const raw = Buffer.from(stored.slice(PREFIX.length), 'base64url');
-    try {
-      if (raw.length < NONCE_BYTES + TAG_BYTES) throw new Error('too short');
-      const decipher = createDecipheriv('aes-256-gcm', this.key, raw.subarray(0, NONCE_BYTES));
-      decipher.setAAD(Buffer.from(boundTo, 'utf8'));
-      decipher.setAuthTag(raw.subarray(NONCE_BYTES, NONCE_BYTES + TAG_BYTES));
-      return Buffer.concat([decipher.update(raw.subarray(NONCE_BYTES + TAG_BYTES)), decipher.final()]).toString('utf8');
-    } catch {
-      throw new Error('a sealed webhook secret does not open with WEBHOOK_SECRET_KEY (another key, or an altered row)');
+    if (raw.length < NONCE_BYTES + TAG_BYTES) return undefined;
+    for (const key of [...(this.key ? [this.key] : []), ...this.previousKeys]) {
+      try {
+        const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, NONCE_BYTES));
+        decipher.setAAD(Buffer.from(boundTo, 'utf8'));
+        decipher.setAuthTag(raw.subarray(NONCE_BYTES, NONCE_BYTES + TAG_BYTES));
+        return Buffer.concat([decipher.update(raw.subarray(NONCE_BYTES + TAG_BYTES)), decipher.final()]).toString('utf8');
+      } catch {
+        // not this key: try the next
+      }
     }
+    return undefined;
   }
 }
 

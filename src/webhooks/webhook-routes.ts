@@ -120,7 +120,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): AdminRoute[] {
         }
         const at = now();
         const previous = await deps.store.endpoint(merchantId);
-        const endpoint: WebhookEndpoint = {
+        const endpoint: WebhookEndpoint & { secret: string } = {
           merchantId,
           endpointId: randomUUID(),
           url,

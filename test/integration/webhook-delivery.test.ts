@@ -234,6 +234,42 @@ describe('webhook delivery', () => {
     await h.stop();
   });
 
+  it('keeps delivering when one merchant\'s secret no longer opens (the key changed), and signs it again once the old key is given as previous', async () => {
+    const path = `/rotated-${randomUUID()}`;
+    receiver.answer(() => 200);
+    const oldKey = randomBytes(32);
+    const before = await startDispatcher({ secrets: new SecretBox(oldKey) });
+    const t0 = Date.now();
+    const lostSecret = await registerEndpoint(before.store, 'm_lost', `${receiver.origin}${path}/lost`, t0);
+    await before.stop();
+
+    // Restarted with a new key and without the old one: m_lost's stored secret opens with no key.
+    const oncall = { url: `${receiver.origin}${path}/oncall`, secret: ONCALL_SECRET };
+    const after = await startDispatcher({ secrets: new SecretBox(randomBytes(32)), database: before.tables.database, oncall });
+    expect((await after.store.endpoint('m_lost'))?.secret).toBeUndefined(); // read, not thrown
+    const keptSecret = await registerEndpoint(after.store, 'm_kept', `${receiver.origin}${path}/kept`, t0);
+    after.dispatcher.notify(alert('m_lost'));
+    after.dispatcher.notify(alert('m_kept'));
+    await waitFor(async () => (await deliveries(after.store, 'm_lost')).some((d) => d.destination === 'merchant' && d.attempts === 1), 'the unreadable attempt is recorded', 10_000);
+    await waitFor(() => requestsTo(`${path}/oncall`).length === 2 && requestsTo(`${path}/kept`).length === 1, 'on-call and the other merchant delivered', 10_000);
+    expect(requestsTo(`${path}/lost`)).toHaveLength(0); // nothing sent unsigned or wrongly signed
+    const [lost] = (await deliveries(after.store, 'm_lost')).filter((d) => d.destination === 'merchant');
+    expect(lost).toMatchObject({ status: 'pending', lastOutcome: 'secret_unreadable' });
+    expect(lost!.lastError).toMatch(/WEBHOOK_SECRET_KEY_PREVIOUS/);
+    const [kept] = requestsTo(`${path}/kept`);
+    expect(verifyWebhook({ secret: keptSecret, rawBody: kept!.rawBody, headers: kept!.headers, now: Number(kept!.headers['svc-timestamp']) }).id).toBe(kept!.headers['svc-id']);
+    await after.stop();
+
+    // The operator gives the old key as WEBHOOK_SECRET_KEY_PREVIOUS: the old secret signs again.
+    const rotated = await startDispatcher({ secrets: new SecretBox(randomBytes(32), [oldKey]), database: before.tables.database });
+    expect((await rotated.store.endpoint('m_lost'))?.secret).toBe(lostSecret);
+    rotated.dispatcher.notify(alert('m_lost', 1));
+    await waitFor(() => requestsTo(`${path}/lost`).length >= 1, 'delivered with the old secret', 10_000);
+    const [request] = requestsTo(`${path}/lost`);
+    expect(verifyWebhook({ secret: lostSecret, rawBody: request!.rawBody, headers: request!.headers, now: Number(request!.headers['svc-timestamp']) }).id).toBe(request!.headers['svc-id']);
+    await rotated.stop();
+  });
+
   it('sends a retry to the endpoint registered at the time of the attempt, and cancels it when the endpoint was removed', async () => {
     const clock = testClock();
     const t0 = clock.now();

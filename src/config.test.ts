@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from './config.ts';
 
@@ -58,7 +59,12 @@ describe('loadConfig: webhooks', () => {
   const SECRET = 'oncall-secret-0123456789abcdefghijklmnop';
 
   it('is off by default: no on-call endpoint, private targets refused', () => {
-    expect(loadConfig({}).webhooks).toEqual({ oncall: undefined, allowPrivateTargets: false, caFile: undefined, concurrency: 16 });
+    expect(loadConfig({}).webhooks).toEqual({ oncall: undefined, allowPrivateTargets: false, caFile: undefined, concurrency: 16, owner: hostname() });
+  });
+
+  it('names the replica that owns the webhooks it creates by WORKER_ID, else the hostname', () => {
+    expect(loadConfig({ WORKER_ID: ' worker-2 ' }).webhooks.owner).toBe('worker-2');
+    expect(() => loadConfig({ WORKER_ID: '  ' })).toThrow('WORKER_ID');
   });
 
   it('reads the on-call endpoint', () => {

@@ -3,6 +3,7 @@
  * Contract: an invalid setting stops start-up with one message that lists every problem;
  * the parsed result is frozen and passed to the parts that need it (nothing reads process.env later).
  */
+import { hostname } from 'node:os';
 import { z } from 'zod';
 import { parseSecretKey } from './webhooks/secret-box.ts';
 import { checkTargetUrl } from './webhooks/target-policy.ts';
@@ -51,6 +52,7 @@ const envSchema = z
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     HOST: z.string().default('0.0.0.0'),
     PORT: envInt(8080, 0, 65535),
+    WORKER_ID: z.string().trim().min(1).max(200).optional(),
 
     FEATURE_ANOMALY_DETECTION: envBoolean(false),
     FEATURE_AI_RISK_SCORING: envBoolean(false),
@@ -172,6 +174,11 @@ export interface Config {
     readonly secretKey?: string;
     /** The key before a rotation: opens secrets sealed with it, never seals. */
     readonly previousSecretKey?: string;
+    /**
+     * This replica's stable id (WORKER_ID, else the hostname): it attempts the messages it created,
+     * and another replica's only once they are overdue, so one alert is not sent once per replica.
+     */
+    readonly owner: string;
   };
 }
 
@@ -254,6 +261,7 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
       concurrency: env.WEBHOOK_CONCURRENCY,
       secretKey: env.WEBHOOK_SECRET_KEY,
       previousSecretKey: env.WEBHOOK_SECRET_KEY_PREVIOUS,
+      owner: env.WORKER_ID ?? hostname(),
     },
   });
 }

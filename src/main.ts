@@ -97,6 +97,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     ? new WebhookDispatcher({
         store: webhookStore,
         oncall: config.webhooks.oncall,
+        owner: config.webhooks.owner,
         policy: webhookPolicy,
         ca: config.webhooks.caFile ? [...rootCertificates, readFileSync(config.webhooks.caFile, 'utf8')] : undefined,
         concurrency: config.webhooks.concurrency,

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { RULES } from '../../rules/index.ts';
 import type { Finding, Severity } from '../detect/types.ts';
 import { createLogger } from '../logger.ts';
@@ -61,5 +61,38 @@ describe('AlertService onCritical', () => {
       apply('critical', 'pk_b');
     }).not.toThrow();
     expect(seen).toEqual(['pk_a', 'pk_b']);
+  });
+});
+
+describe('AlertService.stop', () => {
+  it('waits for a read of the other replicas\' alerts in progress, so storage is not closed under it', async () => {
+    vi.useFakeTimers();
+    try {
+      let release: (rows: Alert[]) => void = () => undefined;
+      const reads: string[] = [];
+      const store = {
+        loadForDedup: async () => [],
+        changedSince: () => {
+          reads.push('changedSince');
+          return new Promise<Alert[]>((resolve) => (release = resolve));
+        },
+        save: async () => undefined,
+      } as unknown as AlertStore;
+      const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
+      const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
+      await alerts.start(3_600_000);
+      await vi.advanceTimersByTimeAsync(5_000);
+      expect(reads).toEqual(['changedSince']);
+
+      let stopped = false;
+      const stopping = alerts.stop().then(() => (stopped = true));
+      await vi.advanceTimersByTimeAsync(100);
+      expect(stopped).toBe(false);
+      release([]);
+      await stopping;
+      expect(stopped).toBe(true);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -47,6 +47,8 @@ export class AlertService {
   private syncTimer: NodeJS.Timeout | undefined;
   private syncedUpTo = 0;
   private readonly verifyTimers = new Set<NodeJS.Timeout>();
+  /** Reads started by timers (syncs, read-backs) still running: stop waits for them before storage closes. */
+  private readonly reading = new Set<Promise<void>>();
 
   constructor(
     private readonly manager: AlertManager,
@@ -64,7 +66,7 @@ export class AlertService {
     const startedAt = Date.now();
     this.manager.load(await this.store.loadForDedup(new Date(startedAt - Math.max(suppressionMs, 24 * 3_600_000))));
     this.syncedUpTo = startedAt;
-    this.syncTimer = setInterval(() => void this.syncWithStore(), SYNC_INTERVAL_MS);
+    this.syncTimer = setInterval(() => this.inBackground(this.syncWithStore()), SYNC_INTERVAL_MS);
     this.syncTimer.unref();
   }
 
@@ -148,7 +150,7 @@ export class AlertService {
   private verifyLater(changed: Alert): void {
     const timer = setTimeout(() => {
       this.verifyTimers.delete(timer);
-      void this.store
+      const read = this.store
         .getMany([changed.id])
         .then(([stored]) => {
           const merged = stored && mergeLifecycle(stored, changed);
@@ -159,6 +161,7 @@ export class AlertService {
           this.schedule(FLUSH_DELAY_MS);
         })
         .catch((error: unknown) => this.logger.warn({ err: error, alertId: changed.id }, 'reading back a status change failed'));
+      this.inBackground(read);
     }, VERIFY_DELAY_MS);
     timer.unref();
     this.verifyTimers.add(timer);
@@ -197,7 +200,14 @@ export class AlertService {
     clearInterval(this.syncTimer);
     for (const timer of this.verifyTimers) clearTimeout(timer);
     this.verifyTimers.clear();
+    await Promise.all([...this.reading]);
     await this.flush();
+  }
+
+  /** Keeps a read that never rejects until it ends, so stop() can wait for it. */
+  private inBackground(read: Promise<void>): void {
+    this.reading.add(read);
+    void read.finally(() => this.reading.delete(read));
   }
 
   /** Flushes within delayMs: an earlier deadline replaces a later one, never the reverse. */

@@ -1,5 +1,5 @@
 /**
- * Webhook endpoints, messages (with their attempt log) and breakers in ClickHouse (migration 005).
+ * Webhook endpoints, messages (with their attempt log) and breakers in ClickHouse (migrations 005, 006).
  * Contract: every row is written whole with a higher version and read FINAL; every
  * read an admin can cause is scoped by merchant; a signing secret is written only as row data
  * (never in query text, which a server may log), sealed when a key is configured (secret-box.ts),
@@ -41,6 +41,8 @@ export interface WebhookMessage {
   target: string;
   body: string;
   status: MessageStatus;
+  /** The replica that attempts it (WORKER_ID); empty: any replica (messages stored before owners). */
+  owner: string;
   attempts: number;
   nextAttemptAt: number;
   lastOutcome: string;
@@ -68,8 +70,17 @@ export interface BreakerState {
   updatedAt: number;
 }
 
-/** A due message with, for a merchant message, the merchant's endpoint as registered now. */
-export type PendingMessage = WebhookMessage & { endpoint?: Pick<WebhookEndpoint, 'endpointId' | 'url' | 'secret'> };
+/**
+ * A pending message with, for a merchant message, the merchant's endpoint as registered now, and
+ * when the reading replica may attempt it (`dueAt`: its next attempt for its owner, later for others).
+ */
+export type PendingMessage = WebhookMessage & { dueAt: number; endpoint?: Pick<WebhookEndpoint, 'endpointId' | 'url' | 'secret'> };
+
+/** Who reads pending messages: its own are due on schedule, another replica's only `adoptAfterMs` later. */
+export interface PendingReader {
+  owner: string;
+  adoptAfterMs: number;
+}
 
 /** A message as the delivery log shows it: without its body. */
 export type DeliveryRecord = Omit<WebhookMessage, 'body'>;
@@ -105,6 +116,7 @@ const messageColumns = {
   endpoint_id: z.string(),
   target: z.string(),
   status: z.enum(MESSAGE_STATUSES),
+  owner: z.string(),
   attempts: z.coerce.number(),
   next_attempt_at: time,
   last_outcome: z.string(),
@@ -115,7 +127,7 @@ const messageColumns = {
 };
 const messageRow = z.object({ ...messageColumns, body: z.string() });
 const deliveryRow = z.object(messageColumns);
-const pendingRow = messageRow.extend({ registered_endpoint_id: z.string(), registered_url: z.string(), registered_secret: z.string() });
+const pendingRow = messageRow.extend({ due_at: time, registered_endpoint_id: z.string(), registered_url: z.string(), registered_secret: z.string() });
 
 const breakerRow = z.object({
   endpoint_id: z.string(),
@@ -126,7 +138,7 @@ const breakerRow = z.object({
 
 const ENDPOINT_COLUMNS = ['merchant_id', 'endpoint_id', 'url', 'secret', 'created_by', 'created_at', 'updated_at', 'deleted', 'version'] as const;
 const MESSAGE_COLUMNS = [
-  'id', 'alert_id', 'merchant_id', 'destination', 'endpoint_id', 'target', 'body', 'status', 'attempts', 'next_attempt_at',
+  'id', 'alert_id', 'merchant_id', 'destination', 'endpoint_id', 'target', 'body', 'status', 'owner', 'attempts', 'next_attempt_at',
   'last_outcome', 'last_error', 'attempt_log', 'created_at', 'updated_at', 'version',
 ] as const;
 /** The message columns but the body, as reads name them. */
@@ -225,6 +237,7 @@ export class WebhookStore {
           target: message.target,
           body: message.body,
           status: message.status,
+          owner: message.owner,
           attempts: message.attempts,
           next_attempt_at: toClickHouseTime(message.nextAttemptAt),
           last_outcome: message.lastOutcome,
@@ -239,27 +252,28 @@ export class WebhookStore {
   }
 
   /**
-   * Pending messages in the order they are due (due or not: the caller learns when the next one is),
-   * leaving out the ones it is already working on. One page, bodies included, each with its
-   * merchant's endpoint as registered now (for merchant messages).
+   * Pending messages in the order the reader may attempt them (due or not: the caller learns when
+   * the next one is), leaving out the ones it is already working on. One page, bodies included,
+   * each with its merchant's endpoint as registered now (for merchant messages).
    */
-  async pendingMessages(limit: number, exclude: readonly string[]): Promise<PendingMessage[]> {
+  async pendingMessages(limit: number, exclude: readonly string[], reader: PendingReader): Promise<PendingMessage[]> {
     const rows = await this.db.queryRows(
       `SELECT m.*, e.endpoint_id AS registered_endpoint_id, e.url AS registered_url, e.secret AS registered_secret
-         FROM (SELECT ${READ_COLUMNS}, body
+         FROM (SELECT ${READ_COLUMNS}, body,
+                      if(owner IN ('', {owner:String}), next_attempt_at, next_attempt_at + toIntervalMillisecond({adoptAfterMs:UInt32})) AS due_at
                  FROM ${this.tables.webhookMessages} FINAL
                 WHERE status = 'pending' AND id NOT IN {exclude:Array(UUID)}
-                ORDER BY next_attempt_at, id
+                ORDER BY due_at, id
                 LIMIT {limit:UInt32}) AS m
          LEFT JOIN (SELECT merchant_id, endpoint_id, url, secret
                       FROM ${this.tables.webhookEndpoints} FINAL
                      WHERE deleted = 0) AS e ON m.merchant_id = e.merchant_id
-        ORDER BY m.next_attempt_at, m.id`,
-      { exclude: [...exclude], limit },
+        ORDER BY m.due_at, m.id`,
+      { exclude: [...exclude], limit, owner: reader.owner, adoptAfterMs: reader.adoptAfterMs },
     );
     return rows.map((row) => {
-      const { registered_endpoint_id, registered_url, registered_secret, ...message } = pendingRow.parse(row);
-      const parsed = toMessage(message);
+      const { due_at, registered_endpoint_id, registered_url, registered_secret, ...message } = pendingRow.parse(row);
+      const parsed = { ...toMessage(message), dueAt: due_at };
       return parsed.destination === 'merchant' && registered_url
         ? {
             ...parsed,
@@ -369,6 +383,7 @@ function toMessage(row: z.output<typeof messageRow>): WebhookMessage {
     target: row.target,
     body: row.body,
     status: row.status,
+    owner: row.owner,
     attempts: row.attempts,
     nextAttemptAt: row.next_attempt_at,
     lastOutcome: row.last_outcome,

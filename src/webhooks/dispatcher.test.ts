@@ -79,3 +79,23 @@ describe('WebhookDispatcher.notify', () => {
     expect((await metrics.webhookNotificationsDropped.get()).values[0]?.value).toBe(1);
   });
 });
+
+describe('WebhookDispatcher.stop', () => {
+  it('waits for the read of due messages in progress, so storage is not closed under it', async () => {
+    let release: (rows: []) => void = () => undefined;
+    const store = {
+      loadBreakers: async () => [],
+      pendingMessages: () => new Promise<[]>((resolve) => (release = resolve)),
+    } as unknown as WebhookStore;
+    const dispatcher = new WebhookDispatcher({ store, policy: targetPolicy(), metrics: new WorkerMetrics({ defaultMetrics: false }), logger: createLogger('silent') });
+    await dispatcher.start();
+
+    let stopped = false;
+    const stopping = dispatcher.stop().then(() => (stopped = true));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(stopped).toBe(false);
+    release([]);
+    await stopping;
+    expect(stopped).toBe(true);
+  });
+});

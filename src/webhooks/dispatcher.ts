@@ -9,6 +9,10 @@
  *  - Attempt state lives in storage, so another dispatcher on the same storage (after a restart)
  *    resumes on schedule. A message is delivered at least once: an attempt cut short by a stop
  *    or a crash is made again.
+ *  - Replicas share storage but not attempts: a message is owned by the replica that created it
+ *    (`owner`, stable across its restarts), and another replica attempts it only once it is
+ *    `adoptAfterMs` overdue (its owner is presumably gone), owning it from then on. So one alert
+ *    pages on-call once, not once per replica; a dead replica's messages go out a minute late.
  *  - Memory is bounded: at most `concurrency` attempts are in flight and at most twice that many
  *    messages are held (bodies included; the others' results being stored); the rest stay in
  *    storage and are read in pages. Notifications waiting to be stored are capped.
@@ -17,6 +21,7 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
+import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { toWireAlert, type Alert } from '../alerts/alert.ts';
 import type { Logger } from '../logger.ts';
@@ -41,6 +46,11 @@ const TICK_COALESCE_MS = 25;
 /** Attempts ending within this long are stored in one write. */
 const WRITE_COALESCE_MS = 20;
 const RETRY_DELAY_MS = 1_000;
+/**
+ * How overdue another replica's message must be before this one adopts it. Well above the longest
+ * attempt (connect 5 s + request 10 s, sender.ts), so a live owner's attempt is never made twice.
+ */
+export const ADOPT_AFTER_MS = 60_000;
 
 export interface OncallEndpoint {
   url: string;
@@ -49,6 +59,10 @@ export interface OncallEndpoint {
 
 export interface WebhookDispatcherOptions {
   store: WebhookStore;
+  /** This replica's stable id (WORKER_ID, else the hostname): the messages it creates are its own. */
+  owner?: string;
+  /** Another replica's message is attempted once this overdue (default ADOPT_AFTER_MS). */
+  adoptAfterMs?: number;
   /** ONCALL_WEBHOOK_URL and ONCALL_WEBHOOK_SECRET. */
   oncall?: OncallEndpoint;
   policy: TargetPolicy;
@@ -119,6 +133,8 @@ export class WebhookDispatcher {
   private readonly metrics: WorkerMetrics;
   private readonly sendOptions: SendOptions;
   private readonly oncallId: string | undefined;
+  private readonly owner: string;
+  private readonly adoptAfterMs: number;
   private readonly abort = new AbortController();
 
   private unsaved: Notification[] = [];
@@ -133,7 +149,8 @@ export class WebhookDispatcher {
   private readonly attempts = new Set<Promise<void>>();
   private outcomes: Outcome[] = [];
   private writing: Promise<void> | undefined;
-  private ticking = false;
+  /** The read of due messages in progress, if any. */
+  private ticking: Promise<void> | undefined;
   private tickAgain = false;
   private nextDueAt = 0;
   private lastScanAt = 0;
@@ -147,6 +164,8 @@ export class WebhookDispatcher {
   constructor(private readonly options: WebhookDispatcherOptions) {
     this.store = options.store;
     this.now = options.now ?? Date.now;
+    this.owner = options.owner ?? hostname();
+    this.adoptAfterMs = options.adoptAfterMs ?? ADOPT_AFTER_MS;
     this.concurrency = options.concurrency ?? DEFAULT_CONCURRENCY;
     this.maxUnsaved = options.maxUnsaved ?? DEFAULT_MAX_UNSAVED;
     this.logger = options.logger;
@@ -217,6 +236,7 @@ export class WebhookDispatcher {
     clearInterval(this.pollTimer);
     for (const soon of [this.saveSoon, this.tickSoon, this.writeSoon]) soon.cancel();
     this.abort.abort();
+    await this.ticking; // the storage read in progress ends before storage may be closed
     await Promise.allSettled([...this.attempts]);
     await this.saveNew();
     await this.writeOutcomes();
@@ -263,6 +283,7 @@ export class WebhookDispatcher {
       target: '',
       body: item.body,
       status: 'pending',
+      owner: this.owner,
       attempts: 0,
       nextAttemptAt: item.createdAt + ATTEMPT_SCHEDULE_MS[0]!,
       lastOutcome: '',
@@ -276,12 +297,18 @@ export class WebhookDispatcher {
   // Attempting --------------------------------------------------------------------------------
 
   /** Loads due messages into the free slots; learns when the next one is due. */
-  private async tick(): Promise<void> {
+  private tick(): Promise<void> {
     if (this.ticking) {
       this.tickAgain = true;
-      return;
+      return this.ticking;
     }
-    this.ticking = true;
+    this.ticking = this.loadDue().finally(() => {
+      this.ticking = undefined;
+    });
+    return this.ticking;
+  }
+
+  private async loadDue(): Promise<void> {
     try {
       do {
         this.tickAgain = false;
@@ -289,19 +316,17 @@ export class WebhookDispatcher {
         const free = Math.min(this.concurrency - this.sending, 2 * this.concurrency - this.busy.size);
         if (free <= 0 || this.stopped) break;
         const now = this.now();
-        const page = await this.store.pendingMessages(free + 1, [...this.busy]);
+        const page = await this.store.pendingMessages(free + 1, [...this.busy], { owner: this.owner, adoptAfterMs: this.adoptAfterMs });
         this.lastScanAt = Date.now();
         this.storageOk = true;
-        const due = page.slice(0, free).filter((message) => message.nextAttemptAt <= now);
-        this.nextDueAt = page[due.length]?.nextAttemptAt ?? Number.POSITIVE_INFINITY;
+        const due = page.slice(0, free).filter((message) => message.dueAt <= now);
+        this.nextDueAt = page[due.length]?.dueAt ?? Number.POSITIVE_INFINITY;
         if (!this.stopped) for (const message of due) this.launch(message);
         // Messages stored while this read ran asked for another (tickAgain): it may not have seen them.
       } while (this.tickAgain);
     } catch (error) {
       this.storageOk = false;
       this.logger.error({ err: error }, 'reading due webhook messages failed; retrying');
-    } finally {
-      this.ticking = false;
     }
   }
 
@@ -383,6 +408,7 @@ export class WebhookDispatcher {
         endpointId: target.endpointId,
         target: target.display,
         status,
+        owner: this.owner, // an adopted message is this replica's from now on
         attempts: number,
         nextAttemptAt: status === 'pending' ? nextAt : message.nextAttemptAt,
         lastOutcome: result.outcome,
@@ -408,7 +434,7 @@ export class WebhookDispatcher {
   private conclude(message: WebhookMessage, status: 'failed' | 'cancelled', outcome: string, reason: string, now: number): Outcome {
     this.metrics.webhookMessages.inc({ destination: message.destination, status });
     this.logger.warn({ messageId: message.id, alertId: message.alertId, destination: message.destination, status }, reason);
-    return { message: { ...message, status, lastOutcome: outcome, lastError: reason, updatedAt: now } };
+    return { message: { ...message, status, owner: this.owner, lastOutcome: outcome, lastError: reason, updatedAt: now } };
   }
 
   private targetOf({ destination, endpoint }: PendingMessage) {

@@ -14,7 +14,7 @@ import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.t
 import { migrate } from '../../src/store/migrate.ts';
 import { tablesIn, type Tables } from '../../src/store/tables.ts';
 import { WebhookStore, type DeliveryRecord } from '../../src/store/webhook-store.ts';
-import { WebhookDispatcher, type WebhookDispatcherOptions } from '../../src/webhooks/dispatcher.ts';
+import { ADOPT_AFTER_MS, WebhookDispatcher, type WebhookDispatcherOptions } from '../../src/webhooks/dispatcher.ts';
 import { SecretBox } from '../../src/webhooks/secret-box.ts';
 import { targetPolicy } from '../../src/webhooks/target-policy.ts';
 import { verifyWebhook } from '../../src/webhooks/verify.ts';
@@ -340,6 +340,39 @@ describe('webhook delivery', () => {
     expect((await deliveries(second.store))[0]).toMatchObject({ status: 'failed', attempts: 1, lastOutcome: 'expired' });
     expect(requestsTo(path)).toHaveLength(1);
     await second.stop();
+  });
+
+  it('with two replicas on one storage, attempts each message once: by the replica that created it, or after it stopped by the other, one minute late', async () => {
+    const clock = testClock();
+    const t0 = clock.now();
+    const path = `/oncall-${randomUUID()}`;
+    receiver.answer((request) => (request.path === path ? 503 : 200));
+    const oncall = { url: `${receiver.origin}${path}`, secret: ONCALL_SECRET };
+    // Both read storage every 50 ms, so the second replica would attempt anything it considered due.
+    const a = await startDispatcher({ now: clock.now, oncall, owner: 'replica-a', rescanIntervalMs: 50 });
+    const b = await startDispatcher({ now: clock.now, oncall, owner: 'replica-b', rescanIntervalMs: 50, database: a.tables.database });
+    a.dispatcher.notify(alert('m_replicas'));
+
+    await waitFor(async () => (await deliveries(a.store))[0]?.attempts === 1, 'first attempt stored', 10_000);
+    clock.set(t0 + MINUTE);
+    await waitFor(async () => (await deliveries(a.store))[0]?.attempts === 2, 'second attempt stored', 10_000);
+    await settle();
+    expect(requestsTo(path)).toHaveLength(2); // not one per replica
+
+    await a.stop(); // the owner is gone before the third attempt
+    receiver.answer(200);
+    clock.set(t0 + 5 * MINUTE + ADOPT_AFTER_MS - 1);
+    await settle();
+    expect(requestsTo(path)).toHaveLength(2); // not adopted before it is ADOPT_AFTER_MS overdue
+    clock.set(t0 + 5 * MINUTE + ADOPT_AFTER_MS);
+    await waitFor(async () => (await deliveries(b.store))[0]?.status === 'delivered', 'adopted and delivered', 10_000);
+
+    const requests = requestsTo(path);
+    expect(requests).toHaveLength(3);
+    expect(new Set(requests.map((request) => request.headers['svc-id'])).size).toBe(1);
+    expect(requests.map((request) => Number(request.headers['svc-timestamp']) - t0)).toEqual([0, MINUTE, 5 * MINUTE + ADOPT_AFTER_MS]);
+    expect((await deliveries(b.store))[0]).toMatchObject({ status: 'delivered', attempts: 3, owner: 'replica-b' });
+    await b.stop();
   });
 
   it('pauses an endpoint for an hour after 10 consecutive failures, across a restart, then resumes', async () => {

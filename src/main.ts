@@ -190,6 +190,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       migrate(clickhouse, { tables, eventsTtlDays: config.clickhouse.eventsTtlDays }, logger),
     );
     migrated = true;
+    if (secretKey) await resealWebhookSecrets(webhookStore, previousSecretKey !== undefined, logger);
     if (!analysis) return;
     await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(config.detection.suppressionMs));
     if (webhooks) await retryUntilDone('starting webhooks', logger, abort.signal, () => webhooks.start());
@@ -257,6 +258,25 @@ async function retryUntilDone(what: string, logger: Logger, signal: AbortSignal,
 }
 
 /** What the logs may say about the configuration: no secrets, no credentials in URLs. */
+/**
+ * Seals with WEBHOOK_SECRET_KEY the merchants' secrets that still need WEBHOOK_SECRET_KEY_PREVIOUS
+ * (or were stored before a key was set), and says when the previous key can go. Never stops the
+ * start: the secrets still open meanwhile, and the next start tries again.
+ */
+async function resealWebhookSecrets(store: WebhookStore, hasPreviousKey: boolean, logger: Logger): Promise<void> {
+  try {
+    const { resealed, unreadable } = await store.resealSecrets();
+    if (resealed > 0) logger.info({ resealed }, 'webhook signing secrets sealed again with WEBHOOK_SECRET_KEY');
+    if (unreadable > 0) {
+      logger.warn({ unreadable }, 'webhook signing secrets that open with no configured key: those merchants get no webhooks until the old key is given as WEBHOOK_SECRET_KEY_PREVIOUS or they register again');
+    } else if (hasPreviousKey) {
+      logger.info('every webhook signing secret opens with WEBHOOK_SECRET_KEY: once every replica runs with it, WEBHOOK_SECRET_KEY_PREVIOUS can be removed');
+    }
+  } catch (error) {
+    logger.warn({ err: error }, 'sealing webhook signing secrets again failed; they still open, and the next start tries again');
+  }
+}
+
 function describeConfig(config: Config): Record<string, unknown> {
   let clickhouse = `embedded engine in ${config.clickhouse.dataDir}`;
   if (config.clickhouse.url) {

@@ -97,6 +97,9 @@ const endpointRow = z.object({
   updated_at: time,
 });
 
+/** Versions are about 2^51 (microseconds since the epoch): exact as numbers. */
+const versionedEndpointRow = endpointRow.extend({ version: z.coerce.number() });
+
 const attemptLog = z.array(
   z.object({
     attempt: z.number(),
@@ -175,7 +178,8 @@ export class WebhookStore {
 
   async putEndpoint(endpoint: WebhookEndpoint & { secret: string }): Promise<void> {
     try {
-      await this.insert(this.tables.webhookEndpoints, ENDPOINT_COLUMNS, [this.endpointLine(endpoint, false)]);
+      const storedSecret = this.secrets.seal(endpoint.secret, secretRow(endpoint.merchantId, endpoint.endpointId));
+      await this.insert(this.tables.webhookEndpoints, ENDPOINT_COLUMNS, [this.endpointLine({ ...endpoint, storedSecret }, false)]);
     } catch (error) {
       // A storage error can quote the rows it was given: it must not carry the secret into a log.
       const message = error instanceof Error ? error.message : String(error);
@@ -188,9 +192,37 @@ export class WebhookStore {
     const current = await this.endpoint(merchantId);
     if (!current) return false;
     await this.insert(this.tables.webhookEndpoints, ENDPOINT_COLUMNS, [
-      this.endpointLine({ ...current, secret: '', updatedAt: at }, true),
+      this.endpointLine({ ...current, storedSecret: '', updatedAt: at }, true),
     ]);
     return true;
+  }
+
+  /**
+   * After WEBHOOK_SECRET_KEY was set or rotated: stores every secret that opens with a previous key
+   * (or was stored before sealing) sealed with the current key, so the previous key can go. Each
+   * row is written with its own version + 1, so a merchant's registration made meanwhile (a much
+   * higher version) still wins. Secrets that open with no key are counted, not touched.
+   */
+  async resealSecrets(): Promise<{ resealed: number; unreadable: number }> {
+    const rows = await this.db.queryRows(
+      `SELECT merchant_id, endpoint_id, url, secret, created_by, created_at, updated_at, version
+         FROM ${this.tables.webhookEndpoints} FINAL
+        WHERE deleted = 0`,
+    );
+    const lines: string[] = [];
+    let unreadable = 0;
+    for (const row of rows) {
+      const { version, ...parsed } = versionedEndpointRow.parse(row);
+      const boundTo = secretRow(parsed.merchant_id, parsed.endpoint_id);
+      const storedSecret = this.secrets.reseal(parsed.secret, boundTo);
+      if (storedSecret !== undefined) {
+        lines.push(this.endpointLine({ ...toEndpoint(parsed), storedSecret }, false, version + 1));
+      } else if (this.secrets.open(parsed.secret, boundTo) === undefined) {
+        unreadable++;
+      }
+    }
+    await this.insert(this.tables.webhookEndpoints, ENDPOINT_COLUMNS, lines);
+    return { resealed: lines.length, unreadable };
   }
 
   async endpoint(merchantId: string): Promise<WebhookEndpoint | undefined> {
@@ -208,15 +240,7 @@ export class WebhookStore {
     );
     const endpoints = rows.map((row) => {
       const parsed = endpointRow.parse(row);
-      return {
-        merchantId: parsed.merchant_id,
-        endpointId: parsed.endpoint_id,
-        url: parsed.url,
-        secret: this.secrets.open(parsed.secret, secretRow(parsed.merchant_id, parsed.endpoint_id)),
-        createdBy: parsed.created_by,
-        createdAt: parsed.created_at,
-        updatedAt: parsed.updated_at,
-      };
+      return { ...toEndpoint(parsed), secret: this.secrets.open(parsed.secret, secretRow(parsed.merchant_id, parsed.endpoint_id)) };
     });
     return new Map(endpoints.map((endpoint) => [endpoint.merchantId, endpoint]));
   }
@@ -348,17 +372,22 @@ export class WebhookStore {
 
   // -------------------------------------------------------------------------------------------
 
-  private endpointLine(endpoint: WebhookEndpoint & { secret: string }, deleted: boolean): string {
+  /** An endpoint row; `storedSecret` is the secret as stored (sealed when a key is configured). */
+  private endpointLine(
+    endpoint: Omit<WebhookEndpoint, 'secret'> & { storedSecret: string },
+    deleted: boolean,
+    version = this.nextVersion(),
+  ): string {
     return JSON.stringify({
       merchant_id: endpoint.merchantId,
       endpoint_id: endpoint.endpointId,
       url: endpoint.url,
-      secret: this.secrets.seal(endpoint.secret, secretRow(endpoint.merchantId, endpoint.endpointId)),
+      secret: endpoint.storedSecret,
       created_by: endpoint.createdBy,
       created_at: toClickHouseTime(endpoint.createdAt),
       updated_at: toClickHouseTime(endpoint.updatedAt),
       deleted: deleted ? 1 : 0,
-      version: this.nextVersion(),
+      version,
     });
   }
 
@@ -371,6 +400,18 @@ export class WebhookStore {
   private nextVersion(): number {
     return (this.version = Math.max(this.version + 1, Date.now() * 1000));
   }
+}
+
+/** An endpoint row but its secret. */
+function toEndpoint(row: z.output<typeof endpointRow>): Omit<WebhookEndpoint, 'secret'> {
+  return {
+    merchantId: row.merchant_id,
+    endpointId: row.endpoint_id,
+    url: row.url,
+    createdBy: row.created_by,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
 }
 
 function toMessage(row: z.output<typeof messageRow>): WebhookMessage {

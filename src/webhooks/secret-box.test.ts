@@ -43,6 +43,22 @@ describe('SecretBox', () => {
     expect(rotated.open(sealedAfter, ROW)).toBe(SECRET);
     expect(() => new SecretBox(randomBytes(32), [randomBytes(16)])).toThrow(/32 bytes/);
   });
+
+  it('reseals values sealed with a previous key, or stored before sealing, under the current key only', () => {
+    const oldKey = randomBytes(32);
+    const newKey = randomBytes(32);
+    const rotated = new SecretBox(newKey, [oldKey]);
+    const onlyNew = new SecretBox(newKey);
+    for (const before of [new SecretBox(oldKey).seal(SECRET, ROW), SECRET]) {
+      const resealed = rotated.reseal(before, ROW)!;
+      expect(resealed).toMatch(/^sealed:v1:/);
+      expect(onlyNew.open(resealed, ROW)).toBe(SECRET); // the old key is no longer needed
+      expect(rotated.reseal(resealed, ROW)).toBeUndefined(); // current already
+    }
+    expect(rotated.reseal(new SecretBox(randomBytes(32)).seal(SECRET, ROW), ROW)).toBeUndefined(); // opens with no key
+    expect(rotated.reseal('', ROW)).toBeUndefined(); // a removed endpoint's blanked secret
+    expect(new SecretBox(undefined).reseal(SECRET, ROW)).toBeUndefined(); // no key: stored as it is
+  });
 });
 
 describe('parseSecretKey', () => {

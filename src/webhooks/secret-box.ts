@@ -2,9 +2,10 @@
  * Webhook signing secrets at rest. With WEBHOOK_SECRET_KEY set, a merchant's secret is stored sealed
  * (AES-256-GCM, a random nonce per value) and bound to its merchant and endpoint, so a sealed value
  * copied into another row does not open. A stored value without the prefix was written before
- * sealing was configured and is read as it is; it is sealed when the merchant registers again.
+ * sealing was configured and is read as it is, until `reseal` (at the worker's start) seals it.
  * Rotation: new values are sealed with the current key; values sealed with a previous key
- * (WEBHOOK_SECRET_KEY_PREVIOUS) still open, until the merchants register again.
+ * (WEBHOOK_SECRET_KEY_PREVIOUS) still open, and `reseal` gives them (and values stored before
+ * sealing) anew under the current key.
  * A value that opens with no key is reported as unreadable (undefined), never thrown: one merchant's
  * unreadable row must not stop deliveries to every other merchant and to on-call.
  */
@@ -42,9 +43,25 @@ export class SecretBox {
    */
   open(stored: string, boundTo: string): string | undefined {
     if (!stored.startsWith(PREFIX)) return stored;
+    return this.openWith([...(this.key ? [this.key] : []), ...this.previousKeys], stored, boundTo);
+  }
+
+  /**
+   * The value to store instead, sealed with the current key, when the stored one opens but not with
+   * it (a previous key, or stored before sealing); undefined when it is current already, opens with
+   * no key, or no key is configured.
+   */
+  reseal(stored: string, boundTo: string): string | undefined {
+    if (!this.key || stored === '') return undefined;
+    if (stored.startsWith(PREFIX) && this.openWith([this.key], stored, boundTo) !== undefined) return undefined;
+    const secret = this.open(stored, boundTo);
+    return secret === undefined ? undefined : this.seal(secret, boundTo);
+  }
+
+  private openWith(keys: readonly Buffer[], stored: string, boundTo: string): string | undefined {
     const raw = Buffer.from(stored.slice(PREFIX.length), 'base64url');
     if (raw.length < NONCE_BYTES + TAG_BYTES) return undefined;
-    for (const key of [...(this.key ? [this.key] : []), ...this.previousKeys]) {
+    for (const key of keys) {
       try {
         const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, NONCE_BYTES));
         decipher.setAAD(Buffer.from(boundTo, 'utf8'));

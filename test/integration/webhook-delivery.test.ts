@@ -261,13 +261,25 @@ describe('webhook delivery', () => {
     await after.stop();
 
     // The operator gives the old key as WEBHOOK_SECRET_KEY_PREVIOUS: the old secret signs again.
-    const rotated = await startDispatcher({ secrets: new SecretBox(randomBytes(32), [oldKey]), database: before.tables.database });
+    const newKey = randomBytes(32);
+    const rotated = await startDispatcher({ secrets: new SecretBox(newKey, [oldKey]), database: before.tables.database });
     expect((await rotated.store.endpoint('m_lost'))?.secret).toBe(lostSecret);
     rotated.dispatcher.notify(alert('m_lost', 1));
     await waitFor(() => requestsTo(`${path}/lost`).length >= 1, 'delivered with the old secret', 10_000);
     const [request] = requestsTo(`${path}/lost`);
     expect(verifyWebhook({ secret: lostSecret, rawBody: request!.rawBody, headers: request!.headers, now: Number(request!.headers['svc-timestamp']) }).id).toBe(request!.headers['svc-id']);
+
+    // Sealed again with the new key (what a worker does at start), the old key is no longer needed;
+    // m_kept's secret, sealed with a key given to neither, is counted and left alone.
+    expect(await rotated.store.resealSecrets()).toEqual({ resealed: 1, unreadable: 1 });
+    expect(await rotated.store.resealSecrets()).toEqual({ resealed: 0, unreadable: 1 });
     await rotated.stop();
+    const { url, username, password, dataDir } = engines.clickhouse;
+    const reopened = connectClickHouse({ url, username, password, dataDir });
+    const onlyNewKey = new WebhookStore(reopened, rotated.tables, new SecretBox(newKey));
+    expect((await onlyNewKey.endpoint('m_lost'))?.secret).toBe(lostSecret);
+    expect((await onlyNewKey.endpoint('m_kept'))?.secret).toBeUndefined();
+    await reopened.close();
   });
 
   it('sends a retry to the endpoint registered at the time of the attempt, and cancels it when the endpoint was removed', async () => {

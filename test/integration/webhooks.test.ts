@@ -36,11 +36,11 @@ describe('critical-alert webhooks', () => {
   const runId = randomUUID().slice(0, 8);
   const merchantA = `m_a_${runId}`;
   const merchantB = `m_b_${runId}`;
+  const names = testNames('webhooks');
 
   beforeAll(async () => {
     certs = makeTestCertificates();
     receiver = await startReceiver(certs.server);
-    const names = testNames('webhooks');
     const config = testConfig({
       clickhouse: engines.clickhouse,
       names,
@@ -191,6 +191,30 @@ describe('critical-alert webhooks', () => {
     const second = await call('PUT', '/webhook', 'admin', { body: { url: `${receiver.origin}/merchant-a/v2` } });
     expect(second.json.data.secret).not.toBe(secret);
     expect(second.json.data.createdAt).toBe(first.json.data.createdAt);
+  });
+
+  it('seals the secrets registered without a key when a worker starts with WEBHOOK_SECRET_KEY, and they still sign', async () => {
+    const registered = await call('PUT', '/webhook', 'admin', { body: { url: `${receiver.origin}/merchant-a/sealed` } });
+    const secret: string = registered.json.data.secret;
+    const storedSecret = async () => {
+      const rows = await worker.clickhouse.queryRows<{ secret: string }>(
+        `SELECT secret FROM ${engines.clickhouse.database}.webhook_endpoints FINAL WHERE merchant_id = {merchantId:String} AND deleted = 0`,
+        { merchantId: merchantA },
+      );
+      return rows[0]?.secret;
+    };
+    expect(await storedSecret()).toBe(secret); // this suite's worker has no key
+
+    // Another worker on the same storage, with a key (no Kafka intake: only its start matters).
+    const keyed = await engines.startWorker(
+      testConfig({ clickhouse: engines.clickhouse, names, extra: { FEATURE_ANOMALY_DETECTION: 'false', WEBHOOK_SECRET_KEY: 'c3'.repeat(32) } }),
+    );
+    const sealed = await storedSecret();
+    expect(sealed).toMatch(/^sealed:v1:/);
+    expect(sealed).not.toContain(secret);
+    expect((await keyed.webhookStore.endpoint(merchantA))?.secret).toBe(secret);
+    await keyed.stop();
+    expect((await worker.webhookStore.endpoint(merchantA))?.secret).toBeUndefined(); // a replica without the key cannot open it
   });
 
   it('lets viewers read but not change, and keeps merchants apart', async () => {

@@ -7,7 +7,7 @@ import type { AlertStore } from '../store/alert-store.ts';
 import type { Alert } from './alert.ts';
 import { AlertManager } from './alert-manager.ts';
 import { AlertService, type AlertServiceHooks } from './alert-service.ts';
-import { finding as makeFinding } from './test-findings.ts';
+import { finding as makeFinding, testAlert } from './test-findings.ts';
 
 const T0 = Date.UTC(2026, 10, 21, 12, 0, 0);
 
@@ -91,6 +91,40 @@ describe('AlertService.stop', () => {
       release([]);
       await stopping;
       expect(stopped).toBe(true);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
+describe('AlertService status changes with racing replicas', () => {
+  it('writes an admin\'s change again each time another replica writes over it, until it stays', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      const open = testAlert(T0);
+      // What storage holds; the key's owner (another replica) writes its copy, without the change, over it.
+      let stored = open;
+      const ownerWritesOver = () => (stored = { ...open, occurrences: stored.occurrences + 1 });
+      const store = {
+        get: async () => stored,
+        getMany: async () => [stored],
+        save: async (alerts: Alert[]) => {
+          stored = alerts[0]!;
+        },
+      } as unknown as AlertStore;
+      const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
+      const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
+
+      const outcome = await alerts.changeStatus(open.id, 'm_1', { to: 'acknowledged', actor: 'admin@m_1' });
+      expect(outcome?.ok).toBe(true);
+      expect(stored.status).toBe('acknowledged');
+      for (let race = 1; race <= 3; race++) {
+        ownerWritesOver();
+        expect(stored.status).toBe('open');
+        await vi.advanceTimersByTimeAsync(2_100); // read back, found missing, written again
+        expect(stored.status, `after race ${race}`).toBe('acknowledged');
+      }
+      await alerts.stop();
     } finally {
       vi.useRealTimers();
     }

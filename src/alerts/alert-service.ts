@@ -33,8 +33,12 @@ const RETRY_DELAY_MS = 1_000;
 /** How often a replica reads the alerts the others wrote, and how far back (clock skew, slow inserts). */
 const SYNC_INTERVAL_MS = 5_000;
 const SYNC_OVERLAP_MS = 60_000;
-/** An admin's change is read back after this long; if a racing write dropped it, it is written again. */
+/**
+ * An admin's change is read back after this long; if a racing write dropped it, it is written again
+ * and read back again (the owner may race again before it syncs), up to this many times.
+ */
 const VERIFY_DELAY_MS = 2_000;
+const MAX_VERIFICATIONS = 5;
 
 export class AlertService {
   private readonly rules: Map<string, RuleInfo>;
@@ -49,6 +53,7 @@ export class AlertService {
   private readonly verifyTimers = new Set<NodeJS.Timeout>();
   /** Reads started by timers (syncs, read-backs) still running: stop waits for them before storage closes. */
   private readonly reading = new Set<Promise<void>>();
+  private stopped = false;
 
   constructor(
     private readonly manager: AlertManager,
@@ -145,9 +150,15 @@ export class AlertService {
 
   /**
    * Another replica that owns the alert's key may have written it between our read and our write,
-   * without our change: read it back a little later and, if the change is missing, write it again.
+   * without our change: read it back a little later and, if the change is missing, write it again,
+   * and read it back again, until it is there or MAX_VERIFICATIONS reads have been made.
    */
-  private verifyLater(changed: Alert): void {
+  private verifyLater(changed: Alert, verification = 1): void {
+    if (this.stopped) return;
+    const again = (why: string) => {
+      if (verification < MAX_VERIFICATIONS) this.verifyLater(changed, verification + 1);
+      else this.logger.error({ alertId: changed.id, verifications: verification }, `${why}; giving up on reading it back`);
+    };
     const timer = setTimeout(() => {
       this.verifyTimers.delete(timer);
       const read = this.store
@@ -159,8 +170,12 @@ export class AlertService {
           this.manager.sync(merged);
           this.unsaved.set(changed.id, merged);
           this.schedule(FLUSH_DELAY_MS);
+          again('a status change keeps being written over');
         })
-        .catch((error: unknown) => this.logger.warn({ err: error, alertId: changed.id }, 'reading back a status change failed'));
+        .catch((error: unknown) => {
+          this.logger.warn({ err: error, alertId: changed.id }, 'reading back a status change failed');
+          again('reading back a status change keeps failing');
+        });
       this.inBackground(read);
     }, VERIFY_DELAY_MS);
     timer.unref();
@@ -196,6 +211,7 @@ export class AlertService {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     clearTimeout(this.timer);
     clearInterval(this.syncTimer);
     for (const timer of this.verifyTimers) clearTimeout(timer);

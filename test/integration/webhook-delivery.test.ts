@@ -8,6 +8,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Alert } from '../../src/alerts/alert.ts';
+import { testAlert } from '../../src/alerts/test-findings.ts';
 import { createLogger } from '../../src/logger.ts';
 import { WorkerMetrics } from '../../src/metrics.ts';
 import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
@@ -89,29 +90,7 @@ describe('webhook delivery', () => {
   }
 
   function alert(merchantId: string, index = 0): Alert {
-    const at = new Date().toISOString();
-    return {
-      id: randomUUID(),
-      merchantId,
-      apiKeyId: `pk_live_${merchantId}_${index}`,
-      type: 'bot_traffic',
-      scope: `pk_live_${merchantId}_${index}`,
-      severity: 'critical',
-      riskScore: 0.95,
-      recommendedAction: 'block',
-      status: 'open',
-      title: `Attack tool on pk_live_${merchantId}_${index}`,
-      summary: 'sqlmap holds this key',
-      evidence: { tools: { sqlmap: 1 }, sampleEventIds: ['e1'] },
-      ruleId: 'bot_traffic',
-      ruleVersion: '1.0.0',
-      firstSeenAt: at,
-      lastSeenAt: at,
-      occurrences: 1,
-      createdAt: at,
-      updatedAt: at,
-      history: [{ at, actor: 'system', from: null, to: 'open', note: 'created by detection' }],
-    };
+    return testAlert(Date.now(), { id: randomUUID(), merchantId, apiKeyId: `pk_live_${merchantId}_${index}` });
   }
 
   async function registerEndpoint(store: WebhookStore, merchantId: string, url: string, now: number): Promise<string> {

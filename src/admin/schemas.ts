@@ -61,9 +61,12 @@ const limitParam = z
 
 const merchantIdParam = identifier.optional().describe('operators only: the merchant to act on');
 
-/** from must not be after to. */
+/**
+ * from must not be after to. Zod runs an object's refinements even when a field failed, and then
+ * the field still holds its text: each check here looks at dates that parsed, and at nothing else.
+ */
 function rangeInOrder(value: { from?: Date; to?: Date }, context: z.RefinementCtx): void {
-  if (value.from && value.to && value.from > value.to) {
+  if (value.from instanceof Date && value.to instanceof Date && value.from > value.to) {
     context.addIssue({ code: 'custom', path: ['to'], message: 'must not be before from' });
   }
 }
@@ -102,7 +105,7 @@ export const metricsQuery = z
   })
   .superRefine(rangeInOrder)
   .superRefine((value, context) => {
-    if (value.from && value.to && value.to.getTime() - value.from.getTime() > MAX_METRICS_RANGE_MS) {
+    if (value.from instanceof Date && value.to instanceof Date && value.to.getTime() - value.from.getTime() > MAX_METRICS_RANGE_MS) {
       context.addIssue({ code: 'custom', path: ['from'], message: 'the range may span at most 400 days' });
     }
   });

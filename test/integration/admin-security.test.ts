@@ -231,6 +231,10 @@ describe('admin API security', () => {
       for (const [query, path] of cases) expectValidation(await call(bearer, `/alerts?${query}`), path);
       expectValidation(await call(bearer, '/dashboard?range=30d'), ['query', 'range']);
       expectValidation(await call(bearer, '/metrics?from=2020-01-01T00:00:00Z&to=2026-01-01T00:00:00Z'), ['query', 'from']);
+      // One date valid, the other not: the range checks must not read the text as a date.
+      expectValidation(await call(bearer, '/metrics?from=2026-11-20T00:00:00Z&to=%E2%80%AE'), ['query', 'to']);
+      expectValidation(await call(bearer, '/metrics?from=yesterday&to=2026-11-20T00:00:00Z'), ['query', 'from']);
+      expectValidation(await call(bearer, '/alerts?from=2026-11-20T00:00:00Z&to=tomorrow'), ['query', 'to']);
       expectValidation(await call(bearer, "/alerts/1'%20OR%20'1'='1"), ['params', 'id']);
       expectValidation(await call(bearer, `/alerts/${'9'.repeat(2000)}`), ['params']);
       expectValidation(await call(bearer, '/alerts/%E0%A4%A'), ['url']);

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { REQUEST_EVENT_COLUMNS, tsvText } from '../store/event-store.ts';
+import { prng } from '../../test/support/random.ts';
 import { RecentEventIds } from './recent-event-ids.ts';
 import { validateBatch, type RawBatch } from './validate-batch.ts';
 
@@ -50,5 +51,41 @@ describe('validateBatch', () => {
     expect(firstRow).toHaveLength(REQUEST_EVENT_COLUMNS.length);
     expect(firstRow[REQUEST_EVENT_COLUMNS.indexOf('user_agent')]).toBe(tsvText(userAgent));
     expect(firstRow[REQUEST_EVENT_COLUMNS.indexOf('source_offset')]).toBe('100');
+  });
+});
+
+describe('validateBatch on mangled messages', () => {
+  it('accounts for every message (stored, duplicate or rejected), never throws, and keeps every row whole', () => {
+    const random = prng(5);
+    const pick = <T>(values: readonly T[]): T => values[Math.floor(random() * values.length)]!;
+    const oddValues = [null, true, -1, 1e309, 2 ** 53, '', 'x'.repeat(3000), '\t\n\r\\\u0000', '\ud800', '😀', [], {}, { a: [1] }, '__proto__'];
+    const mangle = (text: string): string => {
+      const at = Math.floor(random() * text.length);
+      switch (Math.floor(random() * 6)) {
+        case 0: return text.slice(0, at); // truncated
+        case 1: return text.slice(0, at) + String.fromCharCode(Math.floor(random() * 0x10000)) + text.slice(at); // a stray character
+        case 2: return text.slice(0, at) + text.slice(at + 1 + Math.floor(random() * 5)); // characters lost
+        case 3: { // one field with a value of another kind
+          const event = JSON.parse(text) as Record<string, unknown>;
+          event[pick(Object.keys(event))] = pick(oddValues);
+          return JSON.stringify(event);
+        }
+        case 4: return JSON.stringify({ ...(JSON.parse(text) as object), userAgent: pick(oddValues), path: `/v1/${pick(['a\tb', 'a\nb', 'a\\b', 'é', '%00'])}` }); // free text of every kind
+        default: return text; // left as it is (a duplicate when its id was seen)
+      }
+    };
+    const texts = Array.from({ length: 3_000 }, (_, i) => mangle(event(Math.floor(i / 2))));
+    const bytes = batchOf(texts);
+    // Some raw bytes that are not UTF-8 at all.
+    bytes.values[Math.floor(bytes.values.length / 2)] = 0xff;
+
+    const result = validateBatch(bytes, new RecentEventIds(10_000));
+    expect(result.rowCount + result.duplicates + result.rejections.length).toBe(texts.length);
+    expect(result.rowCount).toBeGreaterThan(100);
+    expect(result.rejections.length).toBeGreaterThan(100);
+    const lines = new TextDecoder().decode(result.rows).split('\n');
+    expect(lines.pop()).toBe(''); // newline-terminated
+    expect(lines).toHaveLength(result.rowCount);
+    for (const line of lines) expect(line.split('\t')).toHaveLength(REQUEST_EVENT_COLUMNS.length);
   });
 });

@@ -257,7 +257,6 @@ async function retryUntilDone(what: string, logger: Logger, signal: AbortSignal,
   }
 }
 
-/** What the logs may say about the configuration: no secrets, no credentials in URLs. */
 /**
  * Seals with WEBHOOK_SECRET_KEY the merchants' secrets that still need WEBHOOK_SECRET_KEY_PREVIOUS
  * (or were stored before a key was set), and says when the previous key can go. Never stops the
@@ -277,6 +276,7 @@ async function resealWebhookSecrets(store: WebhookStore, hasPreviousKey: boolean
   }
 }
 
+/** What the logs may say about the configuration: no secrets, no credentials in URLs. */
 function describeConfig(config: Config): Record<string, unknown> {
   let clickhouse = `embedded engine in ${config.clickhouse.dataDir}`;
   if (config.clickhouse.url) {

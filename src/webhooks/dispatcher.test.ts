@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { Alert } from '../alerts/alert.ts';
+import { testAlert } from '../alerts/test-findings.ts';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
 import type { WebhookStore } from '../store/webhook-store.ts';
@@ -12,28 +13,7 @@ import { ALERT_EVENT, WebhookDispatcher, webhookBody } from './dispatcher.ts';
 import { targetPolicy } from './target-policy.ts';
 
 function alert(i: number): Alert {
-  return {
-    id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-    merchantId: 'm_1',
-    apiKeyId: 'pk_live_a',
-    type: 'bot_traffic',
-    scope: 'pk_live_a',
-    severity: 'critical',
-    riskScore: 0.95,
-    recommendedAction: 'block',
-    status: 'open',
-    title: 'Attack tool',
-    summary: 'summary',
-    evidence: { tools: { sqlmap: 1 } },
-    ruleId: 'bot_traffic',
-    ruleVersion: '1.0.0',
-    firstSeenAt: '2026-11-21T10:00:00.000Z',
-    lastSeenAt: '2026-11-21T10:00:00.000Z',
-    occurrences: 1,
-    createdAt: '2026-11-21T10:00:00.000Z',
-    updatedAt: '2026-11-21T10:00:00.000Z',
-    history: [],
-  };
+  return testAlert(Date.UTC(2026, 10, 21, 10, 0, 0), { id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}` });
 }
 
 /** A store whose writes never finish: what a hung storage looks like to the dispatcher. */

@@ -190,7 +190,7 @@ export class KafkaIntake {
     const started = performance.now();
     const { topic, partition } = batch;
     const { metrics } = this.options;
-    const alreadyStored = await this.skipUpTo(partition);
+    const alreadyStored = await this.skipUpTo(partition, Number(batch.firstOffset()));
     await this.warmup(partition);
     const fresh = batch.messages.filter((message) => Number(message.offset) > alreadyStored);
     const redelivered = batch.messages.length - fresh.length;
@@ -240,16 +240,38 @@ export class KafkaIntake {
     return warming;
   }
 
-  /** The offset up to which messages of this partition are already stored (or on their way). */
-  private async skipUpTo(partition: number): Promise<number> {
+  /**
+   * The offset up to which messages of this partition are already stored (or on their way).
+   * `firstOffset` is where this batch starts: on the first batch after an assignment, the offset
+   * committed for the partition.
+   */
+  private async skipUpTo(partition: number, firstOffset: number): Promise<number> {
     let stored = this.storedOffsets.get(partition);
     if (!stored) {
-      stored = this.options.store
-        .storedOffsets(this.options.topic, [partition])
-        .then((offsets) => offsets.get(partition) ?? -1);
+      stored = this.readStoredOffset(partition, firstOffset);
       this.storedOffsets.set(partition, stored);
       stored.catch(() => this.storedOffsets.delete(partition)); // asked again on the next batch
     }
     return Math.max(await stored, this.handedOff.get(partition) ?? -1);
+  }
+
+  /**
+   * Reads how far a partition is stored. Events stored at or past the committed offset were stored
+   * by a replica that did not get to commit them, perhaps killed before the rollup part of its
+   * insert landed: the rollup is repaired for them before they are skipped.
+   */
+  private async readStoredOffset(partition: number, committed: number): Promise<number> {
+    const { store, topic, logger } = this.options;
+    const storedUpTo = (await store.storedOffsets(topic, [partition])).get(partition) ?? -1;
+    if (storedUpTo >= committed) {
+      try {
+        const added = await store.repairRollup({ topic, partition, fromOffset: committed });
+        if (added > 0) logger.warn({ partition, fromOffset: committed, toOffset: storedUpTo, events: added }, 'rollup was missing events stored before a crash; added them');
+      } catch (error) {
+        // Metrics may stay short by these events; intake goes on.
+        logger.error({ err: error, partition, fromOffset: committed, toOffset: storedUpTo }, 'repairing the rollup failed');
+      }
+    }
+    return storedUpTo;
   }
 }

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { parseRequestEventValue } from '../events/request-event.ts';
-import { REQUEST_EVENT_COLUMNS, serializeEventRow, toClickHouseTime, tsvText } from './event-store.ts';
+import type { ClickHouse } from './clickhouse.ts';
+import { EventStore, REQUEST_EVENT_COLUMNS, serializeEventRow, toClickHouseTime, tsvText } from './event-store.ts';
+import { tablesIn } from './tables.ts';
 
 describe('serializeEventRow', () => {
   it('writes every column, in order, one value per tab-separated field, escaping free text', () => {
@@ -56,5 +58,40 @@ describe('serializeEventRow', () => {
     expect(toClickHouseTime(Date.UTC(2026, 0, 2, 3, 4, 5, 60))).toBe('2026-01-02 03:04:05.060');
     expect(toClickHouseTime(Date.UTC(2026, 0, 2, 3, 4, 6, 999))).toBe('2026-01-02 03:04:06.999');
     expect(toClickHouseTime(Date.UTC(2025, 11, 31, 23, 59, 59, 0))).toBe('2025-12-31 23:59:59.000');
+  });
+});
+
+describe('EventStore.repairRollup', () => {
+  /** A storage whose shortfall readings come from a list; records the statements it runs. */
+  function storageReading(shortfalls: number[]) {
+    const commands: string[] = [];
+    let readings = 0;
+    const db = {
+      queryRows: async () => [{ requests: shortfalls[Math.min(readings++, shortfalls.length - 1)] }],
+      command: async (query: string) => void commands.push(query),
+    } as unknown as ClickHouse;
+    return { store: new EventStore(db, tablesIn('sc')), commands, readings: () => readings };
+  }
+  const source = { topic: 't', partition: 0, fromOffset: 100 };
+
+  it('adds nothing and reads once when the rollup is complete', async () => {
+    const storage = storageReading([0]);
+    expect(await storage.store.repairRollup(source, 1)).toBe(0);
+    expect(storage.readings()).toBe(1);
+    expect(storage.commands).toEqual([]);
+  });
+
+  it('adds a shortfall once two readings agree', async () => {
+    const storage = storageReading([700, 300, 300]);
+    expect(await storage.store.repairRollup(source, 1)).toBe(300);
+    expect(storage.readings()).toBe(3);
+    expect(storage.commands).toHaveLength(1);
+    expect(storage.commands[0]).toMatch(/^INSERT INTO sc\.request_rollup_1m /);
+  });
+
+  it('adds nothing when the shortfall was another insert landing', async () => {
+    const storage = storageReading([700, 0]);
+    expect(await storage.store.repairRollup(source, 1)).toBe(0);
+    expect(storage.commands).toEqual([]);
   });
 });

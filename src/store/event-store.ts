@@ -3,6 +3,7 @@
  * queries (one function per question, a zod schema for each result row).
  * Contract: queries take user input only as server-side parameters, never by concatenation.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { DEFAULT_RATE_LIMIT_PER_MINUTE, type Plan, type RequestEvent } from '../events/request-event.ts';
 import type { ClickHouse } from './clickhouse.ts';
@@ -85,6 +86,9 @@ export function serializeEventRow(event: RequestEvent, source: EventSource, sour
   );
 }
 
+/** The rollup's sum columns (002_request_rollup_1m.sql). */
+const ROLLUP_SUMS = ['requests', 'successes', 'client_errors', 'server_errors', 'auth_failures', 'not_found', 'rate_limited', 'response_time_sum'];
+
 const offsetRow = z.object({ partition: z.coerce.number(), max_offset: z.coerce.number() });
 const trafficRow = z.object({
   requests: z.coerce.number(),
@@ -153,6 +157,79 @@ export class EventStore {
       { topic, partitions: [...partitions], hours: lookbackHours },
     );
     return new Map(rows.map((row) => offsetRow.parse(row)).map((row) => [row.partition, row.max_offset]));
+  }
+
+  /**
+   * Adds to the per-minute rollup what it misses for the events of one partition from `fromOffset`
+   * on, and returns how many events that was.
+   * Why: ClickHouse commits an insert's raw part and its materialized view's part one after the
+   * other, not atomically. A process killed between the two leaves events stored without their
+   * rollup rows; their offsets were not committed, so they come again, and storedOffsets skips them
+   * as already stored. Without this they would never be counted by metrics.
+   * Every (merchant, key, minute) those events fall in is compared with all raw events of that
+   * minute, and only a shortfall is added: the sums by the difference, max and uniq by their whole
+   * value (merging them again changes nothing). Run again, it adds nothing.
+   * Another writer's insert may be between its two commits right now (a replica that just lost the
+   * partition, or this one's own buffer): a shortfall is added only once two readings `settleMs`
+   * apart agree, or after the fifth reading.
+   */
+  async repairRollup(source: { topic: string; partition: number; fromOffset: number }, settleMs = 1_000, lookbackHours = 48): Promise<number> {
+    const params = { ...source, hours: lookbackHours };
+    const shortfallOf = async () => {
+      const rows = await this.db.queryRows(`SELECT sum(requests) AS requests FROM (${this.rollupShortfallQuery()})`, params);
+      return z.coerce.number().parse(rows[0]?.requests ?? 0);
+    };
+    let shortfall = await shortfallOf();
+    for (let reading = 1; shortfall > 0 && reading < 5; reading++) {
+      await sleep(settleMs);
+      const again = await shortfallOf();
+      if (again === shortfall) break;
+      shortfall = again;
+    }
+    if (shortfall > 0) {
+      await this.db.command(
+        `INSERT INTO ${this.tables.requestRollup1m} (merchant_id, api_key_id, minute, ${ROLLUP_SUMS.join(', ')}, response_time_max, unique_ips)
+         ${this.rollupShortfallQuery()}`,
+        params,
+      );
+    }
+    return shortfall;
+  }
+
+  /**
+   * The rollup rows that make up for a shortfall (see repairRollup). The raw aggregates must be the
+   * ones the view in 002_request_rollup_1m.sql writes.
+   */
+  private rollupShortfallQuery(): string {
+    const { requestEvents, requestRollup1m } = this.tables;
+    return `
+      WITH touched AS (
+        SELECT DISTINCT merchant_id, api_key_id, toStartOfMinute(ts) AS minute
+          FROM ${requestEvents}
+         WHERE source_topic = {topic:String} AND source_partition = {partition:Int32} AND source_offset >= {fromOffset:Int64}
+           AND received_at >= now64(3) - toIntervalHour({hours:UInt32})
+      )
+      SELECT merchant_id, api_key_id, minute,
+             ${ROLLUP_SUMS.map((column) => `greatest(raw.${column} - rolled.${column}, 0) AS ${column}`).join(', ')},
+             raw.response_time_max AS response_time_max, raw.unique_ips AS unique_ips
+        FROM (
+          SELECT merchant_id, api_key_id, toStartOfMinute(ts) AS minute,
+                 count() AS requests, countIf(status < 400) AS successes,
+                 countIf(status >= 400 AND status < 500) AS client_errors, countIf(status >= 500) AS server_errors,
+                 countIf(status IN (401, 403)) AS auth_failures, countIf(status = 404) AS not_found,
+                 countIf(status = 429) AS rate_limited, sum(toFloat64(response_time_ms)) AS response_time_sum,
+                 max(response_time_ms) AS response_time_max, uniqState(ip) AS unique_ips
+            FROM ${requestEvents}
+           WHERE (merchant_id, api_key_id, toStartOfMinute(ts)) IN touched
+           GROUP BY merchant_id, api_key_id, minute
+        ) AS raw
+        LEFT JOIN (
+          SELECT merchant_id, api_key_id, minute, ${ROLLUP_SUMS.map((column) => `sum(${column}) AS ${column}`).join(', ')}
+            FROM ${requestRollup1m}
+           WHERE (merchant_id, api_key_id, minute) IN touched
+           GROUP BY merchant_id, api_key_id, minute
+        ) AS rolled USING (merchant_id, api_key_id, minute)
+       WHERE raw.requests > rolled.requests`;
   }
 
   /** Traffic totals from the per-minute rollups (never raw events); merchantId undefined = all. */

@@ -1,13 +1,14 @@
 /**
  * Redelivery and replicas on the real engines: messages delivered again from an older offset (as
  * after a crash between store and commit) are not stored twice; two replicas in one consumer group
- * split the partitions and store every event once between them.
+ * split the partitions and store every event once between them; events stored without their rollup
+ * rows (a kill between the two commits of one insert) are added to the rollup when redelivered.
  */
 import { describe, expect, it } from 'vitest';
 import type { Worker } from '../../src/main.ts';
 import { useEngines } from '../support/engines.ts';
 import { makeEvent } from '../support/events.ts';
-import { groupCaughtUp, produceAll } from '../support/kafka.ts';
+import { commitGroupOffsets, groupCaughtUp, produceAll } from '../support/kafka.ts';
 import { testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const names = testNames('redeliver');
@@ -75,5 +76,65 @@ describe('redelivery and replicas', () => {
     expect(row).toEqual({ rows: 5_000, ids: 5_000 });
     const totals = await worker.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) });
     expect(totals.requests).toBe(5_000);
+  });
+  it('adds to the rollup the events a killed replica stored without their rollup rows', async () => {
+    // ClickHouse commits an insert's raw rows and the view's rollup rows separately. A kill between
+    // the two is forced here by detaching the view while the second half is stored, and then
+    // rewinding the group to before that half, as if the kill came before the commit too.
+    const own = testNames('rollup');
+    const startMs = Date.UTC(2026, 10, 20, 17, 0, 0);
+    const events = Array.from({ length: 4_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
+    const messages = events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) }));
+    const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own });
+    const rollupView = `${engines.clickhouse.database}.request_rollup_1m_mv`;
+
+    const first = await engines.startWorker(config);
+    await produceAll(engines.producer, own.topic, messages.slice(0, 2_000), 1000);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the first half is stored and committed', 90_000);
+    const admin = kafka.admin();
+    await admin.connect();
+    const [firstHalfCommitted] = await admin.fetchOffsets({ groupId: own.groupId, topics: [own.topic] });
+    await first.clickhouse.command(`DETACH TABLE ${rollupView}`);
+    try {
+      await produceAll(engines.producer, own.topic, messages.slice(2_000), 1000);
+      await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the second half is stored, without rollup rows', 90_000);
+    } finally {
+      await first.clickhouse.command(`ATTACH TABLE ${rollupView}`);
+    }
+    const range = { from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) };
+    expect((await first.store.trafficTotals(range)).requests).toBe(2_000); // the forced gap is there
+    await first.stop();
+    await admin.disconnect();
+    await commitGroupOffsets(kafka, own.groupId, own.topic, firstHalfCommitted!.partitions);
+
+    const second = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the restarted replica commits to the end', 90_000);
+    expect(await counterValue(second, 'security_center_events_duplicate_total')).toBe(2_000);
+    expect(await counterValue(second, 'security_center_events_stored_total')).toBe(0);
+    expect(await second.store.trafficTotals(range)).toEqual({
+      requests: 4_000,
+      successes: events.filter((event) => event.status < 400).length,
+      failureRate: events.filter((event) => event.status >= 400).length / 4_000,
+      uniqueIps: new Set(events.map((event) => event.ip)).size,
+    });
+    // Every rollup column agrees with the raw events, per key and minute.
+    const perMinute = (from: string, columns: string) =>
+      second.clickhouse.queryRows(`SELECT api_key_id, ${columns} FROM ${from} GROUP BY api_key_id, minute ORDER BY api_key_id, minute`);
+    const [rolled, raw] = await Promise.all([
+      perMinute(
+        `${engines.clickhouse.database}.request_rollup_1m WHERE api_key_id LIKE '%${own.runId}%'`,
+        `minute, sum(requests) AS requests, sum(successes) AS ok, sum(client_errors) AS c4, sum(server_errors) AS c5,
+         sum(auth_failures) AS auth, sum(not_found) AS nf, sum(rate_limited) AS rl, sum(response_time_sum) AS rt,
+         max(response_time_max) AS rt_max, uniqMerge(unique_ips) AS ips`,
+      ),
+      perMinute(
+        `${engines.clickhouse.database}.request_events WHERE source_topic = '${own.topic}'`,
+        `toStartOfMinute(ts) AS minute, count() AS requests, countIf(status < 400) AS ok, countIf(status BETWEEN 400 AND 499) AS c4,
+         countIf(status >= 500) AS c5, countIf(status IN (401, 403)) AS auth, countIf(status = 404) AS nf, countIf(status = 429) AS rl,
+         sum(toFloat64(response_time_ms)) AS rt, max(response_time_ms) AS rt_max, uniq(ip) AS ips`,
+      ),
+    ]);
+    expect(rolled).toHaveLength(200);
+    expect(rolled).toEqual(raw);
   });
 });

@@ -93,3 +93,26 @@ export async function committedTotal(kafka: Kafka, groupId: string, topic: strin
     await admin.disconnect();
   }
 }
+
+/**
+ * Rewinds (or moves on) an idle group's committed offsets, as a member of the group would commit
+ * them. kafkajs's admin.setOffsets needs DescribeGroups, which the mock broker lacks.
+ */
+export async function commitGroupOffsets(
+  kafka: Kafka,
+  groupId: string,
+  topic: string,
+  partitions: { partition: number; offset: string }[],
+): Promise<void> {
+  const consumer = kafka.consumer({ groupId, ...mockBrokerConsumerDefaults() });
+  await consumer.connect();
+  try {
+    const joined = new Promise<void>((resolve) => consumer.on(consumer.events.GROUP_JOIN, () => resolve()));
+    await consumer.subscribe({ topic });
+    await consumer.run({ autoCommit: false, eachBatchAutoResolve: false, eachBatch: async () => undefined });
+    await joined;
+    await consumer.commitOffsets(partitions.map(({ partition, offset }) => ({ topic, partition, offset })));
+  } finally {
+    await consumer.disconnect();
+  }
+}

@@ -4,8 +4,9 @@ import { WorkerMetrics } from '../metrics.ts';
 import type { DeadLetter } from './dead-letter.ts';
 import { EventBuffer, type OffsetMark } from './event-buffer.ts';
 
-function buffer(options: { flushRows?: number; flushIntervalMs?: number; failures?: number } = {}) {
+function buffer(options: { flushRows?: number; flushIntervalMs?: number; failures?: number; storeGate?: Promise<void> } = {}) {
   const stored: string[][] = [];
+  const deadLetters: DeadLetter[] = [];
   const commits: OffsetMark[][] = [];
   const events: string[] = [];
   let failuresLeft = options.failures ?? 0;
@@ -16,6 +17,7 @@ function buffer(options: { flushRows?: number; flushIntervalMs?: number; failure
     retryInitialMs: 1,
     retryMaxMs: 5,
     storeRows: async (body) => {
+      await options.storeGate;
       if (failuresLeft-- > 0) {
         events.push('store failed');
         throw new Error('injected');
@@ -23,7 +25,10 @@ function buffer(options: { flushRows?: number; flushIntervalMs?: number; failure
       events.push('stored');
       stored.push(body.toString('utf8').trim().split('\n'));
     },
-    sendDeadLetters: async () => void events.push('dead letters sent'),
+    sendDeadLetters: async (records) => {
+      events.push('dead letters sent');
+      deadLetters.push(...records);
+    },
     commit: async (offsets) => {
       events.push('committed');
       commits.push([...offsets]);
@@ -33,7 +38,18 @@ function buffer(options: { flushRows?: number; flushIntervalMs?: number; failure
     metrics: new WorkerMetrics({ defaultMetrics: false }),
     logger: createLogger('silent'),
   });
-  return { eventBuffer, stored, commits, events };
+  return { eventBuffer, stored, commits, events, deadLetters };
+}
+
+function deadLetterOf(partition: number): DeadLetter {
+  return {
+    reason: 'invalid_json',
+    errors: [],
+    source: { topic: 't', partition, offset: '1' },
+    payload: '{',
+    payloadTruncated: false,
+    deadLetteredAt: new Date(0).toISOString(),
+  };
 }
 
 describe('EventBuffer', () => {
@@ -80,18 +96,40 @@ describe('EventBuffer', () => {
     expect(eventBuffer.healthy).toBe(true);
   });
 
+  it('after a rebalance, drops the rows, dead letters and offsets it holds of partitions it no longer owns', async () => {
+    const { eventBuffer, stored, commits, deadLetters } = buffer({ flushRows: 1000 });
+    const mark = (partition: number, offset: number) => ({ topic: 't', partition, offset });
+    void eventBuffer.add({ lines: ['p0 a', 'p0 b'], offsets: [mark(0, 2)] });
+    void eventBuffer.add({ lines: ['http'] });
+    void eventBuffer.add({ lines: ['p1 a'], deadLetters: [deadLetterOf(1)], offsets: [mark(1, 2)] });
+    void eventBuffer.add({ lines: ['p2 a'], deadLetters: [deadLetterOf(2)], offsets: [mark(2, 1)] });
+    void eventBuffer.add({ lines: ['p1 b', 'p1 c'], offsets: [mark(1, 4)] });
+    void eventBuffer.add({ lines: ['p0 c'], offsets: [mark(0, 3)] });
+
+    expect(eventBuffer.releasePartitions('t', new Set([0, 2]))).toBe(3);
+    expect(eventBuffer.bufferedRows).toBe(5);
+    expect(eventBuffer.releasePartitions('other-topic', new Set())).toBe(0);
+    await eventBuffer.drain();
+    expect(stored).toEqual([['p0 a', 'p0 b', 'http', 'p2 a', 'p0 c']]);
+    expect(commits).toEqual([[mark(0, 3), mark(2, 1)]]);
+    expect(deadLetters.map((record) => record.source.partition)).toEqual([2]);
+  });
+
+  it('a flush being stored when its partitions move stores its rows but commits none of their offsets', async () => {
+    let openGate!: () => void;
+    const { eventBuffer, stored, commits } = buffer({ flushRows: 1, storeGate: new Promise<void>((resolve) => (openGate = resolve)) });
+    const durable = eventBuffer.add({ lines: ['p1 a'], offsets: [{ topic: 't', partition: 1, offset: 5 }] });
+    expect(eventBuffer.releasePartitions('t', new Set([0]))).toBe(0); // nothing waits: the row is in flight
+    openGate();
+    await durable;
+    expect(stored).toEqual([['p1 a']]);
+    expect(commits).toEqual([]);
+  });
+
   it('sends a flush\'s dead letters before storing its rows, and not again when the store is retried', async () => {
     // A restart skips offsets up to the highest stored one: a dead letter must never trail its rows.
     const { eventBuffer, events } = buffer({ flushRows: 1, failures: 1 });
-    const deadLetter: DeadLetter = {
-      reason: 'invalid_json',
-      errors: [],
-      source: { topic: 't', partition: 0, offset: '1' },
-      payload: '{',
-      payloadTruncated: false,
-      deadLetteredAt: new Date(0).toISOString(),
-    };
-    await eventBuffer.add({ lines: ['{"a":1}'], deadLetters: [deadLetter], offsets: [{ topic: 't', partition: 0, offset: 2 }] });
+    await eventBuffer.add({ lines: ['{"a":1}'], deadLetters: [deadLetterOf(0)], offsets: [{ topic: 't', partition: 0, offset: 2 }] });
     expect(events).toEqual(['dead letters sent', 'store failed', 'outage', 'stored', 'recovery', 'committed']);
   });
 

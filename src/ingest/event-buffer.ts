@@ -18,7 +18,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { DeadLetter } from './dead-letter.ts';
-import { RowBuffer } from './row-buffer.ts';
+import { RowBuffer, type RowRange } from './row-buffer.ts';
 
 /** The next offset to consume on a partition, to be committed once everything before it is stored. */
 export interface OffsetMark {
@@ -58,6 +58,8 @@ class PendingFlush {
   readonly rows = new RowBuffer();
   deadLetters: DeadLetter[] = [];
   readonly offsets = new Map<string, OffsetMark>();
+  /** The rows of each Kafka batch added (an add with one offset mark), by partition. */
+  partitionRows: (RowRange & { topic: string; partition: number })[] = [];
   firstAddedAt = 0;
   endsBacklog = false;
   readonly durable: Promise<void>;
@@ -75,10 +77,32 @@ class PendingFlush {
   get isEmpty(): boolean {
     return this.rows.rows === 0 && this.deadLetters.length === 0 && this.offsets.size === 0;
   }
+
+  /** Drops the offsets, and unless `offsetsOnly` the rows and dead letters, of partitions not owned; returns the rows dropped. */
+  release(topic: string, owned: ReadonlySet<number>, offsetsOnly: boolean): number {
+    const lost = (source: { topic: string; partition: number }) => source.topic === topic && source.partition >= 0 && !owned.has(source.partition);
+    for (const [key, mark] of this.offsets) if (lost(mark)) this.offsets.delete(key);
+    if (offsetsOnly) return 0;
+    this.deadLetters = this.deadLetters.filter((record) => !lost(record.source));
+    const dropped = this.partitionRows.filter(lost);
+    if (dropped.length === 0) return 0;
+    this.rows.remove(dropped);
+    // The rows kept moved down by the bytes dropped before them.
+    let shift = 0;
+    const kept: typeof this.partitionRows = [];
+    for (const range of this.partitionRows) {
+      if (lost(range)) shift += range.end - range.start;
+      else kept.push({ ...range, start: range.start - shift, end: range.end - shift });
+    }
+    this.partitionRows = kept;
+    return dropped.reduce((sum, range) => sum + range.rows, 0);
+  }
 }
 
 export class EventBuffer {
   private pending = new PendingFlush();
+  /** The flush being stored, if any. */
+  private inFlight: PendingFlush | undefined;
   private flushLoop: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private draining = false;
@@ -111,8 +135,14 @@ export class EventBuffer {
     if (this.stopped) return Promise.reject(new Error('event buffer is stopped'));
     const pending = this.pending;
     if (pending.isEmpty) pending.firstAddedAt = Date.now();
+    const start = pending.rows.byteLength;
+    const rowsBefore = pending.rows.rows;
     if (input.lines) for (const line of input.lines) pending.rows.append(line);
     if (input.encodedRows && input.encodedRows.count > 0) pending.rows.appendEncoded(input.encodedRows.bytes, input.encodedRows.count);
+    const source = input.offsets?.length === 1 ? input.offsets[0]! : undefined;
+    if (source && pending.rows.rows > rowsBefore) {
+      pending.partitionRows.push({ topic: source.topic, partition: source.partition, start, end: pending.rows.byteLength, rows: pending.rows.rows - rowsBefore });
+    }
     if (input.deadLetters) for (const record of input.deadLetters) pending.deadLetters.push(record);
     if (input.endsBacklog) pending.endsBacklog = true;
     if (input.offsets) {
@@ -125,6 +155,21 @@ export class EventBuffer {
     this.options.metrics.bufferedRows.set(pending.rows.rows);
     this.schedule();
     return pending.durable;
+  }
+
+  /**
+   * After a rebalance: forgets what it holds for partitions of `topic` this replica no longer owns.
+   * Their offsets were not committed, so their new owner reads and stores those messages again;
+   * stored here too, they would be counted twice, and committing their old offsets here could move
+   * the new owner's committed offset back. Rows and dead letters waiting for the next flush are
+   * dropped; a flush already being stored keeps its rows but commits no offset of those partitions.
+   * Returns how many rows it dropped.
+   */
+  releasePartitions(topic: string, owned: ReadonlySet<number>): number {
+    this.inFlight?.release(topic, owned, true);
+    const dropped = this.pending.release(topic, owned, false);
+    this.options.metrics.bufferedRows.set(this.pending.rows.rows);
+    return dropped;
   }
 
   /** Waits while the buffer is full (storage slow or down); onWait runs about once a second (heartbeats). */
@@ -207,12 +252,15 @@ export class EventBuffer {
       this.lastFlushWasFull = flush.rows.rows >= this.options.flushRows;
       this.options.metrics.bufferedRows.set(0);
       for (const wake of this.capacityWaiters.splice(0)) wake();
+      this.inFlight = flush;
       try {
         await this.flushWithRetry(flush);
         flush.resolve();
       } catch (error) {
         flush.reject(error as Error);
         return;
+      } finally {
+        this.inFlight = undefined;
       }
     }
   }

@@ -74,6 +74,8 @@ export class KafkaIntake {
   private readonly deadLetterQueue: KafkaDeadLetterQueue;
   /** Highest offset per partition known to be stored or handed to the buffer, for skipping redeliveries. */
   private readonly handedOff = new Map<number, number>();
+  /** Partitions of the topic this replica owns since the last rebalance. */
+  private owned: ReadonlySet<number> = new Set();
   /** Stored offsets read from ClickHouse, per partition, refreshed after each rebalance. */
   private storedOffsets = new Map<number, Promise<number>>();
   /** Detection warm-up per partition, started on its first batch after each rebalance. */
@@ -107,6 +109,7 @@ export class KafkaIntake {
       this.backlog.reset();
       const owned = event.payload.memberAssignment[options.topic] ?? [];
       options.metrics.assignedPartitions.set(owned.length);
+      this.releasePartitions(new Set(owned));
       // Keys of partitions that moved to another replica are its to watch now.
       options.analysis.keepPartitions(owned).catch(() => undefined);
       logger.info({ assignment: event.payload.memberAssignment }, 'kafka partitions assigned');
@@ -208,6 +211,7 @@ export class KafkaIntake {
     this.batchesInFlight++;
     const step = this.chain.then(async () => {
       const result = analysis ? await analysis : undefined;
+      if (!this.owned.has(partition)) return; // moved to another replica meanwhile: its messages are the new owner's
       const deadLetters = (result?.rejections ?? []).map(({ rejection, text, offset, timestamp }) => toDeadLetter(rejection, text, { topic, partition, offset, timestamp }));
       if (result && result.duplicates > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, result.duplicates);
       void this.buffer.add({ encodedRows: result && { bytes: result.rows, count: result.rowCount }, deadLetters, offsets: [mark], endsBacklog });
@@ -225,6 +229,19 @@ export class KafkaIntake {
     if (this.batchesInFlight > MAX_BATCHES_IN_FLIGHT) await this.settle();
     await heartbeat();
     await this.buffer.waitForCapacity(heartbeat);
+  }
+
+  /**
+   * After a rebalance, lets go of partitions that moved to another replica: what the buffer still
+   * holds of them is dropped (the new owner reads it again from the committed offset), and so is
+   * the memory of how far they were handed off, which would skip those messages if a partition
+   * came back.
+   */
+  private releasePartitions(owned: ReadonlySet<number>): void {
+    this.owned = owned;
+    for (const partition of this.handedOff.keys()) if (!owned.has(partition)) this.handedOff.delete(partition);
+    const dropped = this.buffer.releasePartitions(this.options.topic, owned);
+    if (dropped > 0) this.options.logger.info({ rows: dropped }, 'dropped buffered rows of partitions now owned by another replica');
   }
 
   /** Warms detection for a partition once per assignment; a failed warm-up is logged, not fatal. */

@@ -3,6 +3,13 @@
  * it arrives, so a flush neither joins tens of thousands of strings nor copies a large string into
  * a Buffer (both showed up as garbage-collector time on the ingest path).
  */
+/** Rows [start, end) by byte position in a RowBuffer, `rows` of them. */
+export interface RowRange {
+  start: number;
+  end: number;
+  rows: number;
+}
+
 export class RowBuffer {
   private buffer: Buffer;
   private length = 0;
@@ -31,6 +38,23 @@ export class RowBuffer {
     this.buffer.set(bytes, this.length);
     this.length += bytes.length;
     this.count += rowCount;
+  }
+
+  /** Bytes written so far: where the next row will start. */
+  get byteLength(): number {
+    return this.length;
+  }
+
+  /** Removes whole rows by byte range (ranges in order, not overlapping), moving later rows down. */
+  remove(ranges: readonly RowRange[]): void {
+    let removedBytes = 0;
+    ranges.forEach((range, i) => {
+      const nextStart = ranges[i + 1]?.start ?? this.length;
+      this.buffer.copyWithin(range.start - removedBytes, range.end, nextStart);
+      removedBytes += range.end - range.start;
+      this.count -= range.rows;
+    });
+    this.length -= removedBytes;
   }
 
   /** The rows written so far, newline-terminated. A view: do not append after taking it. */

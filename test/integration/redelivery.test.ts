@@ -2,7 +2,8 @@
  * Redelivery and replicas on the real engines: messages delivered again from an older offset (as
  * after a crash between store and commit) are not stored twice; two replicas in one consumer group
  * split the partitions and store every event once between them; events stored without their rollup
- * rows (a kill between the two commits of one insert) are added to the rollup when redelivered.
+ * rows (a kill between the two commits of one insert) are added to the rollup when redelivered; a
+ * replica that loses partitions in a rebalance does not store the rows of them it still held.
  */
 import { describe, expect, it } from 'vitest';
 import type { Worker } from '../../src/main.ts';
@@ -25,9 +26,12 @@ describe('redelivery and replicas', () => {
   const engines = useEngines();
   const { kafka } = engines;
 
-  async function countRows(worker: Worker): Promise<{ rows: number; ids: number }> {
+  /** Raw rows and distinct eventIds stored, of one topic or of all. */
+  async function countRows(worker: Worker, topic = ''): Promise<{ rows: number; ids: number }> {
     const [row] = await worker.clickhouse.queryRows<{ rows: number; ids: number }>(
-      `SELECT count() AS rows, uniqExact(event_id) AS ids FROM ${engines.clickhouse.database}.request_events`,
+      `SELECT count() AS rows, uniqExact(event_id) AS ids FROM ${engines.clickhouse.database}.request_events
+        WHERE {topic:String} = '' OR source_topic = {topic:String}`,
+      { topic },
     );
     return row!;
   }
@@ -69,11 +73,7 @@ describe('redelivery and replicas', () => {
     await waitFor(() => groupCaughtUp(kafka, replayGroup, own.topic), 'replay group reaches the end', 90_000);
     expect(await counterValue(worker, 'security_center_events_duplicate_total')).toBe(5_000);
     expect(await counterValue(worker, 'security_center_events_stored_total')).toBe(0);
-    const [row] = await worker.clickhouse.queryRows<{ rows: number; ids: number }>(
-      `SELECT count() AS rows, uniqExact(event_id) AS ids FROM ${engines.clickhouse.database}.request_events WHERE source_topic = {topic:String}`,
-      { topic: own.topic },
-    );
-    expect(row).toEqual({ rows: 5_000, ids: 5_000 });
+    expect(await countRows(worker, own.topic)).toEqual({ rows: 5_000, ids: 5_000 });
     const totals = await worker.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) });
     expect(totals.requests).toBe(5_000);
   });
@@ -136,5 +136,26 @@ describe('redelivery and replicas', () => {
     ]);
     expect(rolled).toHaveLength(200);
     expect(rolled).toEqual(raw);
+  });
+
+  it('a replica that loses partitions in a rebalance does not store their rows it still held', async () => {
+    // The first replica holds everything it read (a long flush interval) while a second joins and
+    // takes partitions over from their committed offsets, still at the start: the first must not
+    // store its rows of those partitions as well.
+    const own = testNames('handover');
+    const startMs = Date.UTC(2026, 10, 20, 18, 0, 0);
+    const events = Array.from({ length: 4_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
+    const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own });
+    const holding = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own, extra: { STORE_FLUSH_INTERVAL_MS: '10000' } });
+    const first = await engines.startWorker(holding);
+    await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+    await waitFor(async () => (await counterValue(first, 'security_center_buffered_rows')) === 4_000, 'the first replica holds every event', 30_000);
+
+    const second = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the two replicas commit to the end', 90_000);
+    expect(await countRows(second, own.topic)).toEqual({ rows: 4_000, ids: 4_000 });
+    const totals = await second.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) });
+    expect(totals.requests).toBe(4_000);
+    expect(await counterValue(second, 'security_center_events_stored_total')).toBeGreaterThan(0); // it took partitions over
   });
 });

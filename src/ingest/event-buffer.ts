@@ -54,6 +54,11 @@ export interface EventBufferOptions {
   retryMaxMs?: number;
 }
 
+/** Whether a Kafka source (HTTP ingest has partition -1) is a partition of `topic` no longer owned. */
+function isLost(source: { topic: string; partition: number }, topic: string, owned: ReadonlySet<number>): boolean {
+  return source.topic === topic && source.partition >= 0 && !owned.has(source.partition);
+}
+
 class PendingFlush {
   readonly rows = new RowBuffer();
   deadLetters: DeadLetter[] = [];
@@ -78,11 +83,15 @@ class PendingFlush {
     return this.rows.rows === 0 && this.deadLetters.length === 0 && this.offsets.size === 0;
   }
 
-  /** Drops the offsets, and unless `offsetsOnly` the rows and dead letters, of partitions not owned; returns the rows dropped. */
-  release(topic: string, owned: ReadonlySet<number>, offsetsOnly: boolean): number {
-    const lost = (source: { topic: string; partition: number }) => source.topic === topic && source.partition >= 0 && !owned.has(source.partition);
-    for (const [key, mark] of this.offsets) if (lost(mark)) this.offsets.delete(key);
-    if (offsetsOnly) return 0;
+  /** Drops the offsets of partitions of `topic` not owned, so they are not committed. */
+  releaseOffsets(topic: string, owned: ReadonlySet<number>): void {
+    for (const [key, mark] of this.offsets) if (isLost(mark, topic, owned)) this.offsets.delete(key);
+  }
+
+  /** Drops the offsets, rows and dead letters of partitions of `topic` not owned; returns the rows dropped. */
+  release(topic: string, owned: ReadonlySet<number>): number {
+    this.releaseOffsets(topic, owned);
+    const lost = (source: { topic: string; partition: number }) => isLost(source, topic, owned);
     this.deadLetters = this.deadLetters.filter((record) => !lost(record.source));
     const dropped = this.partitionRows.filter(lost);
     if (dropped.length === 0) return 0;
@@ -166,8 +175,8 @@ export class EventBuffer {
    * Returns how many rows it dropped.
    */
   releasePartitions(topic: string, owned: ReadonlySet<number>): number {
-    this.inFlight?.release(topic, owned, true);
-    const dropped = this.pending.release(topic, owned, false);
+    this.inFlight?.releaseOffsets(topic, owned);
+    const dropped = this.pending.release(topic, owned);
     this.options.metrics.bufferedRows.set(this.pending.rows.rows);
     return dropped;
   }

@@ -87,6 +87,8 @@ const envSchema = z
     DETECTION_CONFIG_FILE: z.string().min(1).optional(),
     GEOIP_CITY_DB: z.string().min(1).optional(),
     ALERT_SUPPRESSION_MINUTES: envInt(60, 0, 60 * 24 * 30),
+    DETECTION_MAX_HEAP_MB: z.coerce.number().int().min(64).max(1_048_576).optional(),
+    DETECTION_MAX_WINDOW_EVENTS: z.coerce.number().int().min(1_000).max(1_000_000_000).optional(),
 
     ADMIN_JWT_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
     ADMIN_RATE_LIMIT_PER_MINUTE: envInt(600, 1, 1_000_000),
@@ -160,7 +162,7 @@ export interface Config {
     readonly maxBodyBytes: number;
     readonly cacheTtlMs: number;
   };
-  readonly detection: { readonly configFile?: string; readonly geoCityDb?: string; readonly suppressionMs: number };
+  readonly detection: { readonly configFile?: string; readonly geoCityDb?: string; readonly suppressionMs: number; readonly maxHeapMb?: number; readonly maxWindowEvents?: number };
   readonly enforcement: { readonly mode: Env['ENFORCEMENT_MODE']; readonly blockMinRisk: number };
   readonly webhooks: {
     /** The operator's on-call endpoint; undefined when not configured. */
@@ -252,6 +254,8 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
       configFile: env.DETECTION_CONFIG_FILE,
       geoCityDb: env.GEOIP_CITY_DB,
       suppressionMs: env.ALERT_SUPPRESSION_MINUTES * 60_000,
+      maxHeapMb: env.DETECTION_MAX_HEAP_MB,
+      maxWindowEvents: env.DETECTION_MAX_WINDOW_EVENTS,
     },
     enforcement: { mode: env.ENFORCEMENT_MODE, blockMinRisk: env.ENFORCEMENT_BLOCK_MIN_RISK },
     webhooks: {

@@ -5,6 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { rootCertificates } from 'node:tls';
+import { getHeapStatistics } from 'node:v8';
 import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
@@ -15,6 +16,8 @@ import { AdminAuthenticator } from './admin/auth.ts';
 import { ResponseCache } from './admin/response-cache.ts';
 import { AlertManager } from './alerts/alert-manager.ts';
 import { AlertService } from './alerts/alert-service.ts';
+import { windowBudgetFor } from './detect/engine.ts';
+import { DetectionLoadMonitor } from './detect/load-monitor.ts';
 import { loadConfig, ConfigError, type Config } from './config.ts';
 import { createHttpServer } from './http/server.ts';
 import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';
@@ -40,7 +43,7 @@ const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', impor
 
 export interface WorkerDeps {
   logger?: Logger;
-  /** Called when a part stops for good (the Kafka consumer); the process entry then exits with 1. */
+  /** Called when a part stops for good (the Kafka intake, the analysis thread); the process entry then exits with 1. */
   onFatal?(error: Error): void;
   /** Wraps the storage write, so tests inject faults at the storage boundary. */
   wrapStoreRows?(storeRows: (body: Buffer) => Promise<void>): (body: Buffer) => Promise<void>;
@@ -107,7 +110,9 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       })
     : undefined;
 
-  // Validation of Kafka batches and detection run in one thread of their own.
+  // Validation of Kafka batches and detection run in one thread of their own, whose windows are
+  // held to a budget that fits its heap (DETECTION_MAX_HEAP_MB, else V8's default limit).
+  const maxWindowEvents = config.detection.maxWindowEvents ?? windowBudgetFor(config.detection.maxHeapMb ?? getHeapStatistics().heap_size_limit / 2 ** 20);
   const analysis = ingestEnabled
     ? new AnalysisThread(
         {
@@ -116,8 +121,14 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
           entitledPlans: config.admin.entitledPlans,
           geoCityDb: config.detection.geoCityDb,
           detectionConfigFile: config.detection.configFile,
+          maxHeapMb: config.detection.maxHeapMb,
+          maxWindowEvents,
         },
         logger,
+        (error) => {
+          logger.error({ err: error }, 'analysis thread stopped; the worker stops too');
+          deps.onFatal?.(error);
+        },
       )
     : undefined;
   const alerts = new AlertService(
@@ -128,7 +139,11 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     logger.child({ component: 'alerts' }),
     { onCritical: (alert) => webhooks?.notify(alert) },
   );
-  const onDetection = (detection: Detection) => alerts.handle(detection);
+  const detectionLoad = new DetectionLoadMonitor(metrics, logger.child({ component: 'detection' }));
+  const onDetection = (detection: Detection) => {
+    if (detection.load) detectionLoad.record(detection.load);
+    alerts.handle(detection);
+  };
   const detectionWindowMs = Math.max(...RULES.map((rule) => rule.windowMs));
   const storeRows = (body: Buffer) => store.insertRows(body);
 
@@ -151,7 +166,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     version: VERSION,
     bodyLimit: config.ingest.maxBodyBytes,
     notReadyReason: () =>
-      !migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : intake?.stoppedReason,
+      analysis?.failureReason ?? (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : intake?.stoppedReason),
   });
   if (analysis && config.ingest.token) {
     registerHttpIngest(app, {
@@ -195,9 +210,11 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(config.detection.suppressionMs));
     if (webhooks) await retryUntilDone('starting webhooks', logger, abort.signal, () => webhooks.start());
     await analysis.ready;
-    // Events that came over HTTP belong to no partition: every replica warms them.
-    const since = () => new Date(Date.now() - detectionWindowMs);
-    await analysis.warm(await store.recentEvents({ since: since(), topic: '', partition: -1 }), -1);
+    // Events that came over HTTP belong to no partition: every replica warms them. At most a
+    // budget's worth, the newest, of the plans detection evaluates.
+    const recent = (topic: string, partition: number) =>
+      store.recentEvents({ since: new Date(Date.now() - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) });
+    await analysis.warm(await recent('', -1), -1);
     if (config.kafka) {
       const kafkaConfig = config.kafka;
       intake = new KafkaIntake({
@@ -207,8 +224,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
         analysis,
         onDetection,
         warmPartition: async (partition) => {
-          const events = await store.recentEvents({ since: since(), topic: kafkaConfig.topic, partition });
-          await analysis.warm(events, partition);
+          await analysis.warm(await recent(kafkaConfig.topic, partition), partition);
         },
         buffer,
         onStopped: (error) => deps.onFatal?.(error),

@@ -81,9 +81,34 @@ export class WorkerMetrics {
     labelNames: ['type', 'change'] as const,
     registers: [this.registry],
   });
+  readonly detectionWindowEvents = new Gauge({
+    name: 'security_center_detection_window_events',
+    help: 'Events held in the detection windows of all keys',
+    registers: [this.registry],
+  });
+  readonly detectionTrackedKeys = new Gauge({
+    name: 'security_center_detection_tracked_keys',
+    help: 'API keys with a detection window in memory',
+    registers: [this.registry],
+  });
+  readonly detectionEventsPerKeyCap = new Gauge({
+    name: 'security_center_detection_events_per_key_cap',
+    help: 'Events a key may keep in its window: lower than usual while the windows are over their memory budget',
+    registers: [this.registry],
+  });
+  readonly detectionShedEvents = new Counter({
+    name: 'security_center_detection_shed_events_total',
+    help: 'Events dropped from detection windows early to stay within the memory budget (they are stored all the same)',
+    registers: [this.registry],
+  });
+  readonly detectionForgottenKeys = new Counter({
+    name: 'security_center_detection_forgotten_keys_total',
+    help: 'Active keys whose detection window was dropped to stay within the memory budget',
+    registers: [this.registry],
+  });
   readonly ruleErrors = new Counter({
     name: 'security_center_rule_errors_total',
-    help: 'Rule evaluations that threw (the rule is skipped for that key and batch)',
+    help: 'Rule evaluations that threw (the rule is skipped for that key and batch); rule="engine": a batch whose detection failed outside any rule (its events are stored)',
     labelNames: ['rule'] as const,
     registers: [this.registry],
   });

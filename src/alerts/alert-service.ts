@@ -9,7 +9,7 @@
  * seconds each replica learns what the others wrote (a dismissal silences the key everywhere; an
  * alert created before a rebalance is continued, not duplicated, by the key's new owner).
  */
-import type { AnyRule } from '../detect/engine.ts';
+import { ENGINE_ERROR, type AnyRule } from '../detect/engine.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
@@ -89,7 +89,8 @@ export class AlertService {
   handle(detection: Detection): void {
     for (const { ruleId, message } of detection.ruleErrors) {
       this.metrics.ruleErrors.inc({ rule: ruleId });
-      this.logger.error({ rule: ruleId, error: message }, 'rule failed; the other rules went on');
+      if (ruleId === ENGINE_ERROR) this.logger.error({ error: message }, 'detection failed for a batch; its events are stored all the same');
+      else this.logger.error({ rule: ruleId, error: message }, 'rule failed; the other rules went on');
     }
     for (const { merchantId, ruleId, finding } of detection.findings) {
       const rule = this.rules.get(ruleId);

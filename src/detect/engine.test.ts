@@ -4,7 +4,7 @@ import { RULES } from '../../rules/index.ts';
 import { prng } from '../../test/support/random.ts';
 import { PLACES } from '../../rules/fixtures.ts';
 import { DetectionConfig } from './detection-config.ts';
-import { DetectionEngine, type AnyRule } from './engine.ts';
+import { capWithin, DetectionEngine, KEY_WEIGHT, MIN_EVENTS_PER_KEY, type AnyRule } from './engine.ts';
 import { eventIdHash } from './event-id-hashes.ts';
 import type { GeoLookup } from './geo.ts';
 
@@ -58,13 +58,14 @@ function event(i: number, overrides: Partial<RequestEvent> = {}): RequestEvent {
   };
 }
 
-function engine(rules: AnyRule[] = [countingRule], config = new DetectionConfig()) {
+function engine(rules: AnyRule[] = [countingRule], config = new DetectionConfig(), maxWindowEvents?: number) {
   const errors: string[] = [];
   const detection = new DetectionEngine({
     rules,
     entitledPlans: ['business', 'enterprise'],
     config: () => config,
     onRuleError: (ruleId) => errors.push(ruleId),
+    maxWindowEvents,
   });
   return { detection, errors };
 }
@@ -168,6 +169,58 @@ describe('DetectionEngine', () => {
     expect(detection.process([...fromNetwork, ...fromProbe, ...fromKey], T0)).toHaveLength(0);
   });
 
+  describe('memory budget', () => {
+    /** `count` events of one key, all inside the 60 s window, ending at `end`. */
+    const burst = (apiKeyId: string, count: number, end = T0 + 50_000) =>
+      Array.from({ length: count }, (_, i) => event(0, { apiKeyId, eventId: `${apiKeyId}_${i}`, ip: '203.0.113.7', timestamp: end - count + 1 + i }));
+    const counts = (findings: ReturnType<DetectionEngine['process']>) => Object.fromEntries(findings.map((f) => [f.finding.apiKeyId, f.finding.evidence.count]));
+
+    it('caps the busiest keys\' windows first, keeping their newest events and every small key whole', () => {
+      const { detection } = engine([countingRule], new DetectionConfig(), 2_000);
+      const small = Array.from({ length: 20 }, (_, k) => burst(`pk_live_small${k}`, 10)).flat();
+      detection.process([...burst('pk_live_busy', 3_000), ...small], T0 + 50_000);
+      const load = detection.load;
+      // 90% of the budget: 20 small keys of 10 events, 21 keys' tallies, and what is left for the busy key.
+      const busyKept = 1_800 - 200 - 21 * KEY_WEIGHT;
+      expect(load).toMatchObject({ windowEvents: 200 + busyKept, trackedKeys: 21, eventsPerKeyCap: busyKept, shedEvents: 3_000 - busyKept, forgottenKeys: 0 });
+      // The next batch sees the busy key's newest events only, and every small key's ten.
+      const findings = detection.process([event(0, { apiKeyId: 'pk_live_busy', eventId: 'next', ip: '203.0.113.7', timestamp: T0 + 50_001 })], T0 + 50_001);
+      expect(counts(findings)).toEqual({ pk_live_busy: busyKept });
+      expect(counts(detection.process([event(0, { apiKeyId: 'pk_live_small3', eventId: 'x', ip: '203.0.113.7', timestamp: T0 + 50_002 })], T0 + 50_002))).toEqual({ pk_live_small3: 11 });
+    });
+
+    it('forgets the keys seen least recently when capping windows is not enough', () => {
+      const { detection } = engine([countingRule], new DetectionConfig(), 1_000);
+      // 100 keys of 3 events (2,300 against a budget of 1,000), the later keys more recent.
+      detection.process(Array.from({ length: 100 }, (_, k) => burst(`pk_live_${k}`, 3, T0 + 1_000 + k * 100)).flat(), T0 + 11_000);
+      const { trackedKeys, windowEvents, forgottenKeys } = detection.load;
+      expect(windowEvents + KEY_WEIGHT * trackedKeys).toBeLessThanOrEqual(900);
+      expect(trackedKeys + forgottenKeys).toBe(100);
+      expect(trackedKeys).toBe(Math.floor(900 / (3 + KEY_WEIGHT)));
+      // The most recent keys are the ones kept: pk_live_99 has its three events, pk_live_0 none.
+      expect(counts(detection.process([event(0, { apiKeyId: 'pk_live_99', eventId: 'n99', ip: '203.0.113.7', timestamp: T0 + 11_001 })], T0 + 11_001))).toEqual({ pk_live_99: 4 });
+      expect(counts(detection.process([event(0, { apiKeyId: 'pk_live_0', eventId: 'n0', ip: '203.0.113.7', timestamp: T0 + 11_002 })], T0 + 11_002))).toEqual({});
+    });
+
+    it('lets the cap grow back once the windows are well under budget', () => {
+      const { detection } = engine([countingRule], new DetectionConfig(), 2_000);
+      detection.process(burst('pk_live_busy', 3_000), T0 + 50_000, 1);
+      const capped = detection.load.eventsPerKeyCap;
+      expect(capped).toBeLessThan(5_000);
+      detection.keepPartitions(new Set([2])); // the busy key moves to another replica
+      expect(detection.load.windowEvents).toBe(0);
+      for (let b = 0; b < 10; b++) detection.process([event(0, { apiKeyId: 'pk_live_other', eventId: `o${b}`, timestamp: T0 + 50_000 + b })], T0 + 50_000 + b, 2);
+      expect(detection.load.eventsPerKeyCap).toBe(5_000);
+    });
+
+    it('finds the highest cap that fits', () => {
+      expect(capWithin([1_000, 500, 50], 700, 5_000)).toBe(325);
+      expect(capWithin([1_000, 500, 50], 10_000, 5_000)).toBe(5_000);
+      expect(capWithin([1_000, 1_000], 10, 5_000)).toBe(MIN_EVENTS_PER_KEY);
+      expect(capWithin([1_000], 10, 50)).toBe(50);
+    });
+  });
+
   it('merges plan and merchant parameter overrides over the defaults', () => {
     const config = DetectionConfig.parse(
       JSON.stringify({ plans: { business: { rules: { velocity_attack: { min: 10 } } } }, merchants: { m_2: { rules: { velocity_attack: { min: 2 } } } } }),
@@ -268,13 +321,26 @@ describe('DetectionEngine with the rules of rules/', () => {
     }),
   );
 
-  function engineWith(rules: AnyRule[]) {
-    return new DetectionEngine({ rules, entitledPlans: ['business', 'enterprise'], geo, config: () => config, maxEventsPerKey: 300 });
+  function engineWith(rules: AnyRule[], maxWindowEvents?: number) {
+    return new DetectionEngine({ rules, entitledPlans: ['business', 'enterprise'], geo, config: () => config, maxEventsPerKey: 300, maxWindowEvents });
   }
 
-  it.each([1, 2, 3, 4, 5])('finds exactly what evaluating every rule on every window finds (traffic %i)', (seed) => {
-    const screened = engineWith([...RULES]);
-    const unscreened = engineWith(RULES.map(({ screen: _screen, ...rule }) => rule as AnyRule));
+  // Traffic 6 and 7 run over a memory budget (42 keys' tallies and about 3,000 events), so the tallies
+  // are checked to follow windows that lose events to the per-key cap and keys that are forgotten.
+  it.each([
+    [1, undefined],
+    [2, undefined],
+    [3, undefined],
+    [4, undefined],
+    [5, undefined],
+    [6, 4_000],
+    [7, 2_500],
+  ])('finds exactly what evaluating every rule on every window finds (traffic %i, budget %s)', (seed, maxWindowEvents) => {
+    const screened = engineWith([...RULES], maxWindowEvents);
+    const unscreened = engineWith(
+      RULES.map(({ screen: _screen, ...rule }) => rule as AnyRule),
+      maxWindowEvents,
+    );
     const fired = new Set<string>();
     for (const batch of traffic(seed)) {
       // As the analysis thread does: the batch is judged as of its newest event.
@@ -286,6 +352,7 @@ describe('DetectionEngine with the rules of rules/', () => {
     // The traffic does make every rule fire.
     expect([...fired].sort()).toEqual(RULES.map((rule) => rule.id).sort());
     expect(screened.ruleErrors).toBe(0);
+    if (maxWindowEvents !== undefined) expect(screened.load.shedEvents).toBeGreaterThan(0);
   });
 
   it('sets aside a screen that throws: counted once for the key, and the rule judges the window from then on', () => {

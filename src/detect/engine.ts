@@ -20,6 +20,9 @@ import type { AnomalyType, Finding, KeyWindow, RuleDefinition, WindowEvent } fro
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type AnyRule = RuleDefinition<any, any>;
 
+/** The ruleId under which a failure of the engine itself (not of one rule) is reported. */
+export const ENGINE_ERROR = 'engine';
+
 export interface EngineFinding {
   merchantId: string;
   ruleId: AnomalyType;
@@ -33,7 +36,39 @@ export interface EngineOptions {
   config: () => DetectionConfig;
   /** Most events kept per key (the oldest go first); bounds memory for the busiest keys. */
   maxEventsPerKey?: number;
+  /**
+   * The memory budget, in events held by all windows together, each tracked key counting
+   * KEY_WEIGHT events more (default: no budget). Over it, the busiest keys keep only their newest
+   * events; if that is not enough, the keys seen least recently are forgotten.
+   */
+  maxWindowEvents?: number;
   onRuleError?(ruleId: string, error: unknown): void;
+}
+
+/** What a tracked key costs beyond its events, in events: its tallies and tables take about 5 KB, an event about 250 B. */
+export const KEY_WEIGHT = 20;
+
+/** However tight memory is, a key keeps this many of its newest events before keys are forgotten. */
+export const MIN_EVENTS_PER_KEY = 100;
+
+/** A window event's share of the heap, measured with the five rules (about 250 B, and the key's tables). */
+const BYTES_PER_WINDOW_EVENT = 300;
+
+/** The default memory budget for a heap of `heapMb` MiB: windows may take half of it. */
+export function windowBudgetFor(heapMb: number): number {
+  return Math.floor((heapMb * 1024 * 1024) / 2 / BYTES_PER_WINDOW_EVENT);
+}
+
+/** How the engine stands against its memory budget; the counts of shed events and forgotten keys are since start. */
+export interface EngineLoad {
+  windowEvents: number;
+  trackedKeys: number;
+  /** The events a key may keep now: maxEventsPerKey, or less while over budget. */
+  eventsPerKeyCap: number;
+  maxEventsPerKey: number;
+  maxWindowEvents: number;
+  shedEvents: number;
+  forgottenKeys: number;
 }
 
 /** Idle keys are looked for once per this many batches judged. */
@@ -70,6 +105,13 @@ export class DetectionEngine {
   private readonly rules: readonly AnyRule[];
   private readonly windowMs: number;
   private readonly maxEventsPerKey: number;
+  private readonly maxWindowEvents: number;
+  /** The events a key may keep: maxEventsPerKey, lowered while the windows are over their budget. */
+  private eventsPerKeyCap: number;
+  /** Events in all windows together. */
+  private windowEvents = 0;
+  private shedEvents = 0;
+  private forgottenKeys = 0;
   private batches = 0;
   /** Per partition (-1 for HTTP): the latest time its keys were judged as of. */
   private readonly partitionClocks = new Map<number, number>();
@@ -80,6 +122,20 @@ export class DetectionEngine {
     this.rules = options.rules;
     this.windowMs = Math.max(...options.rules.map((rule) => rule.windowMs));
     this.maxEventsPerKey = options.maxEventsPerKey ?? 5_000;
+    this.maxWindowEvents = options.maxWindowEvents ?? Infinity;
+    this.eventsPerKeyCap = this.maxEventsPerKey;
+  }
+
+  get load(): EngineLoad {
+    return {
+      windowEvents: this.windowEvents,
+      trackedKeys: this.trackedKeys,
+      eventsPerKeyCap: this.eventsPerKeyCap,
+      maxEventsPerKey: this.maxEventsPerKey,
+      maxWindowEvents: this.maxWindowEvents,
+      shedEvents: this.shedEvents,
+      forgottenKeys: this.forgottenKeys,
+    };
   }
 
   get trackedKeys(): number {
@@ -108,18 +164,68 @@ export class DetectionEngine {
     }
     if (now > (this.partitionClocks.get(partition) ?? -Infinity)) this.partitionClocks.set(partition, now);
     if (++this.batches % SWEEP_EVERY_BATCHES === 0) this.dropIdleKeys();
+    this.keepWithinBudget();
     return findings;
   }
 
   /** Adds events without evaluating (warming the windows after a start or a rebalance). */
   warm(events: readonly RequestEvent[], partition = -1): void {
     for (const state of this.arrive(this.admit(events), partition)) this.take(state);
+    this.keepWithinBudget();
   }
 
   /** Forgets the keys of partitions this replica no longer owns. */
   keepPartitions(owned: ReadonlySet<number>): void {
     for (const keys of [this.keys, this.sharedIds]) {
-      for (const [key, state] of keys) if (state.partition >= 0 && !owned.has(state.partition)) keys.delete(key);
+      for (const [key, state] of keys) if (state.partition >= 0 && !owned.has(state.partition)) this.forget(keys, key, state);
+    }
+  }
+
+  private forget(keys: Map<string, KeyState>, key: string, state: KeyState): void {
+    keys.delete(key);
+    this.windowEvents -= state.window.size;
+  }
+
+  /** The windows' cost against the budget, in events. */
+  private get cost(): number {
+    return this.windowEvents + KEY_WEIGHT * this.trackedKeys;
+  }
+
+  /**
+   * Over budget, the busiest keys lose their oldest events first (the per-key cap comes down to the
+   * highest value that fits 90% of the budget, never under MIN_EVENTS_PER_KEY), then the keys
+   * seen least recently go. Their history is lost, as after a restart without warm-up: rules see
+   * less of it (fewer findings), and a place or network that only the lost part held looks new.
+   * Well under budget again, the cap doubles back towards maxEventsPerKey, a batch at a time.
+   */
+  private keepWithinBudget(): void {
+    const budget = this.maxWindowEvents;
+    if (this.cost <= budget) {
+      if (this.eventsPerKeyCap < this.maxEventsPerKey && this.cost < budget / 2) this.eventsPerKeyCap = Math.min(this.maxEventsPerKey, this.eventsPerKeyCap * 2);
+      return;
+    }
+    const target = Math.floor(budget * 0.9);
+    const states = [...this.keys.values(), ...this.sharedIds.values()];
+    this.eventsPerKeyCap = capWithin(states.map((state) => state.window.size), target - KEY_WEIGHT * states.length, this.eventsPerKeyCap);
+    for (const state of states) {
+      if (state.window.size <= this.eventsPerKeyCap) continue;
+      const before = state.window.size;
+      this.prune(state);
+      this.shedEvents += before - state.window.size;
+    }
+    if (this.cost > target) this.forgetLeastRecent(this.cost - target);
+  }
+
+  private forgetLeastRecent(excess: number): void {
+    const entries: [Map<string, KeyState>, string, KeyState][] = [];
+    for (const keys of [this.keys, this.sharedIds]) for (const [key, state] of keys) entries.push([keys, key, state]);
+    entries.sort((a, b) => a[2].window.newestTime - b[2].window.newestTime);
+    let freed = 0;
+    for (const [keys, key, state] of entries) {
+      if (freed >= excess) break;
+      freed += state.window.size + KEY_WEIGHT;
+      this.forget(keys, key, state);
+      this.forgottenKeys++;
     }
   }
 
@@ -134,7 +240,7 @@ export class DetectionEngine {
     for (const keys of [this.keys, this.sharedIds]) {
       for (const [key, state] of keys) {
         const clock = this.partitionClocks.get(state.partition);
-        if (clock !== undefined && state.window.newestTime < clock - this.windowMs) keys.delete(key);
+        if (clock !== undefined && state.window.newestTime < clock - this.windowMs) this.forget(keys, key, state);
       }
     }
   }
@@ -166,6 +272,7 @@ export class DetectionEngine {
       state.window.insert(event);
       this.updateTallies(state, 'add', event);
     }
+    this.windowEvents += state.arrived.length;
     state.arrived.length = 0;
     this.prune(state);
   }
@@ -215,8 +322,9 @@ export class DetectionEngine {
   private prune(state: KeyState): void {
     const { window } = state;
     const cutoff = window.newestTime - this.windowMs;
-    while (window.size > 0 && (window.size > this.maxEventsPerKey || window.oldestTime < cutoff)) {
+    while (window.size > 0 && (window.size > this.eventsPerKeyCap || window.oldestTime < cutoff)) {
       const event = window.dropOldest();
+      this.windowEvents--;
       state.eventIds.delete(eventIdHash(event.eventId));
       this.updateTallies(state, 'removeOldest', event);
     }
@@ -268,4 +376,25 @@ export class DetectionEngine {
     this.ruleErrors++;
     this.options.onRuleError?.(ruleId, error);
   }
+}
+
+/**
+ * The highest per-key cap, between MIN_EVENTS_PER_KEY (or `ceiling` if lower) and `ceiling`, at
+ * which the windows' sizes, each capped, add up to `room` at most; the lowest when none does.
+ */
+export function capWithin(sizes: readonly number[], room: number, ceiling: number): number {
+  const fits = (cap: number) => {
+    let total = 0;
+    for (const size of sizes) total += Math.min(size, cap);
+    return total <= room;
+  };
+  let low = Math.min(MIN_EVENTS_PER_KEY, ceiling);
+  let high = ceiling;
+  if (fits(high)) return high;
+  while (low < high) {
+    const middle = Math.ceil((low + high) / 2);
+    if (fits(middle)) low = middle;
+    else high = middle - 1;
+  }
+  return low;
 }

@@ -8,7 +8,7 @@ import { readFileSync, watchFile } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { RULES } from '../../rules/index.ts';
 import { DetectionConfig } from '../detect/detection-config.ts';
-import { DetectionEngine, type EngineFinding } from '../detect/engine.ts';
+import { DetectionEngine, ENGINE_ERROR, type EngineFinding } from '../detect/engine.ts';
 import { openGeoLookup } from '../detect/geo.ts';
 import type { RequestEvent } from '../events/request-event.ts';
 import type { AnalysisRequest, AnalysisResponse, AnalysisSettings } from './analysis-thread.ts';
@@ -39,6 +39,7 @@ const engine = settings.detection
       entitledPlans: settings.entitledPlans,
       geo: await openGeoLookup(settings.geoCityDb),
       config: () => config,
+      maxWindowEvents: settings.maxWindowEvents,
       onRuleError: (ruleId, error) => ruleErrors.push({ ruleId, message: error instanceof Error ? error.message : String(error) }),
     })
   : undefined;
@@ -51,7 +52,14 @@ function detect(events: readonly RequestEvent[], partition: number): EngineFindi
   if (!engine || events.length === 0) return [];
   let newest = 0;
   for (const event of events) if (event.timestamp > newest) newest = event.timestamp;
-  return engine.process(events, Math.min(Date.now(), newest), partition);
+  try {
+    return engine.process(events, Math.min(Date.now(), newest), partition);
+  } catch (error) {
+    // Rules are isolated inside the engine; this is the engine itself. Detection fails open: the
+    // batch's events are still stored, and the failure is counted and logged like a rule's.
+    ruleErrors.push({ ruleId: ENGINE_ERROR, message: error instanceof Error ? error.message : String(error) });
+    return [];
+  }
 }
 
 port.on('message', (request: AnalysisRequest) => {
@@ -61,16 +69,16 @@ port.on('message', (request: AnalysisRequest) => {
       case 'batch': {
         const { events, ...result } = validateBatch(request.batch, recentIds);
         const findings = detect(events, request.batch.partition);
-        response = { id: request.id, result: { ...result, findings, ruleErrors: ruleErrors.splice(0) } };
+        response = { id: request.id, result: { ...result, findings, ruleErrors: ruleErrors.splice(0), load: engine?.load } };
         port.postMessage(response, [result.rows.buffer as ArrayBuffer]);
         return;
       }
       case 'detect':
-        response = { id: request.id, result: { findings: detect(request.events, -1), ruleErrors: ruleErrors.splice(0) } };
+        response = { id: request.id, result: { findings: detect(request.events, -1), ruleErrors: ruleErrors.splice(0), load: engine?.load } };
         break;
       case 'warm':
         engine?.warm(request.events, request.partition);
-        response = { id: request.id, result: { findings: [], ruleErrors: [] } };
+        response = { id: request.id, result: { findings: [], ruleErrors: [], load: engine?.load } };
         break;
       case 'keepPartitions':
         engine?.keepPartitions(new Set(request.partitions));

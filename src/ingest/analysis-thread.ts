@@ -1,12 +1,14 @@
 /**
  * The main thread's handle on the analysis thread (validation and detection). Requests are handled
- * in the order they are posted, and each call resolves with its result. If the thread dies, every
- * pending and later call rejects: the intake then stops committing and Kafka redelivers from the
- * last commit.
+ * in the order they are posted, and each call resolves with its result. If the thread dies (out of
+ * heap, a native fault), every pending and later call rejects, `ready` too if it had not resolved,
+ * and `onFailure` is called once: the worker then stops and exits for its orchestrator to restart
+ * it, and Kafka redelivers from the last commit. A worker without its analysis thread would look
+ * alive and consume nothing.
  */
 import type { KafkaMessage } from 'kafkajs';
 import { Worker } from 'node:worker_threads';
-import type { EngineFinding } from '../detect/engine.ts';
+import type { EngineFinding, EngineLoad } from '../detect/engine.ts';
 import type { RequestEvent } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
 import type { RawBatch, ValidatedBatch } from './validate-batch.ts';
@@ -18,11 +20,21 @@ export interface AnalysisSettings {
   entitledPlans: readonly string[];
   geoCityDb?: string;
   detectionConfigFile?: string;
+  /** The thread's old-generation heap limit in MiB (V8's default when undefined). */
+  maxHeapMb?: number;
+  /** The detection windows' memory budget (EngineOptions.maxWindowEvents). */
+  maxWindowEvents: number;
 }
+
+/** Warm-up events go to the thread this many at a time, so the engine sheds between chunks and no copy is large. */
+const WARM_CHUNK = 10_000;
 
 export interface Detection {
   findings: EngineFinding[];
+  /** Rules that threw, and the engine itself (ruleId ENGINE_ERROR) when a whole batch's detection failed. */
   ruleErrors: { ruleId: string; message: string }[];
+  /** The engine against its memory budget after the batch (undefined without detection). */
+  load?: EngineLoad;
 }
 
 export type BatchAnalysis = Omit<ValidatedBatch, 'events'> & Detection;
@@ -43,14 +55,28 @@ export class AnalysisThread {
   private readonly pending = new Map<number, Pending>();
   private nextId = 0;
   private failure: Error | undefined;
+  private rejectReady: (error: Error) => void = () => undefined;
+  private died = false;
   /** Resolves when the thread has loaded its rules and GeoIP database. */
   readonly ready: Promise<void>;
 
-  constructor(settings: AnalysisSettings, logger: Logger) {
+  constructor(
+    settings: AnalysisSettings,
+    logger: Logger,
+    private readonly onFailure: (error: Error) => void = () => undefined,
+  ) {
     // The .mjs entry registers the TypeScript loader in the thread, however the main thread was started.
-    this.worker = new Worker(new URL('./analysis-thread.mjs', import.meta.url), { workerData: settings });
+    this.worker = new Worker(new URL('./analysis-thread.mjs', import.meta.url), {
+      workerData: settings,
+      // Out of heap, the thread alone ends (ERR_WORKER_OUT_OF_MEMORY), not the process.
+      ...(settings.maxHeapMb !== undefined && { resourceLimits: { maxOldGenerationSizeMb: settings.maxHeapMb } }),
+    });
     let markReady!: () => void;
-    this.ready = new Promise<void>((resolve) => (markReady = resolve));
+    this.ready = new Promise<void>((resolve, reject) => {
+      markReady = resolve;
+      this.rejectReady = reject;
+    });
+    this.ready.catch(() => undefined); // a caller that never awaits it is told through onFailure
     this.worker.on('message', (message: AnalysisResponse | { kind: 'ready' } | { kind: 'log'; level: 'info' | 'error'; message: string }) => {
       if ('kind' in message) {
         if (message.kind === 'ready') markReady();
@@ -78,8 +104,11 @@ export class AnalysisThread {
     return this.request({ kind: 'detect', events });
   }
 
-  warm(events: RequestEvent[], partition: number): Promise<Detection> {
-    return this.request({ kind: 'warm', events, partition });
+  /** Loads history into the windows without judging it. */
+  async warm(events: readonly RequestEvent[], partition: number): Promise<void> {
+    for (let start = 0; start < events.length; start += WARM_CHUNK) {
+      await this.request({ kind: 'warm', events: events.slice(start, start + WARM_CHUNK), partition });
+    }
   }
 
   keepPartitions(partitions: number[]): Promise<Detection> {
@@ -100,10 +129,21 @@ export class AnalysisThread {
     });
   }
 
+  /** Why the thread stopped, if it died rather than being closed. */
+  get failureReason(): string | undefined {
+    return this.died ? `analysis thread stopped: ${this.failure!.message}` : undefined;
+  }
+
   private fail(error: Error): void {
+    const unexpected = this.failure === undefined;
     this.failure ??= error;
+    this.rejectReady(this.failure);
     for (const pending of this.pending.values()) pending.reject(this.failure);
     this.pending.clear();
+    if (unexpected) {
+      this.died = true;
+      this.onFailure(error);
+    }
   }
 }
 

@@ -34,7 +34,7 @@ export interface KafkaIntakeOptions {
   warmPartition?(partition: number): Promise<void>;
   /** The shared write path; it calls back commit(), sendDeadLetters(), pause() and resume(). */
   buffer: EventBuffer;
-  /** Called once if the consumer crashes for good (kafkajs will not restart it). */
+  /** Called once if intake stops for good: the consumer crashed beyond kafkajs's restarts, or a batch could not be analysed. */
   onStopped?(error: Error): void;
   metrics: WorkerMetrics;
   logger: Logger;
@@ -86,7 +86,7 @@ export class KafkaIntake {
   private batchesInFlight = 0;
   private readonly backlog = new BacklogWatch();
   private failure: Error | undefined;
-  private crashedBy: Error | undefined;
+  private stoppedBy: Error | undefined;
 
   constructor(private readonly options: KafkaIntakeOptions) {
     const { kafka, logger } = options;
@@ -119,11 +119,7 @@ export class KafkaIntake {
       logger.error({ err: error, restart }, 'kafka consumer crashed');
       // kafkajs restarts after retriable errors only; otherwise nothing is consumed any more, and
       // a worker that looks alive while it consumes nothing is worse than one that stops.
-      if (!restart && !this.crashedBy) {
-        this.crashedBy = error;
-        options.metrics.assignedPartitions.set(0);
-        options.onStopped?.(error);
-      }
+      if (!restart) this.stopFor(new Error(`kafka consumer stopped: ${error.message}`));
     });
   }
 
@@ -140,9 +136,17 @@ export class KafkaIntake {
     this.options.logger.info({ topic: this.options.topic, groupId: this.options.groupId }, 'kafka intake started');
   }
 
-  /** Why the consumer stopped for good, if it did. */
+  /** Why intake stopped for good, if it did. */
   get stoppedReason(): string | undefined {
-    return this.crashedBy && `kafka consumer stopped: ${this.crashedBy.message}`;
+    return this.stoppedBy?.message;
+  }
+
+  /** Intake will take nothing more: the owner is told once, and stops the worker. */
+  private stopFor(error: Error): void {
+    if (this.stoppedBy) return;
+    this.stoppedBy = error;
+    this.options.metrics.assignedPartitions.set(0);
+    this.options.onStopped?.(error);
   }
 
   /** Stops fetching (partitions stay assigned, so offsets can still be committed). */
@@ -198,6 +202,8 @@ export class KafkaIntake {
     const fresh = batch.messages.filter((message) => Number(message.offset) > alreadyStored);
     const redelivered = batch.messages.length - fresh.length;
     const analysis = fresh.length > 0 ? this.options.analysis.analyzeBatch(topic, partition, fresh) : undefined;
+    // The chain awaits it; after a failure earlier in the chain nothing does, and that is expected.
+    analysis?.catch(() => undefined);
     const lastOffset = Number(batch.lastOffset());
     this.handedOff.set(partition, Math.max(this.handedOff.get(partition) ?? -1, lastOffset));
     resolveOffset(batch.lastOffset()); // moves the fetch position on; the commit waits for storage
@@ -224,6 +230,8 @@ export class KafkaIntake {
       this.failure = error;
       this.pause();
       this.options.logger.error({ err: error }, 'analysing a batch failed; intake stopped, nothing after it is committed');
+      // Paused, no batch would come to report it: the worker must stop rather than look alive.
+      this.stopFor(new Error(`analysing a batch failed: ${error.message}`));
     });
     // Bound the batches waiting for validation; then the usual storage backpressure.
     if (this.batchesInFlight > MAX_BATCHES_IN_FLIGHT) await this.settle();

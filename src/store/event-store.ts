@@ -283,11 +283,19 @@ export class EventStore {
   }
 
   /**
-   * Raw events since a time, each eventId once (duplicates not yet merged away are collapsed here),
-   * oldest first. Detection warms its windows from this; topic and partition select the events a
-   * replica owns (partition -1: events that came over HTTP).
+   * Raw events since a time, each eventId once (duplicates not yet merged away are collapsed here):
+   * the newest `limit` of them, oldest first. Detection warms its windows from this; topic and
+   * partition select the events a replica owns (partition -1: events that came over HTTP), plans
+   * the plans it evaluates.
    */
-  async recentEvents(range: { since: Date; topic?: string; partition?: number; merchantId?: string; limit?: number }): Promise<RequestEvent[]> {
+  async recentEvents(range: {
+    since: Date;
+    topic?: string;
+    partition?: number;
+    merchantId?: string;
+    plans?: readonly string[];
+    limit?: number;
+  }): Promise<RequestEvent[]> {
     const rows = await this.db.queryRows(
       `SELECT event_id, ts, merchant_id, plan, api_key_id, environment, ip, user_agent, method, path, status,
               response_time_ms, rate_limit_per_minute, country
@@ -295,7 +303,8 @@ export class EventStore {
         WHERE ts >= {since:DateTime64(3)}
           AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
           AND ({anySource:Bool} OR (source_topic = {topic:String} AND source_partition = {partition:Int32}))
-        ORDER BY ts
+          AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
+        ORDER BY ts DESC
         LIMIT 1 BY event_id
         LIMIT {limit:UInt64}`,
       {
@@ -304,10 +313,11 @@ export class EventStore {
         anySource: range.partition === undefined,
         topic: range.topic ?? '',
         partition: range.partition ?? -1,
+        plans: range.plans ?? [],
         limit: range.limit ?? 1_000_000,
       },
     );
-    return rows.map((row) => toRequestEvent(storedEventRow.parse(row)));
+    return rows.reverse().map((row) => toRequestEvent(storedEventRow.parse(row)));
   }
 }
 

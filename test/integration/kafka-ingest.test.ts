@@ -38,6 +38,17 @@ describe('Kafka intake into ClickHouse', () => {
     expect(totals.requests).toBe(valid);
     const recent = await store.recentEvents({ since: new Date(eventOptions.startMs - 60_000), limit: 1_000_000 });
     expect(recent).toHaveLength(valid);
+    // Warm-up takes the newest events of the entitled plans, oldest first.
+    const newest = await store.recentEvents({ since: new Date(eventOptions.startMs - 60_000), plans: ['business', 'enterprise'], limit: 1_000 });
+    const entitled = recent.filter((event) => event.plan === 'business' || event.plan === 'enterprise');
+    expect(newest.map((event) => event.eventId).sort()).toEqual(
+      entitled
+        .sort((a, b) => b.timestamp - a.timestamp)
+        .slice(0, 1_000)
+        .map((event) => event.eventId)
+        .sort(),
+    );
+    expect(newest.map((event) => event.timestamp)).toEqual(newest.map((event) => event.timestamp).sort((a, b) => a - b));
     const merchantTotals = await store.trafficTotals({ merchantId: 'm_7', from: new Date(0), to: new Date(Date.UTC(2100, 0)) });
     expect(merchantTotals.requests).toBe(validByMerchant.get('m_7'));
 

@@ -1,0 +1,42 @@
+/**
+ * Reports how the detection engine stands against its memory budget (EngineLoad, sent back by the
+ * analysis thread with each batch): gauges and counters for /metrics, and a warning when the
+ * windows start losing events to the budget, then a note when they are whole again.
+ */
+import type { Logger } from '../logger.ts';
+import type { WorkerMetrics } from '../metrics.ts';
+import type { EngineLoad } from './engine.ts';
+
+export class DetectionLoadMonitor {
+  private reported = { shedEvents: 0, forgottenKeys: 0 };
+  private shedding = false;
+
+  constructor(
+    private readonly metrics: WorkerMetrics,
+    private readonly logger: Logger,
+  ) {}
+
+  record(load: EngineLoad): void {
+    const { metrics } = this;
+    metrics.detectionWindowEvents.set(load.windowEvents);
+    metrics.detectionTrackedKeys.set(load.trackedKeys);
+    metrics.detectionEventsPerKeyCap.set(load.eventsPerKeyCap);
+    // The engine counts since its start; a new analysis thread starts again from 0.
+    const shed = Math.max(0, load.shedEvents - this.reported.shedEvents);
+    const forgotten = Math.max(0, load.forgottenKeys - this.reported.forgottenKeys);
+    if (shed > 0) metrics.detectionShedEvents.inc(shed);
+    if (forgotten > 0) metrics.detectionForgottenKeys.inc(forgotten);
+    this.reported = { shedEvents: load.shedEvents, forgottenKeys: load.forgottenKeys };
+
+    const shedding = load.eventsPerKeyCap < load.maxEventsPerKey || forgotten > 0;
+    if (shedding && !this.shedding) {
+      this.logger.warn(
+        { windowEvents: load.windowEvents, trackedKeys: load.trackedKeys, maxWindowEvents: load.maxWindowEvents, eventsPerKeyCap: load.eventsPerKeyCap, forgottenKeys: forgotten },
+        'detection windows are over their memory budget: the busiest keys keep only their newest events (raise DETECTION_MAX_HEAP_MB or add replicas)',
+      );
+    } else if (!shedding && this.shedding) {
+      this.logger.info({ windowEvents: load.windowEvents, trackedKeys: load.trackedKeys }, 'detection windows are within their memory budget again');
+    }
+    this.shedding = shedding;
+  }
+}

@@ -32,6 +32,13 @@ describe('loadConfig', () => {
     expect(config.kafka?.dlqTopic).toBe('api.request-metadata.dlq');
   });
 
+  it('reads the analysis thread\'s heap limit and the detection windows\' budget, unset by default', () => {
+    expect(loadConfig({}).detection).toMatchObject({ maxHeapMb: undefined, maxWindowEvents: undefined });
+    expect(loadConfig({ DETECTION_MAX_HEAP_MB: '512', DETECTION_MAX_WINDOW_EVENTS: '250000' }).detection).toMatchObject({ maxHeapMb: 512, maxWindowEvents: 250_000 });
+    expect(() => loadConfig({ DETECTION_MAX_HEAP_MB: '16' })).toThrow(/DETECTION_MAX_HEAP_MB/);
+    expect(() => loadConfig({ DETECTION_MAX_WINDOW_EVENTS: 'lots' })).toThrow(/DETECTION_MAX_WINDOW_EVENTS/);
+  });
+
   it('lists every problem in one error, naming variables but not secret values', () => {
     let error: unknown;
     try {

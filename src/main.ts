@@ -72,7 +72,10 @@ export interface Worker {
 
 export async function startWorker(config: Config, deps: WorkerDeps = {}): Promise<Worker> {
   const logger = deps.logger ?? createLogger(config.logLevel);
-  logger.info({ version: VERSION, ...describeConfig(config) }, 'starting');
+  // The detection windows are held to a budget that fits the analysis thread's heap
+  // (DETECTION_MAX_HEAP_MB, else V8's default limit, which the thread shares).
+  const maxWindowEvents = config.detection.maxWindowEvents ?? windowBudgetFor(config.detection.maxHeapMb ?? getHeapStatistics().heap_size_limit / 2 ** 20);
+  logger.info({ version: VERSION, ...describeConfig(config), detectionWindowBudget: maxWindowEvents }, 'starting');
   const metrics = new WorkerMetrics();
   const tables = tablesIn(config.clickhouse.database);
   const clickhouse = connectClickHouse({
@@ -110,9 +113,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       })
     : undefined;
 
-  // Validation of Kafka batches and detection run in one thread of their own, whose windows are
-  // held to a budget that fits its heap (DETECTION_MAX_HEAP_MB, else V8's default limit).
-  const maxWindowEvents = config.detection.maxWindowEvents ?? windowBudgetFor(config.detection.maxHeapMb ?? getHeapStatistics().heap_size_limit / 2 ** 20);
+  // Validation of Kafka batches and detection run in one thread of their own.
   const analysis = ingestEnabled
     ? new AnalysisThread(
         {

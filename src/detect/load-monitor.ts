@@ -21,9 +21,10 @@ export class DetectionLoadMonitor {
     metrics.detectionWindowEvents.set(load.windowEvents);
     metrics.detectionTrackedKeys.set(load.trackedKeys);
     metrics.detectionEventsPerKeyCap.set(load.eventsPerKeyCap);
-    // The engine counts since its start; a new analysis thread starts again from 0.
-    const shed = Math.max(0, load.shedEvents - this.reported.shedEvents);
-    const forgotten = Math.max(0, load.forgottenKeys - this.reported.forgottenKeys);
+    // The engine counts since its start: a count lower than the last one is a new engine's.
+    const since = (count: number, last: number) => (count >= last ? count - last : count);
+    const shed = since(load.shedEvents, this.reported.shedEvents);
+    const forgotten = since(load.forgottenKeys, this.reported.forgottenKeys);
     if (shed > 0) metrics.detectionShedEvents.inc(shed);
     if (forgotten > 0) metrics.detectionForgottenKeys.inc(forgotten);
     this.reported = { shedEvents: load.shedEvents, forgottenKeys: load.forgottenKeys };

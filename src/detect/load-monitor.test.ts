@@ -1,0 +1,41 @@
+import { describe, expect, it } from 'vitest';
+import { createLogger } from '../logger.ts';
+import { WorkerMetrics } from '../metrics.ts';
+import type { EngineLoad } from './engine.ts';
+import { DetectionLoadMonitor } from './load-monitor.ts';
+
+const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0 };
+
+function monitor() {
+  const lines: { level: number; msg: string }[] = [];
+  const logger = createLogger('info', { write: (line: string) => lines.push(JSON.parse(line)) });
+  const metrics = new WorkerMetrics({ defaultMetrics: false });
+  const value = async (name: string) => (await metrics.registry.getSingleMetric(name)!.get()).values[0]?.value ?? 0;
+  return { loads: new DetectionLoadMonitor(metrics, logger), lines, value };
+}
+
+describe('DetectionLoadMonitor', () => {
+  it('warns once when the windows start shedding, notes when they stop, and counts what was shed', async () => {
+    const { loads, lines, value } = monitor();
+    loads.record(WHOLE);
+    loads.record({ ...WHOLE, windowEvents: 9_000, eventsPerKeyCap: 800, shedEvents: 4_000 });
+    loads.record({ ...WHOLE, windowEvents: 9_000, eventsPerKeyCap: 800, shedEvents: 4_500, forgottenKeys: 3 });
+    expect(lines.map((line) => [line.level, line.msg.slice(0, 40)])).toEqual([[40, 'detection windows are over their memory ']]);
+    expect(await value('security_center_detection_shed_events_total')).toBe(4_500);
+    expect(await value('security_center_detection_forgotten_keys_total')).toBe(3);
+    expect(await value('security_center_detection_events_per_key_cap')).toBe(800);
+    expect(await value('security_center_detection_window_events')).toBe(9_000);
+
+    loads.record({ ...WHOLE, shedEvents: 4_500, forgottenKeys: 3 });
+    expect(lines.at(-1)).toMatchObject({ level: 30, msg: 'detection windows are within their memory budget again' });
+    expect(await value('security_center_detection_events_per_key_cap')).toBe(5_000);
+  });
+
+  it('counts on when a new engine reports, whose counts start again from zero', async () => {
+    const { loads, value } = monitor();
+    loads.record({ ...WHOLE, shedEvents: 700 });
+    loads.record({ ...WHOLE, shedEvents: 50 });
+    loads.record({ ...WHOLE, shedEvents: 80 });
+    expect(await value('security_center_detection_shed_events_total')).toBe(700 + 80);
+  });
+});

@@ -225,6 +225,8 @@ export class KafkaIntake {
       metrics.batchDuration.observe((performance.now() - started) / 1000);
     });
     this.chain = step.finally(() => this.batchesInFlight--);
+    // A failed step leaves the chain rejected, so nothing after it is added; step.catch below reports it.
+    this.chain.catch(() => undefined);
     step.catch((error: Error) => {
       if (this.failure) return;
       this.failure = error;

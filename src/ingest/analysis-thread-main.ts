@@ -78,7 +78,7 @@ port.on('message', (request: AnalysisRequest) => {
         break;
       case 'warm':
         engine?.warm(request.events, request.partition);
-        response = { id: request.id, result: { findings: [], ruleErrors: [], load: engine?.load } };
+        response = { id: request.id, result: { findings: [], ruleErrors: [] } };
         break;
       case 'keepPartitions':
         engine?.keepPartitions(new Set(request.partitions));

@@ -45,6 +45,8 @@ export interface WorkerDeps {
   logger?: Logger;
   /** Called when a part stops for good (the Kafka intake, the analysis thread); the process entry then exits with 1. */
   onFatal?(error: Error): void;
+  /** Wraps the storage connection, so tests inject faults into its reads at the storage boundary. */
+  wrapClickHouse?(clickhouse: ClickHouse): ClickHouse;
   /** Wraps the storage write, so tests inject faults at the storage boundary. */
   wrapStoreRows?(storeRows: (body: Buffer) => Promise<void>): (body: Buffer) => Promise<void>;
   /** Webhook test hooks: a clock to move, a resolver, faster polling and timeouts. */
@@ -78,12 +80,13 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   logger.info({ version: VERSION, ...describeConfig(config), detectionWindowBudget: maxWindowEvents }, 'starting');
   const metrics = new WorkerMetrics();
   const tables = tablesIn(config.clickhouse.database);
-  const clickhouse = connectClickHouse({
+  const connection = connectClickHouse({
     url: config.clickhouse.url,
     username: config.clickhouse.username,
     password: config.clickhouse.password,
     dataDir: config.clickhouse.dataDir,
   });
+  const clickhouse = deps.wrapClickHouse ? deps.wrapClickHouse(connection) : connection;
   const store = new EventStore(clickhouse, tables);
   const recentIds = new RecentEventIds(config.ingest.dedupCacheSize);
   const alertStore = new AlertStore(clickhouse, tables);
@@ -211,11 +214,20 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(config.detection.suppressionMs));
     if (webhooks) await retryUntilDone('starting webhooks', logger, abort.signal, () => webhooks.start());
     await analysis.ready;
-    // Events that came over HTTP belong to no partition: every replica warms them. At most a
-    // budget's worth, the newest, of the plans detection evaluates.
-    const recent = (topic: string, partition: number) =>
-      store.recentEvents({ since: new Date(Date.now() - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) });
-    await analysis.warm(await recent('', -1), -1);
+    // At most a budget's worth of a partition's events, the newest, of the plans detection
+    // evaluates, read and handed over a page at a time (a million events at once would hold about
+    // a gigabyte of this thread's heap).
+    const warm = (topic: string, partition: number, heartbeat?: () => Promise<void>) =>
+      store.recentEvents(
+        { since: new Date(Date.now() - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) },
+        async (events) => {
+          await analysis.warm(events, partition);
+          await heartbeat?.();
+        },
+      );
+    // Events that came over HTTP belong to no partition: every replica warms them. Like a
+    // partition's, a failed warm-up is not fatal: those windows start empty.
+    await warm('', -1).catch((error: unknown) => logger.warn({ err: error }, 'detection warm-up of HTTP events failed; their windows start empty'));
     if (config.kafka) {
       const kafkaConfig = config.kafka;
       intake = new KafkaIntake({
@@ -224,8 +236,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
         store,
         analysis,
         onDetection,
-        warmPartition: async (partition) => {
-          await analysis.warm(await recent(kafkaConfig.topic, partition), partition);
+        warmPartition: async (partition, heartbeat) => {
+          await warm(kafkaConfig.topic, partition, heartbeat);
         },
         buffer,
         onStopped: (error) => deps.onFatal?.(error),
@@ -236,7 +248,13 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     }
     logger.info('ready');
   })();
-  ready.catch(() => undefined);
+  ready.catch((error: unknown) => {
+    if (abort.signal.aborted || analysis?.failureReason) return; // stopped while starting, or already reported
+    // Every step above retries or fails open; anything else must not leave a worker that looks
+    // alive and consumes nothing.
+    logger.error({ err: error }, 'start-up failed');
+    deps.onFatal?.(error instanceof Error ? error : new Error(String(error)));
+  });
 
   let stopping: Promise<void> | undefined;
   const stop = () =>

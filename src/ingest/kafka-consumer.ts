@@ -30,8 +30,8 @@ export interface KafkaIntakeOptions {
   analysis: AnalysisThread;
   /** Receives each batch's findings, in fetch order. */
   onDetection(detection: Detection): void;
-  /** Loads recent history of a partition this replica now owns into the detection windows. */
-  warmPartition?(partition: number): Promise<void>;
+  /** Loads recent history of a partition this replica now owns into the detection windows, calling heartbeat as it goes. */
+  warmPartition?(partition: number, heartbeat: () => Promise<void>): Promise<void>;
   /** The shared write path; it calls back commit(), sendDeadLetters(), pause() and resume(). */
   buffer: EventBuffer;
   /** Called once if intake stops for good: the consumer crashed beyond kafkajs's restarts, or a batch could not be analysed. */
@@ -198,7 +198,7 @@ export class KafkaIntake {
     const { topic, partition } = batch;
     const { metrics } = this.options;
     const alreadyStored = await this.skipUpTo(partition, Number(batch.firstOffset()));
-    await this.warmup(partition);
+    await this.warmup(partition, heartbeat);
     const fresh = batch.messages.filter((message) => Number(message.offset) > alreadyStored);
     const redelivered = batch.messages.length - fresh.length;
     const analysis = fresh.length > 0 ? this.options.analysis.analyzeBatch(topic, partition, fresh) : undefined;
@@ -255,11 +255,12 @@ export class KafkaIntake {
   }
 
   /** Warms detection for a partition once per assignment; a failed warm-up is logged, not fatal. */
-  private warmup(partition: number): Promise<void> {
+  private warmup(partition: number, heartbeat: () => Promise<void>): Promise<void> {
     if (!this.options.warmPartition) return Promise.resolve();
     let warming = this.warmups.get(partition);
     if (!warming) {
-      warming = this.options.warmPartition(partition).catch((error: unknown) => {
+      // A warm-up of a busy partition can outlast the session timeout: it keeps the membership alive.
+      warming = this.options.warmPartition(partition, heartbeat).catch((error: unknown) => {
         this.options.logger.warn({ err: error, partition }, 'detection warm-up failed; windows start empty');
       });
       this.warmups.set(partition, warming);

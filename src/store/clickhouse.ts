@@ -44,6 +44,12 @@ export interface ClickHouse {
   insert(table: string, columns: readonly string[], body: Buffer, format: RowFormat): Promise<void>;
   /** Runs a query and returns its rows (JSONEachRow). */
   queryRows<T = Record<string, unknown>>(query: string, params?: Record<string, unknown>): Promise<T[]>;
+  /**
+   * Runs a query and hands its rows (JSONEachRow) to `onPage` in pages of at most `pageSize`, each
+   * awaited before the next is decoded: a large result never sits on the heap whole. (The embedded
+   * engine returns the result as one buffer, outside the heap; a server streams it.)
+   */
+  queryPages<T = Record<string, unknown>>(query: string, params: Record<string, unknown>, pageSize: number, onPage: (rows: T[]) => Promise<void>): Promise<void>;
   command(query: string, params?: Record<string, unknown>): Promise<void>;
   ping(): Promise<boolean>;
   close(): Promise<void>;
@@ -95,6 +101,12 @@ function wrap(
       const result = await client.query({ query, query_params: params, format: 'JSONEachRow' });
       return result.json<T>();
     },
+    async queryPages<T>(query: string, params: Record<string, unknown>, pageSize: number, onPage: (rows: T[]) => Promise<void>) {
+      // exec, not query: ResultSet.stream() decodes a whole chunk into row strings at once, and the
+      // embedded engine's result is a single chunk.
+      const result = await client.exec({ query: `${query}\nFORMAT JSONEachRow`, query_params: params });
+      for await (const texts of linePages(result.stream, pageSize)) await onPage(texts.map((text) => JSON.parse(text) as T));
+    },
     async command(query, params) {
       await client.command({ query, query_params: params });
     },
@@ -105,3 +117,28 @@ function wrap(
     close: () => client.close(),
   };
 }
+
+/**
+ * The lines of a byte stream (UTF-8, newline-terminated), in pages of at most `pageSize`; only the
+ * page in hand is decoded. A last line without its newline still counts.
+ */
+export async function* linePages(stream: AsyncIterable<Buffer>, pageSize: number): AsyncGenerator<string[]> {
+  let page: string[] = [];
+  let rest: Buffer | undefined;
+  for await (const chunk of stream) {
+    const bytes = rest ? Buffer.concat([rest, chunk]) : chunk;
+    let start = 0;
+    for (let end = bytes.indexOf(NEWLINE); end !== -1; end = bytes.indexOf(NEWLINE, start)) {
+      page.push(bytes.toString('utf8', start, end));
+      start = end + 1;
+      if (page.length >= pageSize) {
+        yield page;
+        page = [];
+      }
+    }
+    rest = start < bytes.length ? bytes.subarray(start) : undefined;
+  }
+  if (rest) page.push(rest.toString('utf8'));
+  if (page.length > 0) yield page;
+}
+const NEWLINE = 0x0a;

@@ -284,29 +284,37 @@ export class EventStore {
 
   /**
    * Raw events since a time, each eventId once (duplicates not yet merged away are collapsed here):
-   * the newest `limit` of them, oldest first. Detection warms its windows from this; topic and
+   * the newest `limit` of them, handed to `onPage` oldest first in pages of at most `pageSize`,
+   * each page awaited before the next is read. Detection warms its windows from this; topic and
    * partition select the events a replica owns (partition -1: events that came over HTTP), plans
-   * the plans it evaluates.
+   * the plans it evaluates. Returns how many events it handed over.
    */
-  async recentEvents(range: {
-    since: Date;
-    topic?: string;
-    partition?: number;
-    merchantId?: string;
-    plans?: readonly string[];
-    limit?: number;
-  }): Promise<RequestEvent[]> {
-    const rows = await this.db.queryRows(
-      `SELECT event_id, ts, merchant_id, plan, api_key_id, environment, ip, user_agent, method, path, status,
-              response_time_ms, rate_limit_per_minute, country
-         FROM ${this.tables.requestEvents}
-        WHERE ts >= {since:DateTime64(3)}
-          AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
-          AND ({anySource:Bool} OR (source_topic = {topic:String} AND source_partition = {partition:Int32}))
-          AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
-        ORDER BY ts DESC
-        LIMIT 1 BY event_id
-        LIMIT {limit:UInt64}`,
+  async recentEvents(
+    range: {
+      since: Date;
+      topic?: string;
+      partition?: number;
+      merchantId?: string;
+      plans?: readonly string[];
+      limit?: number;
+    },
+    onPage: (events: RequestEvent[]) => Promise<void>,
+    pageSize = 10_000,
+  ): Promise<number> {
+    let handed = 0;
+    await this.db.queryPages(
+      `SELECT * FROM (
+         SELECT event_id, ts, merchant_id, plan, api_key_id, environment, ip, user_agent, method, path, status,
+                response_time_ms, rate_limit_per_minute, country
+           FROM ${this.tables.requestEvents}
+          WHERE ts >= {since:DateTime64(3)}
+            AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
+            AND ({anySource:Bool} OR (source_topic = {topic:String} AND source_partition = {partition:Int32}))
+            AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
+          ORDER BY ts DESC
+          LIMIT 1 BY event_id
+          LIMIT {limit:UInt64})
+       ORDER BY ts`,
       {
         since: toClickHouseTime(range.since.getTime()),
         merchantId: range.merchantId ?? '',
@@ -316,8 +324,13 @@ export class EventStore {
         plans: range.plans ?? [],
         limit: range.limit ?? 1_000_000,
       },
+      pageSize,
+      async (rows) => {
+        handed += rows.length;
+        await onPage(rows.map((row) => toRequestEvent(storedEventRow.parse(row))));
+      },
     );
-    return rows.reverse().map((row) => toRequestEvent(storedEventRow.parse(row)));
+    return handed;
   }
 }
 

@@ -177,4 +177,31 @@ describe('detection end to end', () => {
     const [alert] = (await alertsOf(second)).filter((a) => a.apiKeyId === key);
     expect(alert).toMatchObject({ type: 'velocity_attack', status: 'open' });
   });
+
+  it('consumes on, ready, when its warm-up cannot be read', async () => {
+    const { clickhouse, producer } = engines;
+    const names = testNames('coldstart');
+    const key = `pk_live_${names.runId}_cold`;
+    const events = spread(300, Date.now() - 5 * MINUTE, 4 * MINUTE, (t) => event(key, t));
+    await produceAll(producer, names.topic, events.map((e) => ({ key, value: JSON.stringify(e) })), 2000);
+    // Every warm-up read fails (HTTP events at start, then each partition on its first batch).
+    const failedReads: string[] = [];
+    const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse, names }), {
+      wrapClickHouse: (db) => ({
+        ...db,
+        queryPages: async (query) => {
+          failedReads.push(query);
+          throw new Error('injected: warm-up read failed');
+        },
+      }),
+    });
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker consumes without its warm-up', 60_000);
+    const [stored] = await worker.clickhouse.queryRows<{ rows: number }>(
+      `SELECT count() AS rows FROM ${clickhouse.database}.request_events WHERE api_key_id = {key:String}`,
+      { key },
+    );
+    expect(Number(stored?.rows)).toBe(events.length);
+    expect(failedReads.length).toBeGreaterThanOrEqual(2); // the HTTP events' and at least one partition's
+    expect((await fetch(`${worker.url}/ready`)).status).toBe(200);
+  });
 });

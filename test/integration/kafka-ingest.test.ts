@@ -5,6 +5,8 @@
  * reason and without secrets.
  */
 import { describe, expect, it } from 'vitest';
+import type { RequestEvent } from '../../src/events/request-event.ts';
+import type { EventStore } from '../../src/store/event-store.ts';
 import { useEngines } from '../support/engines.ts';
 import { makeMixedStream } from '../support/events.ts';
 import { groupCaughtUp, produceAll, readTopic } from '../support/kafka.ts';
@@ -36,10 +38,12 @@ describe('Kafka intake into ClickHouse', () => {
 
     const totals = await store.trafficTotals({ from: new Date(eventOptions.startMs - 60_000), to: new Date(eventOptions.startMs + TOTAL + 60_000) });
     expect(totals.requests).toBe(valid);
-    const recent = await store.recentEvents({ since: new Date(eventOptions.startMs - 60_000), limit: 1_000_000 });
+    const recent = await recentEvents(store, { since: new Date(eventOptions.startMs - 60_000), limit: 1_000_000 });
     expect(recent).toHaveLength(valid);
-    // Warm-up takes the newest events of the entitled plans, oldest first.
-    const newest = await store.recentEvents({ since: new Date(eventOptions.startMs - 60_000), plans: ['business', 'enterprise'], limit: 1_000 });
+    // Warm-up takes the newest events of the entitled plans, oldest first, a page at a time.
+    const pages: number[] = [];
+    const newest = await recentEvents(store, { since: new Date(eventOptions.startMs - 60_000), plans: ['business', 'enterprise'], limit: 1_000 }, 300, pages);
+    expect(pages).toEqual([300, 300, 300, 100]);
     const entitled = recent.filter((event) => event.plan === 'business' || event.plan === 'enterprise');
     expect(newest.map((event) => event.eventId).sort()).toEqual(
       entitled
@@ -69,3 +73,18 @@ describe('Kafka intake into ClickHouse', () => {
   });
 
 });
+
+/** EventStore.recentEvents's pages, joined; the size of each page goes to `pageSizes`. */
+async function recentEvents(store: EventStore, range: Parameters<EventStore['recentEvents']>[0], pageSize?: number, pageSizes: number[] = []): Promise<RequestEvent[]> {
+  const events: RequestEvent[] = [];
+  const handed = await store.recentEvents(
+    range,
+    async (page) => {
+      pageSizes.push(page.length);
+      events.push(...page);
+    },
+    pageSize,
+  );
+  expect(handed).toBe(events.length);
+  return events;
+}

@@ -6,13 +6,17 @@
 import { z } from 'zod';
 import { ALERT_STATUSES } from '../alerts/alert.ts';
 import { ACTIONS, ANOMALY_TYPES, SEVERITIES } from '../detect/types.ts';
+import { STORABLE_TIME_MS } from '../store/event-store.ts';
 
 /** Merchant and key ids: short, printable, no separators that could mean something elsewhere. */
 const identifier = z.string().min(1).max(100).regex(/^[A-Za-z0-9_.:-]+$/, 'letters, digits and _ . : - only');
 
+const storable = (ms: number) => ms >= STORABLE_TIME_MS.min && ms <= STORABLE_TIME_MS.max;
+
 const isoDate = z.iso
   .datetime({ offset: true, message: 'an ISO 8601 date-time, e.g. 2026-11-20T12:00:00Z' })
-  .transform((text) => new Date(text));
+  .transform((text) => new Date(text))
+  .refine((date) => storable(date.getTime()), 'a date from 1900 to 2299');
 
 /** `a,b,c` of allowed values (a repeated parameter is refused: use the comma form). */
 function commaList<const T extends readonly [string, ...string[]]>(values: T) {
@@ -30,13 +34,13 @@ export interface Cursor {
   id: string;
 }
 
-const cursorTuple = z.tuple([z.number().int().nonnegative(), z.uuid()]);
+const cursorTuple = z.tuple([z.number().int().nonnegative().refine(storable), z.uuid()]);
 
 export function encodeCursor(cursor: Cursor): string {
   return Buffer.from(JSON.stringify([cursor.createdAt, cursor.id])).toString('base64url');
 }
 
-const cursorParam = z
+export const cursorParam = z
   .string()
   .max(200)
   .regex(/^[A-Za-z0-9_-]+$/, 'not a cursor from this API')

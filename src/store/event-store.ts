@@ -42,6 +42,9 @@ export const HTTP_SOURCE: EventSource = { topic: '', partition: -1, offset: -1 }
 let cachedSecond = Number.NaN;
 let cachedSecondText = '';
 
+/** The times a DateTime64 column holds (1900-01-01 to 2299-12-31 UTC), as epoch ms; outside it a query fails. */
+export const STORABLE_TIME_MS = { min: Date.UTC(1900, 0, 1), max: Date.UTC(2299, 11, 31, 23, 59, 59, 999) } as const;
+
 /** ClickHouse DateTime64(3) text in UTC: 'YYYY-MM-DD hh:mm:ss.sss'. */
 export function toClickHouseTime(epochMs: number): string {
   const second = Math.floor(epochMs / 1000);

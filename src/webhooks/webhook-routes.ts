@@ -14,6 +14,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { merchantScope, type AdminPrincipal } from '../admin/auth.ts';
 import { defineRoute, type AdminRoute } from '../admin/route.ts';
+import { cursorParam, encodeCursor } from '../admin/schemas.ts';
 import { HttpError, validationError } from '../http/errors.ts';
 import { DESTINATIONS, MESSAGE_STATUSES, type WebhookEndpoint, type WebhookStore } from '../store/webhook-store.ts';
 import { BlockedTargetError, checkTarget, type TargetPolicy } from './target-policy.ts';
@@ -68,7 +69,7 @@ const deliveriesQuery = z.strictObject({
   merchantId: z.string().min(1).max(100).optional().describe('operators: one merchant (default: all)'),
   status: z.enum(MESSAGE_STATUSES).optional(),
   limit: z.coerce.number().int().min(1).max(200).default(50),
-  cursor: z.string().max(200).optional().describe('nextCursor of the previous page'),
+  cursor: cursorParam.optional(),
 });
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -165,7 +166,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): AdminRoute[] {
           destination: principal.role === 'operator' ? undefined : 'merchant',
           status: query.status,
           limit: query.limit + 1,
-          after: query.cursor ? decodeCursor(query.cursor) : undefined,
+          after: query.cursor,
         });
         const page = deliveries.slice(0, query.limit);
         const last = page[page.length - 1];
@@ -192,7 +193,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): AdminRoute[] {
               durationMs: attempt.durationMs,
             })),
           })),
-          nextCursor: deliveries.length > query.limit && last ? encodeCursor(last.createdAt, last.id) : null,
+          nextCursor: deliveries.length > query.limit && last ? encodeCursor(last) : null,
         };
       },
     }),
@@ -206,17 +207,3 @@ function singleMerchant(principal: AdminPrincipal, requested: string | undefined
   return merchantId;
 }
 
-function encodeCursor(createdAt: number, id: string): string {
-  return Buffer.from(JSON.stringify([createdAt, id])).toString('base64url');
-}
-
-const cursorSchema = z.tuple([z.number().int().min(0), z.uuid()]);
-
-function decodeCursor(cursor: string): { createdAt: number; id: string } {
-  try {
-    const [createdAt, id] = cursorSchema.parse(JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')));
-    return { createdAt, id };
-  } catch {
-    throw validationError([{ path: ['query', 'cursor'], message: 'not a cursor this API returned' }], 'Invalid query');
-  }
-}

@@ -13,6 +13,9 @@ import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker } from '../../src/main.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 import { ADMIN_ENV, adminCall, makeAlert, TEST_ADMIN_SECRET, token, type AdminResponse } from '../support/admin.ts';
+
+/** A well-formed cursor whose time no date can hold. */
+const FAR_FUTURE_CURSOR = Buffer.from('[9000000000000000,"00000000-0000-4000-8000-000000000001"]').toString('base64url');
 import { testConfig, testNames } from '../support/worker.ts';
 
 const names = testNames('adminsec');
@@ -217,6 +220,10 @@ describe('admin API security', () => {
         [`apiKeyId=${'k'.repeat(5000)}`, ['query', 'apiKeyId']],
         ['apiKeyId=%F0%9F%92%A3', ['query', 'apiKeyId']],
         ['from=2026-13-45T00:00:00Z', ['query', 'from']],
+        // Valid ISO 8601, but outside what a DateTime64 column holds: a 400, not a failed query.
+        ['to=9999-12-31T23:59:59-23:59', ['query', 'to']],
+        ['from=0000-01-01T00:00:00Z', ['query', 'from']],
+        [`cursor=${FAR_FUTURE_CURSOR}`, ['query', 'cursor']],
         ['from=yesterday', ['query', 'from']],
         ['from=2026-11-20T00:00:00Z&to=2026-11-19T00:00:00Z', ['query', 'to']],
         ['cursor=not*a*cursor', ['query', 'cursor']],
@@ -230,6 +237,8 @@ describe('admin API security', () => {
       ];
       for (const [query, path] of cases) expectValidation(await call(bearer, `/alerts?${query}`), path);
       expectValidation(await call(bearer, '/dashboard?range=30d'), ['query', 'range']);
+      expectValidation(await call(bearer, '/metrics?to=9999-12-31T23:59:59-23:59'), ['query', 'to']);
+      expectValidation(await call(bearer, `/webhook/deliveries?cursor=${FAR_FUTURE_CURSOR}`), ['query', 'cursor']);
       expectValidation(await call(bearer, '/metrics?from=2020-01-01T00:00:00Z&to=2026-01-01T00:00:00Z'), ['query', 'from']);
       // One date valid, the other not: the range checks must not read the text as a date.
       expectValidation(await call(bearer, '/metrics?from=2026-11-20T00:00:00Z&to=%E2%80%AE'), ['query', 'to']);

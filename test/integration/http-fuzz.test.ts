@@ -23,7 +23,8 @@ const WEIRD = [
   '', ' ', '%00', '%ff', '%E0%A4%A', '..', '../../etc/passwd', 'null', 'undefined', '[]', '{}', '-1', '0', '1e309', 'NaN',
   '9'.repeat(400), '%E2%80%AE', '%F0%9F%98%80', 'a'.repeat(5000), "'", '%22', '%5C', 'true', '2026-13-45', '2026-11-21T00:00:00Z',
   '2020-01-01T00:00:00Z', 'open', 'critical', 'bot_traffic', 'velocity_attack,bogus', '00000000-0000-4000-8000-000000000001', 'eyJ',
-  '1h', '7d', 'oncall', 'merchant', '50', '201',
+  '1h', '7d', 'oncall', 'merchant', '50', '201', '9999-12-31T23:59:59-23:59', '0000-01-01T00:00:00Z',
+  Buffer.from('[9000000000000000,"00000000-0000-4000-8000-000000000001"]').toString('base64url'),
 ];
 const QUERY_KEYS = ['status', 'severity', 'type', 'apiKeyId', 'from', 'to', 'limit', 'cursor', 'range', 'merchantId', 'destination', 'status[]', '__proto__', 'constructor', 'from[a]'];
 const ROUTES: { path: string; methods: string[] }[] = [

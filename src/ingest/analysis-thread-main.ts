@@ -80,10 +80,15 @@ port.on('message', (request: AnalysisRequest) => {
         engine?.warm(request.events, request.partition);
         response = { id: request.id, result: { findings: [], ruleErrors: [] } };
         break;
-      case 'keepPartitions':
-        engine?.keepPartitions(new Set(request.partitions));
+      case 'keepPartitions': {
+        const owned = new Set(request.partitions);
+        // Rows of a lost partition not yet stored are dropped; if it comes back, they are delivered
+        // again and must not be taken for repeats.
+        recentIds.keepPartitions(owned);
+        engine?.keepPartitions(owned);
         response = { id: request.id, result: { findings: [], ruleErrors: [] } };
         break;
+      }
     }
   } catch (error) {
     response = { id: request.id, error: error instanceof Error ? error.message : String(error) };

@@ -42,4 +42,14 @@ describe('RecentEventIds', () => {
     expect(ids.size).toBeLessThanOrEqual(1000);
     expect(ids.checkAndAdd('id-0')).toBe(false);
   });
+
+  it('forgets the ids of partitions it no longer owns, in both generations, and keeps the rest', () => {
+    const ids = new RecentEventIds(1000);
+    for (let i = 0; i < 900; i++) ids.checkAndAdd(`id-${i}`, i % 3); // spans a generation change
+    ids.keepPartitions(new Set([0, 2]));
+    expect(ids.size).toBe(600);
+    for (let i = 0; i < 900; i++) expect(ids.checkAndAdd(`id-${i}`, i % 3)).toBe(i % 3 !== 1);
+    ids.keepPartitions(new Set());
+    expect(ids.size).toBe(0);
+  });
 });

@@ -12,6 +12,10 @@
  * (about a tenth of the analysis thread's time). Two different ids share a fingerprint with
  * probability 2^-63, so with 200k ids remembered a new event is mistaken for a repeat about once in
  * 4·10^13 events.
+ *
+ * Each id is remembered with the Kafka partition it came from (-1 for HTTP), so that a replica that
+ * loses a partition can forget its ids: the rows it had not stored yet are dropped, and if the
+ * partition comes back they are delivered again and must not look like repeats.
  */
 export class RecentEventIds {
   private current: FingerprintTable;
@@ -25,7 +29,7 @@ export class RecentEventIds {
   }
 
   /** Records the id; returns true when it was already recorded (a duplicate). */
-  checkAndAdd(eventId: string): boolean {
+  checkAndAdd(eventId: string, partition = -1): boolean {
     if (this.generationSize === 0) return false;
     const [high, low] = fingerprint(eventId);
     if (this.current.has(high, low) || this.previous.has(high, low)) return true;
@@ -35,8 +39,14 @@ export class RecentEventIds {
       this.current = dropped;
       this.current.clear();
     }
-    this.current.add(high, low);
+    this.current.add(high, low, partition);
     return false;
+  }
+
+  /** Forgets the ids of every partition not in `partitions`. */
+  keepPartitions(partitions: ReadonlySet<number>): void {
+    this.current.retain(partitions);
+    this.previous.retain(partitions);
   }
 
   get size(): number {
@@ -48,6 +58,8 @@ export class RecentEventIds {
 class FingerprintTable {
   /** slots[2i] and slots[2i+1]: the high and low halves of slot i's fingerprint. */
   private readonly slots: Int32Array;
+  /** partitions[i]: the partition of slot i's id. */
+  private readonly partitions: Int32Array;
   private readonly mask: number;
   size = 0;
 
@@ -56,6 +68,7 @@ class FingerprintTable {
     let length = 2;
     while (length < capacity * 2) length *= 2;
     this.slots = new Int32Array(length * 2);
+    this.partitions = new Int32Array(length);
     this.mask = length - 1;
   }
 
@@ -68,13 +81,25 @@ class FingerprintTable {
   }
 
   /** Adds a fingerprint known not to be in the table. */
-  add(high: number, low: number): void {
+  add(high: number, low: number, partition: number): void {
     const slots = this.slots;
     let at = high & this.mask;
     while (slots[2 * at + 1] !== 0) at = (at + 1) & this.mask;
     slots[2 * at] = high;
     slots[2 * at + 1] = low;
+    this.partitions[at] = partition;
     this.size++;
+  }
+
+  /** Keeps the fingerprints of these partitions only (rebuilt: linear probing has no cheap delete). */
+  retain(partitions: ReadonlySet<number>): void {
+    const kept: number[] = [];
+    for (let at = 0; at <= this.mask; at++) {
+      if (this.slots[2 * at + 1] !== 0 && partitions.has(this.partitions[at]!)) kept.push(this.slots[2 * at]!, this.slots[2 * at + 1]!, this.partitions[at]!);
+    }
+    if (kept.length / 3 === this.size) return;
+    this.clear();
+    for (let i = 0; i < kept.length; i += 3) this.add(kept[i]!, kept[i + 1]!, kept[i + 2]!);
   }
 
   clear(): void {

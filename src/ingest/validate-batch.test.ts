@@ -23,7 +23,7 @@ function event(i: number, userAgent = 'okhttp/4.12.0'): string {
   });
 }
 
-function batchOf(texts: string[]): RawBatch {
+function batchOf(texts: string[], partition = 0): RawBatch {
   const encoded = texts.map((text) => new TextEncoder().encode(text));
   const values = new Uint8Array(encoded.reduce((sum, bytes) => sum + bytes.length, 0));
   const ends = new Uint32Array(texts.length);
@@ -32,10 +32,25 @@ function batchOf(texts: string[]): RawBatch {
     values.set(bytes, position);
     ends[i] = position += bytes.length;
   });
-  return { topic: 't', partition: 0, values, ends, offsets: Float64Array.from(texts, (_, i) => 100 + i), timestamps: Float64Array.from(texts, (_, i) => T0 + i) };
+  return { topic: 't', partition, values, ends, offsets: Float64Array.from(texts, (_, i) => 100 + i), timestamps: Float64Array.from(texts, (_, i) => T0 + i) };
 }
 
 describe('validateBatch', () => {
+  it('takes a lost partition\'s messages, delivered again when it comes back, for new events', () => {
+    const recentIds = new RecentEventIds(100);
+    const first = [event(1), event(2)];
+    const other = [event(3)];
+    expect(validateBatch(batchOf(first, 0), recentIds).rowCount).toBe(2);
+    expect(validateBatch(batchOf(other, 1), recentIds).rowCount).toBe(1);
+    // Partition 0 goes to another replica (its unstored rows are dropped) and comes back.
+    recentIds.keepPartitions(new Set([1]));
+    const again = validateBatch(batchOf(first, 0), recentIds);
+    expect(again.rowCount).toBe(2);
+    expect(again.duplicates).toBe(0);
+    // Partition 1 stayed: a repeat there is still a repeat.
+    expect(validateBatch(batchOf(other, 1), recentIds).duplicates).toBe(1);
+  });
+
   it.each([
     ['ASCII', 'okhttp/4.12.0'],
     ['UTF-8', 'Mozilla/5.0 (Linux; Android 14; Pixel 8) Café/1.0 ✓'],

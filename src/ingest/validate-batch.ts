@@ -60,7 +60,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds): Valid
     start = end;
     if (!result.ok) {
       rejections.push({ index, rejection: result.rejection, text: messageText, offset: String(batch.offsets[index]), timestamp: String(batch.timestamps[index]) });
-    } else if (recentIds.checkAndAdd(result.event.eventId)) {
+    } else if (recentIds.checkAndAdd(result.event.eventId, batch.partition)) {
       duplicates++;
     } else {
       rows.append(serializeEventRow(result.event, { topic: batch.topic, partition: batch.partition, offset: batch.offsets[index]! }, messageText));

@@ -152,13 +152,16 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   const storeRows = (body: Buffer) => store.insertRows(body);
 
   let intake: KafkaIntake | undefined;
+  let stopRequested = false;
   const buffer = new EventBuffer({
     ...config.store,
     storeRows: deps.wrapStoreRows ? deps.wrapStoreRows(storeRows) : storeRows,
     sendDeadLetters: (records) => (intake ? intake.sendDeadLetters(records) : Promise.resolve()),
     commit: (offsets) => (intake ? intake.commit(offsets) : Promise.resolve()),
     onOutage: () => intake?.pause(),
-    onRecovery: () => intake?.resume(),
+    onRecovery: () => {
+      if (!stopRequested) intake?.resume(); // storage back while draining at shutdown: intake stays paused
+    },
     metrics,
     logger: logger.child({ component: 'buffer' }),
   });
@@ -259,6 +262,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
+      stopRequested = true;
       logger.info('stopping');
       abort.abort();
       await ready.catch(() => undefined);

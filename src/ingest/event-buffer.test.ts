@@ -139,6 +139,19 @@ describe('EventBuffer', () => {
     await eventBuffer.stop();
     expect(stored).toEqual([['{"a":1}', '{"a":2}']]);
     await expect(eventBuffer.add({ lines: ['{"a":3}'] })).rejects.toThrow(/stopped/);
+    // A caller that does not wait (a Kafka batch that finishes during shutdown) must not cause an
+    // unhandled rejection, which would end the process in the middle of its shutdown.
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      void eventBuffer.add({ lines: ['{"a":4}'], offsets: [{ topic: 't', partition: 0, offset: 4 }] });
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+    expect(unhandled).toEqual([]);
+    expect(stored).toEqual([['{"a":1}', '{"a":2}']]);
   });
 
   it('gives up at the stop deadline during an outage without committing', async () => {

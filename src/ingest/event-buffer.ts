@@ -141,7 +141,13 @@ export class EventBuffer {
   }
 
   add(input: BufferInput): Promise<void> {
-    if (this.stopped) return Promise.reject(new Error('event buffer is stopped'));
+    if (this.stopped) {
+      // Refused, not stored: the caller commits nothing for it. Handled here, like `durable`, for
+      // callers that do not wait (a batch that finishes during shutdown).
+      const refused = Promise.reject(new Error('event buffer is stopped'));
+      refused.catch(() => undefined);
+      return refused;
+    }
     const pending = this.pending;
     if (pending.isEmpty) pending.firstAddedAt = Date.now();
     const start = pending.rows.byteLength;

@@ -201,7 +201,7 @@ export class KafkaIntake {
     await this.warmup(partition, heartbeat);
     // Lost in a rebalance meanwhile: its messages are the new owner's, and validating them here would
     // make this replica take them for repeats if the partition came back.
-    if (!this.owned.has(partition) || isStale()) return;
+    if (!this.owned.has(partition) || isStale() || !isRunning()) return;
     const fresh = batch.messages.filter((message) => Number(message.offset) > alreadyStored);
     const redelivered = batch.messages.length - fresh.length;
     const analysis = fresh.length > 0 ? this.options.analysis.analyzeBatch(topic, partition, fresh) : undefined;

@@ -158,4 +158,60 @@ describe('redelivery and replicas', () => {
     expect(totals.requests).toBe(4_000);
     expect(await counterValue(second, 'security_center_events_stored_total')).toBeGreaterThan(0); // it took partitions over
   });
+
+  it('a partition that moves away and comes back before its new owner stored anything loses nothing', async () => {
+    // The first replica holds what it read; a second takes some partitions over, cannot store
+    // (storage fails for it alone), and leaves: the partitions come back to the first from their
+    // committed offsets, and the messages it had validated and dropped must be stored now, not
+    // taken for repeats.
+    const own = testNames('roundtrip');
+    const startMs = Date.UTC(2026, 10, 20, 20, 0, 0);
+    const events = Array.from({ length: 4_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
+    const holding = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own, extra: { STORE_FLUSH_INTERVAL_MS: '10000' } });
+    const first = await engines.startWorker(holding);
+    await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+    await waitFor(async () => (await counterValue(first, 'security_center_buffered_rows')) === 4_000, 'the first replica holds every event', 30_000);
+
+    const second = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own }), {
+      wrapStoreRows: () => async () => {
+        throw new Error('injected: this replica cannot store');
+      },
+    });
+    await waitFor(async () => (await counterValue(second, 'security_center_events_consumed_total')) > 0, 'the second replica reads partitions it took over', 30_000);
+    await second.stop(); // gives up its rows after the drain deadline; commits nothing of them
+
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the first replica commits every partition to the end', 90_000);
+    expect(await countRows(first, own.topic)).toEqual({ rows: 4_000, ids: 4_000 });
+  });
+
+  it('a worker stopped while it warms up a partition stops cleanly, and the next stores every event once', async () => {
+    const own = testNames('stopwarm');
+    const startMs = Date.UTC(2026, 10, 20, 22, 0, 0);
+    const events = Array.from({ length: 3_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 100 }));
+    await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+    const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own });
+    let warmups = 0;
+    const fatal: Error[] = [];
+    const first = await engines.startWorker(config, {
+      onFatal: (error) => fatal.push(error),
+      // Warm-up reads take 2 s each, so that the stop lands while a partition's first batch waits on one.
+      wrapClickHouse: (db) => ({
+        ...db,
+        queryPages: async (...args) => {
+          warmups++;
+          await new Promise((resolve) => setTimeout(resolve, 2_000));
+          return db.queryPages(...args);
+        },
+      }),
+    });
+    await waitFor(() => warmups >= 2, 'a partition warm-up begins (after the HTTP events\' one)', 30_000);
+    await first.stop();
+    // The batch that waited on the warm-up is dropped, not analysed after the analysis thread closed.
+    expect(fatal).toEqual([]);
+    expect(await counterValue(first, 'security_center_events_stored_total')).toBe(0);
+
+    const second = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the next worker commits to the end', 90_000);
+    expect(await countRows(second, own.topic)).toEqual({ rows: 3_000, ids: 3_000 });
+  });
 });

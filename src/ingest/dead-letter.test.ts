@@ -1,0 +1,39 @@
+import { describe, expect, it } from 'vitest';
+import type { ProducerRecord } from 'kafkajs';
+import { KafkaDeadLetterQueue, MAX_DEAD_LETTER_PAYLOAD, MAX_DEAD_LETTER_SEND_BYTES, toDeadLetter } from './dead-letter.ts';
+
+function deadLetters(count: number, payloadChars: number) {
+  return Array.from({ length: count }, (_, i) =>
+    toDeadLetter({ reason: 'too_large', errors: [{ path: [], message: 'larger than 64 KiB' }] }, `${i}:${'x'.repeat(payloadChars)}`, {
+      topic: 'api.request-metadata',
+      partition: 3,
+      offset: String(i),
+    }),
+  );
+}
+
+describe('KafkaDeadLetterQueue', () => {
+  it('sends a burst of large dead letters in requests under the byte limit, in order, all of them', async () => {
+    const sent: ProducerRecord[] = [];
+    const queue = new KafkaDeadLetterQueue({ send: async (record) => (sent.push(record), []) }, 'dlq');
+    const records = deadLetters(200, MAX_DEAD_LETTER_PAYLOAD); // about 3.2 MB, one source partition
+    await queue.send(records);
+    expect(sent.length).toBeGreaterThan(1);
+    for (const request of sent) {
+      expect(request.acks).toBe(-1);
+      expect(request.messages.reduce((sum, message) => sum + Buffer.byteLength(message.value as string), 0)).toBeLessThanOrEqual(MAX_DEAD_LETTER_SEND_BYTES);
+    }
+    const offsets = sent.flatMap((request) => request.messages.map((message) => JSON.parse(message.value as string).source.offset));
+    expect(offsets).toEqual(records.map((record) => record.source.offset));
+    expect(sent[0]!.messages[0]).toMatchObject({ key: 'api.request-metadata:3', headers: { 'dlq-reason': 'too_large' } });
+  });
+
+  it('sends small dead letters in one request, and nothing for none', async () => {
+    const sent: ProducerRecord[] = [];
+    const queue = new KafkaDeadLetterQueue({ send: async (record) => (sent.push(record), []) }, 'dlq');
+    await queue.send([]);
+    expect(sent).toHaveLength(0);
+    await queue.send(deadLetters(50, 100));
+    expect(sent.map((request) => request.messages.length)).toEqual([50]);
+  });
+});

@@ -2,7 +2,10 @@
 FROM node:20-bookworm-slim
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund
+# --ignore-scripts skips the package's own `prepare` (it builds the receivers' verifier with
+# TypeScript, a dev dependency, and the worker runs src through tsx); `npm rebuild` then runs the
+# dependencies' install scripts (chdb, esbuild).
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm rebuild
 COPY tsconfig.json ./
 COPY src ./src
 COPY rules ./rules

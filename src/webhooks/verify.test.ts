@@ -1,4 +1,8 @@
+import { execFile } from 'node:child_process';
 import { createHmac } from 'node:crypto';
+import { existsSync, statSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { signWebhook, verifyWebhook, WebhookVerificationError, type VerifyOptions } from './verify.ts';
 
@@ -92,5 +96,45 @@ describe('verifyWebhook', () => {
     expect(error.reason).toBe(reason);
     expect(error.status).toBe(status);
     expect(error.message).not.toContain(SECRET);
+  });
+});
+
+describe('the package export for receivers (security-center-worker/webhooks/verify)', () => {
+  const root = fileURLToPath(new URL('../../', import.meta.url));
+  const source = fileURLToPath(new URL('./verify.ts', import.meta.url));
+  const built = fileURLToPath(new URL('../../dist/webhooks/verify.js', import.meta.url));
+
+  // A receiver's module: plain JavaScript, signs the way the worker does with node:crypto alone, and
+  // imports the verifier by the package name (Node resolves a package's own name through "exports").
+  const receiver = `
+    import { createHmac } from 'node:crypto';
+    import { verifyWebhook, WebhookVerificationError } from 'security-center-worker/webhooks/verify';
+    const secret = ${JSON.stringify(SECRET)};
+    const id = ${JSON.stringify(ID)};
+    const timestamp = String(Date.now());
+    const body = ${JSON.stringify(BODY)};
+    const signature = 'v1,' + createHmac('sha256', secret).update(id + '.' + timestamp + '.' + body).digest('base64');
+    const headers = { 'svc-id': id, 'svc-timestamp': timestamp, 'svc-signature': signature };
+    const accepted = verifyWebhook({ secret, rawBody: Buffer.from(body), headers });
+    let rejected;
+    try {
+      verifyWebhook({ secret, rawBody: body.replace('m_1', 'm_2'), headers });
+    } catch (error) {
+      rejected = { isVerificationError: error instanceof WebhookVerificationError, reason: error.reason, status: error.status };
+    }
+    console.log(JSON.stringify({ accepted, rejected, expectedTimestamp: Number(timestamp) }));
+  `;
+
+  it('loads in plain Node (no tsx), accepts a signed delivery and rejects a tampered body', async () => {
+    // dist/ is built by `npm run build`, which npm runs on install (the `prepare` script).
+    const stale = !existsSync(built) || statSync(built).mtimeMs < statSync(source).mtimeMs;
+    expect(stale, 'dist/webhooks/verify.js is missing or older than src/webhooks/verify.ts: run `npm run build`').toBe(false);
+
+    const env = { ...process.env };
+    delete env.NODE_OPTIONS; // no loader (tsx) inherited: this is what a receiver runs
+    const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '--eval', receiver], { cwd: root, env, timeout: 30_000 });
+    const result = JSON.parse(stdout) as { accepted: unknown; rejected: unknown; expectedTimestamp: number };
+    expect(result.accepted).toEqual({ id: ID, timestamp: result.expectedTimestamp });
+    expect(result.rejected).toEqual({ isVerificationError: true, reason: 'invalid_signature', status: 401 });
   });
 });

@@ -5,7 +5,9 @@
  * message id (the same on every retry) and svc-timestamp the send time in Unix milliseconds.
  *
  * This file is for receivers too: it depends on node:crypto alone, so it can be imported from the
- * package (`security-center-worker/webhooks/verify`) or copied as is.
+ * package (`security-center-worker/webhooks/verify`, compiled to dist/ by `npm run build`, which
+ * npm runs on install) or copied as is. Keep it that way: no imports from the rest of src, and only
+ * erasable TypeScript syntax (no parameter properties, enums or namespaces).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 
@@ -20,14 +22,13 @@ export type VerificationFailure = 'missing_header' | 'invalid_timestamp' | 'stal
 
 /** Why a delivery was rejected, with the status the receiver should answer (spec 6.4: 401 or 400). */
 export class WebhookVerificationError extends Error {
+  readonly reason: VerificationFailure;
   readonly status: 400 | 401;
 
-  constructor(
-    readonly reason: VerificationFailure,
-    message: string,
-  ) {
+  constructor(reason: VerificationFailure, message: string) {
     super(message);
     this.name = 'WebhookVerificationError';
+    this.reason = reason;
     this.status = reason === 'invalid_signature' ? 401 : 400;
   }
 }

@@ -94,6 +94,17 @@ describe('AlertManager across replicas', () => {
     expect(replicaB.alerts.apply('m_1', rule, finding('high', T0 + 3_000)).change).toBe('suppressed');
   });
 
+  it('gives an admin\'s change the status stored by another replica, even when the copy here is newer', () => {
+    const { alerts, advance } = manager();
+    const created = alerts.apply('m_1', rule, finding('high')).alert!;
+    const acknowledged = changeStatus(created, 'acknowledged', 'admin@m_1', undefined, T0 + 1_000);
+    if (!acknowledged.ok) throw new Error('refused');
+    advance(2_000);
+    const repeat = alerts.apply('m_1', rule, finding('high', T0 + 2_000)).alert!; // not synced: still open here
+    expect(repeat.status).toBe('open');
+    expect(alerts.current(acknowledged.alert)).toMatchObject({ status: 'acknowledged', occurrences: 2, history: acknowledged.alert.history });
+  });
+
   it('continues an alert another replica created for the key instead of opening a second one', () => {
     const previousOwner = manager();
     const newOwner = manager();

@@ -114,9 +114,10 @@ export class AlertService {
   }
 
   /**
-   * An admin's status change of one alert of a merchant (any merchant when undefined). It starts from
-   * the newest state detection knows, is stored before it returns, and is remembered for dedup (a
-   * dismissal silences the dedup key). Undefined when no such alert exists for that merchant.
+   * An admin's status change of one alert of a merchant (any merchant when undefined). It is decided
+   * on the stored copy merged with ours (AlertManager.current: the latest status change wins, wherever
+   * it was made), is stored before it returns, and is remembered for dedup (a dismissal silences the
+   * dedup key). Undefined when no such alert exists for that merchant.
    */
   async changeStatus(
     id: string,

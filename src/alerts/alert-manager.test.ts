@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Finding, RecommendedAction, Severity } from '../detect/types.ts';
-import { changeStatus } from './alert.ts';
+import { changeStatus, type Alert, type AlertStatus } from './alert.ts';
 import { AlertManager, type RuleInfo } from './alert-manager.ts';
 import { finding as makeFinding } from './test-findings.ts';
 
@@ -13,6 +13,16 @@ const rule: RuleInfo = {
 
 function finding(severity: Severity, at = T0, scope = 'pk_live_a'): Finding {
   return makeFinding(severity, at, scope);
+}
+
+/** An admin's moves, made in turn, as the alert service records them once stored. */
+function admin(alerts: AlertManager, alert: Alert, moves: AlertStatus[], at = T0): Alert {
+  for (const to of moves) {
+    const outcome = changeStatus(alert, to, 'admin@m_1', 'a note', at);
+    if (!outcome.ok) throw new Error(`${alert.status} -> ${to} refused`);
+    alert = alerts.sync(outcome.alert);
+  }
+  return alert;
 }
 
 function manager() {
@@ -55,7 +65,7 @@ describe('AlertManager', () => {
   it('stays quiet after a dismissal for the suppression period, then alerts again', () => {
     const { alerts, advance } = manager();
     const created = alerts.apply('m_1', rule, finding('high')).alert!;
-    alerts.remember({ ...created, status: 'dismissed', updatedAt: new Date(T0).toISOString() });
+    admin(alerts, created, ['dismissed']);
     advance(10 * 60_000);
     expect(alerts.apply('m_1', rule, finding('high')).change).toBe('suppressed');
     advance(60 * 60_000);
@@ -67,7 +77,7 @@ describe('AlertManager', () => {
   it('reopens a resolved alert whose pattern recurs, recording why', () => {
     const { alerts, advance } = manager();
     const created = alerts.apply('m_1', rule, finding('high')).alert!;
-    alerts.remember({ ...created, status: 'resolved' });
+    admin(alerts, created, ['acknowledged', 'resolved']);
     advance(60_000);
     const reopened = alerts.apply('m_1', rule, finding('high'));
     expect(reopened.change).toBe('reopened');

@@ -50,7 +50,8 @@ export class AlertManager {
   }
 
   /**
-   * Learns a stored alert, which another replica may have written: an alert known here gets the
+   * Learns a stored alert, which another replica may have written, or an admin's change once stored
+   * (so dedup sees dismissals and resolutions): an alert known here gets the
    * lifecycle of both copies (an admin's dismissal made elsewhere silences its key here too); of two
    * alerts for one dedup key, the later wins. Returns the alert the key now has.
    */
@@ -62,13 +63,6 @@ export class AlertManager {
     else if (known && known.updatedAt > stored.updatedAt) next = known;
     this.byKey.set(key, next);
     return next;
-  }
-
-  /** Records an admin's change (so dedup sees dismissals and resolutions). */
-  remember(alert: Alert): void {
-    const key = dedupKey(alert.merchantId, alert.type, alert.scope);
-    const current = this.byKey.get(key);
-    if (!current || current.id === alert.id || current.updatedAt <= alert.updatedAt) this.byKey.set(key, alert);
   }
 
   /**

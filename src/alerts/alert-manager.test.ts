@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Finding, RecommendedAction, Severity } from '../detect/types.ts';
-import { changeStatus } from './alert.ts';
+import { changeStatus, type Alert, type AlertStatus } from './alert.ts';
 import { AlertManager, type RuleInfo } from './alert-manager.ts';
 import { finding as makeFinding } from './test-findings.ts';
 
@@ -13,6 +13,16 @@ const rule: RuleInfo = {
 
 function finding(severity: Severity, at = T0, scope = 'pk_live_a'): Finding {
   return makeFinding(severity, at, scope);
+}
+
+/** An admin's moves, made in turn, as the alert service records them once stored. */
+function admin(alerts: AlertManager, alert: Alert, moves: AlertStatus[], at = T0): Alert {
+  for (const to of moves) {
+    const outcome = changeStatus(alert, to, 'admin@m_1', 'a note', at);
+    if (!outcome.ok) throw new Error(`${alert.status} -> ${to} refused`);
+    alert = alerts.sync(outcome.alert);
+  }
+  return alert;
 }
 
 function manager() {
@@ -55,7 +65,7 @@ describe('AlertManager', () => {
   it('stays quiet after a dismissal for the suppression period, then alerts again', () => {
     const { alerts, advance } = manager();
     const created = alerts.apply('m_1', rule, finding('high')).alert!;
-    alerts.remember({ ...created, status: 'dismissed', updatedAt: new Date(T0).toISOString() });
+    admin(alerts, created, ['dismissed']);
     advance(10 * 60_000);
     expect(alerts.apply('m_1', rule, finding('high')).change).toBe('suppressed');
     advance(60 * 60_000);
@@ -67,7 +77,7 @@ describe('AlertManager', () => {
   it('reopens a resolved alert whose pattern recurs, recording why', () => {
     const { alerts, advance } = manager();
     const created = alerts.apply('m_1', rule, finding('high')).alert!;
-    alerts.remember({ ...created, status: 'resolved' });
+    admin(alerts, created, ['acknowledged', 'resolved']);
     advance(60_000);
     const reopened = alerts.apply('m_1', rule, finding('high'));
     expect(reopened.change).toBe('reopened');
@@ -92,6 +102,17 @@ describe('AlertManager across replicas', () => {
     expect(merged).toMatchObject({ id: repeat.id, status: 'dismissed', occurrences: 2 });
     replicaB.advance(1_000);
     expect(replicaB.alerts.apply('m_1', rule, finding('high', T0 + 3_000)).change).toBe('suppressed');
+  });
+
+  it('gives an admin\'s change the status stored by another replica, even when the copy here is newer', () => {
+    const { alerts, advance } = manager();
+    const created = alerts.apply('m_1', rule, finding('high')).alert!;
+    const acknowledged = changeStatus(created, 'acknowledged', 'admin@m_1', undefined, T0 + 1_000);
+    if (!acknowledged.ok) throw new Error('refused');
+    advance(2_000);
+    const repeat = alerts.apply('m_1', rule, finding('high', T0 + 2_000)).alert!; // not synced: still open here
+    expect(repeat.status).toBe('open');
+    expect(alerts.current(acknowledged.alert)).toMatchObject({ status: 'acknowledged', occurrences: 2, history: acknowledged.alert.history });
   });
 
   it('continues an alert another replica created for the key instead of opening a second one', () => {

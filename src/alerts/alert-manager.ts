@@ -27,6 +27,12 @@ export function dedupKey(merchantId: string, type: string, scope: string): strin
   return `${merchantId}\u0000${type}\u0000${scope}`;
 }
 
+/** Two copies of one alert: the detection fields of the newer, the lifecycle of both. */
+function bothCopies(a: Alert, b: Alert): Alert {
+  const [newer, older] = a.updatedAt >= b.updatedAt ? [a, b] : [b, a];
+  return mergeLifecycle(newer, older);
+}
+
 export class AlertManager {
   /** The latest alert per dedup key (any status). */
   private readonly byKey = new Map<string, Alert>();
@@ -44,7 +50,8 @@ export class AlertManager {
   }
 
   /**
-   * Learns a stored alert, which another replica may have written: an alert known here gets the
+   * Learns a stored alert, which another replica may have written, or an admin's change once stored
+   * (so dedup sees dismissals and resolutions): an alert known here gets the
    * lifecycle of both copies (an admin's dismissal made elsewhere silences its key here too); of two
    * alerts for one dedup key, the later wins. Returns the alert the key now has.
    */
@@ -52,28 +59,20 @@ export class AlertManager {
     const key = dedupKey(stored.merchantId, stored.type, stored.scope);
     const known = this.byKey.get(key);
     let next = stored;
-    if (known?.id === stored.id) {
-      // Detection fields from the newer copy, the lifecycle from both.
-      const [newer, older] = known.updatedAt >= stored.updatedAt ? [known, stored] : [stored, known];
-      next = mergeLifecycle(newer, older);
-    } else if (known && known.updatedAt > stored.updatedAt) {
-      next = known;
-    }
+    if (known?.id === stored.id) next = bothCopies(known, stored);
+    else if (known && known.updatedAt > stored.updatedAt) next = known;
     this.byKey.set(key, next);
     return next;
   }
 
-  /** Records an admin's change (so dedup sees dismissals and resolutions). */
-  remember(alert: Alert): void {
-    const key = dedupKey(alert.merchantId, alert.type, alert.scope);
-    const current = this.byKey.get(key);
-    if (!current || current.id === alert.id || current.updatedAt <= alert.updatedAt) this.byKey.set(key, alert);
-  }
-
-  /** The newest state of an alert known here (detection may have updated it since it was stored). */
-  current(alert: Alert): Alert {
-    const known = this.byKey.get(dedupKey(alert.merchantId, alert.type, alert.scope));
-    return known?.id === alert.id && known.updatedAt >= alert.updatedAt ? known : alert;
+  /**
+   * The newest state of a stored alert: detection here may have updated it since it was stored, and
+   * the stored copy may carry a status change made through another replica since the last sync (our
+   * copy being newer says nothing about its status). So both copies count, as in sync().
+   */
+  current(stored: Alert): Alert {
+    const known = this.byKey.get(dedupKey(stored.merchantId, stored.type, stored.scope));
+    return known?.id === stored.id ? bothCopies(known, stored) : stored;
   }
 
   apply(merchantId: string, rule: RuleInfo, finding: Finding): { alert: Alert | undefined; change: AlertChange } {

@@ -130,3 +130,97 @@ describe('AlertService status changes with racing replicas', () => {
     }
   });
 });
+
+/** Storage as a map, whose writes can be made to fail, or to wait until released one by one. */
+function memoryStore(...alerts: Alert[]) {
+  const rows = new Map(alerts.map((alert) => [alert.id, alert]));
+  const writes = { failing: false, holding: false, held: [] as (() => void)[] };
+  const store = {
+    get: async (id: string) => rows.get(id),
+    getMany: async (ids: string[]) => ids.flatMap((id) => rows.get(id) ?? []),
+    save: async (saved: Alert[]) => {
+      if (writes.holding) await new Promise<void>((release) => writes.held.push(release));
+      if (writes.failing) throw new Error('storage is down');
+      for (const alert of saved) rows.set(alert.id, alert);
+    },
+  } as unknown as AlertStore;
+  const releaseOne = async () => {
+    writes.held.shift()?.();
+    await vi.advanceTimersByTimeAsync(0);
+  };
+  return { rows, store, writes, releaseOne };
+}
+
+describe('AlertService status changes and failed or slow writes', () => {
+  const newService = (store: AlertStore) =>
+    new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => Date.now() }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
+  const acknowledge = { to: 'acknowledged', actor: 'admin@m_1' } as const;
+
+  it('leaves nothing behind when the write fails (the caller gets an error), and the same change tried again is accepted', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      const open = testAlert(T0);
+      const { rows, store, writes } = memoryStore(open);
+      const alerts = newService(store);
+      writes.failing = true;
+      await expect(alerts.changeStatus(open.id, 'm_1', acknowledge)).rejects.toThrow('storage is down');
+      writes.failing = false;
+      await vi.advanceTimersByTimeAsync(10_000); // past any retry or read-back
+      expect(rows.get(open.id)?.status).toBe('open');
+
+      const retry = await alerts.changeStatus(open.id, 'm_1', acknowledge);
+      expect(retry).toMatchObject({ ok: true, alert: { status: 'acknowledged' } });
+      expect(rows.get(open.id)?.history.map((entry) => entry.to)).toEqual(['open', 'acknowledged']);
+      await alerts.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  /** A write in progress, and a timer's flush of another new alert waiting for it. */
+  async function timerFlushWaiting() {
+    const open = testAlert(T0);
+    const storage = memoryStore(open);
+    const alerts = newService(storage.store);
+    const detect = (scope: string) =>
+      alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: makeFinding('high', Date.now(), scope) }], ruleErrors: [] });
+    storage.writes.holding = true;
+    detect('pk_first'); // due in 50 ms
+    void alerts.flush(); // written at once, and held
+    await vi.advanceTimersByTimeAsync(0);
+    detect('pk_second');
+    await vi.advanceTimersByTimeAsync(50); // the timer's flush waits for the held write
+    return { ...storage, alerts, open };
+  }
+
+  it('answers a change only once it is stored, even when a timer\'s flush takes the next write', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      const { rows, releaseOne, writes, alerts, open } = await timerFlushWaiting();
+      const statusWhenAnswered = alerts.changeStatus(open.id, 'm_1', acknowledge).then(() => rows.get(open.id)?.status);
+      await vi.advanceTimersByTimeAsync(0);
+      for (let i = 0; i < 5; i++) await releaseOne();
+      writes.holding = false;
+      await releaseOne();
+      expect(await statusWhenAnswered).toBe('acknowledged');
+      await alerts.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('flush resolves only once every alert unsaved when it was called is stored, even when a timer\'s flush took them', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      const { rows, releaseOne, writes, alerts } = await timerFlushWaiting();
+      const storedWhenFlushed = alerts.flush().then(() => [...rows.values()].map((alert) => alert.scope).sort());
+      for (let i = 0; i < 5; i++) await releaseOne();
+      writes.holding = false;
+      await releaseOne();
+      expect(await storedWhenFlushed).toEqual(['pk_first', 'pk_live_a', 'pk_second']);
+      await alerts.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});

@@ -2,6 +2,8 @@
  * Turns the engine's findings into stored alerts. Contract: findings are applied in the order they
  * arrive; changed alerts are written to ClickHouse within about a tenth of a second, and a failed
  * write is retried (the latest state of each alert wins) until it succeeds or the service stops.
+ * An admin's change is different: it is answered once stored, and a failed write is not retried but
+ * reported (the admin sees it fail, and the change is not made behind their back).
  *
  * Several replicas share the alerts: an admin's change may be made on any of them, while the alert
  * is updated by the replica that owns its key. So every write first merges the stored copy's
@@ -45,7 +47,8 @@ export class AlertService {
   private readonly unsaved = new Map<string, Alert>();
   private timer: NodeJS.Timeout | undefined;
   private timerDueAt = Number.POSITIVE_INFINITY;
-  private saving: Promise<void> | undefined;
+  /** The writes of this replica, one after the other (see serially); never rejects. */
+  private saving: Promise<void> = Promise.resolve();
   /** Admin changes in progress per alert id: two changes of one alert run one after the other. */
   private readonly changing = new Map<string, Promise<unknown>>();
   private syncTimer: NodeJS.Timeout | undefined;
@@ -114,9 +117,11 @@ export class AlertService {
   }
 
   /**
-   * An admin's status change of one alert of a merchant (any merchant when undefined). It starts from
-   * the newest state detection knows, is stored before it returns, and is remembered for dedup (a
-   * dismissal silences the dedup key). Undefined when no such alert exists for that merchant.
+   * An admin's status change of one alert of a merchant (any merchant when undefined). It is decided
+   * on the stored copy merged with ours (AlertManager.current: the latest status change wins, wherever
+   * it was made), is stored before it returns, and only then remembered for dedup (a dismissal
+   * silences the dedup key): a failed write rejects and leaves nothing behind, so the caller's retry
+   * makes the same move again. Undefined when no such alert exists for that merchant.
    */
   async changeStatus(
     id: string,
@@ -129,9 +134,7 @@ export class AlertService {
       if (!stored) return undefined;
       const outcome = changeStatus(this.manager.current(stored), change.to, change.actor, change.note, Date.now());
       if (!outcome.ok) return outcome;
-      this.manager.remember(outcome.alert);
-      this.unsaved.set(outcome.alert.id, outcome.alert);
-      await this.flushNow();
+      await this.writeChange(outcome.alert);
       this.verifyLater(outcome.alert);
       this.logger.info({ alertId: id, merchantId: stored.merchantId, actor: change.actor, to: change.to }, 'alert status changed');
       return outcome;
@@ -188,27 +191,51 @@ export class AlertService {
     const stored = new Map((await this.store.getMany(batch.map((alert) => alert.id))).map((alert) => [alert.id, alert]));
     return batch.map((alert) => {
       const theirs = stored.get(alert.id);
-      const merged = theirs ? mergeLifecycle(alert, theirs) : alert;
-      if (merged !== alert) this.manager.sync(merged);
-      return merged;
+      return theirs ? mergeLifecycle(alert, theirs) : alert;
     });
   }
 
-  /** Writes every unsaved alert; a failed write rejects (and is still retried in the background). */
-  private async flushNow(): Promise<void> {
-    await this.saving;
-    if (this.unsaved.size === 0) return;
-    const batch = [...this.unsaved.values()];
-    this.unsaved.clear();
-    const saving = this.withStoredLifecycle(batch).then((merged) => this.store.save(merged));
-    this.saving = saving.then(
-      () => undefined,
-      () => {
+  /**
+   * Writes every unsaved alert; a failed write rejects (and is still retried in the background).
+   * The batch is taken once the writes before have ended, so this also waits for a write that took
+   * our alerts first (a timer's flush, say).
+   */
+  private flushNow(): Promise<void> {
+    return this.serially(async () => {
+      if (this.unsaved.size === 0) return;
+      const batch = [...this.unsaved.values()];
+      this.unsaved.clear();
+      try {
+        const merged = await this.withStoredLifecycle(batch);
+        // What the stored copies taught us (a dismissal made elsewhere) holds whether or not our write succeeds.
+        for (const [i, alert] of merged.entries()) if (alert !== batch[i]) this.manager.sync(alert);
+        await this.store.save(merged);
+      } catch (error) {
         for (const alert of batch) if (!this.unsaved.has(alert.id)) this.unsaved.set(alert.id, alert);
         this.schedule(RETRY_DELAY_MS);
-      },
-    );
-    await saving;
+        throw error;
+      }
+    });
+  }
+
+  /**
+   * Writes an admin's change on its own, not queued with detection's: it is remembered only once
+   * stored, and a failed write is not retried (the caller is told and may try again).
+   */
+  private writeChange(changed: Alert): Promise<void> {
+    return this.serially(async () => {
+      const [merged] = await this.withStoredLifecycle([changed]);
+      await this.store.save([merged!]);
+      // sync, not a plain set: detection may have updated our copy while the write was in progress.
+      this.manager.sync(merged!);
+    });
+  }
+
+  /** Runs a write once the writes before it have ended: one at a time, each merging what the last one stored. */
+  private serially(write: () => Promise<void>): Promise<void> {
+    const written = this.saving.then(write);
+    this.saving = written.catch(() => undefined);
+    return written;
   }
 
   async stop(): Promise<void> {

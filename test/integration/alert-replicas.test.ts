@@ -1,8 +1,10 @@
 /**
  * Alerts shared by replicas, on the real ClickHouse engine: an admin's change made through one
  * replica is not written back over by the replica that owns the alert's key, silences the key there,
- * and survives a racing write; a key's new owner continues the alert its previous owner created.
+ * and survives a racing write; a key's new owner continues the alert its previous owner created;
+ * a status change is decided on the latest status, wherever it was set, not on a replica's stale copy.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RULES } from '../../rules/index.ts';
 import { AlertManager } from '../../src/alerts/alert-manager.ts';
@@ -86,6 +88,50 @@ describe('alerts shared by replicas', () => {
     expect(await storedFor('pk_raced')).toMatchObject({ status: 'open', occurrences: 9 });
     await waitFor(async () => (await storedFor('pk_raced')).status === 'acknowledged', 'the change is written again', 10_000);
     expect(await storedFor('pk_raced')).toMatchObject({ status: 'acknowledged', occurrences: 9 });
+  });
+
+  /**
+   * The key's owner has a stale copy of the alert (it has not synced since a change made through
+   * another replica), made newer than the stored one by a repeat; then an admin's change reaches it.
+   */
+  async function staleOwner(scope: string, elsewhere: (id: string, other: AlertService, owner: AlertService) => Promise<void>) {
+    const owner = await replica();
+    const other = await replica();
+    detect(owner, scope);
+    await owner.flush();
+    const { id } = await storedFor(scope);
+    await elsewhere(id, other, owner);
+    await sleep(5); // the repeat and the change below come strictly later
+    detect(owner, scope);
+    return { owner, id };
+  }
+
+  it('refuses a move from the owner\'s stale status: acknowledged, then resolved elsewhere, is not dismissed', async () => {
+    const { owner, id } = await staleOwner('pk_stale_resolved', async (alertId, other, owner) => {
+      expect((await other.changeStatus(alertId, 'm_1', { to: 'acknowledged', actor: 'admin@m_1' }))?.ok).toBe(true);
+      await owner.syncWithStore(); // the owner learns acknowledged, not what follows
+      expect((await other.changeStatus(alertId, 'm_1', { to: 'resolved', actor: 'admin@m_1' }))?.ok).toBe(true);
+    });
+    expect(await owner.changeStatus(id, 'm_1', { to: 'dismissed', actor: 'admin@m_1', note: 'load test' })).toEqual({ ok: false, reason: 'not_allowed' });
+    expect(await storedFor('pk_stale_resolved')).toMatchObject({ status: 'resolved' });
+  });
+
+  it('accepts a move from the latest status that the owner\'s stale copy would refuse', async () => {
+    const { owner, id } = await staleOwner('pk_stale_acknowledged', async (alertId, other) => {
+      expect((await other.changeStatus(alertId, 'm_1', { to: 'acknowledged', actor: 'admin@m_1' }))?.ok).toBe(true);
+    });
+    expect(await owner.changeStatus(id, 'm_1', { to: 'resolved', actor: 'admin@m_1' })).toMatchObject({ ok: true, alert: { status: 'resolved' } });
+    const stored = await storedFor('pk_stale_acknowledged');
+    expect(stored.status).toBe('resolved');
+    expect(stored.history.map((entry) => `${entry.from}->${entry.to}`)).toEqual(['null->open', 'open->acknowledged', 'acknowledged->resolved']);
+  });
+
+  it('does not acknowledge an alert dismissed elsewhere', async () => {
+    const { owner, id } = await staleOwner('pk_stale_dismissed', async (alertId, other) => {
+      expect((await other.changeStatus(alertId, 'm_1', { to: 'dismissed', actor: 'admin@m_1', note: 'load test' }))?.ok).toBe(true);
+    });
+    expect(await owner.changeStatus(id, 'm_1', { to: 'acknowledged', actor: 'admin@m_1' })).toEqual({ ok: false, reason: 'not_allowed' });
+    expect(await storedFor('pk_stale_dismissed')).toMatchObject({ status: 'dismissed' });
   });
 
   it('lets a key\'s new owner continue the alert its previous owner created', async () => {

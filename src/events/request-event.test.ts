@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { toDeadLetter } from '../ingest/dead-letter.ts';
 import { commonEvent, parseRequestEventText, parseRequestEventValue, MAX_USER_AGENT_LENGTH, schemaEvent } from './request-event.ts';
 
 const valid = {
@@ -98,6 +99,38 @@ describe('request event schema', () => {
       expect(result.rejection.reason).toBe('secret_in_event');
       expect(JSON.stringify(result.rejection)).not.toContain('0123456789abcdef');
     }
+  });
+
+  it('finds a secret hidden by a JSON escape, and its dead letter does not carry it', () => {
+    const text = JSON.stringify({ ...valid, userAgent: 'sk_live_0123456789abcdef' }).replace('sk_live', 'sk\\u005flive');
+    expect(text).toContain('sk\\u005flive_0123456789abcdef');
+    const result = parseRequestEventText(text);
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.rejection.reason).toBe('secret_in_event');
+    const deadLetter = toDeadLetter(result.rejection, text, { topic: 't', partition: 0, offset: '1' });
+    expect(JSON.stringify(deadLetter)).not.toContain('0123456789abcdef');
+    expect(deadLetter.payload).toContain('"eventId":"evt_1"'); // the rest of the event is kept
+  });
+
+  it('does not quote the input in a JSON syntax error (the excerpt may be the tail of a secret)', () => {
+    const secret = 'sk_live_0123456789ABCDEFGHIJKLMNOPQRSTUV';
+    for (const text of [`["${secret}",]`, `{"userAgent":"${secret}" "x":1}`, `{"a":"${secret}"}}`]) {
+      const result = parseRequestEventText(text);
+      expect(result.ok).toBe(false);
+      if (result.ok) continue;
+      expect(result.rejection.reason).toBe('invalid_json');
+      expect(result.rejection.errors[0]!.message).toMatch(/JSON/);
+      expect(JSON.stringify(result.rejection)).not.toMatch(/RSTUV|0123456789/);
+    }
+  });
+
+  it('refuses a value nested too deeply to serialize, without throwing', () => {
+    let deep: unknown = 'x';
+    for (let i = 0; i < 200_000; i++) deep = [deep];
+    const result = parseRequestEventValue({ ...valid, userAgent: deep });
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.rejection.reason).toBe('validation_failed');
   });
 });
 

@@ -184,6 +184,11 @@ export interface Rejection {
   errors: FieldError[];
   /** The eventId when one could be read, for reporting; redacted. */
   eventId?: string;
+  /**
+   * The event re-serialized with its JSON escapes resolved and its secrets redacted: a dead letter's
+   * payload when an escape (`sk\u005f…`) hid a secret from a search of the raw text.
+   */
+  redactedPayload?: string;
 }
 
 export type ParseResult = { ok: true; event: RequestEvent } | { ok: false; rejection: Rejection };
@@ -198,17 +203,52 @@ export function parseRequestEventText(text: string): ParseResult {
   try {
     value = JSON.parse(text);
   } catch (error) {
-    return reject('invalid_json', [{ path: [], message: redactSecrets((error as Error).message) }]);
+    return reject('invalid_json', [{ path: [], message: jsonErrorMessage(error) }]);
   }
   // The secret check runs on the text only when the cheap pre-check inside containsSecret hits.
   if (containsSecret(text)) return rejectSecret(value);
+  if (text.includes('\\')) {
+    const refused = secretCheck(value);
+    if (refused) return refused;
+  }
   return validateRequestEvent(value);
 }
 
 /** Validates an already-parsed value (HTTP JSON array items). */
 export function parseRequestEventValue(value: unknown): ParseResult {
-  if (value !== null && typeof value === 'object' && containsSecret(JSON.stringify(value))) return rejectSecret(value);
+  if (value !== null && typeof value === 'object') {
+    const refused = secretCheck(value);
+    if (refused) return refused;
+  }
   return validateRequestEvent(value);
+}
+
+/**
+ * The secret check of a parsed value, whose strings have their JSON escapes resolved. Refuses too a
+ * value too deeply nested to serialize (it could not be an event anyway).
+ */
+function secretCheck(value: unknown): ParseResult | undefined {
+  let text: string;
+  try {
+    text = JSON.stringify(value) ?? '';
+  } catch {
+    return reject('validation_failed', [{ path: [], message: 'event is nested too deeply' }]);
+  }
+  if (!containsSecret(text)) return undefined;
+  const refused = rejectSecret(value);
+  if (!refused.ok) refused.rejection.redactedPayload = redactSecrets(text);
+  return refused;
+}
+
+/**
+ * JSON.parse's message without the excerpt of the input that V8 quotes in some messages
+ * (`Unexpected token 'x', "…" is not valid JSON`): the excerpt may hold the tail of a secret, which
+ * redaction cannot recognise without its `sk_`.
+ */
+function jsonErrorMessage(error: unknown): string {
+  const message = error instanceof Error ? error.message : 'not valid JSON';
+  const quote = message.indexOf('"');
+  return quote === -1 ? message : `${message.slice(0, quote).replace(/[\s,]+$/, '')}: not valid JSON`;
 }
 
 function validateRequestEvent(value: unknown): ParseResult {

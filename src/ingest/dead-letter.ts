@@ -21,7 +21,8 @@ export interface DeadLetter {
   deadLetteredAt: string;
 }
 
-export function toDeadLetter(rejection: Rejection, rawValue: string, source: DeadLetter['source']): DeadLetter {
+export function toDeadLetter(rejection: Rejection, text: string, source: DeadLetter['source']): DeadLetter {
+  const rawValue = rejection.redactedPayload ?? text;
   const head = rawValue.length > MAX_DEAD_LETTER_PAYLOAD ? rawValue.slice(0, MAX_DEAD_LETTER_PAYLOAD) : rawValue;
   return {
     reason: rejection.reason,

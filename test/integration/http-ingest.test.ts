@@ -124,6 +124,21 @@ describe('HTTP ingest', () => {
     if (code === 'VALIDATION_ERROR') expect(response.body.details[0].path).toEqual(['body']);
   });
 
+  it('answers a deeply nested body with a rejected event, never a 500', async () => {
+    const depth = 10_000; // deeper than JSON.stringify can go (about 5,000 here), within the body limit
+    const nested = `${'['.repeat(depth)}1${']'.repeat(depth)}`;
+    const asArray = await post(nested); // an array of one item that is not an event
+    expect(asArray.status).toBe(202);
+    expect(asArray.body.data).toMatchObject({ accepted: 0, rejected: 1 });
+    const asField = await post(`[{"eventId":"evt_deep","userAgent":${nested}}]`);
+    expect(asField.status).toBe(202);
+    expect(asField.body.data).toMatchObject({ accepted: 0, rejected: 1 });
+    const asLine = await post(`{"eventId":"evt_deep","userAgent":${nested}}\n`, { 'content-type': 'application/x-ndjson' });
+    expect(asLine.status).toBe(202);
+    expect(asLine.body.data).toMatchObject({ accepted: 0, rejected: 1 });
+    expect((await fetch(`${worker.url}/ready`)).status).toBe(200);
+  });
+
   it('answers an unsupported content type with 415', async () => {
     const response = await post('a,b,c', { 'content-type': 'text/csv' });
     expect(response.status).toBe(415);

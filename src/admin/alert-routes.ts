@@ -182,7 +182,7 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       response: metricsSchema,
       handle: async ({ principal, query }) => {
         const merchantId = merchantScope(principal, query.merchantId);
-        const key = `metrics\u0000${merchantId ?? '*'}\u0000${query.from?.getTime() ?? ''}\u0000${query.to?.getTime() ?? ''}`;
+        const key = `metrics\u0000${cacheScope(merchantId)}\u0000${query.from?.getTime() ?? ''}\u0000${query.to?.getTime() ?? ''}`;
         return deps.cache.get(key, () => {
           const to = query.to ?? new Date(now());
           const from = query.from ?? new Date(to.getTime() - DEFAULT_METRICS_RANGE_MS);
@@ -204,8 +204,16 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       handle: async ({ principal, query }) => {
         const range = query.range ?? '24h';
         const merchantId = merchantScope(principal, query.merchantId);
-        return deps.cache.get(`dashboard\u0000${merchantId ?? '*'}\u0000${range}`, () => dashboard(range, merchantId));
+        return deps.cache.get(`dashboard\u0000${cacheScope(merchantId)}\u0000${range}`, () => dashboard(range, merchantId));
       },
     }),
   ];
+}
+
+/**
+ * A cache key's merchant part: quoted, so that no merchant id (a token's claim is free text) can
+ * equal an operator's all-merchants view.
+ */
+function cacheScope(merchantId: string | undefined): string {
+  return merchantId === undefined ? 'all' : JSON.stringify(merchantId);
 }

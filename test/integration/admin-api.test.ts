@@ -253,6 +253,25 @@ describe('admin API', () => {
     expect(week.trafficTrend.length).toBeGreaterThanOrEqual(168);
   });
 
+  it('never serves a merchant the operator\'s all-merchants view from the cache, whatever its id', async () => {
+    const operator = await token('ops', 'operator');
+    const everyone = await call('/metrics', {}, operator);
+    expect(everyone.status).toBe(200);
+    expect(everyone.body.data.activeAlerts).toBeGreaterThan(0);
+    expect((await call('/dashboard?range=7d', {}, operator)).body.data.recentAlerts.length).toBeGreaterThan(0);
+    // A token's merchantId is free text: these must be merchants of their own, with nothing.
+    for (const merchantId of ['*', 'all', '']) {
+      const bearer = await token(merchantId, 'admin');
+      const metrics = await call('/metrics', {}, bearer);
+      if (metrics.status !== 200) {
+        expect(metrics.status).toBe(401); // refused as a token, never answered with someone else's data
+        continue;
+      }
+      expect(metrics.body.data.activeAlerts).toBe(0);
+      expect((await call('/dashboard?range=7d', {}, bearer)).body.data.recentAlerts).toEqual([]);
+    }
+  });
+
   it('serves an OpenAPI 3.1 document of every endpoint that validates', async () => {
     const response = await fetch(`${worker.url}/admin/anomaly/openapi.json`);
     expect(response.status).toBe(200);

@@ -173,7 +173,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     version: VERSION,
     bodyLimit: config.ingest.maxBodyBytes,
     notReadyReason: () =>
-      analysis?.failureReason ?? (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : intake?.stoppedReason),
+      analysis?.failureReason ?? (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : intake?.notReadyReason),
   });
   if (analysis && config.ingest.token) {
     registerHttpIngest(app, {

@@ -8,6 +8,7 @@
  * topic and commits nothing until storage is back. On shutdown the owner pauses intake, drains the
  * shared EventBuffer (which commits through this intake), then disconnects.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Consumer, EachBatchPayload, Kafka, Producer } from 'kafkajs';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
@@ -87,6 +88,8 @@ export class KafkaIntake {
   private readonly backlog = new BacklogWatch();
   private failure: Error | undefined;
   private stoppedBy: Error | undefined;
+  /** Set while reading how far a partition is stored keeps failing. */
+  private readFailure: Error | undefined;
 
   constructor(private readonly options: KafkaIntakeOptions) {
     const { kafka, logger } = options;
@@ -139,6 +142,11 @@ export class KafkaIntake {
   /** Why intake stopped for good, if it did. */
   get stoppedReason(): string | undefined {
     return this.stoppedBy?.message;
+  }
+
+  /** Why intake cannot go on for now, if it cannot: stopped for good, or storage unreadable. */
+  get notReadyReason(): string | undefined {
+    return this.stoppedReason ?? (this.readFailure && 'storage unavailable: cannot read how far partitions are stored');
   }
 
   /** Intake will take nothing more: the owner is told once, and stops the worker. */
@@ -197,7 +205,7 @@ export class KafkaIntake {
     const started = performance.now();
     const { topic, partition } = batch;
     const { metrics } = this.options;
-    const alreadyStored = await this.skipUpTo(partition, Number(batch.firstOffset()));
+    const alreadyStored = await this.skipUpToWhenReadable(partition, Number(batch.firstOffset()), { heartbeat, isRunning, isStale });
     await this.warmup(partition, heartbeat);
     // Lost in a rebalance meanwhile: its messages are the new owner's, and validating them here would
     // make this replica take them for repeats if the partition came back.
@@ -284,6 +292,28 @@ export class KafkaIntake {
       stored.catch(() => this.storedOffsets.delete(partition)); // asked again on the next batch
     }
     return Math.max(await stored, this.handedOff.get(partition) ?? -1);
+  }
+
+  /**
+   * skipUpTo, retried with backoff while storage cannot be read (heartbeating meanwhile), as a
+   * failed insert is: the batch waits rather than fail into kafkajs's restarts, and `/ready`
+   * says why. Gives up only when the batch is no longer this replica's to handle.
+   */
+  private async skipUpToWhenReadable(partition: number, firstOffset: number, batch: Pick<EachBatchPayload, 'heartbeat' | 'isRunning' | 'isStale'>): Promise<number> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const stored = await this.skipUpTo(partition, firstOffset);
+        if (this.readFailure) this.options.logger.info({ partition }, 'storage is readable again');
+        this.readFailure = undefined;
+        return stored;
+      } catch (error) {
+        if (!this.readFailure) this.options.logger.error({ err: error, partition }, 'reading how far a partition is stored failed; retrying');
+        this.readFailure = error as Error;
+        if (!batch.isRunning() || batch.isStale()) throw error;
+        await sleep(Math.min(5_000, 100 * 2 ** attempt));
+        await batch.heartbeat();
+      }
+    }
   }
 
   /**

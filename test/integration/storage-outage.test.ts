@@ -58,4 +58,41 @@ describe('storage outage', () => {
     const totals = await worker.store.trafficTotals({ from: new Date(eventOptions.startMs - 60_000), to: new Date(eventOptions.startMs + 60_000) });
     expect(totals.requests).toBe(10_000);
   });
+
+  it('when storage cannot be read at a partition\'s first batch, waits, says so on /ready, and loses nothing', async () => {
+    const { clickhouse, producer } = engines;
+    const own = testNames('unreadable');
+    const startMs = Date.UTC(2026, 10, 20, 15, 0, 0);
+    const events = Array.from({ length: 3_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs }));
+    await produceAll(producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+    // Reads of how far partitions are stored fail; everything else works.
+    let unreadable = true;
+    let failedReads = 0;
+    const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse, names: own }), {
+      wrapClickHouse: (db) => ({
+        ...db,
+        queryRows: async (query, params) => {
+          if (unreadable && query.includes('max(source_offset)')) {
+            failedReads++;
+            throw new Error('injected: storage cannot be read');
+          }
+          return db.queryRows(query, params);
+        },
+      }),
+    });
+    await waitFor(() => failedReads >= 3, 'the worker retries the failing read');
+    const ready = await fetch(`${worker.url}/ready`);
+    expect(ready.status).toBe(503);
+    expect(((await ready.json()) as { reason: string }).reason).toMatch(/cannot read how far partitions are stored/);
+    expect(await committedTotal(kafka, own.groupId, own.topic)).toBe(0);
+
+    unreadable = false;
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'offsets committed once storage can be read', 60_000);
+    expect((await fetch(`${worker.url}/ready`)).status).toBe(200);
+    const [stored] = await worker.clickhouse.queryRows<{ rows: number; ids: number }>(
+      `SELECT count() AS rows, uniqExact(event_id) AS ids FROM ${clickhouse.database}.request_events WHERE source_topic = {topic:String}`,
+      { topic: own.topic },
+    );
+    expect(stored).toEqual({ rows: 3_000, ids: 3_000 });
+  });
 });

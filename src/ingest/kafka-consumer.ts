@@ -110,6 +110,7 @@ export class KafkaIntake {
       this.storedOffsets = new Map();
       this.warmups = new Map();
       this.backlog.reset();
+      this.readFailure = undefined; // the batch that kept failing may have gone with its partition
       const owned = event.payload.memberAssignment[options.topic] ?? [];
       options.metrics.assignedPartitions.set(owned.length);
       this.releasePartitions(new Set(owned));

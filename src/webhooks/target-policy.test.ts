@@ -159,6 +159,15 @@ describe('checkTarget (registration) refuses every hostile target of the table',
     const resolve = async () => [{ address: '93.184.215.14', family: 4 as const }, { address: '2606:2800:21f:cb07:6820:80da:af6b:8b2c', family: 6 as const }];
     await expect(checkTarget('https://hooks.example.com/a', targetPolicy({ resolve }))).resolves.toMatchObject({ host: 'hooks.example.com' });
   });
+
+  it('refuses a name that does not resolve in time, instead of waiting on the resolver', async () => {
+    const resolve = () => new Promise<never>(() => undefined); // a DNS server that never answers
+    const started = Date.now();
+    await expect(checkTarget('https://hooks.example.com/a', targetPolicy({ resolve }), 50)).rejects.toThrow(
+      new BlockedTargetError('host name did not resolve within 0.05 s'),
+    );
+    expect(Date.now() - started).toBeLessThan(2_000);
+  });
 });
 
 describe('guardedLookup', () => {

@@ -206,10 +206,26 @@ export async function resolveTarget(host: string, policy: TargetPolicy, family?:
   return addresses;
 }
 
-/** The full check of a URL at registration: the URL itself and, for a name, what it resolves to now. */
-export async function checkTarget(text: string, policy: TargetPolicy): Promise<CheckedUrl> {
+/** How long registration waits for a name to resolve (the system resolver may retry for much longer). */
+export const REGISTRATION_RESOLVE_TIMEOUT_MS = 5_000;
+
+/**
+ * The full check of a URL at registration: the URL itself and, for a name, what it resolves to now.
+ * A name that does not resolve within `timeoutMs` is refused, so the admin's request does not hang
+ * on a slow or silent DNS server (deliveries are bounded by their own connect timeout).
+ */
+export async function checkTarget(text: string, policy: TargetPolicy, timeoutMs = REGISTRATION_RESOLVE_TIMEOUT_MS): Promise<CheckedUrl> {
   const checked = checkTargetUrl(text, policy);
-  if (!checked.literal) await resolveTarget(checked.host, policy);
+  if (checked.literal) return checked;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new BlockedTargetError(`host name did not resolve within ${timeoutMs / 1000} s`)), timeoutMs);
+  });
+  try {
+    await Promise.race([resolveTarget(checked.host, policy), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
   return checked;
 }
 

@@ -167,4 +167,20 @@ describe('the hand-checked common case', () => {
     expect(commonEvent(valid)).toBeDefined();
     expect(commonEvent({ ...valid, timestamp: Date.UTC(2026, 0, 1), country: 'US', rateLimitPerMinute: 60 })).toBeDefined();
   });
+
+  it('reads a null optional field as an absent one, as the schema does', () => {
+    const withNulls = { ...valid, country: null, rateLimitPerMinute: null };
+    const common = commonEvent(withNulls);
+    expect(common).toBeDefined();
+    expect(common).not.toHaveProperty('country');
+    expect(common).not.toHaveProperty('rateLimitPerMinute');
+    expect(schemaEvent(withNulls)).toStrictEqual({ ok: true, event: common });
+    // The schema's way on its own (an IPv6 address is left to it), and through the text parser.
+    const ipv6 = { ...withNulls, ip: '2001:db8::1' };
+    expect(commonEvent(ipv6)).toBeUndefined();
+    const viaSchema = schemaEvent(ipv6);
+    expect(viaSchema.ok && viaSchema.event).toStrictEqual({ ...common, ip: '2001:db8::1' });
+    const parsed = parseRequestEventText(JSON.stringify(ipv6));
+    expect(parsed.ok && parsed.event).toStrictEqual({ ...common, ip: '2001:db8::1' });
+  });
 });

@@ -38,8 +38,9 @@ export const requestEventSchema = z.object({
   path: z.string().min(1).max(2048),
   status: z.number().int().min(100).max(599),
   responseTimeMs: z.number().min(0).max(86_400_000),
-  rateLimitPerMinute: z.number().int().min(1).max(100_000_000).optional(),
-  country: z.string().regex(/^[A-Za-z]{2}$/, 'must be an ISO 3166-1 alpha-2 code').optional(),
+  // Optional fields may also be null, as many producers' JSON writers send an absent value.
+  rateLimitPerMinute: z.number().int().min(1).max(100_000_000).nullish(),
+  country: z.string().regex(/^[A-Za-z]{2}$/, 'must be an ISO 3166-1 alpha-2 code').nullish(),
 });
 
 /** A validated event, normalized: timestamp in epoch ms, method and country upper case, user agent capped. */
@@ -66,7 +67,10 @@ function normalizeEvent(input: z.output<typeof requestEventSchema>): RequestEven
   if (typeof input.timestamp !== 'number') event.timestamp = Date.parse(input.timestamp);
   if (input.userAgent.length > MAX_USER_AGENT_LENGTH) event.userAgent = input.userAgent.slice(0, MAX_USER_AGENT_LENGTH);
   event.method = input.method.toUpperCase();
-  if (input.country !== undefined) event.country = input.country.toUpperCase();
+  // A null optional field is an absent one (rare: the common case, commonEvent, builds a fresh object).
+  if (input.rateLimitPerMinute === null) delete event.rateLimitPerMinute;
+  if (input.country === null) delete event.country;
+  else if (input.country !== undefined) event.country = input.country.toUpperCase();
   return event;
 }
 
@@ -96,8 +100,8 @@ export function commonEvent(value: Record<string, unknown>): RequestEvent | unde
   if (typeof ip !== 'string' || !IPV4.test(ip) || typeof userAgent !== 'string') return undefined;
   if (typeof method !== 'string' || !METHOD.test(method) || typeof path !== 'string' || path.length < 1 || path.length > 2048) return undefined;
   if (!isIntegerIn(status, 100, 599) || typeof responseTimeMs !== 'number' || !(responseTimeMs >= 0 && responseTimeMs <= 86_400_000)) return undefined;
-  if (rateLimitPerMinute !== undefined && !isIntegerIn(rateLimitPerMinute, 1, 100_000_000)) return undefined;
-  if (country !== undefined && (typeof country !== 'string' || !COUNTRY.test(country))) return undefined;
+  if (rateLimitPerMinute != null && !isIntegerIn(rateLimitPerMinute, 1, 100_000_000)) return undefined;
+  if (country != null && (typeof country !== 'string' || !COUNTRY.test(country))) return undefined;
   const event = {
     eventId,
     timestamp,
@@ -112,8 +116,8 @@ export function commonEvent(value: Record<string, unknown>): RequestEvent | unde
     status,
     responseTimeMs,
   } as RequestEvent;
-  if (rateLimitPerMinute !== undefined) event.rateLimitPerMinute = rateLimitPerMinute as number;
-  if (country !== undefined) event.country = (country as string).toUpperCase();
+  if (rateLimitPerMinute != null) event.rateLimitPerMinute = rateLimitPerMinute as number;
+  if (country != null) event.country = (country as string).toUpperCase();
   return event;
 }
 

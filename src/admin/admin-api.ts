@@ -6,9 +6,9 @@
  * routes is served at /admin/anomaly/openapi.json without authentication.
  */
 import rateLimit from '@fastify/rate-limit';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { HttpError } from '../http/errors.ts';
+import { handleError, HttpError, rateLimitedError, validationError } from '../http/errors.ts';
 import { attachPrincipal, principalOf, requireChangeRole, type AdminAuthenticator } from './auth.ts';
 import { buildOpenApiDocument } from './openapi.ts';
 import { ADMIN_PREFIX, type AdminRoute } from './route.ts';
@@ -30,6 +30,7 @@ export async function registerAdminApi(app: FastifyInstance, options: AdminApiOp
       scope.get('/openapi.json', async () => document);
 
       await scope.register(async (secured) => {
+        secured.setErrorHandler((error: FastifyError, request, reply) => handleError(adminBodyError(error, options.maxBodyBytes) ?? error, request, reply));
         secured.addHook('onRequest', async (request) => {
           attachPrincipal(request, await options.authenticator.authenticate(request.headers.authorization));
         });
@@ -39,10 +40,9 @@ export async function registerAdminApi(app: FastifyInstance, options: AdminApiOp
           max: options.rateLimitPerMinute,
           timeWindow: 60_000,
           keyGenerator: (request: FastifyRequest) => principalOf(request).tokenId,
-          errorResponseBuilder: (_request, context) =>
-            new HttpError(429, 'RATE_LIMITED', `Too many requests; retry in ${Math.ceil(context.ttl / 1000)} s`, undefined, {
-              'retry-after': String(Math.max(1, Math.ceil(context.ttl / 1000))),
-            }),
+          // RateLimit-Limit, -Remaining, -Reset (seconds) on every response, as the API fleet's own.
+          enableDraftSpec: true,
+          errorResponseBuilder: (_request, context) => rateLimitedError(context.ttl / 1000),
         });
         for (const route of options.routes) registerRoute(secured, route, options.maxBodyBytes);
       });
@@ -75,3 +75,13 @@ function registerRoute(scope: FastifyInstance, route: AdminRoute, bodyLimit: num
 }
 
 const emptyObject = z.strictObject({});
+
+/**
+ * A body the admin API cannot read (too large, or not JSON) is a bad body: 400 in Format B naming
+ * it, as contracts section 3 has it for any bad query or body.
+ */
+function adminBodyError(error: FastifyError, maxBodyBytes: number): HttpError | undefined {
+  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return validationError([{ path: ['body'], message: `larger than ${maxBodyBytes} bytes` }], 'Invalid body');
+  if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return validationError([{ path: ['body'], message: 'must be sent as application/json' }], 'Invalid body');
+  return undefined;
+}

@@ -46,6 +46,14 @@ function notFound(): HttpError {
   return new HttpError(404, 'NOT_FOUND', 'Alert not found');
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** The alert id of a path, or 404 for one that cannot name an alert (the same answer as an unknown id). */
+function alertId(id: string): string {
+  if (!UUID.test(id)) throw notFound();
+  return id.toLowerCase();
+}
+
 export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
   const now = deps.now ?? Date.now;
 
@@ -133,7 +141,8 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       response: alertSchema,
       errors: [404],
       handle: async ({ principal, params, query }) => {
-        const alert = await deps.alertStore.get(params.id, merchantScope(principal, query.merchantId));
+        const merchantId = merchantScope(principal, query.merchantId);
+        const alert = await deps.alertStore.get(alertId(params.id), merchantId);
         if (!alert) throw notFound();
         return toWireAlert(alert);
       },
@@ -153,9 +162,10 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       query: merchantQuery,
       body: patchAlertBody,
       response: alertSchema,
-      errors: [404, 409, 413],
+      errors: [404, 409],
       handle: async ({ principal, params, query, body }) => {
-        const outcome = await deps.alerts.changeStatus(params.id, merchantScope(principal, query.merchantId), {
+        const merchantId = merchantScope(principal, query.merchantId);
+        const outcome = await deps.alerts.changeStatus(alertId(params.id), merchantId, {
           to: body.status,
           actor: principal.userId,
           note: body.note,

@@ -14,7 +14,6 @@ const ERROR_DESCRIPTIONS: Record<number, string> = {
   403: 'FORBIDDEN (role) or PLAN_UPGRADE_REQUIRED (plan not entitled)',
   404: 'Unknown id, or another merchant\'s: the two are indistinguishable',
   409: 'INVALID_TRANSITION: the lifecycle does not allow the move',
-  413: 'Body larger than the limit',
   429: 'RATE_LIMITED: too many requests for this token; see Retry-After',
 };
 const COMMON_ERRORS = [400, 401, 403, 429];

@@ -9,7 +9,8 @@ import { ACTIONS, ANOMALY_TYPES, SEVERITIES } from '../detect/types.ts';
 import { STORABLE_TIME_MS } from '../store/event-store.ts';
 
 /** Merchant and key ids: short, printable, no separators that could mean something elsewhere. */
-const identifier = z.string().min(1).max(100).regex(/^[A-Za-z0-9_.:-]+$/, 'letters, digits and _ . : - only');
+// As request events carry them (contracts section 1 bounds eventIds; merchant and key ids share that bound).
+const identifier = z.string().min(1).max(128);
 
 const storable = (ms: number) => ms >= STORABLE_TIME_MS.min && ms <= STORABLE_TIME_MS.max;
 
@@ -89,7 +90,8 @@ export const listAlertsQuery = z
   })
   .superRefine(rangeInOrder);
 
-export const alertIdParams = z.strictObject({ id: z.uuid('an alert id (UUID)') });
+// Any text: an id that is not a UUID names no alert, so it is 404 like any unknown id (contracts section 3).
+export const alertIdParams = z.strictObject({ id: z.string().describe('the alert id (a UUID)') });
 
 export const merchantQuery = z.strictObject({ merchantId: merchantIdParam });
 

@@ -15,6 +15,9 @@ export type ErrorCode =
   | 'UNSUPPORTED_MEDIA_TYPE'
   | 'RATE_LIMITED'
   | 'STORAGE_UNAVAILABLE'
+  | 'BAD_REQUEST'
+  | 'REQUEST_TIMEOUT'
+  | 'HEADERS_TOO_LARGE'
   | 'INTERNAL_ERROR';
 
 export interface FieldIssue {
@@ -40,14 +43,25 @@ export function validationError(details: FieldIssue[], message = 'Request valida
   return new HttpError(400, 'VALIDATION_ERROR', message, details);
 }
 
-/** Format A: `{success:false, error:{code, message, details?}}`. Format B: `{error, code, details:[...]}`. */
+/** 429 RATE_LIMITED: Retry-After, and `retryAfterSeconds` in the body (spec section 7.3). */
+export function rateLimitedError(retryAfterSeconds: number): HttpError {
+  const seconds = Math.max(1, Math.ceil(retryAfterSeconds));
+  return new HttpError(429, 'RATE_LIMITED', `Too many requests; retry in ${seconds} s`, { retryAfterSeconds: seconds }, { 'retry-after': String(seconds) });
+}
+
+/**
+ * Format A: `{success:false, error:{code, message, details?}}`. Format B: `{error, code, details:[...]}`.
+ * A 429 also carries `retryAfterSeconds` at the top of the body, where the spec puts it (and in details).
+ */
 export function renderError(error: HttpError): unknown {
   if (error.code === 'VALIDATION_ERROR') {
     return { error: error.message, code: error.code, details: Array.isArray(error.details) ? error.details : [] };
   }
+  const retryAfterSeconds = error.code === 'RATE_LIMITED' && error.details && !Array.isArray(error.details) ? error.details.retryAfterSeconds : undefined;
   return {
     success: false,
     error: { code: error.code, message: error.message, ...(error.details ? { details: error.details } : {}) },
+    ...(retryAfterSeconds !== undefined ? { retryAfterSeconds } : {}),
   };
 }
 

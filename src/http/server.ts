@@ -3,6 +3,8 @@
  * /metrics (Prometheus), and the routes that other parts register (ingest, admin).
  * Contract: every error goes through the one error handler (errors.ts); unknown paths are 404 in Format A.
  */
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
@@ -27,11 +29,12 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
     return503OnClosing: true,
+    clientErrorHandler: answerClientError,
     // Errors the router raises before any handler runs: the same formats, and never the URL echoed.
     frameworkErrors: (error, _request, reply) => {
       const httpError =
         error.code === 'FST_ERR_MAX_PARAM_LENGTH'
-          ? validationError([{ path: ['params'], message: 'a path parameter is too long' }])
+          ? new HttpError(404, 'NOT_FOUND', 'Not found') // an id longer than any id names nothing
           : error.code === 'FST_ERR_BAD_URL'
             ? validationError([{ path: ['url'], message: 'the URL is malformed' }])
             : toHttpError(error);
@@ -63,4 +66,27 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
   });
 
   return app;
+}
+
+/**
+ * A request Node's HTTP parser refuses before any route sees it (malformed request line or headers,
+ * headers or URL over the size limit, a request too slow to arrive): answered in Format A, as every
+ * other error, and the connection closed (what follows on it cannot be trusted).
+ */
+function answerClientError(error: Error & { code?: string }, socket: Socket): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const httpError =
+    error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? new HttpError(408, 'REQUEST_TIMEOUT', 'The request did not arrive in time')
+      : error.code === 'HPE_HEADER_OVERFLOW'
+        ? new HttpError(431, 'HEADERS_TOO_LARGE', 'The request headers or URL are larger than the limit')
+        : new HttpError(400, 'BAD_REQUEST', 'The request is not valid HTTP');
+  const body = JSON.stringify(renderError(httpError));
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${httpError.statusCode} ${STATUS_CODES[httpError.statusCode]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(error);
 }

@@ -7,6 +7,7 @@
  * The hand-written cases of each rule are in admin-security, http-ingest and webhooks; this finds
  * the combinations nobody wrote (it found `from` valid with `to` not crashing the metrics range check).
  */
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AdminRole } from '../../src/admin/auth.ts';
 import { createLogger } from '../../src/logger.ts';
@@ -101,5 +102,31 @@ describe('HTTP routes under random input', () => {
     expect(failures).toEqual([]);
     expect((await fetch(`${worker.url}/health`)).status).toBe(200);
     expect((await fetch(`${worker.url}/ready`)).status).toBe(200);
+  });
+
+  it('answers requests that are not valid HTTP in Format A, and stays healthy', async () => {
+    const { port } = new URL(worker.url);
+    const raw = (request: string) =>
+      new Promise<{ status: number; body: unknown }>((resolve, reject) => {
+        const socket = connect(Number(port), '127.0.0.1', () => socket.end(request));
+        let text = '';
+        socket.on('data', (chunk) => (text += chunk.toString('latin1')));
+        socket.on('error', reject);
+        socket.on('close', () => {
+          const [head = '', body = ''] = text.split('\r\n\r\n');
+          resolve({ status: Number(head.split(' ')[1]), body: JSON.parse(body) });
+        });
+      });
+    const cases: [string, string, number, string][] = [
+      ['a header name with a space', 'GET /health HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n', 400, 'BAD_REQUEST'],
+      ['both Transfer-Encoding and Content-Length', 'POST /v1/ingest/events HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n', 400, 'BAD_REQUEST'],
+      ['a URL over the header size limit', `GET /admin/anomaly/alerts?apiKeyId=${'k'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`, 431, 'HEADERS_TOO_LARGE'],
+    ];
+    for (const [name, request, status, code] of cases) {
+      const response = await raw(request);
+      expect(response.status, name).toBe(status);
+      expect(response.body, name).toEqual({ success: false, error: { code, message: expect.any(String) } });
+    }
+    expect((await fetch(`${worker.url}/health`)).status).toBe(200);
   });
 });

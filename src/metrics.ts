@@ -77,7 +77,7 @@ export class WorkerMetrics {
   });
   readonly alertChanges = new Counter({
     name: 'security_center_alert_changes_total',
-    help: 'Findings applied to alerts, by anomaly type and outcome (created, updated, escalated, reopened, suppressed)',
+    help: 'Findings applied to alerts, by anomaly type and outcome (created, updated, escalated, reopened, suppressed, stale: evidence already counted)',
     labelNames: ['type', 'change'] as const,
     registers: [this.registry],
   });

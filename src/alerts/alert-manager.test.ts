@@ -50,8 +50,20 @@ describe('AlertManager', () => {
     const up = alerts.apply('m_1', rule, finding('critical'));
     expect(up.change).toBe('escalated');
     expect(up.alert).toMatchObject({ severity: 'critical', recommendedAction: 'block' });
-    const down = alerts.apply('m_1', rule, finding('low'));
+    const down = alerts.apply('m_1', rule, finding('low', T0 + 1_000));
     expect(down.alert).toMatchObject({ severity: 'critical', title: 'critical finding' });
+  });
+
+  it('does not count the same evidence twice: a finding no newer than the alert is stale', () => {
+    const { alerts, advance } = manager();
+    alerts.apply('m_1', rule, finding('medium', T0 + 30_000));
+    advance(60_000);
+    // The rule judged the window again (another event of the key arrived), and found the same events.
+    expect(alerts.apply('m_1', rule, finding('medium', T0 + 30_000))).toEqual({ alert: undefined, change: 'stale' });
+    expect(alerts.apply('m_1', rule, finding('medium', T0 + 10_000))).toEqual({ alert: undefined, change: 'stale' });
+    // Newer evidence is a repeat; the same evidence judged more severe (say, lowered thresholds) escalates.
+    expect(alerts.apply('m_1', rule, finding('medium', T0 + 40_000))).toMatchObject({ change: 'updated', alert: { occurrences: 2 } });
+    expect(alerts.apply('m_1', rule, finding('high', T0 + 40_000))).toMatchObject({ change: 'escalated', alert: { occurrences: 3 } });
   });
 
   it('keeps separate alerts per merchant and per scope', () => {
@@ -69,20 +81,43 @@ describe('AlertManager', () => {
     advance(10 * 60_000);
     expect(alerts.apply('m_1', rule, finding('high')).change).toBe('suppressed');
     advance(60 * 60_000);
-    const again = alerts.apply('m_1', rule, finding('high'));
+    // Once the suppression ends, evidence from before the dismissal still says nothing new.
+    expect(alerts.apply('m_1', rule, finding('high'))).toEqual({ alert: undefined, change: 'stale' });
+    const again = alerts.apply('m_1', rule, finding('high', T0 + 70 * 60_000));
     expect(again.change).toBe('created');
     expect(again.alert?.id).not.toBe(created.id);
   });
 
-  it('reopens a resolved alert whose pattern recurs, recording why', () => {
+  it('reopens a resolved alert whose pattern recurs, described by the new evidence alone, recording why', () => {
     const { alerts, advance } = manager();
-    const created = alerts.apply('m_1', rule, finding('high')).alert!;
-    admin(alerts, created, ['acknowledged', 'resolved']);
-    advance(60_000);
-    const reopened = alerts.apply('m_1', rule, finding('high'));
+    const created = alerts.apply('m_1', rule, finding('critical')).alert!;
+    admin(alerts, created, ['acknowledged', 'resolved'], T0 + 120_000);
+    advance(180_000);
+    const recurring = finding('medium', T0 + 150_000);
+    const reopened = alerts.apply('m_1', rule, recurring);
     expect(reopened.change).toBe('reopened');
-    expect(reopened.alert).toMatchObject({ id: created.id, status: 'open' });
+    expect(reopened.alert).toMatchObject({
+      id: created.id,
+      status: 'open',
+      severity: 'medium',
+      recommendedAction: 'rate_limit',
+      title: 'medium finding',
+      occurrences: 1,
+      firstSeenAt: new Date(recurring.firstSeenAt).toISOString(),
+      lastSeenAt: new Date(recurring.lastSeenAt).toISOString(),
+    });
+    expect(reopened.alert!.riskScore).toBeLessThan(0.7);
     expect(reopened.alert?.history.at(-1)).toMatchObject({ actor: 'system', from: 'resolved', to: 'open' });
+  });
+
+  it('does not reopen a resolved alert on evidence from before its resolution', () => {
+    const { alerts, advance } = manager();
+    const created = alerts.apply('m_1', rule, finding('critical', T0 + 10_000)).alert!;
+    admin(alerts, created, ['acknowledged', 'resolved'], T0 + 120_000);
+    advance(300_000);
+    // An ordinary request made the rule judge the window, which still holds the old events.
+    expect(alerts.apply('m_1', rule, finding('critical', T0 + 10_000))).toEqual({ alert: undefined, change: 'stale' });
+    expect(alerts.apply('m_1', rule, finding('critical', T0 + 120_000))).toEqual({ alert: undefined, change: 'stale' });
   });
 });
 

@@ -14,7 +14,8 @@ export interface RuleInfo {
   actions: Record<Severity, RecommendedAction>;
 }
 
-export type AlertChange = 'created' | 'updated' | 'escalated' | 'reopened' | 'suppressed';
+/** What a finding did to its alert; 'stale': nothing, as its evidence is no newer than what the alert holds. */
+export type AlertChange = 'created' | 'updated' | 'escalated' | 'reopened' | 'suppressed' | 'stale';
 
 export interface AlertManagerOptions {
   /** How long a dismissed alert's dedup key stays quiet. */
@@ -81,32 +82,38 @@ export class AlertManager {
     const now = this.now();
     const nowIso = new Date(now).toISOString();
 
-    if (existing?.status === 'dismissed' && now - Date.parse(existing.updatedAt) < this.options.suppressionMs) {
-      return { alert: undefined, change: 'suppressed' };
+    // Rules judge a key's whole window on every batch that touches it, so the same evidence comes back
+    // until it leaves the window (and again after a warm-up). It is not a repeat, nor a recurrence of
+    // a resolved or dismissed pattern: only evidence seen after the alert's last sighting (or after
+    // the admin's resolution or dismissal) counts.
+    if (existing?.status === 'dismissed') {
+      const dismissedAt = Date.parse(existing.updatedAt);
+      if (now - dismissedAt < this.options.suppressionMs) return { alert: undefined, change: 'suppressed' };
+      if (finding.lastSeenAt <= dismissedAt) return { alert: undefined, change: 'stale' };
     }
-    if (existing && (existing.status === 'open' || existing.status === 'acknowledged' || existing.status === 'resolved')) {
+    if (existing?.status === 'resolved') {
+      if (finding.lastSeenAt <= resolvedAt(existing)) return { alert: undefined, change: 'stale' };
+      return { alert: this.reopen(existing, rule, finding, nowIso), change: 'reopened' };
+    }
+    if (existing && (existing.status === 'open' || existing.status === 'acknowledged')) {
       const severity = higherSeverity(existing.severity, finding.severity);
       const escalated = severityRank(severity) > severityRank(existing.severity);
-      const reopened = existing.status === 'resolved';
+      if (!escalated && finding.lastSeenAt <= Date.parse(existing.lastSeenAt)) return { alert: undefined, change: 'stale' };
       const updated: Alert = {
         ...existing,
         severity,
         riskScore: Math.max(existing.riskScore, riskScore(severity, finding.confidence)),
         recommendedAction: rule.actions[severity],
-        status: reopened ? 'open' : existing.status,
         title: severityRank(finding.severity) >= severityRank(existing.severity) ? finding.title : existing.title,
         summary: severityRank(finding.severity) >= severityRank(existing.severity) ? finding.summary : existing.summary,
         evidence: severityRank(finding.severity) >= severityRank(existing.severity) ? finding.evidence : existing.evidence,
         ruleVersion: rule.version,
         lastSeenAt: new Date(Math.max(Date.parse(existing.lastSeenAt), finding.lastSeenAt)).toISOString(),
-        occurrences: reopened ? 1 : existing.occurrences + 1,
+        occurrences: existing.occurrences + 1,
         updatedAt: nowIso,
-        history: reopened
-          ? [...existing.history, { at: nowIso, actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }]
-          : existing.history,
       };
       this.byKey.set(key, updated);
-      return { alert: updated, change: reopened ? 'reopened' : escalated ? 'escalated' : 'updated' };
+      return { alert: updated, change: escalated ? 'escalated' : 'updated' };
     }
     // No alert yet, or a dismissal whose suppression has ended: a new alert.
     const alert: Alert = {
@@ -134,4 +141,35 @@ export class AlertManager {
     this.byKey.set(key, alert);
     return { alert, change: 'created' };
   }
+
+  /**
+   * A resolved alert whose pattern recurred: open again, described by the new finding alone (its
+   * severity, evidence and span), since the old evidence was dealt with when it was resolved.
+   */
+  private reopen(existing: Alert, rule: RuleInfo, finding: Finding, nowIso: string): Alert {
+    const reopened: Alert = {
+      ...existing,
+      severity: finding.severity,
+      riskScore: riskScore(finding.severity, finding.confidence),
+      recommendedAction: rule.actions[finding.severity],
+      status: 'open',
+      title: finding.title,
+      summary: finding.summary,
+      evidence: finding.evidence,
+      ruleVersion: rule.version,
+      firstSeenAt: new Date(finding.firstSeenAt).toISOString(),
+      lastSeenAt: new Date(finding.lastSeenAt).toISOString(),
+      occurrences: 1,
+      updatedAt: nowIso,
+      history: [...existing.history, { at: nowIso, actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }],
+    };
+    this.byKey.set(dedupKey(existing.merchantId, existing.type, existing.scope), reopened);
+    return reopened;
+  }
+}
+
+/** When the alert was last resolved (its latest move to resolved; its last update when none is recorded). */
+function resolvedAt(alert: Alert): number {
+  for (let i = alert.history.length - 1; i >= 0; i--) if (alert.history[i]!.to === 'resolved') return Date.parse(alert.history[i]!.at);
+  return Date.parse(alert.updatedAt);
 }

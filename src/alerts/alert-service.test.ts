@@ -45,9 +45,16 @@ describe('AlertService onCritical', () => {
     let created: Alert | undefined;
     const capture = service((alert) => (created = alert));
     capture.apply('critical');
-    manager.load([{ ...created!, status: 'resolved' }]);
+    // Resolved before the evidence: the pattern recurred.
+    manager.load([{ ...created!, status: 'resolved', updatedAt: new Date(T0 - 1_000).toISOString() }]);
     apply('critical');
     expect(calls).toEqual(['reopened']);
+    // Resolved after the evidence it was created on: that evidence, judged again, pages nobody.
+    const quiet: string[] = [];
+    const resolvedLater = service((_alert, change) => quiet.push(change));
+    resolvedLater.manager.load([{ ...created!, status: 'resolved', updatedAt: new Date(T0 + 1_000).toISOString() }]);
+    resolvedLater.apply('critical');
+    expect(quiet).toEqual([]);
   });
 
   it('a hook that throws does not stop the other findings', () => {

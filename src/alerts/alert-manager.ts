@@ -122,17 +122,9 @@ export class AlertManager {
       apiKeyId: finding.apiKeyId,
       type: rule.id,
       scope: finding.scope,
-      severity: finding.severity,
-      riskScore: riskScore(finding.severity, finding.confidence),
-      recommendedAction: rule.actions[finding.severity],
+      ...describedBy(rule, finding),
       status: 'open',
-      title: finding.title,
-      summary: finding.summary,
-      evidence: finding.evidence,
       ruleId: rule.id,
-      ruleVersion: rule.version,
-      firstSeenAt: new Date(finding.firstSeenAt).toISOString(),
-      lastSeenAt: new Date(finding.lastSeenAt).toISOString(),
       occurrences: 1,
       createdAt: nowIso,
       updatedAt: nowIso,
@@ -149,16 +141,8 @@ export class AlertManager {
   private reopen(existing: Alert, rule: RuleInfo, finding: Finding, nowIso: string): Alert {
     const reopened: Alert = {
       ...existing,
-      severity: finding.severity,
-      riskScore: riskScore(finding.severity, finding.confidence),
-      recommendedAction: rule.actions[finding.severity],
+      ...describedBy(rule, finding),
       status: 'open',
-      title: finding.title,
-      summary: finding.summary,
-      evidence: finding.evidence,
-      ruleVersion: rule.version,
-      firstSeenAt: new Date(finding.firstSeenAt).toISOString(),
-      lastSeenAt: new Date(finding.lastSeenAt).toISOString(),
       occurrences: 1,
       updatedAt: nowIso,
       history: [...existing.history, { at: nowIso, actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }],
@@ -166,6 +150,21 @@ export class AlertManager {
     this.byKey.set(dedupKey(existing.merchantId, existing.type, existing.scope), reopened);
     return reopened;
   }
+}
+
+/** What an alert made from this finding alone says: severity, risk, action, texts, evidence and span. */
+function describedBy(rule: RuleInfo, finding: Finding) {
+  return {
+    severity: finding.severity,
+    riskScore: riskScore(finding.severity, finding.confidence),
+    recommendedAction: rule.actions[finding.severity],
+    title: finding.title,
+    summary: finding.summary,
+    evidence: finding.evidence,
+    ruleVersion: rule.version,
+    firstSeenAt: new Date(finding.firstSeenAt).toISOString(),
+    lastSeenAt: new Date(finding.lastSeenAt).toISOString(),
+  } satisfies Partial<Alert>;
 }
 
 /** When the alert was last resolved (its latest move to resolved; its last update when none is recorded). */

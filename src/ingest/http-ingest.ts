@@ -99,6 +99,10 @@ async function waitUntilStored(buffer: EventBuffer, stored: Promise<void>, timeo
 
 function parseBody(body: unknown, maxEvents: number): ParseResult[] {
   let results: ParseResult[];
+  if (typeof body === 'string' && body.trimStart().startsWith('[')) {
+    // A JSON array sent as NDJSON or text/plain: read as the array it is, not as one bad line.
+    body = parseJsonArray(body);
+  }
   if (typeof body === 'string') {
     const lines = body.split('\n').filter((line) => line.trim().length > 0);
     if (lines.length > maxEvents) throw tooMany(maxEvents);
@@ -113,6 +117,15 @@ function parseBody(body: unknown, maxEvents: number): ParseResult[] {
   }
   if (results.length === 0) throw validationError([{ path: ['body'], message: 'no events in the body' }]);
   return results;
+}
+
+function parseJsonArray(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    // Never quote the input: it may hold a secret (see request-event.ts).
+    throw validationError([{ path: ['body'], message: 'body starts as a JSON array but is not valid JSON' }]);
+  }
 }
 
 function authenticate(request: FastifyRequest, expectedToken: Buffer): void {

@@ -80,6 +80,20 @@ describe('HTTP ingest', () => {
     expect(await storedIds()).toEqual(expect.arrayContaining(events.map((event) => event.eventId)));
   });
 
+  it('reads a JSON array sent as NDJSON or plain text as the array it is', async () => {
+    const events = [12, 13].map((i) => makeEvent(i, eventOptions));
+    for (const contentType of ['application/x-ndjson', 'text/plain']) {
+      const response = await post(`  ${JSON.stringify(events, null, 2)}\n`, { 'content-type': contentType });
+      expect(response.status, contentType).toBe(202);
+      // The second post repeats the first one's events: duplicates this time.
+      expect(response.body.data, contentType).toMatchObject(contentType === 'text/plain' ? { accepted: 0, duplicates: 2, rejected: 0 } : { accepted: 2, rejected: 0 });
+    }
+    expect(await storedIds()).toEqual(expect.arrayContaining(events.map((event) => event.eventId)));
+    const broken = await post('[{"eventId": "x"', { 'content-type': 'text/plain' });
+    expect(broken.status).toBe(400);
+    expect(broken.body).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path: ['body'] }] });
+  });
+
   it('stores free text exactly as sent: tabs, newlines, backslashes, quotes and non-ASCII survive the row format', async () => {
     const texts = ['tab\there', 'new\nline', 'carriage\rreturn', 'back\\slash \\t \\n \\\\', 'nul\u0000byte', '"quoted" \'single\'', 'é ü 漢字 😀 \u2028'];
     const events = texts.map((text, i) => ({ ...makeEvent(20 + i, eventOptions), eventId: `${names.runId}\t${i}\\${text}`, userAgent: text, path: `/v1/${text}` }));

@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
 import { higherSeverity, mergeLifecycle, riskScore, severityRank, type Alert } from './alert.ts';
+import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
   id: AnomalyType;
@@ -19,6 +20,8 @@ export type AlertChange = 'created' | 'updated' | 'escalated' | 'reopened' | 'su
 export interface AlertManagerOptions {
   /** How long a dismissed alert's dedup key stays quiet. */
   suppressionMs: number;
+  /** FEATURE_AI_RISK_SCORING: every alert made or updated here carries insights derived from its evidence; off, none does. */
+  aiInsights?: boolean;
   now?: () => number;
   newId?: () => string;
 }
@@ -88,7 +91,7 @@ export class AlertManager {
       const severity = higherSeverity(existing.severity, finding.severity);
       const escalated = severityRank(severity) > severityRank(existing.severity);
       const reopened = existing.status === 'resolved';
-      const updated: Alert = {
+      const updated: Alert = this.withInsights({
         ...existing,
         severity,
         riskScore: Math.max(existing.riskScore, riskScore(severity, finding.confidence)),
@@ -104,12 +107,12 @@ export class AlertManager {
         history: reopened
           ? [...existing.history, { at: nowIso, actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }]
           : existing.history,
-      };
+      });
       this.byKey.set(key, updated);
       return { alert: updated, change: reopened ? 'reopened' : escalated ? 'escalated' : 'updated' };
     }
     // No alert yet, or a dismissal whose suppression has ended: a new alert.
-    const alert: Alert = {
+    const alert: Alert = this.withInsights({
       id: this.newId(),
       merchantId,
       apiKeyId: finding.apiKeyId,
@@ -130,8 +133,16 @@ export class AlertManager {
       createdAt: nowIso,
       updatedAt: nowIso,
       history: [{ at: nowIso, actor: 'system', from: null, to: 'open', note: 'created by detection' }],
-    };
+    });
     this.byKey.set(key, alert);
     return { alert, change: 'created' };
+  }
+
+  /**
+   * Insights are derived again on every update, since its evidence may have changed; with the flag
+   * off, an alert stored while it was on loses them at its next update.
+   */
+  private withInsights(alert: Alert): Alert {
+    return this.options.aiInsights ? { ...alert, aiInsights: alertInsights(alert) } : withoutInsights(alert);
   }
 }

@@ -52,7 +52,8 @@ export function testAlert(at: number, fields: Partial<Alert> = {}): Alert {
   };
 }
 
-const FIXTURES: Record<AnomalyType, readonly RuleFixture[]> = {
+/** Each rule's fixtures (rules/<type>.fixtures.ts). */
+export const FIXTURES: Record<AnomalyType, readonly RuleFixture[]> = {
   velocity_attack: velocityFixtures,
   impossible_travel: travelFixtures,
   high_failure_rate: failureFixtures,

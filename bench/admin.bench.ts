@@ -7,7 +7,8 @@
  * the 49 others (2 keys each). Both are generated inside ClickHouse (INSERT ... SELECT), so loading
  * takes seconds. The clients run in this process, beside the worker, on the same cores: the figures
  * include their own cost.
- * Env: BENCH_ALERTS (1000000), BENCH_CLIENTS (50), BENCH_SECONDS (10 per scenario).
+ * The dashboard is measured with FEATURE_AI_RISK_SCORING on, so it includes the insights' query.
+ * Env: BENCH_ALERTS (1000000), BENCH_CLIENTS (50), BENCH_SECONDS (10 per scenario), BENCH_AI (true).
  */
 import { createLogger } from '../src/logger.ts';
 import { startWorker } from '../src/main.ts';
@@ -56,7 +57,7 @@ async function main(): Promise<void> {
   const config = testConfig({
     clickhouse,
     names: testNames('benchadmin'),
-    extra: { ...ADMIN_ENV, FEATURE_ANOMALY_DETECTION: 'false', ADMIN_RATE_LIMIT_PER_MINUTE: '1000000' },
+    extra: { ...ADMIN_ENV, FEATURE_ANOMALY_DETECTION: 'false', FEATURE_AI_RISK_SCORING: process.env.BENCH_AI ?? 'true', ADMIN_RATE_LIMIT_PER_MINUTE: '1000000' },
   });
   const worker = await startWorker(config, { logger: createLogger('warn') });
   try {

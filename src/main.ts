@@ -136,7 +136,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       )
     : undefined;
   const alerts = new AlertService(
-    new AlertManager({ suppressionMs: config.detection.suppressionMs }),
+    new AlertManager({ suppressionMs: config.detection.suppressionMs, aiInsights: config.features.aiRiskScoring }),
     alertStore,
     RULES,
     metrics,
@@ -193,7 +193,13 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     await registerAdminApi(app, {
       authenticator: new AdminAuthenticator(config.admin.jwtSecret, config.admin.entitledPlans),
       routes: [
-        ...alertRoutes({ alertStore, eventStore: store, alerts, cache: new ResponseCache(config.admin.cacheTtlMs) }),
+        ...alertRoutes({
+          alertStore,
+          eventStore: store,
+          alerts,
+          cache: new ResponseCache(config.admin.cacheTtlMs),
+          aiInsights: config.features.aiRiskScoring,
+        }),
         ...webhookRoutes({ store: webhookStore, policy: webhookPolicy, now: deps.webhooks?.now }),
       ],
       rateLimitPerMinute: config.admin.rateLimitPerMinute,

@@ -5,12 +5,14 @@
  * unknown id does: the same 404, after the same single query.
  */
 import type { AlertService } from '../alerts/alert-service.ts';
-import { toWireAlert } from '../alerts/alert.ts';
+import { toWireAlert, type Alert } from '../alerts/alert.ts';
+import { withInsightsShown } from '../alerts/insights.ts';
 import { ANOMALY_TYPES, SEVERITIES } from '../detect/types.ts';
 import { HttpError, validationError } from '../http/errors.ts';
 import type { AlertStore } from '../store/alert-store.ts';
 import type { EventStore } from '../store/event-store.ts';
 import { merchantScope } from './auth.ts';
+import { dashboardInsights } from './dashboard-insights.ts';
 import type { ResponseCache } from './response-cache.ts';
 import { defineRoute, type AdminRoute } from './route.ts';
 import {
@@ -34,6 +36,8 @@ export interface AlertRoutesDeps {
   alerts: AlertService;
   /** Shares metrics and dashboard answers for a few seconds (keys include the merchant). */
   cache: ResponseCache;
+  /** FEATURE_AI_RISK_SCORING: alerts show aiInsights and the dashboard names attack patterns; off, neither. */
+  aiInsights?: boolean;
   now?: () => number;
 }
 
@@ -41,6 +45,8 @@ const DEFAULT_PAGE_SIZE = 50;
 const DEFAULT_METRICS_RANGE_MS = 24 * 3_600_000;
 const TOP_KEYS = 10;
 const RECENT_ALERTS = 10;
+/** The riskiest alerts of the range the dashboard's insights are read from: bounded, so the dashboard stays fast. */
+const INSIGHT_ALERTS = 200;
 
 function notFound(): HttpError {
   return new HttpError(404, 'NOT_FOUND', 'Alert not found');
@@ -56,6 +62,8 @@ function alertId(id: string): string {
 
 export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
   const now = deps.now ?? Date.now;
+  const aiInsights = deps.aiInsights ?? false;
+  const wire = (alert: Alert) => toWireAlert(withInsightsShown(alert, aiInsights));
 
   async function metrics(range: { from: Date; to: Date; merchantId?: string }) {
     const [traffic, counts] = await Promise.all([deps.eventStore.trafficTotals(range), deps.alertStore.counts(range)]);
@@ -76,11 +84,12 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
     const { rangeMs, bucketSeconds } = DASHBOARD_RANGES[range];
     const to = new Date(now());
     const from = new Date(to.getTime() - rangeMs);
-    const [summary, trend, topKeys, recent] = await Promise.all([
+    const [summary, trend, topKeys, recent, seen] = await Promise.all([
       metrics({ from, to, merchantId }),
       deps.eventStore.trafficTrend({ from, to, merchantId, bucketSeconds }),
       deps.alertStore.topKeysByRisk({ from, to, merchantId, limit: TOP_KEYS }),
       deps.alertStore.list({ merchantId, limit: RECENT_ALERTS }),
+      aiInsights ? deps.alertStore.riskiestSeen({ from, to, merchantId, limit: INSIGHT_ALERTS }) : [],
     ]);
     return {
       range,
@@ -91,9 +100,16 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
         successRate: point.requests === 0 ? null : Math.round((point.successes / point.requests) * 10_000) / 10_000,
       })),
       topKeys,
-      recentAlerts: recent.map(toWireAlert),
-      // Learned insights need FEATURE_AI_RISK_SCORING and a model; none is shipped yet.
-      aiInsights: [],
+      recentAlerts: recent.map(wire),
+      aiInsights: aiInsights
+        ? dashboardInsights({
+            alerts: seen,
+            truncated: seen.length >= INSIGHT_ALERTS,
+            criticalActive: summary.criticalAlerts,
+            range,
+            acrossMerchants: merchantId === undefined,
+          })
+        : [],
     };
   }
 
@@ -125,7 +141,7 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
         const page = rows.slice(0, limit);
         const last = page[page.length - 1];
         return {
-          alerts: page.map(toWireAlert),
+          alerts: page.map(wire),
           nextCursor: rows.length > limit && last ? encodeCursor({ createdAt: Date.parse(last.createdAt), id: last.id }) : null,
         };
       },
@@ -144,7 +160,7 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
         const merchantId = merchantScope(principal, query.merchantId);
         const alert = await deps.alertStore.get(alertId(params.id), merchantId);
         if (!alert) throw notFound();
-        return toWireAlert(alert);
+        return wire(alert);
       },
     }),
 
@@ -175,7 +191,7 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
           throw validationError([{ path: ['body', 'note'], message: 'a note is required to dismiss an alert' }]);
         }
         if (!outcome.ok) throw new HttpError(409, 'INVALID_TRANSITION', `This alert cannot move to ${body.status} from its current status`);
-        return toWireAlert(outcome.alert);
+        return wire(outcome.alert);
       },
     }),
 
@@ -205,9 +221,11 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       method: 'GET',
       path: '/dashboard',
       operationId: 'getDashboard',
-      summary: 'Metrics, traffic and success trends, riskiest keys and recent alerts for a range',
+      summary: 'Metrics, traffic and success trends, riskiest keys, recent alerts and AI insights for a range',
       description:
         'Trends have one point per minute for 1h, per 15 minutes for 24h and per hour for 7d. ' +
+        'With FEATURE_AI_RISK_SCORING on, aiInsights names the attack patterns across the alerts seen in the range ' +
+        '(fixed rules over their evidence, no trained model); off, it is empty. ' +
         'Answers are shared for a few seconds (ADMIN_CACHE_TTL_MS).',
       query: dashboardQuery,
       response: dashboardSchema,

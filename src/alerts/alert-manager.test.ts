@@ -2,7 +2,8 @@ import { describe, expect, it } from 'vitest';
 import type { Finding, RecommendedAction, Severity } from '../detect/types.ts';
 import { changeStatus, type Alert, type AlertStatus } from './alert.ts';
 import { AlertManager, type RuleInfo } from './alert-manager.ts';
-import { finding as makeFinding } from './test-findings.ts';
+import { alertInsights } from './insights.ts';
+import { finding as makeFinding, fixtureFinding } from './test-findings.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
 const rule: RuleInfo = {
@@ -25,10 +26,10 @@ function admin(alerts: AlertManager, alert: Alert, moves: AlertStatus[], at = T0
   return alert;
 }
 
-function manager() {
+function manager(options: { aiInsights?: boolean } = {}) {
   let now = T0;
   let ids = 0;
-  const alerts = new AlertManager({ suppressionMs: 3_600_000, now: () => now, newId: () => `id-${++ids}` });
+  const alerts = new AlertManager({ suppressionMs: 3_600_000, now: () => now, newId: () => `id-${++ids}`, ...options });
   return { alerts, advance: (ms: number) => (now += ms) };
 }
 
@@ -166,5 +167,37 @@ describe('AlertManager across replicas', () => {
     const newer = { ...older, id: 'newer', updatedAt: new Date(T0 + 5_000).toISOString() };
     alerts.sync(newer);
     expect(alerts.sync(older).id).toBe('newer');
+  });
+});
+
+describe('AlertManager with FEATURE_AI_RISK_SCORING', () => {
+  // Two real findings of one key: a medium flood, then the critical one it becomes.
+  const mild = () => fixtureFinding('velocity_attack', 'two minutes at twice the limit is medium');
+  const severe = () => fixtureFinding('velocity_attack', 'sustained 840 requests/min for five minutes on a limit of 60 is critical');
+
+  it('gives created alerts insights from their evidence, and derives them again when an escalation brings new evidence', () => {
+    const { alerts } = manager({ aiInsights: true });
+    const created = alerts.apply('m_1', rule, mild());
+    expect(created.alert?.aiInsights).toEqual(alertInsights(created.alert!));
+    expect(created.alert?.aiInsights?.[0]).toMatch(/^Scripted request flood: 2x the key's limit of 60\/min/);
+    const escalated = alerts.apply('m_1', rule, severe());
+    expect(escalated.change).toBe('escalated');
+    expect(escalated.alert?.aiInsights?.[0]).toMatch(/^Scripted request flood: 14x the key's limit of 60\/min/);
+    // A milder repeat (newer evidence) keeps the critical evidence, and so its insights.
+    const later = Date.parse(escalated.alert!.lastSeenAt) + 60_000;
+    const repeat = alerts.apply('m_1', rule, { ...mild(), lastSeenAt: later });
+    expect(repeat.change).toBe('updated');
+    expect(repeat.alert?.aiInsights).toEqual(escalated.alert?.aiInsights);
+  });
+
+  it('gives no alert the field when the flag is off, and drops insights stored while it was on', () => {
+    const { alerts } = manager();
+    const created = alerts.apply('m_1', rule, mild()).alert!;
+    expect(created).not.toHaveProperty('aiInsights');
+    const stored = alerts.sync({ ...created, aiInsights: ['stored while the flag was on'], updatedAt: new Date(T0 + 1).toISOString() });
+    expect(stored.aiInsights).toEqual(['stored while the flag was on']);
+    const escalated = alerts.apply('m_1', rule, severe());
+    expect(escalated.change).toBe('escalated');
+    expect(escalated.alert).not.toHaveProperty('aiInsights');
   });
 });

@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
 import { higherSeverity, mergeLifecycle, riskScore, severityRank, type Alert } from './alert.ts';
+import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
   id: AnomalyType;
@@ -20,6 +21,8 @@ export type AlertChange = 'created' | 'updated' | 'escalated' | 'reopened' | 'su
 export interface AlertManagerOptions {
   /** How long a dismissed alert's dedup key stays quiet. */
   suppressionMs: number;
+  /** FEATURE_AI_RISK_SCORING: every alert made or updated here carries insights derived from its evidence; off, none does. */
+  aiInsights?: boolean;
   now?: () => number;
   newId?: () => string;
 }
@@ -99,7 +102,7 @@ export class AlertManager {
       const severity = higherSeverity(existing.severity, finding.severity);
       const escalated = severityRank(severity) > severityRank(existing.severity);
       if (!escalated && finding.lastSeenAt <= Date.parse(existing.lastSeenAt)) return { alert: undefined, change: 'stale' };
-      const updated: Alert = {
+      const updated: Alert = this.withInsights({
         ...existing,
         severity,
         riskScore: Math.max(existing.riskScore, riskScore(severity, finding.confidence)),
@@ -111,12 +114,12 @@ export class AlertManager {
         lastSeenAt: new Date(Math.max(Date.parse(existing.lastSeenAt), finding.lastSeenAt)).toISOString(),
         occurrences: existing.occurrences + 1,
         updatedAt: nowIso,
-      };
+      });
       this.byKey.set(key, updated);
       return { alert: updated, change: escalated ? 'escalated' : 'updated' };
     }
     // No alert yet, or a dismissal whose suppression has ended: a new alert.
-    const alert: Alert = {
+    const alert: Alert = this.withInsights({
       id: this.newId(),
       merchantId,
       apiKeyId: finding.apiKeyId,
@@ -129,7 +132,7 @@ export class AlertManager {
       createdAt: nowIso,
       updatedAt: nowIso,
       history: [{ at: nowIso, actor: 'system', from: null, to: 'open', note: 'created by detection' }],
-    };
+    });
     this.byKey.set(key, alert);
     return { alert, change: 'created' };
   }
@@ -139,16 +142,24 @@ export class AlertManager {
    * severity, evidence and span), since the old evidence was dealt with when it was resolved.
    */
   private reopen(existing: Alert, rule: RuleInfo, finding: Finding, nowIso: string): Alert {
-    const reopened: Alert = {
+    const reopened: Alert = this.withInsights({
       ...existing,
       ...describedBy(rule, finding),
       status: 'open',
       occurrences: 1,
       updatedAt: nowIso,
       history: [...existing.history, { at: nowIso, actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }],
-    };
+    });
     this.byKey.set(dedupKey(existing.merchantId, existing.type, existing.scope), reopened);
     return reopened;
+  }
+
+  /**
+   * Insights are derived again on every update, since its evidence may have changed; with the flag
+   * off, an alert stored while it was on loses them at its next update.
+   */
+  private withInsights(alert: Alert): Alert {
+    return this.options.aiInsights ? { ...alert, aiInsights: alertInsights(alert) } : withoutInsights(alert);
   }
 }
 

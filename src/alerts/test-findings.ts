@@ -1,5 +1,12 @@
 /** Findings and alerts as detection would make them, for the alert and webhook tests. */
-import type { Finding, Severity } from '../detect/types.ts';
+import { fixtures as botFixtures } from '../../rules/bot_traffic.fixtures.ts';
+import { fixtures as sharingFixtures } from '../../rules/credential_sharing.fixtures.ts';
+import type { ParamValue, RuleFixture } from '../../rules/fixtures.ts';
+import { fixtures as failureFixtures } from '../../rules/high_failure_rate.fixtures.ts';
+import { fixtures as travelFixtures } from '../../rules/impossible_travel.fixtures.ts';
+import { RULES } from '../../rules/index.ts';
+import { fixtures as velocityFixtures } from '../../rules/velocity_attack.fixtures.ts';
+import type { AnomalyType, Finding, KeyWindow, RuleDefinition, Severity } from '../detect/types.ts';
 import type { Alert } from './alert.ts';
 
 export function finding(severity: Severity, at: number, scope = 'pk_live_a'): Finding {
@@ -43,4 +50,28 @@ export function testAlert(at: number, fields: Partial<Alert> = {}): Alert {
     history: [{ at: iso, actor: 'system', from: null, to: 'open', note: 'created by detection' }],
     ...fields,
   };
+}
+
+/** Each rule's fixtures (rules/<type>.fixtures.ts). */
+export const FIXTURES: Record<AnomalyType, readonly RuleFixture[]> = {
+  velocity_attack: velocityFixtures,
+  impossible_travel: travelFixtures,
+  high_failure_rate: failureFixtures,
+  bot_traffic: botFixtures,
+  credential_sharing: sharingFixtures,
+};
+
+/** The finding a rule makes of a window (its defaults, with overrides). */
+export function ruleFinding(type: AnomalyType, window: KeyWindow, now: number, params: Partial<Record<string, ParamValue>> = {}): Finding {
+  const rule = RULES.find((r) => r.id === type)! as unknown as RuleDefinition<Record<string, ParamValue>>;
+  const findings = rule.evaluate(window, { ...rule.defaults, ...params } as Record<string, ParamValue>, now);
+  if (findings.length !== 1) throw new Error(`${type}: ${findings.length} findings, expected 1`);
+  return findings[0]!;
+}
+
+/** The finding a rule makes of one of its own fixtures (rules/<type>.fixtures.ts), named by the fixture's name. */
+export function fixtureFinding(type: AnomalyType, name: string): Finding {
+  const fixture = FIXTURES[type].find((f) => f.name === name);
+  if (!fixture) throw new Error(`${type}: no fixture named "${name}"`);
+  return ruleFinding(type, fixture.window, fixture.now, fixture.params);
 }

@@ -195,7 +195,7 @@ export class AlertStore {
         WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
           AND (status IN ('open', 'acknowledged') OR (created_at >= {from:DateTime64(3)} AND created_at <= {to:DateTime64(3)}))
         GROUP BY type, severity`,
-      { from: toClickHouseTime(range.from.getTime()), to: toClickHouseTime(range.to.getTime()), merchantId: range.merchantId ?? '' },
+      rangeParams(range),
     );
     const counts: AlertCounts = { activeAlerts: 0, criticalAlerts: 0, alertsByType: {}, alertsBySeverity: {} };
     for (const row of rows.map((raw) => countRow.parse(raw))) {
@@ -222,7 +222,7 @@ export class AlertStore {
         GROUP BY merchant_id, api_key_id
         ORDER BY max_risk DESC, active DESC, api_key_id
         LIMIT {limit:UInt32}`,
-      { from: toClickHouseTime(range.from.getTime()), to: toClickHouseTime(range.to.getTime()), merchantId: range.merchantId ?? '', limit: range.limit },
+      { ...rangeParams(range), limit: range.limit },
     );
     return rows.map((raw) => {
       const row = keyRiskRow.parse(raw);
@@ -233,6 +233,34 @@ export class AlertStore {
         alerts: row.alerts,
         activeAlerts: row.active,
         topType: row.top_type,
+      };
+    });
+  }
+
+  /**
+   * The riskiest alerts seen in the range (not dismissed: those are false positives), with what
+   * their pattern is read from, riskiest first, at most `limit`: the dashboard's insights read these.
+   */
+  async riskiestSeen(range: { from: Date; to: Date; merchantId?: string; limit: number }): Promise<SeenAlert[]> {
+    const rows = await this.db.queryRows(
+      `SELECT merchant_id, api_key_id, scope, type, severity, evidence
+         FROM ${this.tables.alerts} FINAL
+        WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
+          AND status != 'dismissed'
+          AND last_seen_at >= {from:DateTime64(3)} AND first_seen_at <= {to:DateTime64(3)}
+        ORDER BY risk_score DESC, last_seen_at DESC
+        LIMIT {limit:UInt32}`,
+      { ...rangeParams(range), limit: range.limit },
+    );
+    return rows.map((raw) => {
+      const row = seenRow.parse(raw);
+      return {
+        merchantId: row.merchant_id,
+        apiKeyId: row.api_key_id,
+        scope: row.scope,
+        type: row.type as Alert['type'],
+        severity: row.severity as Alert['severity'],
+        evidence: JSON.parse(row.evidence) as Record<string, unknown>,
       };
     });
   }
@@ -273,6 +301,9 @@ export interface KeyRisk {
   topType: string;
 }
 
+/** An alert as the dashboard's insights read it. */
+export type SeenAlert = Pick<Alert, 'merchantId' | 'apiKeyId' | 'scope' | 'type' | 'severity' | 'evidence'>;
+
 const countRow = z.object({ type: z.string(), severity: z.string(), active: z.coerce.number(), created: z.coerce.number() });
 const keyRiskRow = z.object({
   merchant_id: z.string(),
@@ -282,6 +313,13 @@ const keyRiskRow = z.object({
   active: z.coerce.number(),
   top_type: z.string(),
 });
+
+const seenRow = alertRow.pick({ merchant_id: true, api_key_id: true, scope: true, type: true, severity: true, evidence: true });
+
+/** The bound parameters of a range query: its times, and its merchant ('' for every merchant). */
+function rangeParams(range: { from: Date; to: Date; merchantId?: string }): Record<string, unknown> {
+  return { from: toClickHouseTime(range.from.getTime()), to: toClickHouseTime(range.to.getTime()), merchantId: range.merchantId ?? '' };
+}
 
 /** Every filter is a bound parameter; an absent one is a condition that is always true. */
 function filterClause(filter: AlertFilter): { where: string; params: Record<string, unknown> } {

@@ -272,6 +272,24 @@ describe('admin API', () => {
     }
   });
 
+  it('shows no aiInsights while FEATURE_AI_RISK_SCORING is off, not even those stored while it was on', async () => {
+    const merchantId = `${M}_insights_off`;
+    const stored = makeAlert(0, { merchantId, createdAtMs: Date.now() - MINUTE, aiInsights: ['Brute-force attempt: stored while the flag was on.'] });
+    await worker.alertStore.save([stored]);
+    expect((await worker.alertStore.get(stored.id, merchantId))?.aiInsights).toEqual(stored.aiInsights);
+    const bearer = await token(merchantId, 'admin');
+    const listed = (await call('/alerts', {}, bearer)).body.data.alerts;
+    expect(listed.map((alert: Alert) => alert.id)).toEqual([stored.id]);
+    expect(listed[0]).not.toHaveProperty('aiInsights');
+    expect((await call(`/alerts/${stored.id}`, {}, bearer)).body.data).not.toHaveProperty('aiInsights');
+    const patched = await call(`/alerts/${stored.id}`, { method: 'PATCH', body: { status: 'acknowledged' } }, bearer);
+    expect(patched.status).toBe(200);
+    expect(patched.body.data).not.toHaveProperty('aiInsights');
+    const dashboard = (await call('/dashboard?range=1h', {}, bearer)).body.data;
+    expect(dashboard.recentAlerts[0]).not.toHaveProperty('aiInsights');
+    expect(dashboard.aiInsights).toEqual([]);
+  });
+
   it('serves an OpenAPI 3.1 document of every endpoint that validates', async () => {
     const response = await fetch(`${worker.url}/admin/anomaly/openapi.json`);
     expect(response.status).toBe(200);
@@ -312,11 +330,13 @@ describe('admin API', () => {
       return alert !== undefined;
     }, 'the attack is detected and listed', 30_000);
     expect(alert).toMatchObject({ apiKeyId: key, type: 'velocity_attack', status: 'open' });
+    expect(alert).not.toHaveProperty('aiInsights'); // FEATURE_AI_RISK_SCORING is off
 
     const ack = await call(`/alerts/${alert!.id}`, { method: 'PATCH', body: { status: 'acknowledged', note: 'paging the merchant' } }, bearer);
     expect(ack.body.data.status).toBe('acknowledged');
     const done = await call(`/alerts/${alert!.id}`, { method: 'PATCH', body: { status: 'resolved', note: 'key rotated' } }, bearer);
     expect(done.body.data).toMatchObject({ status: 'resolved', occurrences: expect.any(Number) });
+    expect(done.body.data).not.toHaveProperty('aiInsights');
     expect(done.body.data.history.map((entry: { actor: string; to: string }) => `${entry.actor}:${entry.to}`)).toEqual([
       'system:open',
       'alice:acknowledged',
@@ -324,6 +344,102 @@ describe('admin API', () => {
     ]);
     // The change is stored, not only remembered: a fresh read shows it.
     expect((await worker.alertStore.get(alert!.id, merchantId))?.status).toBe('resolved');
+  });
+});
+
+describe('admin API with FEATURE_AI_RISK_SCORING on', () => {
+  let clickhouse: ClickHouseService;
+  let worker: Worker;
+  const MERCHANT = `m_${names.runId}_ai`;
+  const NEIGHBOUR = `m_${names.runId}_ai_neighbour`;
+  const call = (path: string, bearer: string, init?: Parameters<typeof adminCall>[3]) => adminCall(worker.url, bearer, path, init);
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    const config = testConfig({
+      clickhouse,
+      names: testNames('admin_ai'),
+      extra: { ...ADMIN_ENV, FEATURE_AI_RISK_SCORING: 'true', ADMIN_RATE_LIMIT_PER_MINUTE: '100000', ADMIN_CACHE_TTL_MS: '0' },
+    });
+    worker = await startWorker(config, { logger: createLogger('silent') });
+    await worker.ready;
+  });
+
+  afterAll(async () => {
+    await worker?.stop();
+    await clickhouse?.stop();
+  });
+
+  /** 40 requests refused with 401 and 10 answered, from one address, over the last 5 minutes. */
+  function bruteForce(merchantId: string, apiKeyId: string) {
+    const now = Date.now();
+    return Array.from({ length: 50 }, (_, i) => ({
+      eventId: `evt_${apiKeyId}_${i}`,
+      timestamp: new Date(now - 5 * MINUTE + i * 5_000).toISOString(),
+      merchantId,
+      plan: 'business',
+      apiKeyId,
+      environment: 'live',
+      ip: '192.0.2.66',
+      userAgent: 'okhttp/4.12.0',
+      method: 'POST',
+      path: '/v1/verify/sessions',
+      status: i % 5 === 0 ? 201 : 401,
+      responseTimeMs: 30,
+    }));
+  }
+
+  async function ingest(events: unknown[]): Promise<void> {
+    const response = await fetch(`${worker.url}/v1/ingest/events`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify(events),
+    });
+    expect(response.status).toBe(202);
+  }
+
+  it('gives detected alerts insights in the list, one alert and a status change, and names the pattern on the dashboard', async () => {
+    const key = `pk_live_${names.runId}_guessed`;
+    const neighbourKey = `pk_live_${names.runId}_neighbour`;
+    await ingest([...bruteForce(MERCHANT, key), ...bruteForce(NEIGHBOUR, neighbourKey)]);
+    const bearer = await token(MERCHANT, 'admin');
+    let alert: Alert | undefined;
+    await waitFor(async () => {
+      alert = (await call('/alerts?type=high_failure_rate', bearer)).body.data.alerts[0];
+      return alert !== undefined;
+    }, 'the brute force is detected and listed', 30_000);
+
+    const evidence = alert!.evidence as { authFailures: number; judgedRequests: number };
+    expect(evidence).toMatchObject({ authFailures: 40, judgedRequests: 50 });
+    expect(alert!.aiInsights).toEqual([
+      'Brute-force attempt: 40 of 50 requests in 10 min failed authentication (401/403).',
+      'All the failures came from a single IP address.',
+    ]);
+    expect((await call(`/alerts/${alert!.id}`, bearer)).body.data.aiInsights).toEqual(alert!.aiInsights);
+    const acknowledged = await call(`/alerts/${alert!.id}`, bearer, { method: 'PATCH', body: { status: 'acknowledged' } });
+    expect(acknowledged.body.data).toMatchObject({ status: 'acknowledged', aiInsights: alert!.aiInsights });
+    // Stored with the alert, as detection made them.
+    expect((await worker.alertStore.get(alert!.id, MERCHANT))?.aiInsights).toEqual(alert!.aiInsights);
+
+    // The merchant's dashboard names its own key only; the operator's view names both, with their merchants.
+    expect((await call('/dashboard?range=1h', bearer)).body.data.aiInsights).toEqual([`Brute-force attempts on 1 key in the last hour: ${key}.`]);
+    await waitFor(async () => (await worker.alertStore.list({ merchantId: NEIGHBOUR })).length > 0, 'the neighbour\'s brute force is stored', 30_000);
+    const operator = await token('ops', 'operator');
+    expect((await call('/dashboard?range=1h', operator)).body.data.aiInsights).toEqual([
+      expect.stringMatching(new RegExp(`^Brute-force attempts on 2 keys in the last hour: .*${key} \\(${MERCHANT}\\)`)),
+    ]);
+    expect((await call('/dashboard?range=1h', operator)).body.data.aiInsights[0]).toContain(`${neighbourKey} (${NEIGHBOUR})`);
+  });
+
+  it('derives insights for an alert stored while the flag was off', async () => {
+    const stored = makeAlert(1, { merchantId: MERCHANT, createdAtMs: Date.now() - 2 * 24 * 3_600_000, type: 'high_failure_rate' });
+    expect(stored).not.toHaveProperty('aiInsights');
+    await worker.alertStore.save([stored]);
+    const one = (await call(`/alerts/${stored.id}`, await token(MERCHANT, 'viewer'))).body.data;
+    // Its evidence holds no failure figures: a plain insight, quoting none.
+    expect(one.aiInsights).toHaveLength(1);
+    expect(one.aiInsights[0]).toMatch(/^Unusually many of this key's requests were refused/);
+    expect(one.aiInsights[0]).not.toMatch(/\d/);
   });
 });
 

@@ -40,8 +40,11 @@ export interface ClickHouseOptions {
 export interface ClickHouse {
   readonly client: ClickHouseClient;
   readonly kind: 'server' | 'embedded';
-  /** Inserts rows (one per line, in `format`, values in `columns` order) into a table. */
-  insert(table: string, columns: readonly string[], body: Buffer, format: RowFormat): Promise<void>;
+  /**
+   * Inserts rows (one per line, in `format`, values in `columns` order) into a table; `settings`
+   * apply to this insert (and the materialized views it feeds) on top of the pinned ones.
+   */
+  insert(table: string, columns: readonly string[], body: Buffer, format: RowFormat, settings?: ClickHouseSettings): Promise<void>;
   /** Runs a query and returns its rows (JSONEachRow). */
   queryRows<T = Record<string, unknown>>(query: string, params?: Record<string, unknown>): Promise<T[]>;
   /**
@@ -50,7 +53,7 @@ export interface ClickHouse {
    * engine returns the result as one buffer, outside the heap; a server streams it.)
    */
   queryPages<T = Record<string, unknown>>(query: string, params: Record<string, unknown>, pageSize: number, onPage: (rows: T[]) => Promise<void>): Promise<void>;
-  command(query: string, params?: Record<string, unknown>): Promise<void>;
+  command(query: string, params?: Record<string, unknown>, settings?: ClickHouseSettings): Promise<void>;
   ping(): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -64,10 +67,11 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
       clickhouse_settings: PINNED_SETTINGS,
       request_timeout: 60_000,
     });
-    return wrap(client, 'server', async (table, columns, body, format) => {
+    return wrap(client, 'server', async (table, columns, body, format, settings) => {
       const result = await client.exec({
         query: `INSERT INTO ${table} (${columns.join(', ')}) FORMAT ${format}`,
         values: Readable.from([body], { objectMode: false }),
+        clickhouse_settings: settings,
       });
       result.stream.resume();
     });
@@ -77,13 +81,13 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
   const connection: ChdbConnection = createChdbConnection({ path });
   // chdb declares the same Connection interface against its own copy of client-common's types.
   const client = createClient({ connection: connection as unknown as ClientConnection, clickhouse_settings: PINNED_SETTINGS });
-  return wrap(client, 'embedded', async (table, columns, body, format) => {
+  return wrap(client, 'embedded', async (table, columns, body, format, settings) => {
     await connection.chdb.rawInsert({
       table,
       columns: [...columns],
       format,
       values: body,
-      settings: PINNED_SETTINGS as Record<string, string | number | boolean>,
+      settings: { ...PINNED_SETTINGS, ...settings } as Record<string, string | number | boolean>,
     });
   });
 }
@@ -96,7 +100,7 @@ function wrap(
   return {
     client,
     kind,
-    insert: (table, columns, body, format) => (body.length === 0 ? Promise.resolve() : insert(table, columns, body, format)),
+    insert: (table, columns, body, format, settings) => (body.length === 0 ? Promise.resolve() : insert(table, columns, body, format, settings)),
     async queryRows<T>(query: string, params?: Record<string, unknown>) {
       const result = await client.query({ query, query_params: params, format: 'JSONEachRow' });
       return result.json<T>();
@@ -107,8 +111,8 @@ function wrap(
       const result = await client.exec({ query: `${query}\nFORMAT JSONEachRow`, query_params: params });
       for await (const texts of linePages(result.stream, pageSize)) await onPage(texts.map((text) => JSON.parse(text) as T));
     },
-    async command(query, params) {
-      await client.command({ query, query_params: params });
+    async command(query, params, settings) {
+      await client.command({ query, query_params: params, clickhouse_settings: settings });
     },
     async ping() {
       const result = await client.ping();

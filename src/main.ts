@@ -167,6 +167,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   });
 
   let migrated = false;
+  metrics.reportStorageUp(() => migrated && buffer.healthy);
   const app = createHttpServer({
     logger,
     metrics,

@@ -1,25 +1,44 @@
 /**
- * Storage as intake sees it, on the real ClickHouse engine, over HTTP: an insert whose events fall
- * on more than 100 days (the server's default max_partitions_per_insert_block) must be stored
+ * Storage as intake sees it, on the real ClickHouse engine, over HTTP: the storage gauge while
+ * storage cannot be migrated at start and during a write outage, and an insert whose events fall on
+ * more than 100 days (the server's default max_partitions_per_insert_block), which must be stored
  * rather than retried forever.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker } from '../../src/main.ts';
+import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 import { makeEvent } from '../support/events.ts';
-import { TEST_INGEST_TOKEN, testConfig, testNames } from '../support/worker.ts';
+import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const names = testNames('storage');
 
 describe('storage and intake', () => {
   let clickhouse: ClickHouseService;
   let worker: Worker;
+  let unreachable = true;
+  let refusedStatements = 0;
+  let writesFail = false;
 
   beforeAll(async () => {
     clickhouse = await startClickHouse();
     const config = testConfig({ clickhouse, names });
-    worker = await startWorker(config, { logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent') });
+    // Storage that refuses every statement until `unreachable` is cleared (migrations fail).
+    const refuse = () => {
+      refusedStatements++;
+      return Promise.reject(new Error('injected: storage unreachable'));
+    };
+    const wrapClickHouse = (db: ClickHouse): ClickHouse => ({
+      ...db,
+      command: (query, params, settings) => (unreachable ? refuse() : db.command(query, params, settings)),
+      queryRows: (query, params) => (unreachable ? refuse() : db.queryRows(query, params)),
+    });
+    worker = await startWorker(config, {
+      logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent'),
+      wrapClickHouse,
+      wrapStoreRows: (storeRows) => (body) => (writesFail ? Promise.reject(new Error('injected write outage')) : storeRows(body)),
+    });
   });
 
   afterAll(async () => {
@@ -35,7 +54,31 @@ describe('storage and intake', () => {
     });
   }
 
+  async function storageUp(): Promise<number> {
+    const text = await (await fetch(`${worker.url}/metrics`)).text();
+    const line = text.split('\n').find((candidate) => candidate.startsWith('security_center_storage_up '));
+    return Number(line?.split(' ')[1]);
+  }
+
+  it('reports storage down until it is migrated, and during a write outage', async () => {
+    await waitFor(() => refusedStatements >= 1, 'the worker tries to migrate');
+    expect(await storageUp()).toBe(0);
+    expect((await fetch(`${worker.url}/ready`)).status).toBe(503);
+    unreachable = false;
+    await worker.ready;
+    expect(await storageUp()).toBe(1);
+
+    writesFail = true;
+    expect((await post([makeEvent(0, { runId: `${names.runId}_outage`, startMs: Date.UTC(2029, 0, 1) })])).status).toBe(503);
+    expect(await storageUp()).toBe(0);
+    writesFail = false;
+    await waitFor(async () => (await storageUp()) === 1, 'storage up again once the write succeeds');
+    expect((await fetch(`${worker.url}/ready`)).status).toBe(200);
+  });
+
   it('stores one insert whose events fall on more than 100 days and months, and keeps taking events', async () => {
+    unreachable = false;
+    writesFail = false;
     await worker.ready;
     // 150 events, each in a month of its own from 2030 on (future: no TTL removes them meanwhile).
     const events = Array.from({ length: 150 }, (_, i) =>
@@ -45,11 +88,11 @@ describe('storage and intake', () => {
     expect(response.status).toBe(202);
     expect(await response.json()).toMatchObject({ data: { accepted: 150, rejected: 0 } });
     const [raw] = await worker.clickhouse.queryRows<{ rows: number; days: number }>(
-      `SELECT count() AS rows, uniqExact(toYYYYMMDD(ts)) AS days FROM ${clickhouse.database}.request_events`,
+      `SELECT count() AS rows, uniqExact(toYYYYMMDD(ts)) AS days FROM ${clickhouse.database}.request_events WHERE ts >= '2030-01-01'`,
     );
     expect(raw).toEqual({ rows: 150, days: 150 });
     const [rollup] = await worker.clickhouse.queryRows<{ requests: number; months: number }>(
-      `SELECT sum(requests) AS requests, uniqExact(toYYYYMM(minute)) AS months FROM ${clickhouse.database}.request_rollup_1m`,
+      `SELECT sum(requests) AS requests, uniqExact(toYYYYMM(minute)) AS months FROM ${clickhouse.database}.request_rollup_1m WHERE minute >= '2030-01-01'`,
     );
     expect(rollup).toEqual({ requests: 150, months: 150 });
     expect((await fetch(`${worker.url}/ready`)).status).toBe(200);

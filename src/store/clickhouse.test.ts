@@ -1,3 +1,9 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { linePages } from './clickhouse.ts';
 
@@ -43,5 +49,44 @@ describe('linePages', () => {
       break;
     }
     expect(pulled).toBe(5);
+  });
+});
+
+describe('connectClickHouse', () => {
+  /**
+   * Connects in a fresh process (to `url`, or the embedded engine) and reports what of chdb that
+   * process holds: its JavaScript modules, and the native library's mappings (Linux).
+   */
+  async function chdbLoadedBy(url: string | undefined): Promise<{ modules: string[]; mappings: number }> {
+    const dir = mkdtempSync(join(tmpdir(), 'sc-chdb-probe-'));
+    try {
+      const script = join(dir, 'probe.mts');
+      writeFileSync(
+        script,
+        `import { createRequire } from 'node:module';
+         import { existsSync, readFileSync } from 'node:fs';
+         const { connectClickHouse } = await import(${JSON.stringify(new URL('./clickhouse.ts', import.meta.url).href)});
+         const db = connectClickHouse({ url: ${JSON.stringify(url)}, username: 'default', password: '', dataDir: ${JSON.stringify(dir)} });
+         const modules = Object.keys(createRequire(import.meta.url).cache).filter((path) => /[\\/]@?chdb[\\/]/.test(path));
+         const maps = existsSync('/proc/self/maps') ? readFileSync('/proc/self/maps', 'utf8') : '';
+         console.log(JSON.stringify({ modules, mappings: maps.split('\\n').filter((line) => line.includes('chdb')).length }));
+         await db.close();`,
+      );
+      const root = fileURLToPath(new URL('../..', import.meta.url));
+      const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', script], { cwd: root, timeout: 60_000 });
+      return JSON.parse(stdout.trim().split('\n').at(-1)!);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  it('loads no part of the embedded engine for a server URL', async () => {
+    expect(await chdbLoadedBy('http://127.0.0.1:1')).toEqual({ modules: [], mappings: 0 });
+  });
+
+  it('loads the embedded engine without a URL (the probe sees it)', async () => {
+    const loaded = await chdbLoadedBy(undefined);
+    expect(loaded.modules.length).toBeGreaterThan(0);
+    if (process.platform === 'linux') expect(loaded.mappings).toBeGreaterThan(0);
   });
 });

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -88,5 +88,16 @@ describe('connectClickHouse', () => {
     const loaded = await chdbLoadedBy(undefined);
     expect(loaded.modules.length).toBeGreaterThan(0);
     if (process.platform === 'linux') expect(loaded.mappings).toBeGreaterThan(0);
+  });
+});
+
+describe('queries of src/store', () => {
+  it('declare every DateTime64 parameter in UTC, whatever the session time zone', () => {
+    const dir = fileURLToPath(new URL('.', import.meta.url));
+    const undeclared = readdirSync(dir)
+      .filter((name) => name.endsWith('.ts') && !name.endsWith('.test.ts'))
+      .flatMap((name) => (readFileSync(join(dir, name), 'utf8').match(/\{\w+:DateTime64\([^)]*\)\}/g) ?? []).map((param) => `${name}: ${param}`))
+      .filter((param) => !param.endsWith(":DateTime64(3, 'UTC')}"));
+    expect(undeclared).toEqual([]);
   });
 });

@@ -25,9 +25,10 @@ const require = createRequire(import.meta.url);
 export const PINNED_SETTINGS: ClickHouseSettings = {
   async_insert: 0, // an insert has landed when it returns: offsets are committed after it
   date_time_input_format: 'basic', // rows carry 'YYYY-MM-DD hh:mm:ss.sss' in UTC
+  date_time_output_format: 'simple', // and so do results: the stores parse that form (a profile's 'iso' would break them)
   output_format_json_quote_64bit_integers: 0, // counts and offsets come back as JSON numbers
   input_format_skip_unknown_fields: 0, // a column-name mistake fails loudly
-  session_timezone: 'UTC',
+  session_timezone: 'UTC', // DateTime64 parameters say 'UTC' all the same
 };
 
 /** Row formats the bulk insert accepts (both are raw-insert formats of the embedded engine too). */

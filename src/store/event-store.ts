@@ -251,7 +251,7 @@ export class EventStore {
     const rows = await this.db.queryRows(
       `SELECT sum(requests) AS requests, sum(successes) AS successes, uniqMerge(unique_ips) AS unique_ips
          FROM ${this.tables.requestRollup1m}
-        WHERE minute >= toStartOfMinute({from:DateTime64(3)}) AND minute <= {to:DateTime64(3)}
+        WHERE minute >= toStartOfMinute({from:DateTime64(3, 'UTC')}) AND minute <= {to:DateTime64(3, 'UTC')}
           AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})`,
       { from: toClickHouseTime(range.from.getTime()), to: toClickHouseTime(range.to.getTime()), merchantId: range.merchantId ?? '' },
     );
@@ -274,7 +274,7 @@ export class EventStore {
       `SELECT toUnixTimestamp(toStartOfInterval(minute, INTERVAL {bucket:UInt32} SECOND)) AS t,
               sum(requests) AS requests, sum(successes) AS successes
          FROM ${this.tables.requestRollup1m}
-        WHERE minute >= toStartOfMinute({from:DateTime64(3)}) AND minute <= {to:DateTime64(3)}
+        WHERE minute >= toStartOfMinute({from:DateTime64(3, 'UTC')}) AND minute <= {to:DateTime64(3, 'UTC')}
           AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
         GROUP BY t`,
       {
@@ -321,7 +321,7 @@ export class EventStore {
          SELECT event_id, ts, merchant_id, plan, api_key_id, environment, ip, user_agent, method, path, status,
                 response_time_ms, rate_limit_per_minute, country
            FROM ${this.tables.requestEvents}
-          WHERE ts >= {since:DateTime64(3)}
+          WHERE ts >= {since:DateTime64(3, 'UTC')}
             AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
             AND ({anySource:Bool} OR (source_topic = {topic:String} AND source_partition = {partition:Int32}))
             AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))

@@ -7,7 +7,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker } from '../../src/main.ts';
+import { AlertStore } from '../../src/store/alert-store.ts';
 import type { ClickHouse } from '../../src/store/clickhouse.ts';
+import { tablesIn } from '../../src/store/tables.ts';
+import { makeAlert } from '../support/admin.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 import { makeEvent } from '../support/events.ts';
 import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
@@ -97,5 +100,26 @@ describe('storage and intake', () => {
     expect(rollup).toEqual({ requests: 150, months: 150 });
     expect((await fetch(`${worker.url}/ready`)).status).toBe(200);
     expect((await post([makeEvent(1_000, { runId: names.runId, startMs: Date.UTC(2030, 0, 1) })])).status).toBe(202);
+  });
+
+  it('reads times back when the server would answer in another date_time_output_format', async () => {
+    unreachable = false;
+    writesFail = false;
+    await worker.ready;
+    // A server profile's default, as far as the engine lets a test set one: the embedded engine
+    // keeps a SET for the session; on a server it lasts one request, and this test proves less.
+    await worker.clickhouse.command("SET date_time_output_format = 'iso'");
+    const startMs = Date.UTC(2031, 5, 1, 12, 0, 0);
+    const event = makeEvent(0, { runId: `${names.runId}_iso`, startMs });
+    expect((await post([event])).status).toBe(202);
+    const read: number[] = [];
+    await worker.store.recentEvents({ since: new Date(startMs - 1), merchantId: event.merchantId as string }, async (events) => {
+      read.push(...events.filter((stored) => stored.eventId === event.eventId).map((stored) => stored.timestamp));
+    });
+    expect(read).toEqual([startMs]);
+    const alerts = new AlertStore(worker.clickhouse, tablesIn(clickhouse.database));
+    const alert = makeAlert(1, { merchantId: 'm_iso', createdAtMs: startMs });
+    await alerts.save([alert]);
+    expect(await alerts.get(alert.id, 'm_iso')).toMatchObject({ createdAt: alert.createdAt, firstSeenAt: alert.firstSeenAt });
   });
 });

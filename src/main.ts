@@ -85,6 +85,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     username: config.clickhouse.username,
     password: config.clickhouse.password,
     dataDir: config.clickhouse.dataDir,
+    logger,
   });
   const clickhouse = deps.wrapClickHouse ? deps.wrapClickHouse(connection) : connection;
   const store = new EventStore(clickhouse, tables);

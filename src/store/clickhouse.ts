@@ -16,8 +16,17 @@ import { mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { resolve } from 'node:path';
 import { Readable } from 'node:stream';
-import { createClient, type ClickHouseClient, type ClickHouseSettings } from '@clickhouse/client';
+import {
+  ClickHouseLogLevel,
+  createClient,
+  type ClickHouseClient,
+  type ClickHouseSettings,
+  type Logger as ClientLogger,
+  type LogParams,
+} from '@clickhouse/client';
 import type { ChdbConnection } from 'chdb/connection';
+import { pino } from 'pino';
+import type { Logger } from '../logger.ts';
 
 const require = createRequire(import.meta.url);
 
@@ -42,6 +51,8 @@ export interface ClickHouseOptions {
   password: string;
   /** Embedded engine data directory, used when url is unset. */
   dataDir: string;
+  /** Where the client's own log goes; without one it prints plain text to the console. */
+  logger?: Logger;
 }
 
 export interface ClickHouse {
@@ -73,6 +84,7 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
       password: options.password,
       clickhouse_settings: PINNED_SETTINGS,
       request_timeout: 60_000,
+      log: options.logger && clientLog(options.logger, secretsOf(options)),
     });
     return wrap(client, 'server', async (table, columns, body, format, settings) => {
       const result = await client.exec({
@@ -88,7 +100,11 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
   const { createChdbConnection } = require('chdb/connection') as typeof import('chdb/connection');
   const connection: ChdbConnection = createChdbConnection({ path });
   // chdb declares the same Connection interface against its own copy of client-common's types.
-  const client = createClient({ connection: connection as unknown as ClientConnection, clickhouse_settings: PINNED_SETTINGS });
+  const client = createClient({
+    connection: connection as unknown as ClientConnection,
+    clickhouse_settings: PINNED_SETTINGS,
+    log: options.logger && clientLog(options.logger, []),
+  });
   return wrap(client, 'embedded', async (table, columns, body, format, settings) => {
     await connection.chdb.rawInsert({
       table,
@@ -98,6 +114,59 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
       settings: { ...PINNED_SETTINGS, ...settings } as Record<string, string | number | boolean>,
     });
   });
+}
+
+/** The passwords a client may come to hold: CLICKHOUSE_PASSWORD and the URL's, as given and decoded. */
+function secretsOf(options: ClickHouseOptions): string[] {
+  const fromUrl = options.url ? new URL(options.url).password : '';
+  const secrets = [options.password, fromUrl];
+  try {
+    secrets.push(decodeURIComponent(fromUrl));
+  } catch {
+    // not percent-encoding: the password as given is the one
+  }
+  return [...new Set(secrets.filter((secret) => secret.length > 0))];
+}
+
+/** Client log levels by pino level: the client does no work for records pino would drop. */
+const CLIENT_LOG_LEVELS: Record<string, ClickHouseLogLevel> = {
+  trace: ClickHouseLogLevel.TRACE,
+  debug: ClickHouseLogLevel.DEBUG,
+  info: ClickHouseLogLevel.INFO,
+  warn: ClickHouseLogLevel.WARN,
+  error: ClickHouseLogLevel.ERROR,
+  fatal: ClickHouseLogLevel.OFF,
+  silent: ClickHouseLogLevel.OFF,
+};
+
+/**
+ * The client's own log, as records of `logger` at the same level (one JSON line each, where the
+ * client's default prints several lines of plain text). What it logs (a message, arguments such as
+ * query ids and settings, an error that may quote the server's answer) carries no password that
+ * we know of; any of `secrets` found in it all the same is replaced by [REDACTED].
+ */
+function clientLog(logger: Logger, secrets: readonly string[]): { LoggerClass: new () => ClientLogger; level: ClickHouseLogLevel } {
+  const redact = (text: string) => secrets.reduce((redacted, secret) => redacted.replaceAll(secret, '[REDACTED]'), text);
+  const scrub = (value: unknown): unknown => {
+    if (typeof value === 'string') return redact(value);
+    if (Array.isArray(value)) return value.map(scrub);
+    if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, scrub(item)]));
+    return value;
+  };
+  const out = logger.child({ component: 'clickhouse' }, { serializers: { err: (error: Error) => scrub(pino.stdSerializers.err(error)) } });
+  const write =
+    (level: 'trace' | 'debug' | 'info' | 'warn' | 'error') =>
+    ({ module, message, args, err }: LogParams & { err?: Error }): void => {
+      out[level]({ module, ...(args && { args: scrub(args) }), ...(err && { err }) }, redact(message));
+    };
+  class PinoLogger implements ClientLogger {
+    trace = write('trace');
+    debug = write('debug');
+    info = write('info');
+    warn = write('warn');
+    error = write('error');
+  }
+  return { LoggerClass: PinoLogger, level: CLIENT_LOG_LEVELS[logger.level] ?? ClickHouseLogLevel.WARN };
 }
 
 function wrap(

@@ -85,6 +85,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     username: config.clickhouse.username,
     password: config.clickhouse.password,
     dataDir: config.clickhouse.dataDir,
+    logger,
   });
   const clickhouse = deps.wrapClickHouse ? deps.wrapClickHouse(connection) : connection;
   const store = new EventStore(clickhouse, tables);
@@ -167,6 +168,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   });
 
   let migrated = false;
+  metrics.reportStorageUp(() => migrated && buffer.healthy);
   const app = createHttpServer({
     logger,
     metrics,

@@ -53,10 +53,15 @@ export class WorkerMetrics {
     help: 'Failed attempts to store a flush (each is retried with backoff)',
     registers: [this.registry],
   });
-  readonly storageUp = new Gauge({
+  /** Whether storage is up (migrated, and the last write succeeded): read at every scrape. */
+  private storageState: () => boolean = () => false;
+  readonly storageUp: Gauge = new Gauge({
     name: 'security_center_storage_up',
-    help: '1 when the last storage write succeeded, 0 during an outage',
+    help: '1 once storage is migrated while its writes succeed; 0 before (at start, while migrations fail) and during an outage',
     registers: [this.registry],
+    collect: () => {
+      this.storageUp.set(this.storageState() ? 1 : 0);
+    },
   });
   readonly bufferedRows = new Gauge({
     name: 'security_center_buffered_rows',
@@ -138,6 +143,10 @@ export class WorkerMetrics {
 
   constructor(options: { defaultMetrics?: boolean } = {}) {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
-    this.storageUp.set(1);
+  }
+
+  /** Where security_center_storage_up comes from (until this is called it is 0). */
+  reportStorageUp(state: () => boolean): void {
+    this.storageState = state;
   }
 }

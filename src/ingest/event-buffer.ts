@@ -304,7 +304,6 @@ export class EventBuffer {
         metrics.flushFailures.inc();
         if (this._healthy) {
           this._healthy = false;
-          metrics.storageUp.set(0);
           logger.error({ err: error, rows: rowCount }, 'storing a flush failed; pausing intake and retrying');
           this.options.onOutage?.();
           for (const listener of this.outageListeners) listener();
@@ -318,7 +317,6 @@ export class EventBuffer {
     }
     if (!this._healthy) {
       this._healthy = true;
-      metrics.storageUp.set(1);
       logger.info('storage is back; resuming intake');
       this.options.onRecovery?.();
     }

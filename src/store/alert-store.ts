@@ -114,7 +114,7 @@ export class AlertStore {
   async loadForDedup(since: Date): Promise<Alert[]> {
     const rows = await this.db.queryRows(
       `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL
-        WHERE status IN ('open', 'acknowledged') OR updated_at >= {since:DateTime64(3)}`,
+        WHERE status IN ('open', 'acknowledged') OR updated_at >= {since:DateTime64(3, 'UTC')}`,
       { since: toClickHouseTime(since.getTime()) },
     );
     return rows.map((row) => fromRow(alertRow.parse(row)));
@@ -176,7 +176,7 @@ export class AlertStore {
     // The ids first, without FINAL (one column scanned); then only those alerts are collapsed.
     const rows = await this.db.queryRows(
       `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL
-        WHERE id IN (SELECT id FROM ${this.tables.alerts} WHERE updated_at >= {since:DateTime64(3)})`,
+        WHERE id IN (SELECT id FROM ${this.tables.alerts} WHERE updated_at >= {since:DateTime64(3, 'UTC')})`,
       { since: toClickHouseTime(since.getTime()) },
     );
     return rows.map((row) => fromRow(alertRow.parse(row)));
@@ -190,10 +190,10 @@ export class AlertStore {
     const rows = await this.db.queryRows(
       `SELECT type, severity,
               countIf(status IN ('open', 'acknowledged')) AS active,
-              countIf(created_at >= {from:DateTime64(3)} AND created_at <= {to:DateTime64(3)}) AS created
+              countIf(created_at >= {from:DateTime64(3, 'UTC')} AND created_at <= {to:DateTime64(3, 'UTC')}) AS created
          FROM ${this.tables.alerts} FINAL
         WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
-          AND (status IN ('open', 'acknowledged') OR (created_at >= {from:DateTime64(3)} AND created_at <= {to:DateTime64(3)}))
+          AND (status IN ('open', 'acknowledged') OR (created_at >= {from:DateTime64(3, 'UTC')} AND created_at <= {to:DateTime64(3, 'UTC')}))
         GROUP BY type, severity`,
       rangeParams(range),
     );
@@ -217,8 +217,8 @@ export class AlertStore {
          FROM ${this.tables.alerts} FINAL
         WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
           AND api_key_id IS NOT NULL AND status != 'dismissed'
-          AND (status IN ('open', 'acknowledged') OR last_seen_at >= {from:DateTime64(3)})
-          AND first_seen_at <= {to:DateTime64(3)}
+          AND (status IN ('open', 'acknowledged') OR last_seen_at >= {from:DateTime64(3, 'UTC')})
+          AND first_seen_at <= {to:DateTime64(3, 'UTC')}
         GROUP BY merchant_id, api_key_id
         ORDER BY max_risk DESC, active DESC, api_key_id
         LIMIT {limit:UInt32}`,
@@ -340,15 +340,15 @@ function filterClause(filter: AlertFilter): { where: string; params: Record<stri
     params.apiKeyId = filter.apiKeyId;
   }
   if (filter.from) {
-    conditions.push('created_at >= {from:DateTime64(3)}');
+    conditions.push(`created_at >= {from:DateTime64(3, 'UTC')}`);
     params.from = toClickHouseTime(filter.from.getTime());
   }
   if (filter.to) {
-    conditions.push('created_at <= {to:DateTime64(3)}');
+    conditions.push(`created_at <= {to:DateTime64(3, 'UTC')}`);
     params.to = toClickHouseTime(filter.to.getTime());
   }
   if (filter.after) {
-    conditions.push('(created_at, id) < ({afterCreatedAt:DateTime64(3)}, {afterId:UUID})');
+    conditions.push(`(created_at, id) < ({afterCreatedAt:DateTime64(3, 'UTC')}, {afterId:UUID})`);
     params.afterCreatedAt = toClickHouseTime(filter.after.createdAt);
     params.afterId = filter.after.id;
   }

@@ -1,5 +1,14 @@
-import { describe, expect, it } from 'vitest';
-import { linePages } from './clickhouse.ts';
+import { execFile } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createLogger } from '../logger.ts';
+import { connectClickHouse, linePages } from './clickhouse.ts';
 
 async function* chunks(...parts: (string | Buffer)[]): AsyncGenerator<Buffer> {
   for (const part of parts) yield Buffer.isBuffer(part) ? part : Buffer.from(part);
@@ -43,5 +52,119 @@ describe('linePages', () => {
       break;
     }
     expect(pulled).toBe(5);
+  });
+});
+
+describe('connectClickHouse', () => {
+  /**
+   * Connects in a fresh process (to `url`, or the embedded engine) and reports what of chdb that
+   * process holds: its JavaScript modules, and the native library's mappings (Linux).
+   */
+  async function chdbLoadedBy(url: string | undefined): Promise<{ modules: string[]; mappings: number }> {
+    const dir = mkdtempSync(join(tmpdir(), 'sc-chdb-probe-'));
+    try {
+      const script = join(dir, 'probe.mts');
+      writeFileSync(
+        script,
+        `import { createRequire } from 'node:module';
+         import { existsSync, readFileSync } from 'node:fs';
+         const { connectClickHouse } = await import(${JSON.stringify(new URL('./clickhouse.ts', import.meta.url).href)});
+         const db = connectClickHouse({ url: ${JSON.stringify(url)}, username: 'default', password: '', dataDir: ${JSON.stringify(dir)} });
+         const modules = Object.keys(createRequire(import.meta.url).cache).filter((path) => /[\\/]@?chdb[\\/]/.test(path));
+         const maps = existsSync('/proc/self/maps') ? readFileSync('/proc/self/maps', 'utf8') : '';
+         console.log(JSON.stringify({ modules, mappings: maps.split('\\n').filter((line) => line.includes('chdb')).length }));
+         await db.close();`,
+      );
+      const root = fileURLToPath(new URL('../..', import.meta.url));
+      const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', script], { cwd: root, timeout: 60_000 });
+      return JSON.parse(stdout.trim().split('\n').at(-1)!);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  it('loads no part of the embedded engine for a server URL', async () => {
+    expect(await chdbLoadedBy('http://127.0.0.1:1')).toEqual({ modules: [], mappings: 0 });
+  });
+
+  it('loads the embedded engine without a URL (the probe sees it)', async () => {
+    const loaded = await chdbLoadedBy(undefined);
+    expect(loaded.modules.length).toBeGreaterThan(0);
+    if (process.platform === 'linux') expect(loaded.mappings).toBeGreaterThan(0);
+  });
+});
+
+describe('queries of src/store', () => {
+  it('declare every DateTime64 parameter in UTC, whatever the session time zone', () => {
+    const dir = fileURLToPath(new URL('.', import.meta.url));
+    const undeclared = readdirSync(dir)
+      .filter((name) => name.endsWith('.ts') && !name.endsWith('.test.ts'))
+      .flatMap((name) => (readFileSync(join(dir, name), 'utf8').match(/\{\w+:DateTime64\([^)]*\)\}/g) ?? []).map((param) => `${name}: ${param}`))
+      .filter((param) => !param.endsWith(":DateTime64(3, 'UTC')}"));
+    expect(undeclared).toEqual([]);
+  });
+});
+
+describe("the client's own log", () => {
+  const PASSWORD = 'pw-url-0123456789';
+  const OTHER_PASSWORD = 'pw-env-0123456789';
+
+  /** A server that fails every request with an error quoting the credentials it was sent. */
+  async function failingServer(): Promise<{ url: string; close(): Promise<void> }> {
+    const server = createServer((request, response) => {
+      const credentials = Buffer.from((request.headers.authorization ?? '').replace(/^Basic /, ''), 'base64').toString();
+      response.writeHead(500, { 'content-type': 'text/plain', 'x-clickhouse-exception-code': '516' });
+      response.end(`Code: 516. DB::Exception: ${credentials}: Authentication failed. (AUTHENTICATION_FAILED)\n`);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    return { url: `http://127.0.0.1:${port}`, close: () => new Promise((resolve) => server.close(() => resolve())) };
+  }
+
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+
+  async function logOf(level: string): Promise<{ records: Record<string, unknown>[]; text: string; console: number }> {
+    const lines: string[] = [];
+    const logger = createLogger(level, { write: (line: string) => void lines.push(line) });
+    const console = [vi.spyOn(globalThis.console, 'error'), vi.spyOn(globalThis.console, 'warn'), vi.spyOn(globalThis.console, 'info')];
+    for (const spy of console) spy.mockImplementation(() => undefined);
+    const server = await failingServer();
+    try {
+      const url = new URL(server.url);
+      url.username = 'worker';
+      url.password = PASSWORD;
+      const db = connectClickHouse({ url: url.href, username: 'default', password: OTHER_PASSWORD, dataDir: '/nonexistent', logger });
+      await expect(db.queryRows('SELECT 1')).rejects.toThrow(/Authentication failed/);
+      await db.close();
+    } finally {
+      await server.close();
+    }
+    const text = lines.join('');
+    return { records: lines.map((line) => JSON.parse(line) as Record<string, unknown>), text, console: console.reduce((sum, spy) => sum + spy.mock.calls.length, 0) };
+  }
+
+  it("writes a failed request's log line as one JSON record at error level, without the password", async () => {
+    const { records, text, console } = await logOf('info');
+    expect(console).toBe(0);
+    const failure = records.find((record) => record.level === 50);
+    expect(failure).toMatchObject({ component: 'clickhouse', module: 'Connection', msg: expect.stringMatching(/HTTP request error/) });
+    expect(failure?.err).toMatchObject({ message: expect.stringContaining('Authentication failed') });
+    // The URL's credentials override the configured ones: said once each, at warn level.
+    expect(records.filter((record) => record.level === 40).map((record) => record.msg)).toEqual(
+      expect.arrayContaining(['"username" is overridden by a URL parameter.', '"password" is overridden by a URL parameter.']),
+    );
+    expect(text).toContain('[REDACTED]');
+    expect(text).not.toContain(PASSWORD);
+    expect(text).not.toContain(OTHER_PASSWORD);
+  });
+
+  it('follows LOG_LEVEL', async () => {
+    const atError = await logOf('error');
+    expect(atError.console).toBe(0);
+    expect(atError.records.map((record) => record.level)).toEqual([50]);
+    const silent = await logOf('silent');
+    expect(silent).toMatchObject({ records: [], console: 0 });
   });
 });

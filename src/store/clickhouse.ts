@@ -8,20 +8,36 @@
  * Request events, the bulk of every insert, travel as TabSeparated: the engine parses it about twice
  * as fast as JSONEachRow (measured: 142k vs 75k rows/s for the same 500k rows in 50k-row inserts,
  * embedded engine, 2 cores). Alerts and webhooks, few and nested, stay JSONEachRow.
+ * chdb is loaded only for the embedded engine: loading it maps its native library (about 140 MB
+ * resident), and on platforms without a chdb build it throws, so a worker with a server URL never
+ * loads it. It is a CommonJS package, loaded with require, so connecting stays synchronous.
  */
 import { mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { resolve } from 'node:path';
 import { Readable } from 'node:stream';
-import { createClient, type ClickHouseClient, type ClickHouseSettings } from '@clickhouse/client';
-import { createChdbConnection, type ChdbConnection } from 'chdb/connection';
+import {
+  ClickHouseLogLevel,
+  createClient,
+  type ClickHouseClient,
+  type ClickHouseSettings,
+  type Logger as ClientLogger,
+  type LogParams,
+} from '@clickhouse/client';
+import type { ChdbConnection } from 'chdb/connection';
+import { pino } from 'pino';
+import type { Logger } from '../logger.ts';
+
+const require = createRequire(import.meta.url);
 
 /** Settings the code relies on, pinned because the embedded engine's defaults differ from a server's. */
 export const PINNED_SETTINGS: ClickHouseSettings = {
   async_insert: 0, // an insert has landed when it returns: offsets are committed after it
   date_time_input_format: 'basic', // rows carry 'YYYY-MM-DD hh:mm:ss.sss' in UTC
+  date_time_output_format: 'simple', // and so do results: the stores parse that form (a profile's 'iso' would break them)
   output_format_json_quote_64bit_integers: 0, // counts and offsets come back as JSON numbers
   input_format_skip_unknown_fields: 0, // a column-name mistake fails loudly
-  session_timezone: 'UTC',
+  session_timezone: 'UTC', // DateTime64 parameters say 'UTC' all the same
 };
 
 /** Row formats the bulk insert accepts (both are raw-insert formats of the embedded engine too). */
@@ -35,13 +51,18 @@ export interface ClickHouseOptions {
   password: string;
   /** Embedded engine data directory, used when url is unset. */
   dataDir: string;
+  /** Where the client's own log goes; without one it prints plain text to the console. */
+  logger?: Logger;
 }
 
 export interface ClickHouse {
   readonly client: ClickHouseClient;
   readonly kind: 'server' | 'embedded';
-  /** Inserts rows (one per line, in `format`, values in `columns` order) into a table. */
-  insert(table: string, columns: readonly string[], body: Buffer, format: RowFormat): Promise<void>;
+  /**
+   * Inserts rows (one per line, in `format`, values in `columns` order) into a table; `settings`
+   * apply to this insert (and the materialized views it feeds) on top of the pinned ones.
+   */
+  insert(table: string, columns: readonly string[], body: Buffer, format: RowFormat, settings?: ClickHouseSettings): Promise<void>;
   /** Runs a query and returns its rows (JSONEachRow). */
   queryRows<T = Record<string, unknown>>(query: string, params?: Record<string, unknown>): Promise<T[]>;
   /**
@@ -50,7 +71,7 @@ export interface ClickHouse {
    * engine returns the result as one buffer, outside the heap; a server streams it.)
    */
   queryPages<T = Record<string, unknown>>(query: string, params: Record<string, unknown>, pageSize: number, onPage: (rows: T[]) => Promise<void>): Promise<void>;
-  command(query: string, params?: Record<string, unknown>): Promise<void>;
+  command(query: string, params?: Record<string, unknown>, settings?: ClickHouseSettings): Promise<void>;
   ping(): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -63,29 +84,89 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
       password: options.password,
       clickhouse_settings: PINNED_SETTINGS,
       request_timeout: 60_000,
+      log: options.logger && clientLog(options.logger, secretsOf(options)),
     });
-    return wrap(client, 'server', async (table, columns, body, format) => {
+    return wrap(client, 'server', async (table, columns, body, format, settings) => {
       const result = await client.exec({
         query: `INSERT INTO ${table} (${columns.join(', ')}) FORMAT ${format}`,
         values: Readable.from([body], { objectMode: false }),
+        clickhouse_settings: settings,
       });
       result.stream.resume();
     });
   }
   const path = resolve(options.dataDir, 'clickhouse');
   mkdirSync(path, { recursive: true });
+  const { createChdbConnection } = require('chdb/connection') as typeof import('chdb/connection');
   const connection: ChdbConnection = createChdbConnection({ path });
   // chdb declares the same Connection interface against its own copy of client-common's types.
-  const client = createClient({ connection: connection as unknown as ClientConnection, clickhouse_settings: PINNED_SETTINGS });
-  return wrap(client, 'embedded', async (table, columns, body, format) => {
+  const client = createClient({
+    connection: connection as unknown as ClientConnection,
+    clickhouse_settings: PINNED_SETTINGS,
+    log: options.logger && clientLog(options.logger, []),
+  });
+  return wrap(client, 'embedded', async (table, columns, body, format, settings) => {
     await connection.chdb.rawInsert({
       table,
       columns: [...columns],
       format,
       values: body,
-      settings: PINNED_SETTINGS as Record<string, string | number | boolean>,
+      settings: { ...PINNED_SETTINGS, ...settings } as Record<string, string | number | boolean>,
     });
   });
+}
+
+/** The passwords a client may come to hold: CLICKHOUSE_PASSWORD and the URL's, as given and decoded. */
+function secretsOf(options: ClickHouseOptions): string[] {
+  const fromUrl = options.url ? new URL(options.url).password : '';
+  const secrets = [options.password, fromUrl];
+  try {
+    secrets.push(decodeURIComponent(fromUrl));
+  } catch {
+    // not percent-encoding: the password as given is the one
+  }
+  return [...new Set(secrets.filter((secret) => secret.length > 0))];
+}
+
+/** Client log levels by pino level: the client does no work for records pino would drop. */
+const CLIENT_LOG_LEVELS: Record<string, ClickHouseLogLevel> = {
+  trace: ClickHouseLogLevel.TRACE,
+  debug: ClickHouseLogLevel.DEBUG,
+  info: ClickHouseLogLevel.INFO,
+  warn: ClickHouseLogLevel.WARN,
+  error: ClickHouseLogLevel.ERROR,
+  fatal: ClickHouseLogLevel.OFF,
+  silent: ClickHouseLogLevel.OFF,
+};
+
+/**
+ * The client's own log, as records of `logger` at the same level (one JSON line each, where the
+ * client's default prints several lines of plain text). What it logs (a message, arguments such as
+ * query ids and settings, an error that may quote the server's answer) carries no password that
+ * we know of; any of `secrets` found in it all the same is replaced by [REDACTED].
+ */
+function clientLog(logger: Logger, secrets: readonly string[]): { LoggerClass: new () => ClientLogger; level: ClickHouseLogLevel } {
+  const redact = (text: string) => secrets.reduce((redacted, secret) => redacted.replaceAll(secret, '[REDACTED]'), text);
+  const scrub = (value: unknown): unknown => {
+    if (typeof value === 'string') return redact(value);
+    if (Array.isArray(value)) return value.map(scrub);
+    if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, scrub(item)]));
+    return value;
+  };
+  const out = logger.child({ component: 'clickhouse' }, { serializers: { err: (error: Error) => scrub(pino.stdSerializers.err(error)) } });
+  const write =
+    (level: 'trace' | 'debug' | 'info' | 'warn' | 'error') =>
+    ({ module, message, args, err }: LogParams & { err?: Error }): void => {
+      out[level]({ module, ...(args && { args: scrub(args) }), ...(err && { err }) }, redact(message));
+    };
+  class PinoLogger implements ClientLogger {
+    trace = write('trace');
+    debug = write('debug');
+    info = write('info');
+    warn = write('warn');
+    error = write('error');
+  }
+  return { LoggerClass: PinoLogger, level: CLIENT_LOG_LEVELS[logger.level] ?? ClickHouseLogLevel.WARN };
 }
 
 function wrap(
@@ -96,7 +177,7 @@ function wrap(
   return {
     client,
     kind,
-    insert: (table, columns, body, format) => (body.length === 0 ? Promise.resolve() : insert(table, columns, body, format)),
+    insert: (table, columns, body, format, settings) => (body.length === 0 ? Promise.resolve() : insert(table, columns, body, format, settings)),
     async queryRows<T>(query: string, params?: Record<string, unknown>) {
       const result = await client.query({ query, query_params: params, format: 'JSONEachRow' });
       return result.json<T>();
@@ -107,8 +188,8 @@ function wrap(
       const result = await client.exec({ query: `${query}\nFORMAT JSONEachRow`, query_params: params });
       for await (const texts of linePages(result.stream, pageSize)) await onPage(texts.map((text) => JSON.parse(text) as T));
     },
-    async command(query, params) {
-      await client.command({ query, query_params: params });
+    async command(query, params, settings) {
+      await client.command({ query, query_params: params, clickhouse_settings: settings });
     },
     async ping() {
       const result = await client.ping();

@@ -6,6 +6,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { DEFAULT_RATE_LIMIT_PER_MINUTE, type Plan, type RequestEvent } from '../events/request-event.ts';
+import type { ClickHouseSettings } from '@clickhouse/client';
 import type { ClickHouse } from './clickhouse.ts';
 import type { Tables } from './tables.ts';
 
@@ -89,6 +90,15 @@ export function serializeEventRow(event: RequestEvent, source: EventSource, sour
   );
 }
 
+/**
+ * Settings of every insert into request_events (partitioned by day) and, through its view,
+ * request_rollup_1m (by month). An event may carry any time from 2000 to 2100 (a backfill, a
+ * producer with a bad clock), so one insert may touch more than the server's
+ * max_partitions_per_insert_block (100) partitions. Refused, such an insert would be retried forever
+ * with intake paused; past the limit the server logs a warning instead, and the insert is stored.
+ */
+export const EVENT_INSERT_SETTINGS: ClickHouseSettings = { throw_on_max_partitions_per_insert_block: 0 };
+
 /** The rollup's sum columns (002_request_rollup_1m.sql). */
 const ROLLUP_SUMS = ['requests', 'successes', 'client_errors', 'server_errors', 'auth_failures', 'not_found', 'rate_limited', 'response_time_sum'];
 
@@ -140,7 +150,7 @@ export class EventStore {
 
   /** Inserts pre-serialized rows (serializeEventRow lines, each ending in '\n'). */
   insertRows(body: Buffer): Promise<void> {
-    return this.db.insert(this.tables.requestEvents, REQUEST_EVENT_COLUMNS, body, 'TabSeparated');
+    return this.db.insert(this.tables.requestEvents, REQUEST_EVENT_COLUMNS, body, 'TabSeparated', EVENT_INSERT_SETTINGS);
   }
 
   /**
@@ -194,6 +204,7 @@ export class EventStore {
         `INSERT INTO ${this.tables.requestRollup1m} (merchant_id, api_key_id, minute, ${ROLLUP_SUMS.join(', ')}, response_time_max, unique_ips)
          ${this.rollupShortfallQuery()}`,
         params,
+        EVENT_INSERT_SETTINGS,
       );
     }
     return shortfall;
@@ -240,7 +251,7 @@ export class EventStore {
     const rows = await this.db.queryRows(
       `SELECT sum(requests) AS requests, sum(successes) AS successes, uniqMerge(unique_ips) AS unique_ips
          FROM ${this.tables.requestRollup1m}
-        WHERE minute >= toStartOfMinute({from:DateTime64(3)}) AND minute <= {to:DateTime64(3)}
+        WHERE minute >= toStartOfMinute({from:DateTime64(3, 'UTC')}) AND minute <= {to:DateTime64(3, 'UTC')}
           AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})`,
       { from: toClickHouseTime(range.from.getTime()), to: toClickHouseTime(range.to.getTime()), merchantId: range.merchantId ?? '' },
     );
@@ -263,7 +274,7 @@ export class EventStore {
       `SELECT toUnixTimestamp(toStartOfInterval(minute, INTERVAL {bucket:UInt32} SECOND)) AS t,
               sum(requests) AS requests, sum(successes) AS successes
          FROM ${this.tables.requestRollup1m}
-        WHERE minute >= toStartOfMinute({from:DateTime64(3)}) AND minute <= {to:DateTime64(3)}
+        WHERE minute >= toStartOfMinute({from:DateTime64(3, 'UTC')}) AND minute <= {to:DateTime64(3, 'UTC')}
           AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
         GROUP BY t`,
       {
@@ -310,7 +321,7 @@ export class EventStore {
          SELECT event_id, ts, merchant_id, plan, api_key_id, environment, ip, user_agent, method, path, status,
                 response_time_ms, rate_limit_per_minute, country
            FROM ${this.tables.requestEvents}
-          WHERE ts >= {since:DateTime64(3)}
+          WHERE ts >= {since:DateTime64(3, 'UTC')}
             AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
             AND ({anySource:Bool} OR (source_topic = {topic:String} AND source_partition = {partition:Int32}))
             AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))

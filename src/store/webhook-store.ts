@@ -319,7 +319,7 @@ export class WebhookStore {
         WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
           AND ({destination:String} = '' OR destination = {destination:String})
           AND ({status:String} = '' OR status = {status:String})
-          AND ({afterId:String} = '' OR (created_at, id) < ({afterAt:DateTime64(3)}, toUUIDOrZero({afterId:String})))
+          AND ({afterId:String} = '' OR (created_at, id) < ({afterAt:DateTime64(3, 'UTC')}, toUUIDOrZero({afterId:String})))
         ORDER BY created_at DESC, id DESC
         LIMIT {limit:UInt32}`,
       {

@@ -247,7 +247,7 @@ export class AlertStore {
          FROM ${this.tables.alerts} FINAL
         WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
           AND status != 'dismissed'
-          AND last_seen_at >= {from:DateTime64(3)} AND first_seen_at <= {to:DateTime64(3)}
+          AND last_seen_at >= {from:DateTime64(3, 'UTC')} AND first_seen_at <= {to:DateTime64(3, 'UTC')}
         ORDER BY risk_score DESC, last_seen_at DESC
         LIMIT {limit:UInt32}`,
       { ...rangeParams(range), limit: range.limit },

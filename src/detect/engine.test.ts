@@ -9,6 +9,9 @@ import { eventIdHash } from './event-id-hashes.ts';
 import type { GeoLookup } from './geo.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
+const HOUR = 3_600_000;
+/** The engine's wall clock in these tests: after every synthetic timestamp they use, whatever the date. */
+const WALL_CLOCK = () => T0 + 24 * HOUR;
 
 /** Fires when a key has at least `min` events in its window, reporting how many it saw. */
 const countingRule: AnyRule = {
@@ -58,7 +61,7 @@ function event(i: number, overrides: Partial<RequestEvent> = {}): RequestEvent {
   };
 }
 
-function engine(rules: AnyRule[] = [countingRule], config = new DetectionConfig(), maxWindowEvents?: number) {
+function engine(rules: AnyRule[] = [countingRule], config = new DetectionConfig(), maxWindowEvents?: number, clock = WALL_CLOCK) {
   const errors: string[] = [];
   const detection = new DetectionEngine({
     rules,
@@ -66,6 +69,7 @@ function engine(rules: AnyRule[] = [countingRule], config = new DetectionConfig(
     config: () => config,
     onRuleError: (ruleId) => errors.push(ruleId),
     maxWindowEvents,
+    clock,
   });
   return { detection, errors };
 }
@@ -156,6 +160,17 @@ describe('DetectionEngine', () => {
     expect(findings.map((f) => f.ruleId)).toEqual(['velocity_attack']);
     expect(errors).toEqual(['bot_traffic']);
     expect(detection.ruleErrors).toBe(1);
+  });
+
+  it('keeps events dated more than a few minutes ahead of the clock out of the windows, warm-up included, and counts them', () => {
+    const { detection } = engine([countingRule], new DetectionConfig(), undefined, () => T0);
+    // A producer's clock a day ahead (or a hostile timestamp): stored, but left out of detection.
+    detection.warm([event(0, { eventId: 'warm-future', timestamp: T0 + 24 * HOUR })]);
+    expect(detection.process([event(1), event(0, { eventId: 'future', timestamp: Date.UTC(2099, 11, 31) })], T0 + 1000)).toHaveLength(0);
+    // The key's real events still count (three of them fire), one a little ahead of the clock included.
+    const findings = detection.process([event(2), event(0, { eventId: 'skewed', timestamp: T0 + 30_000 })], T0 + 2000);
+    expect(findings.map((f) => f.finding.evidence.count)).toEqual([3]);
+    expect(detection.load).toMatchObject({ futureEvents: 2, windowEvents: 3 });
   });
 
   it('never lets an allowlisted key, network or user agent feed a window', () => {
@@ -322,7 +337,7 @@ describe('DetectionEngine with the rules of rules/', () => {
   );
 
   function engineWith(rules: AnyRule[], maxWindowEvents?: number) {
-    return new DetectionEngine({ rules, entitledPlans: ['business', 'enterprise'], geo, config: () => config, maxEventsPerKey: 300, maxWindowEvents });
+    return new DetectionEngine({ rules, entitledPlans: ['business', 'enterprise'], geo, config: () => config, maxEventsPerKey: 300, maxWindowEvents, clock: WALL_CLOCK });
   }
 
   // Traffic 6 and 7 run over a memory budget (42 keys' tallies and about 3,000 events), so the tallies

@@ -2,8 +2,9 @@
  * The streaming detection engine. Every batch the worker takes in is evaluated at once: events go
  * into per-key windows in memory, and every rule judges each key the batch touched.
  * Contract: only entitled plans are evaluated; an eventId counts once per key; allowlisted sources
- * never enter a window; a rule that throws is isolated (counted, reported, the others go on); the
- * engine does no I/O — findings go back to the caller, which turns them into alerts.
+ * never enter a window, nor do events dated more than MAX_CLOCK_SKEW_MS (admission.ts) ahead of
+ * the clock; a rule that throws is isolated (counted, reported, the others go on); the engine does
+ * no I/O — findings go back to the caller, which turns them into alerts.
  * Cost: each rule's screen (RuleScreen in types.ts) keeps running tallies of every window as events
  * enter and leave it, so judging a key is usually a few counter checks; a rule reads the window
  * (evaluate) only when its screen says it may fire.
@@ -42,6 +43,12 @@ export interface EngineOptions {
    * events; if that is not enough, the keys seen least recently are forgotten.
    */
   maxWindowEvents?: number;
+  /**
+   * The wall clock, epoch ms (default Date.now): events dated more than MAX_CLOCK_SKEW_MS
+   * (admission.ts) ahead of it never enter a window. Tests and benchmarks that feed synthetic
+   * timestamps give their own.
+   */
+  clock?: () => number;
   onRuleError?(ruleId: string, error: unknown): void;
 }
 
@@ -69,6 +76,8 @@ export interface EngineLoad {
   maxWindowEvents: number;
   shedEvents: number;
   forgottenKeys: number;
+  /** Events left out of the windows for being dated too far ahead of the clock (stored all the same). */
+  futureEvents: number;
 }
 
 /** Idle keys are looked for once per this many batches judged. */
@@ -118,7 +127,7 @@ export class DetectionEngine {
   ruleErrors = 0;
 
   constructor(private readonly options: EngineOptions) {
-    this.admission = new Admission(options.entitledPlans, options.config, options.geo);
+    this.admission = new Admission(options.entitledPlans, options.config, options.geo, options.clock);
     this.rules = options.rules;
     this.windowMs = Math.max(...options.rules.map((rule) => rule.windowMs));
     this.maxEventsPerKey = options.maxEventsPerKey ?? 5_000;
@@ -135,6 +144,7 @@ export class DetectionEngine {
       maxWindowEvents: this.maxWindowEvents,
       shedEvents: this.shedEvents,
       forgottenKeys: this.forgottenKeys,
+      futureEvents: this.admission.futureEvents,
     };
   }
 

@@ -124,6 +124,8 @@ export class DetectionEngine {
   private batches = 0;
   /** Per partition (-1 for HTTP): the latest time its keys were judged as of. */
   private readonly partitionClocks = new Map<number, number>();
+  /** The detection config the windows were last brought in line with (followConfig). */
+  private config: DetectionConfig | undefined;
   ruleErrors = 0;
 
   constructor(private readonly options: EngineOptions) {
@@ -167,6 +169,7 @@ export class DetectionEngine {
    * (window and tallies) and is judged at once, so its state is fetched from memory once.
    */
   detect(batch: AdmittedBatch, now: number, partition = -1): EngineFinding[] {
+    this.followConfig();
     const findings: EngineFinding[] = [];
     for (const state of this.arrive(batch, partition)) {
       this.take(state);
@@ -180,6 +183,7 @@ export class DetectionEngine {
 
   /** Adds events without evaluating (warming the windows after a start or a rebalance). */
   warm(events: readonly RequestEvent[], partition = -1): void {
+    this.followConfig();
     for (const state of this.arrive(this.admit(events), partition)) this.take(state);
     this.keepWithinBudget();
   }
@@ -189,6 +193,58 @@ export class DetectionEngine {
     for (const keys of [this.keys, this.sharedIds]) {
       for (const [key, state] of keys) if (state.partition >= 0 && !owned.has(state.partition)) this.forget(keys, key, state);
     }
+  }
+
+  /**
+   * After the detection config changed (a file reload), the events it now allowlists leave the
+   * windows, as if they had never entered them: a key with such events has its window, eventIds and
+   * tallies built again from the rest (tallies only follow events entering and leaving in order;
+   * reloads are rare), and a key now allowlisted as a whole is forgotten. Runs before a batch's
+   * events go into the windows; the batch itself was admitted under the new config.
+   */
+  private followConfig(): void {
+    const config = this.options.config();
+    if (config === this.config) return;
+    const first = this.config === undefined;
+    this.config = config;
+    if (first || !config.hasAllowlists) return;
+    for (const keys of [this.keys, this.sharedIds]) {
+      for (const [key, state] of keys) {
+        if (config.isKeyAllowlisted(state.merchantId, state.apiKeyId)) this.forget(keys, key, state);
+        else this.dropAllowlisted(state, config);
+      }
+    }
+  }
+
+  /** Takes the events the config allowlists (by address, network or user agent) out of the key's window. */
+  private dropAllowlisted(state: KeyState, config: DetectionConfig): void {
+    const events = state.window.toArray();
+    // Consecutive events usually share their address and user agent: the last verdict is kept at hand.
+    let ip: string | undefined;
+    let userAgent: string | undefined;
+    let allowlisted = false;
+    let kept: WindowEvent[] | undefined;
+    for (let i = 0; i < events.length; i++) {
+      const event = events[i]!;
+      if (event.ip !== ip || event.userAgent !== userAgent) {
+        ip = event.ip;
+        userAgent = event.userAgent;
+        allowlisted = config.isAllowlisted(state.merchantId, state.apiKeyId, ip, userAgent);
+      }
+      if (allowlisted) kept ??= events.slice(0, i);
+      else kept?.push(event);
+    }
+    if (kept === undefined) return;
+    // Built again from the events kept, in time order; a screen set aside (BROKEN) gets a new tally.
+    this.windowEvents -= state.window.size;
+    state.window = new EventWindow();
+    state.eventIds = new EventIdHashes();
+    state.tallies = this.rules.map((rule) => rule.screen?.create());
+    for (const event of kept) {
+      state.eventIds.add(eventIdHash(event.eventId));
+      state.arrived.push(event);
+    }
+    this.take(state);
   }
 
   private forget(keys: Map<string, KeyState>, key: string, state: KeyState): void {

@@ -38,6 +38,8 @@ const RATE = Number(process.env.BENCH_RATE ?? 1000);
 /** Evaluate dirty keys after every Nth batch (1 = after every batch, as specified). */
 const EVALUATE_EVERY = Math.max(1, Number(process.env.BENCH_EVALUATE_EVERY ?? 1));
 const START = Date.UTC(2026, 10, 20, 12, 0, 0);
+/** The engine's wall clock: the end of the traffic's event time, whatever today's date (events dated ahead of it are left out). */
+const CLOCK = START + Math.ceil(EVENTS / RATE) * 1000;
 const WINDOW_MS = Math.max(...RULES.map((rule) => rule.windowMs));
 /** No allowlists, no overrides. */
 const CONFIG = new DetectionConfig();
@@ -168,6 +170,7 @@ function run(generated: Generated, count: number, variant: Variant): RunStats {
     entitledPlans: PLANS,
     geo: geoLookup(generated, count),
     config: () => CONFIG,
+    clock: () => CLOCK,
   });
   const findingsByRule: Record<string, number> = Object.fromEntries(RULES.map((rule) => [rule.id, 0]));
   const batch: RequestEvent[] = [];

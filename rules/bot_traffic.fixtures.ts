@@ -42,6 +42,30 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'critical', evidence: { tools: { ffuf: 1, Nuclei: 1, zgrab: 1, 'THC Hydra': 1 } } },
   },
   {
+    name: 'attack tools by the names in their user agents: Nessus, Burp Suite, Arachni, Acunetix, OpenVAS, WPScan, masscan, gobuster, Nmap',
+    kind: 'positive',
+    window: keyWindow([
+      ...ORDINARY,
+      ...[
+        'Nessus SOAP v0.0.1 (Nessus.org)',
+        'Mozilla/5.0 (compatible; Burp Suite Professional/2024.1)',
+        'Arachni/v1.6.1.3',
+        'Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36 acunetix_wvs_security_test',
+        'Mozilla/5.0 [en] (X11, U; OpenVAS-VT 22.4.1)',
+        'WPScan v3.8.25 (https://wpscan.com/wordpress-security-scanner)',
+        'masscan/1.3 (https://github.com/robertdavidgraham/masscan)',
+        'gobuster/3.6',
+        'Mozilla/5.0 (compatible; Nmap Scripting Engine; https://nmap.org/book/nse.html)',
+      ].map((userAgent, i) => ({ at: T0 - (9 - i) * MINUTE, userAgent, status: 404 })),
+    ]),
+    now: T0,
+    expect: {
+      findings: 1,
+      severity: 'critical',
+      evidence: { tools: { Nessus: 1, 'Burp Suite': 1, Arachni: 1, Acunetix: 1, OpenVAS: 1, WPScan: 1, masscan: 1, gobuster: 1, Nmap: 1 }, requests: 9 },
+    },
+  },
+  {
     name: 'HeadlessChrome walking 60 session ids is medium',
     kind: 'positive',
     window: keyWindow([...ORDINARY, ...walk(60, HEADLESS_CHROME)]),
@@ -114,6 +138,21 @@ export const fixtures: Fixture[] = [
     name: 'a user agent naming Ory Hydra (an OAuth server) is not THC Hydra',
     kind: 'negative',
     window: keyWindow(spread(50, TEN_MINUTES_AGO, 10 * MINUTE, { userAgent: 'ory-hydra/v2.2.0 Go-http-client/1.1' })),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'ordinary products whose names contain a tool\'s (BusinessUserSync, AcmeBusinessUsers, Burpple, Arachnid, NucleiCount) are not attack tools',
+    kind: 'negative',
+    window: keyWindow(
+      [
+        'BusinessUserSync/2.4 python-requests/2.31.0',
+        'AcmeBusinessUsers-Importer/1.0 (+https://acme.example)',
+        'Burpple/5.3.1 (iPhone; iOS 17.2; Scale/3.00)',
+        'Arachnid/0.9 Go-http-client/1.1',
+        'NucleiCount/3.1 okhttp/4.12.0',
+      ].flatMap((userAgent, k) => spread(20, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ userAgent, path: `/v1/verify/sessions/ses_${k}_${i}` }))),
+    ),
     now: T0,
     expect: { findings: 0 },
   },

@@ -8,7 +8,8 @@
  *   - ordinary HTTP libraries (curl, python-requests, axios, okhttp, Go-http-client, Java, node-fetch,
  *     undici, Ruby, Guzzle, .NET) are how server-side integrations call an API: never an alert.
  *   - an empty user agent is common for hand-written server clients: never an alert by itself.
- * The patterns are data (USER_AGENT_PATTERNS), checked in order, attack tools first. There is no
+ * The patterns are data (USER_AGENT_PATTERNS), checked in order, attack tools first; a tool's name
+ * counts only as a token of the user agent, never inside a longer word (a product's name). There is no
  * "good bot" list: a crawler's reputation says nothing about whether it should hold an API key.
  */
 import { DistinctValues } from '../src/detect/tallies.ts';
@@ -22,37 +23,49 @@ export interface UserAgentPattern {
   category: UserAgentCategory;
 }
 
+/**
+ * A tool's name as a token of the user agent, case-insensitive: a letter right before or after it
+ * means a longer word, an ordinary product's name ("BusinessUserSync" is not Nessus, "Burpple" not
+ * Burp Suite, "Arachnid" not Arachni, "NucleiCount" not Nuclei). Anything else around it (start or
+ * end, a space, "/", "-", "_", "(", a digit) is a token's edge, as in "Nikto/2.5.0" or
+ * "acunetix_wvs_security_test". An attack tool is critical on a single request: its name must be
+ * the product's, not part of someone else's.
+ */
+function token(names: string): RegExp {
+  return new RegExp(`(?<![a-z])(?:${names})(?![a-z])`, 'i');
+}
+
 /** Default user agents of the tools; case-insensitive. Add a line to add a tool. */
 export const USER_AGENT_PATTERNS: readonly UserAgentPattern[] = [
-  { name: 'sqlmap', pattern: /sqlmap/i, category: 'attack_tool' },
-  { name: 'Nikto', pattern: /nikto/i, category: 'attack_tool' },
-  { name: 'Nuclei', pattern: /nuclei/i, category: 'attack_tool' },
-  { name: 'zgrab', pattern: /zgrab/i, category: 'attack_tool' },
-  { name: 'masscan', pattern: /masscan/i, category: 'attack_tool' },
-  { name: 'Nmap', pattern: /\bnmap\b/i, category: 'attack_tool' },
-  { name: 'ZMap', pattern: /\bzmap\b/i, category: 'attack_tool' },
-  { name: 'DirBuster', pattern: /dirbuster/i, category: 'attack_tool' },
-  { name: 'gobuster', pattern: /gobuster/i, category: 'attack_tool' },
-  { name: 'feroxbuster', pattern: /feroxbuster/i, category: 'attack_tool' },
-  { name: 'ffuf', pattern: /\bffuf\b|fuzz faster u fool/i, category: 'attack_tool' },
-  { name: 'wfuzz', pattern: /wfuzz/i, category: 'attack_tool' },
-  { name: 'Acunetix', pattern: /acunetix/i, category: 'attack_tool' },
-  { name: 'Nessus', pattern: /nessus/i, category: 'attack_tool' },
-  { name: 'OpenVAS', pattern: /openvas/i, category: 'attack_tool' },
-  { name: 'w3af', pattern: /w3af/i, category: 'attack_tool' },
-  { name: 'Burp Suite', pattern: /\bburp/i, category: 'attack_tool' },
+  { name: 'sqlmap', pattern: token('sqlmap'), category: 'attack_tool' },
+  { name: 'Nikto', pattern: token('nikto'), category: 'attack_tool' },
+  { name: 'Nuclei', pattern: token('nuclei'), category: 'attack_tool' },
+  { name: 'zgrab', pattern: token('zgrab'), category: 'attack_tool' },
+  { name: 'masscan', pattern: token('masscan'), category: 'attack_tool' },
+  { name: 'Nmap', pattern: token('nmap'), category: 'attack_tool' },
+  { name: 'ZMap', pattern: token('zmap'), category: 'attack_tool' },
+  { name: 'DirBuster', pattern: token('dirbuster'), category: 'attack_tool' },
+  { name: 'gobuster', pattern: token('gobuster'), category: 'attack_tool' },
+  { name: 'feroxbuster', pattern: token('feroxbuster'), category: 'attack_tool' },
+  { name: 'ffuf', pattern: token('ffuf|fuzz faster u fool'), category: 'attack_tool' },
+  { name: 'wfuzz', pattern: token('wfuzz'), category: 'attack_tool' },
+  { name: 'Acunetix', pattern: token('acunetix'), category: 'attack_tool' },
+  { name: 'Nessus', pattern: token('nessus'), category: 'attack_tool' },
+  { name: 'OpenVAS', pattern: token('openvas'), category: 'attack_tool' },
+  { name: 'w3af', pattern: token('w3af'), category: 'attack_tool' },
+  { name: 'Burp Suite', pattern: token('burp(?:[ _-]?suite|collaborator)?'), category: 'attack_tool' },
   // THC Hydra sends "Mozilla/4.0 (Hydra)"; a bare "hydra" would also match Ory Hydra, an OAuth server.
   { name: 'THC Hydra', pattern: /\(hydra\)|thc-hydra/i, category: 'attack_tool' },
-  { name: 'ZmEu', pattern: /zmeu/i, category: 'attack_tool' },
-  { name: 'WPScan', pattern: /wpscan/i, category: 'attack_tool' },
-  { name: 'Arachni', pattern: /arachni/i, category: 'attack_tool' },
-  { name: 'Netsparker', pattern: /netsparker|invicti/i, category: 'attack_tool' },
-  { name: 'Wapiti', pattern: /wapiti/i, category: 'attack_tool' },
-  { name: 'skipfish', pattern: /skipfish/i, category: 'attack_tool' },
-  { name: 'commix', pattern: /commix/i, category: 'attack_tool' },
-  { name: 'Havij', pattern: /havij/i, category: 'attack_tool' },
-  { name: 'Metasploit', pattern: /metasploit/i, category: 'attack_tool' },
-  { name: 'Jorgee', pattern: /jorgee/i, category: 'attack_tool' },
+  { name: 'ZmEu', pattern: token('zmeu'), category: 'attack_tool' },
+  { name: 'WPScan', pattern: token('wpscan'), category: 'attack_tool' },
+  { name: 'Arachni', pattern: token('arachni'), category: 'attack_tool' },
+  { name: 'Netsparker', pattern: token('netsparker|invicti'), category: 'attack_tool' },
+  { name: 'Wapiti', pattern: token('wapiti'), category: 'attack_tool' },
+  { name: 'skipfish', pattern: token('skipfish'), category: 'attack_tool' },
+  { name: 'commix', pattern: token('commix'), category: 'attack_tool' },
+  { name: 'Havij', pattern: token('havij'), category: 'attack_tool' },
+  { name: 'Metasploit', pattern: token('metasploit'), category: 'attack_tool' },
+  { name: 'Jorgee', pattern: token('jorgee'), category: 'attack_tool' },
   // Headless browsers: Puppeteer's and Playwright's default user agents say HeadlessChrome.
   { name: 'HeadlessChrome', pattern: /headlesschrome/i, category: 'headless' },
   { name: 'PhantomJS', pattern: /phantomjs/i, category: 'headless' },
@@ -100,7 +113,7 @@ interface Tally {
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'bot_traffic',
-  version: '1.0.0',
+  version: '1.0.1',
   title: 'Bot traffic',
   description:
     'A key is used by an attack tool (scanner, fuzzer, brute forcer), or by a headless browser or scraper that ' +
@@ -116,6 +129,7 @@ export const rule: RuleDefinition<Params, Tally> = {
   falsePositives: [
     'Server-side integrations using HTTP libraries (curl, python-requests, axios, okhttp, Go-http-client, Java, node-fetch, undici, Ruby, Guzzle, .NET): never matched.',
     'An empty user agent (common for hand-written clients): never an alert by itself.',
+    'A product whose name contains a tool\'s (BusinessUserSync, Burpple, Arachnid, NucleiCount): a tool\'s name counts only as a token of the user agent, never inside a longer word.',
     'Headless browsers in a merchant\'s end-to-end tests: a few paths, under minDistinctResources.',
     'Paths sent as route templates (/v1/verify/sessions/:id) hide enumeration from this rule; high_failure_rate (404 probing) and velocity_attack still see it.',
     'A merchant\'s own penetration test with a live key alerts as an attack tool, by design: dismiss it with a note or allowlist the key for the test.',

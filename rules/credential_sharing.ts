@@ -36,7 +36,7 @@ type Tally = DistinctValues<string>;
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'credential_sharing',
-  version: '1.0.0',
+  version: '1.0.1',
   title: 'Credential sharing',
   description:
     'A key is used from many more networks and countries than it usually is: it has been shared, leaked or ' +
@@ -137,15 +137,19 @@ export const rule: RuleDefinition<Params, Tally> = {
     const ips = new Set(recent.map((e) => e.ip));
     const key = window.apiKeyId;
     const countryList = [...countries].sort();
+    // Without an earlier active interval there is no baseline to speak of, only its absence.
+    const usually = history.length > 0 ? `usually ${baseline}` : 'no earlier history';
+    const against =
+      history.length > 0 ? `against a baseline of ${baseline} per ${params.intervalMinutes} min` : `with no earlier history in the last ${intervals * params.intervalMinutes} min to compare with`;
     const finding: Finding = {
       scope: key,
       apiKeyId: key,
       severity,
       confidence,
-      title: `Credential sharing on ${key}: ${recentNetworks} networks in ${countries.size} countries in ${params.intervalMinutes} min (usually ${baseline})`,
+      title: `Credential sharing on ${key}: ${recentNetworks} networks in ${countries.size} countries in ${params.intervalMinutes} min (${usually})`,
       summary:
         `${key} was used from ${recentNetworks} networks (${ips.size} IPs) in ${countries.size} countries (${countryList.slice(0, 5).join(', ')}${countries.size > 5 ? ', …' : ''}) ` +
-        `in the last ${params.intervalMinutes} min, against a baseline of ${baseline} per ${params.intervalMinutes} min and a threshold of ${params.minNetworks}; ` +
+        `in the last ${params.intervalMinutes} min, ${against} and a threshold of ${params.minNetworks}; ` +
         `the key looks shared or leaked: confirm with the merchant and rotate its secret.`,
       evidence: {
         recentNetworks,

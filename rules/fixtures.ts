@@ -23,6 +23,9 @@ export interface RuleFixture<P extends Record<string, ParamValue> = Record<strin
     severity?: Severity;
     /** Checked as a subset (toMatchObject) of the first finding's evidence. */
     evidence?: Record<string, unknown>;
+    /** Matched against the first finding's title and summary. */
+    title?: RegExp;
+    summary?: RegExp;
   };
 }
 

@@ -15,7 +15,8 @@ export const fixtures: Fixture[] = [
     expect: {
       findings: 1,
       severity: 'high',
-      evidence: { from: { ip: '198.51.100.10', country: 'US', city: 'Ashburn' }, to: { ip: '192.0.2.10', country: 'RU', city: 'Moscow' }, gapMinutes: 2, impossibleHops: 1 },
+      // Ashburn was the one place known before the hop; Moscow is where it went.
+      evidence: { from: { ip: '198.51.100.10', country: 'US', city: 'Ashburn' }, to: { ip: '192.0.2.10', country: 'RU', city: 'Moscow' }, gapMinutes: 2, impossibleHops: 1, knownLocations: 1 },
     },
   },
   {

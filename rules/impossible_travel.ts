@@ -66,7 +66,7 @@ interface Tally {
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
-  version: '1.0.0',
+  version: '1.0.1',
   title: 'Impossible travel',
   description:
     'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
@@ -121,6 +121,8 @@ export const rule: RuleDefinition<Params, Tally> = {
 
     // Keep only hops into a place the key had not been seen at before the hop.
     const hops: Hop[] = [];
+    /** Per hop kept: how many places (cells) the key had been seen at before it, its origin included. */
+    const knownBefore: number[] = [];
     const known = new Set<number>();
     let lastGeo: GeoPoint | undefined;
     let next = 0;
@@ -129,14 +131,18 @@ export const rule: RuleDefinition<Params, Tally> = {
     for (let i = start; i < events.length && next < candidates.length; i++) {
       if (i === candidates[next]!.index) {
         const hop = candidates[next++]!.hop;
-        if (!nearKnown(known, hop.to.geo)) hops.push(hop);
+        if (!nearKnown(known, hop.to.geo)) {
+          hops.push(hop);
+          knownBefore.push(known.size);
+        }
       }
       const geo = events[i]!.geo;
       if (geo && geo !== lastGeo) known.add(cellOf((lastGeo = geo)));
     }
     if (hops.length === 0) return [];
 
-    const worst = hops.reduce((a, b) => (b.speedKmh > a.speedKmh ? b : a));
+    const worstIndex = hops.reduce((w, hop, i) => (hop.speedKmh > hops[w]!.speedKmh ? i : w), 0);
+    const worst = hops[worstIndex]!;
     const countries = new Set<string>();
     for (const hop of hops) {
       for (const end of [hop.from, hop.to]) {
@@ -186,7 +192,7 @@ export const rule: RuleDefinition<Params, Tally> = {
         minDistanceKm: params.minDistanceKm,
         impossibleHops: hops.length,
         countries: [...countries].sort(),
-        knownLocations: known.size,
+        knownLocations: knownBefore[worstIndex]!,
         recentMinutes: params.recentMinutes,
         sampleEventIds: [...samples].slice(0, 10),
         windowMs: params.windowMinutes * MINUTE,

@@ -66,6 +66,8 @@ describe('rule fixtures', () => {
     expect(findings).toHaveLength(fixture.expect.findings);
     if (fixture.expect.severity) for (const finding of findings) expect(finding.severity).toBe(fixture.expect.severity);
     if (fixture.expect.evidence) expect(findings[0]?.evidence).toMatchObject(fixture.expect.evidence);
+    if (fixture.expect.title) expect(findings[0]?.title).toMatch(fixture.expect.title);
+    if (fixture.expect.summary) expect(findings[0]?.summary).toMatch(fixture.expect.summary);
 
     const eventIds = new Set(fixture.window.events.map((e) => e.eventId));
     const timestamps = fixture.window.events.map((e) => e.timestamp);

@@ -38,6 +38,31 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'medium', evidence: { minutesOver: 2, observedRequestsPerMinute: 200, sustainedRatio: 1.67 } },
   },
   {
+    name: 'a flood the rate limiter answers with 429 still counts: 200 requests/min for five minutes is high',
+    kind: 'positive',
+    window: keyWindow(perMinute([200, 200, 200, 200, 200], FIVE_MINUTES_AGO).map((spec, i) => ({ ...spec, status: i % 200 < 60 ? 201 : 429 }))),
+    now: NOW,
+    expect: { findings: 1, severity: 'high', evidence: { observedRequestsPerMinute: 200, minutesOver: 5 } },
+  },
+  {
+    name: 'a flood partly answered 503 counts the rest: 300 requests/min, one in five failed by the API, is 240/min (high)',
+    kind: 'positive',
+    window: keyWindow(perMinute([300, 300, 300], T0 - 3 * MINUTE).map((spec, i) => ({ ...spec, status: i % 5 === 4 ? 503 : 401 }))),
+    now: NOW,
+    expect: { findings: 1, severity: 'high', evidence: { observedRequestsPerMinute: 240, minutesOver: 3, requestsInOverMinutes: 720 } },
+  },
+  {
+    name: 'retries during our own outage: 40 calls/min each retried 3 times on 503 for five minutes are not an attack',
+    kind: 'negative',
+    window: keyWindow([
+      ...perMinute([40, 40, 40, 40], T0 - 9 * MINUTE),
+      ...perMinute([160, 160, 160, 160, 160], FIVE_MINUTES_AGO, { status: 503 }),
+      ...spread(20, T0, 30 * SECOND),
+    ]),
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
     name: 'steady integration traffic at 50 requests/min is quiet',
     kind: 'negative',
     window: keyWindow(perMinute([50, 50, 50, 50, 50, 25], FIVE_MINUTES_AGO)),

@@ -6,6 +6,9 @@
  * over, since its count can only grow). Severity follows the rate the key SUSTAINED — the
  * minMinutesOver-th busiest over minute — so one huge spike next to a mild excess stays medium:
  *   medium >= 1.5x the limit, high >= 3x, critical >= 10x.
+ * Requests answered 5xx are not counted: during our own outage, clients retrying failed calls
+ * multiply their rate without anything about them changing (high_failure_rate leaves 5xx out too).
+ * 429 counts: that is the rate limiter seeing the flood.
  */
 import { firstAtOrAfter } from '../src/detect/search.ts';
 import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
@@ -31,7 +34,8 @@ const MAX_SAMPLES = 10;
  * The screen's tally, per clock minute of the last RING_MINUTES: the events, and the lowest limit any
  * of them carried (a minute is judged against its highest limit, which is at least that; it is not
  * raised when events leave). An event without a usable limit counts as limit 0 (evaluate would judge
- * its minute against the default or another event's limit).
+ * its minute against the default or another event's limit). Events answered 5xx are left out, as
+ * evaluate leaves them out.
  */
 const RING_MINUTES = 8;
 const EVENTS = 0;
@@ -39,7 +43,7 @@ const LOWEST_LIMIT = 1;
 
 export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'velocity_attack',
-  version: '1.0.0',
+  version: '1.1.0',
   title: 'Velocity attack',
   description:
     'A key sends well above its per-minute rate limit for several minutes: a script hammering the API, ' +
@@ -58,6 +62,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     'A short legitimate burst (a batch job, a backfill) under limit × thresholdRatio: never over.',
     'A single spike minute: one minute over is not sustained (minMinutesOver = 2).',
     'A raised limit (plan upgrade, custom RateLimit-Limit): each minute is judged against the highest limit its events carry.',
+    'Retries during our own outage (a client retrying each 503 three times): requests answered 5xx are not counted.',
     'A nightly batch deliberately above the limit is still reported; allowlist the key or raise its limit.',
   ],
   evaluate(window, params, now) {
@@ -68,20 +73,24 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     // Slot i counts minute firstMinute + i; the last slot is the current, partial minute.
     const counts = new Array<number>(minutes + 1).fill(0);
     const limits = new Array<number>(minutes + 1).fill(0);
-    // Events are in time order, so each minute's events are one run: its first index and its count.
+    // Events are in time order, so each minute's counted events lie in one run: from its first to
+    // its last counted event (events answered 5xx, not counted, may sit among them).
     const starts = new Array<number>(minutes + 1).fill(0);
+    const ends = new Array<number>(minutes + 1).fill(0);
     const windowStart = firstMinute * MINUTE;
     const first = firstAtOrAfter(events, windowStart);
     let slot = 0;
     let slotEnd = windowStart + MINUTE;
     for (let i = first; i < events.length; i++) {
       const event = events[i]!;
+      if (!counted(event)) continue;
       // Events are in time order; one later than `now` counts in the current minute.
       while (event.timestamp >= slotEnd && slot < minutes) {
         slot++;
         slotEnd += MINUTE;
       }
       if (counts[slot]!++ === 0) starts[slot] = i;
+      ends[slot] = i + 1;
       if (event.rateLimitPerMinute > limits[slot]!) limits[slot] = event.rateLimitPerMinute;
     }
 
@@ -112,7 +121,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
 
     // Evidence: only the events of the over minutes.
     // The over minutes' events are runs of the window: read in place, not copied out.
-    const runs = over.map((o) => ({ start: starts[o.slot]!, end: starts[o.slot]! + o.count }));
+    const runs = over.map((o) => ({ start: starts[o.slot]!, end: ends[o.slot]! }));
     const ips = distinct(events, runs, (e) => e.ip);
     const networks = distinct(events, runs, (e) => e.network);
     const countries = distinct(events, runs, (e) => e.country);
@@ -146,7 +155,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
         minMinutesOver: needed,
         windowMinutes: minutes,
         perMinute: over.map((o) => ({ minute: new Date((firstMinute + o.slot) * MINUTE).toISOString(), requests: o.count, limit: o.limit })),
-        requestsInOverMinutes: runs.reduce((sum, run) => sum + run.end - run.start, 0),
+        requestsInOverMinutes: over.reduce((sum, o) => sum + o.count, 0),
         distinctIps: ips.count,
         ips: ips.values,
         distinctNetworks: networks.count,
@@ -164,12 +173,14 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
   screen: {
     create: () => new MinuteRing(RING_MINUTES, [0, Infinity]),
     add(ring, event) {
+      if (!counted(event)) return;
       const at = ring.claim(event.timestamp);
       if (at === FORGOTTEN) return;
       ring.add(at, EVENTS, 1);
       ring.lower(at, LOWEST_LIMIT, event.rateLimitPerMinute > 0 ? event.rateLimitPerMinute : 0);
     },
     removeOldest(ring, event) {
+      if (!counted(event)) return;
       const at = ring.find(minuteOf(event.timestamp));
       if (at >= 0) ring.add(at, EVENTS, -1);
     },
@@ -202,6 +213,12 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
   },
 };
 
+/** Whether the event counts toward the key's rate: not when the API failed it (5xx), which clients retry. */
+function counted(event: WindowEvent): boolean {
+  return event.status < 500;
+}
+
+/** The counted events of a minute lie in events[start, end). */
 interface Run {
   start: number;
   end: number;
@@ -212,7 +229,9 @@ function distinct(events: readonly WindowEvent[], runs: readonly Run[], pick: (e
   let last: string | undefined;
   for (const run of runs) {
     for (let i = run.start; i < run.end; i++) {
-      const value = pick(events[i]!);
+      const event = events[i]!;
+      if (!counted(event)) continue;
+      const value = pick(event);
       // Runs of one value are the rule, not the exception: skip the set for them.
       if (value === last || value === undefined) continue;
       last = value;
@@ -222,11 +241,11 @@ function distinct(events: readonly WindowEvent[], runs: readonly Run[], pick: (e
   return { count: seen.size, values: [...seen].slice(0, MAX_SAMPLES) };
 }
 
-/** The ids of the last `count` events of the runs, oldest first. */
+/** The ids of the last `count` counted events of the runs, oldest first. */
 function lastEventIds(events: readonly WindowEvent[], runs: readonly Run[], count: number): string[] {
   const ids: string[] = [];
   for (let r = runs.length - 1; r >= 0 && ids.length < count; r--) {
-    for (let i = runs[r]!.end - 1; i >= runs[r]!.start && ids.length < count; i--) ids.push(events[i]!.eventId);
+    for (let i = runs[r]!.end - 1; i >= runs[r]!.start && ids.length < count; i--) if (counted(events[i]!)) ids.push(events[i]!.eventId);
   }
   return ids.reverse();
 }

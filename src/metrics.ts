@@ -111,6 +111,11 @@ export class WorkerMetrics {
     help: 'Active keys whose detection window was dropped to stay within the memory budget',
     registers: [this.registry],
   });
+  readonly detectionFutureEvents = new Counter({
+    name: 'security_center_detection_future_events_total',
+    help: 'Events dated more than 5 minutes ahead of the worker\'s clock, left out of detection windows (they are stored all the same)',
+    registers: [this.registry],
+  });
   readonly ruleErrors = new Counter({
     name: 'security_center_rule_errors_total',
     help: 'Rule evaluations that threw (the rule is skipped for that key and batch); rule="engine": a batch whose detection failed outside any rule (its events are stored)',

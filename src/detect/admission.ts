@@ -1,8 +1,10 @@
 /**
  * The engine's first step: which events detection looks at, and what it knows about them. An event
- * is admitted when its plan is entitled and no allowlist covers its key, address, network or user
- * agent; it then becomes a WindowEvent, with its network, geolocation and rate limit filled in.
- * Stateless apart from bounded memories of addresses and user agents.
+ * is admitted when its plan is entitled, no allowlist covers its key, address, network or user
+ * agent, and it is not dated more than MAX_CLOCK_SKEW_MS ahead of the clock; it then becomes a
+ * WindowEvent, with its network, geolocation and rate limit filled in.
+ * Stateless apart from bounded memories of addresses and user agents, and a count of the events
+ * dated ahead.
  */
 import { DEFAULT_RATE_LIMIT_PER_MINUTE, type RequestEvent } from '../events/request-event.ts';
 import { networkOf } from '../../rules/network.ts';
@@ -15,6 +17,17 @@ export interface AdmittedBatch {
   events: RequestEvent[];
   windowEvents: WindowEvent[];
 }
+
+/**
+ * How far ahead of the worker's clock an event may be dated and still enter a window: producers'
+ * clocks drift a little. A window is pruned relative to its newest event, so an event dated a day
+ * ahead would push every real event of its key out as it arrives (and keep the key from ever
+ * looking idle); such events are stored all the same (validation accepts timestamps up to 2100),
+ * but detection leaves them out, and counts them (futureEvents). The worker judges a batch as of
+ * its newest event but never later than the clock, so an event within the skew is judged as
+ * belonging to the current minute.
+ */
+export const MAX_CLOCK_SKEW_MS = 5 * 60_000;
 
 /** How many addresses and user agents are remembered: clients repeat theirs. */
 const REMEMBERED = 50_000;
@@ -47,21 +60,30 @@ export class Admission {
   private addresses = new Map<string, Address>();
   private readonly networks = new Interner();
   private readonly userAgents = new Interner();
+  /** Events left out since start for being dated more than MAX_CLOCK_SKEW_MS ahead of the clock. */
+  futureEvents = 0;
 
   constructor(
     entitledPlans: readonly string[],
     private readonly config: () => DetectionConfig,
     private readonly geo?: GeoLookup,
+    /** The wall clock, epoch ms, that events' timestamps are checked against. */
+    private readonly clock: () => number = Date.now,
   ) {
     this.entitled = new Set(entitledPlans);
   }
 
   admit(events: readonly RequestEvent[]): AdmittedBatch {
     const config = this.config();
+    const latest = this.clock() + MAX_CLOCK_SKEW_MS;
     const batch: AdmittedBatch = { events: [], windowEvents: [] };
     for (const event of events) {
       if (!this.entitled.has(event.plan)) continue;
       if (config.isAllowlisted(event.merchantId, event.apiKeyId, event.ip, event.userAgent)) continue;
+      if (event.timestamp > latest) {
+        this.futureEvents++;
+        continue;
+      }
       batch.events.push(event);
       batch.windowEvents.push(this.toWindowEvent(event));
     }

@@ -1,7 +1,8 @@
 /**
  * Allowlists and rule parameter overrides, from the JSON file named by DETECTION_CONFIG_FILE,
  * reloaded without a restart. Contract: an allowlisted key, IP, network or user agent never feeds a
- * window, so it never produces an alert; an invalid file is refused whole and the previous one stays.
+ * window, so it never produces an alert (what a reload newly allowlists leaves the windows before
+ * the next batch is judged); an invalid file is refused whole and the previous one stays.
  *
  * {
  *   "allowlist": { "keys": ["pk_live_probe"], "ips": ["203.0.113.7", "198.51.100.0/24"], "userAgents": ["^uptime-bot/"] },
@@ -63,6 +64,11 @@ class CompiledAllowlist {
     this.hasNetworks = (input?.ips ?? []).length > 0;
   }
 
+  /** Whether the allowlist lists anything. */
+  get isEmpty(): boolean {
+    return this.keys.size === 0 && !this.hasNetworks && this.userAgents.length === 0;
+  }
+
   matches(apiKeyId: string, ip: string, userAgent: string): boolean {
     if (this.keys.has(apiKeyId)) return true;
     if (this.hasNetworks) {
@@ -103,6 +109,16 @@ export class DetectionConfig {
 
   isAllowlisted(merchantId: string, apiKeyId: string, ip: string, userAgent: string): boolean {
     return this.global.matches(apiKeyId, ip, userAgent) || (this.merchantAllowlists.get(merchantId)?.matches(apiKeyId, ip, userAgent) ?? false);
+  }
+
+  /** Whether the key itself is allowlisted (all its events are). */
+  isKeyAllowlisted(merchantId: string, apiKeyId: string): boolean {
+    return this.global.keys.has(apiKeyId) || (this.merchantAllowlists.get(merchantId)?.keys.has(apiKeyId) ?? false);
+  }
+
+  /** Whether any allowlist lists anything: without one, no event is allowlisted. */
+  get hasAllowlists(): boolean {
+    return !this.global.isEmpty || [...this.merchantAllowlists.values()].some((allowlist) => !allowlist.isEmpty);
   }
 
   /** Rule defaults, then the plan's overrides, then the merchant's (parse with the rules refuses unknown names; without them, they are ignored). */

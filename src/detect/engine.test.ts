@@ -9,6 +9,9 @@ import { eventIdHash } from './event-id-hashes.ts';
 import type { GeoLookup } from './geo.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
+const HOUR = 3_600_000;
+/** The engine's wall clock in these tests: after every synthetic timestamp they use, whatever the date. */
+const WALL_CLOCK = () => T0 + 24 * HOUR;
 
 /** Fires when a key has at least `min` events in its window, reporting how many it saw. */
 const countingRule: AnyRule = {
@@ -58,7 +61,7 @@ function event(i: number, overrides: Partial<RequestEvent> = {}): RequestEvent {
   };
 }
 
-function engine(rules: AnyRule[] = [countingRule], config = new DetectionConfig(), maxWindowEvents?: number) {
+function engine(rules: AnyRule[] = [countingRule], config = new DetectionConfig(), maxWindowEvents?: number, clock = WALL_CLOCK) {
   const errors: string[] = [];
   const detection = new DetectionEngine({
     rules,
@@ -66,6 +69,7 @@ function engine(rules: AnyRule[] = [countingRule], config = new DetectionConfig(
     config: () => config,
     onRuleError: (ruleId) => errors.push(ruleId),
     maxWindowEvents,
+    clock,
   });
   return { detection, errors };
 }
@@ -158,6 +162,17 @@ describe('DetectionEngine', () => {
     expect(detection.ruleErrors).toBe(1);
   });
 
+  it('keeps events dated more than a few minutes ahead of the clock out of the windows, warm-up included, and counts them', () => {
+    const { detection } = engine([countingRule], new DetectionConfig(), undefined, () => T0);
+    // A producer's clock a day ahead (or a hostile timestamp): stored, but left out of detection.
+    detection.warm([event(0, { eventId: 'warm-future', timestamp: T0 + 24 * HOUR })]);
+    expect(detection.process([event(1), event(0, { eventId: 'future', timestamp: Date.UTC(2099, 11, 31) })], T0 + 1000)).toHaveLength(0);
+    // The key's real events still count (three of them fire), one a little ahead of the clock included.
+    const findings = detection.process([event(2), event(0, { eventId: 'skewed', timestamp: T0 + 30_000 })], T0 + 2000);
+    expect(findings.map((f) => f.finding.evidence.count)).toEqual([3]);
+    expect(detection.load).toMatchObject({ futureEvents: 2, windowEvents: 3 });
+  });
+
   it('never lets an allowlisted key, network or user agent feed a window', () => {
     const config = DetectionConfig.parse(
       JSON.stringify({ allowlist: { ips: ['198.51.100.0/24'], userAgents: ['^uptime-probe'] }, merchants: { m_1: { allowlist: { keys: ['pk_live_ok'] } } } }),
@@ -167,6 +182,28 @@ describe('DetectionEngine', () => {
     const fromProbe = [4, 5, 6].map((i) => event(i, { userAgent: 'uptime-probe/1.0' }));
     const fromKey = [7, 8, 9].map((i) => event(i, { apiKeyId: 'pk_live_ok' }));
     expect(detection.process([...fromNetwork, ...fromProbe, ...fromKey], T0)).toHaveLength(0);
+  });
+
+  it('takes what a reloaded allowlist covers out of the windows, and forgets a key allowlisted as a whole', () => {
+    let config = new DetectionConfig();
+    const detection = new DetectionEngine({ rules: [countingRule], entitledPlans: ['business'], config: () => config, clock: WALL_CLOCK });
+    const pentest = { ip: '203.0.113.50' };
+    const server = { ip: '198.51.100.10' };
+    const keyB = (i: number) => event(i, { apiKeyId: 'pk_live_b', eventId: `b${i}`, ...server });
+    const first = detection.process([event(1, pentest), event(2, { userAgent: 'uptime-probe/1.0', ...server }), event(3, server), keyB(1), keyB(2), keyB(3)], T0 + 3000);
+    expect(first.map((f) => [f.finding.apiKeyId, f.finding.evidence.count])).toEqual([['pk_live_a', 3], ['pk_live_b', 3]]);
+
+    // The file is reloaded: the pentest box, the uptime probe and the key pk_live_b are allowlisted.
+    config = DetectionConfig.parse(
+      JSON.stringify({ allowlist: { userAgents: ['^uptime-probe/'] }, merchants: { m_1: { allowlist: { ips: ['203.0.113.50'], keys: ['pk_live_b'] } } } }),
+    );
+    expect(detection.process([event(4, server)], T0 + 4000)).toHaveLength(0); // events 3 and 4: not 4 events
+    expect(detection.load).toMatchObject({ trackedKeys: 1, windowEvents: 2, forgottenKeys: 0 });
+    const findings = detection.process([event(5, server)], T0 + 5000);
+    expect(findings.map((f) => [f.finding.apiKeyId, f.finding.evidence.count, f.finding.evidence.networks])).toEqual([['pk_live_a', 3, Array(3).fill('198.51.100.0/24')]]);
+    // A reload that allowlists nothing more changes nothing.
+    config = DetectionConfig.parse(JSON.stringify({ allowlist: { userAgents: ['^uptime-probe/'] } }));
+    expect(detection.process([event(6, server)], T0 + 6000).map((f) => f.finding.evidence.count)).toEqual([4]);
   });
 
   describe('memory budget', () => {
@@ -322,7 +359,7 @@ describe('DetectionEngine with the rules of rules/', () => {
   );
 
   function engineWith(rules: AnyRule[], maxWindowEvents?: number) {
-    return new DetectionEngine({ rules, entitledPlans: ['business', 'enterprise'], geo, config: () => config, maxEventsPerKey: 300, maxWindowEvents });
+    return new DetectionEngine({ rules, entitledPlans: ['business', 'enterprise'], geo, config: () => config, maxEventsPerKey: 300, maxWindowEvents, clock: WALL_CLOCK });
   }
 
   // Traffic 6 and 7 run over a memory budget (42 keys' tallies and about 3,000 events), so the tallies
@@ -353,6 +390,26 @@ describe('DetectionEngine with the rules of rules/', () => {
     expect([...fired].sort()).toEqual(RULES.map((rule) => rule.id).sort());
     expect(screened.ruleErrors).toBe(0);
     if (maxWindowEvents !== undefined) expect(screened.load.shedEvents).toBeGreaterThan(0);
+  });
+
+  it('keeps the screens right when a reloaded allowlist takes events out of a window', () => {
+    let config = new DetectionConfig();
+    const make = (rules: AnyRule[]) => new DetectionEngine({ rules, entitledPlans: ['business'], geo, config: () => config, clock: WALL_CLOCK });
+    const screened = make([...RULES]);
+    const unscreened = make(RULES.map(({ screen: _screen, ...rule }) => rule as AnyRule));
+    const both = (batch: RequestEvent[], now: number) => {
+      const findings = screened.process(batch, now);
+      expect(findings).toEqual(unscreened.process(batch, now));
+      return findings.map((f) => f.ruleId);
+    };
+    // The merchant's pentest box runs Nuclei and sqlmap with a live key, among the key's ordinary traffic from Ashburn, then Tokyo.
+    const tool = (i: number, userAgent: string) => event(i, { ip: '203.0.113.50', userAgent, status: 401 });
+    const ordinary = (i: number, place = '100.0.1.1') => event(i, { ip: place, eventId: `o${i}` });
+    expect(both([ordinary(1), tool(2, 'Nuclei - Open-source project (github.com/projectdiscovery/nuclei)'), tool(3, 'sqlmap/1.8.4#stable (https://sqlmap.org)'), ordinary(4)], T0 + 4000)).toEqual(['bot_traffic']);
+    // The admin allowlists the box; the key's next ordinary request no longer finds the tools.
+    config = DetectionConfig.parse(JSON.stringify({ merchants: { m_1: { allowlist: { ips: ['203.0.113.0/24'] } } } }));
+    expect(both([ordinary(60)], T0 + 60_000)).toEqual([]);
+    expect(both([ordinary(600, `100.${places.length - 1}.2.2`)], T0 + 600_000)).toEqual(['impossible_travel']);
   });
 
   it('sets aside a screen that throws: counted once for the key, and the rule judges the window from then on', () => {

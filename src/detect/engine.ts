@@ -2,8 +2,9 @@
  * The streaming detection engine. Every batch the worker takes in is evaluated at once: events go
  * into per-key windows in memory, and every rule judges each key the batch touched.
  * Contract: only entitled plans are evaluated; an eventId counts once per key; allowlisted sources
- * never enter a window; a rule that throws is isolated (counted, reported, the others go on); the
- * engine does no I/O — findings go back to the caller, which turns them into alerts.
+ * never enter a window, nor do events dated more than MAX_CLOCK_SKEW_MS (admission.ts) ahead of
+ * the clock; a rule that throws is isolated (counted, reported, the others go on); the engine does
+ * no I/O — findings go back to the caller, which turns them into alerts.
  * Cost: each rule's screen (RuleScreen in types.ts) keeps running tallies of every window as events
  * enter and leave it, so judging a key is usually a few counter checks; a rule reads the window
  * (evaluate) only when its screen says it may fire.
@@ -42,6 +43,12 @@ export interface EngineOptions {
    * events; if that is not enough, the keys seen least recently are forgotten.
    */
   maxWindowEvents?: number;
+  /**
+   * The wall clock, epoch ms (default Date.now): events dated more than MAX_CLOCK_SKEW_MS
+   * (admission.ts) ahead of it never enter a window. Tests and benchmarks that feed synthetic
+   * timestamps give their own.
+   */
+  clock?: () => number;
   onRuleError?(ruleId: string, error: unknown): void;
 }
 
@@ -69,6 +76,8 @@ export interface EngineLoad {
   maxWindowEvents: number;
   shedEvents: number;
   forgottenKeys: number;
+  /** Events left out of the windows for being dated too far ahead of the clock (stored all the same). */
+  futureEvents: number;
 }
 
 /** Idle keys are looked for once per this many batches judged. */
@@ -115,10 +124,12 @@ export class DetectionEngine {
   private batches = 0;
   /** Per partition (-1 for HTTP): the latest time its keys were judged as of. */
   private readonly partitionClocks = new Map<number, number>();
+  /** The detection config the windows were last brought in line with (followConfig). */
+  private config: DetectionConfig | undefined;
   ruleErrors = 0;
 
   constructor(private readonly options: EngineOptions) {
-    this.admission = new Admission(options.entitledPlans, options.config, options.geo);
+    this.admission = new Admission(options.entitledPlans, options.config, options.geo, options.clock);
     this.rules = options.rules;
     this.windowMs = Math.max(...options.rules.map((rule) => rule.windowMs));
     this.maxEventsPerKey = options.maxEventsPerKey ?? 5_000;
@@ -135,6 +146,7 @@ export class DetectionEngine {
       maxWindowEvents: this.maxWindowEvents,
       shedEvents: this.shedEvents,
       forgottenKeys: this.forgottenKeys,
+      futureEvents: this.admission.futureEvents,
     };
   }
 
@@ -157,6 +169,7 @@ export class DetectionEngine {
    * (window and tallies) and is judged at once, so its state is fetched from memory once.
    */
   detect(batch: AdmittedBatch, now: number, partition = -1): EngineFinding[] {
+    this.followConfig();
     const findings: EngineFinding[] = [];
     for (const state of this.arrive(batch, partition)) {
       this.take(state);
@@ -170,6 +183,7 @@ export class DetectionEngine {
 
   /** Adds events without evaluating (warming the windows after a start or a rebalance). */
   warm(events: readonly RequestEvent[], partition = -1): void {
+    this.followConfig();
     for (const state of this.arrive(this.admit(events), partition)) this.take(state);
     this.keepWithinBudget();
   }
@@ -179,6 +193,58 @@ export class DetectionEngine {
     for (const keys of [this.keys, this.sharedIds]) {
       for (const [key, state] of keys) if (state.partition >= 0 && !owned.has(state.partition)) this.forget(keys, key, state);
     }
+  }
+
+  /**
+   * After the detection config changed (a file reload), the events it now allowlists leave the
+   * windows, as if they had never entered them: a key with such events has its window, eventIds and
+   * tallies built again from the rest (tallies only follow events entering and leaving in order;
+   * reloads are rare), and a key now allowlisted as a whole is forgotten. Runs before a batch's
+   * events go into the windows; the batch itself was admitted under the new config.
+   */
+  private followConfig(): void {
+    const config = this.options.config();
+    if (config === this.config) return;
+    const first = this.config === undefined;
+    this.config = config;
+    if (first || !config.hasAllowlists) return;
+    for (const keys of [this.keys, this.sharedIds]) {
+      for (const [key, state] of keys) {
+        if (config.isKeyAllowlisted(state.merchantId, state.apiKeyId)) this.forget(keys, key, state);
+        else this.dropAllowlisted(state, config);
+      }
+    }
+  }
+
+  /** Takes the events the config allowlists (by address, network or user agent) out of the key's window. */
+  private dropAllowlisted(state: KeyState, config: DetectionConfig): void {
+    const events = state.window.toArray();
+    // Consecutive events usually share their address and user agent: the last verdict is kept at hand.
+    let ip: string | undefined;
+    let userAgent: string | undefined;
+    let allowlisted = false;
+    let kept: WindowEvent[] | undefined;
+    for (let i = 0; i < events.length; i++) {
+      const event = events[i]!;
+      if (event.ip !== ip || event.userAgent !== userAgent) {
+        ip = event.ip;
+        userAgent = event.userAgent;
+        allowlisted = config.isAllowlisted(state.merchantId, state.apiKeyId, ip, userAgent);
+      }
+      if (allowlisted) kept ??= events.slice(0, i);
+      else kept?.push(event);
+    }
+    if (kept === undefined) return;
+    // Built again from the events kept, in time order; a screen set aside (BROKEN) gets a new tally.
+    this.windowEvents -= state.window.size;
+    state.window = new EventWindow();
+    state.eventIds = new EventIdHashes();
+    state.tallies = this.rules.map((rule) => rule.screen?.create());
+    for (const event of kept) {
+      state.eventIds.add(eventIdHash(event.eventId));
+      state.arrived.push(event);
+    }
+    this.take(state);
   }
 
   private forget(keys: Map<string, KeyState>, key: string, state: KeyState): void {

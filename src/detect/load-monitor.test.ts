@@ -4,7 +4,7 @@ import { WorkerMetrics } from '../metrics.ts';
 import type { EngineLoad } from './engine.ts';
 import { DetectionLoadMonitor } from './load-monitor.ts';
 
-const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0 };
+const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, futureEvents: 0 };
 
 function monitor() {
   const lines: { level: number; msg: string }[] = [];
@@ -37,5 +37,13 @@ describe('DetectionLoadMonitor', () => {
     loads.record({ ...WHOLE, shedEvents: 50 });
     loads.record({ ...WHOLE, shedEvents: 80 });
     expect(await value('security_center_detection_shed_events_total')).toBe(700 + 80);
+  });
+
+  it('counts the events left out for being dated ahead of the clock', async () => {
+    const { loads, value, lines } = monitor();
+    loads.record({ ...WHOLE, futureEvents: 3 });
+    loads.record({ ...WHOLE, futureEvents: 5 });
+    expect(await value('security_center_detection_future_events_total')).toBe(5);
+    expect(lines).toEqual([]);
   });
 });

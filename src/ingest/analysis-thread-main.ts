@@ -40,13 +40,16 @@ const engine = settings.detection
       geo: await openGeoLookup(settings.geoCityDb),
       config: () => config,
       maxWindowEvents: settings.maxWindowEvents,
+      // The clock `detect` caps its `now` with: events dated more than MAX_CLOCK_SKEW_MS ahead of it stay out of the windows.
+      clock: Date.now,
       onRuleError: (ruleId, error) => ruleErrors.push({ ruleId, message: error instanceof Error ? error.message : String(error) }),
     })
   : undefined;
 
 /**
  * Rules judge windows as of the newest event in the batch (never later than the clock), so a
- * consumer catching up on a backlog still sees the attacks in it.
+ * consumer catching up on a backlog still sees the attacks in it. An event dated far ahead does not
+ * move `now` past the clock, and the engine keeps it out of the windows (admission.ts).
  */
 function detect(events: readonly RequestEvent[], partition: number): EngineFinding[] {
   if (!engine || events.length === 0) return [];

@@ -2,16 +2,10 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { rootCertificates } from 'node:tls';
-import type { Kafka } from 'kafkajs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../config.ts';
 import { createLogger } from '../logger.ts';
-import { WorkerMetrics } from '../metrics.ts';
-import type { AnalysisThread } from './analysis-thread.ts';
-import type { EventBuffer } from './event-buffer.ts';
 import { kafkaClientConfig } from './kafka-client.ts';
-import { KafkaIntake } from './kafka-consumer.ts';
-import type { EventStore } from '../store/event-store.ts';
 
 const logger = createLogger('silent');
 const dir = mkdtempSync(join(tmpdir(), 'kafka-client-test-'));
@@ -47,38 +41,5 @@ describe('kafkaClientConfig', () => {
     const config = clientConfigFor({ KAFKA_SSL: 'true', KAFKA_SASL_MECHANISM: mechanism, KAFKA_SASL_USERNAME: 'worker', KAFKA_SASL_PASSWORD: 'pass-word' });
     expect(config.sasl).toEqual({ mechanism, username: 'worker', password: 'pass-word' });
     expect(config.ssl).toBe(true);
-  });
-});
-
-describe('KafkaIntake', () => {
-  it('makes its consumer and its dead-letter producer from the one client, so both use its TLS and SASL settings', () => {
-    const made: string[] = [];
-    const kafka = {
-      consumer: () => {
-        made.push('consumer');
-        return { on: () => undefined, events: { GROUP_JOIN: 'group-join', CRASH: 'crash' } };
-      },
-      producer: () => {
-        made.push('producer');
-        return {};
-      },
-    } as unknown as Kafka;
-    new KafkaIntake({
-      kafka,
-      topic: 't',
-      dlqTopic: 't.dlq',
-      groupId: 'g',
-      fromBeginning: true,
-      sessionTimeoutMs: 6_000,
-      heartbeatIntervalMs: 500,
-      maxWaitMs: 100,
-      store: {} as EventStore,
-      analysis: {} as AnalysisThread,
-      onDetection: () => undefined,
-      buffer: {} as EventBuffer,
-      metrics: new WorkerMetrics({ defaultMetrics: false }),
-      logger,
-    });
-    expect(made.sort()).toEqual(['consumer', 'producer']);
   });
 });

@@ -1,6 +1,10 @@
-import { hostname } from 'node:os';
-import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from './config.ts';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { rootCertificates } from 'node:tls';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ConfigError, describeConfig, loadConfig } from './config.ts';
+import { createLogger } from './logger.ts';
 
 describe('loadConfig', () => {
   it('has safe defaults: every flag off, embedded storage, no Kafka', () => {
@@ -111,5 +115,84 @@ describe('loadConfig: webhooks', () => {
     const env = { ONCALL_WEBHOOK_URL: 'https://127.0.0.1:8443/hook', ONCALL_WEBHOOK_SECRET: SECRET };
     expect(() => loadConfig({ ...env, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'false' })).toThrow(ConfigError);
     expect(loadConfig({ ...env, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' }).webhooks).toMatchObject({ allowPrivateTargets: true, oncall: { url: env.ONCALL_WEBHOOK_URL } });
+  });
+});
+
+describe('loadConfig: Kafka TLS and SASL', () => {
+  const PASSWORD = 'kafka-pass-WORD-4f9c2e';
+  const BROKERS = { KAFKA_BROKERS: 'b-1.example.com:9096' };
+  const SASL = { KAFKA_SASL_MECHANISM: 'SCRAM-SHA-512', KAFKA_SASL_USERNAME: 'worker', KAFKA_SASL_PASSWORD: PASSWORD };
+  const dir = mkdtempSync(join(tmpdir(), 'config-test-'));
+  const caFile = join(dir, 'ca.pem');
+  writeFileSync(caFile, `${rootCertificates[0]}\n${rootCertificates[1]}\n`);
+  const notPem = join(dir, 'not.pem');
+  writeFileSync(notPem, 'not a certificate\n');
+  const corrupt = join(dir, 'corrupt.pem');
+  writeFileSync(corrupt, `${rootCertificates[0]}\n-----BEGIN CERTIFICATE-----\nTUlJQm9ndXM=\n-----END CERTIFICATE-----\n`);
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('is plaintext without authentication by default', () => {
+    expect(loadConfig(BROKERS).kafka).toMatchObject({ ssl: undefined, sasl: undefined });
+  });
+
+  it('reads TLS, with or without extra CAs, and SASL (the mechanism in any case)', () => {
+    expect(loadConfig({ ...BROKERS, KAFKA_SSL: 'true' }).kafka?.ssl).toEqual({ caFile: undefined, ca: undefined });
+    const config = loadConfig({ ...BROKERS, KAFKA_SSL: 'true', KAFKA_SSL_CA_FILE: caFile, ...SASL });
+    expect(config.kafka?.ssl).toEqual({ caFile, ca: readFileSync(caFile, 'utf8') });
+    expect(config.kafka?.sasl).toEqual({ mechanism: 'scram-sha-512', username: 'worker', password: PASSWORD });
+    for (const mechanism of ['plain', 'scram-sha-256']) {
+      expect(loadConfig({ ...BROKERS, ...SASL, KAFKA_SASL_MECHANISM: mechanism }).kafka?.sasl?.mechanism).toBe(mechanism);
+    }
+  });
+
+  it('takes blank settings (as a compose file may leave them) for unset', () => {
+    const blank = { KAFKA_SSL: '', KAFKA_SSL_CA_FILE: ' ', KAFKA_SASL_MECHANISM: '', KAFKA_SASL_USERNAME: '', KAFKA_SASL_PASSWORD: '' };
+    expect(loadConfig({ ...BROKERS, ...blank }).kafka).toMatchObject({ ssl: undefined, sasl: undefined });
+  });
+
+  it.each([
+    [{ KAFKA_SSL: 'maybe' }, 'KAFKA_SSL: expected true or false'],
+    [{ KAFKA_SSL_CA_FILE: caFile }, 'KAFKA_SSL_CA_FILE: is used only with KAFKA_SSL=true'],
+    [{ KAFKA_SSL: 'true', KAFKA_SSL_CA_FILE: join(dir, 'missing.pem') }, `KAFKA_SSL_CA_FILE: cannot read ${join(dir, 'missing.pem')} (ENOENT)`],
+    [{ KAFKA_SSL: 'true', KAFKA_SSL_CA_FILE: notPem }, `KAFKA_SSL_CA_FILE: ${notPem} holds no PEM certificate`],
+    [{ KAFKA_SSL: 'true', KAFKA_SSL_CA_FILE: corrupt }, `KAFKA_SSL_CA_FILE: certificate 2 in ${corrupt} is not a valid X.509 certificate`],
+    [{ KAFKA_SASL_MECHANISM: 'gssapi', KAFKA_SASL_USERNAME: 'worker', KAFKA_SASL_PASSWORD: PASSWORD }, 'KAFKA_SASL_MECHANISM: expected one of plain, scram-sha-256, scram-sha-512'],
+    [{ KAFKA_SASL_MECHANISM: 'plain' }, 'KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD: required when KAFKA_SASL_MECHANISM is set'],
+    [{ KAFKA_SASL_MECHANISM: 'plain', KAFKA_SASL_USERNAME: 'worker' }, 'KAFKA_SASL_PASSWORD: required when KAFKA_SASL_MECHANISM is set'],
+    [{ KAFKA_SASL_MECHANISM: 'plain', KAFKA_SASL_USERNAME: 'worker', KAFKA_SASL_PASSWORD: '  ' }, 'KAFKA_SASL_PASSWORD: required when KAFKA_SASL_MECHANISM is set'],
+    [{ KAFKA_SASL_MECHANISM: 'plain', KAFKA_SASL_PASSWORD: PASSWORD }, 'KAFKA_SASL_USERNAME: required when KAFKA_SASL_MECHANISM is set'],
+    [{ KAFKA_SASL_USERNAME: 'worker', KAFKA_SASL_PASSWORD: PASSWORD }, 'KAFKA_SASL_MECHANISM: required when KAFKA_SASL_USERNAME or KAFKA_SASL_PASSWORD is set'],
+    [{ KAFKA_SASL_PASSWORD: PASSWORD }, 'KAFKA_SASL_MECHANISM: required when'],
+  ])('refuses %j', (env, problem) => {
+    let error: unknown;
+    try {
+      loadConfig({ ...BROKERS, ...env });
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).problems.join('\n')).toContain(problem);
+    expect((error as ConfigError).message).not.toContain(PASSWORD);
+  });
+
+  it('never logs the password: not in the start-up summary, not when the config is logged', () => {
+    const config = loadConfig({ ...BROKERS, KAFKA_SSL: 'true', KAFKA_SSL_CA_FILE: caFile, ...SASL });
+    const summary = describeConfig(config);
+    expect(summary.kafka).toEqual({
+      brokers: ['b-1.example.com:9096'],
+      topic: 'api.request-metadata',
+      groupId: 'security-center-worker',
+      ssl: { extraCaFile: caFile },
+      sasl: { mechanism: 'scram-sha-512', username: 'worker' },
+    });
+    const lines: string[] = [];
+    const logger = createLogger('info', { write: (line: string) => lines.push(line) });
+    logger.info(summary, 'starting');
+    logger.info({ config }, 'config');
+    logger.info({ kafka: config.kafka }, 'kafka');
+    logger.info({ sasl: config.kafka?.sasl }, 'sasl');
+    expect(lines).toHaveLength(4);
+    for (const line of lines) expect(line).not.toContain(PASSWORD);
+    expect(lines.slice(1).every((line) => line.includes('[REDACTED]'))).toBe(true);
   });
 });

@@ -3,6 +3,8 @@
  * Contract: an invalid setting stops start-up with one message that lists every problem;
  * the parsed result is frozen and passed to the parts that need it (nothing reads process.env later).
  */
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { z } from 'zod';
 import { parseSecretKey } from './webhooks/secret-box.ts';
@@ -42,6 +44,44 @@ const commaList = z
   .string()
   .transform((value) => value.split(',').map((item) => item.trim()).filter((item) => item.length > 0));
 
+/** A setting that may be left blank in a compose file or a shell: blank means unset. */
+const optionalSetting = <T extends z.ZodType<unknown, string>>(schema: T) =>
+  z
+    .string()
+    .optional()
+    .transform((value) => (value?.trim() ? value : undefined))
+    .pipe(schema.optional());
+
+const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----/g;
+
+/** A file of PEM certificates, read now: its path and its text. Paths are quoted in errors, contents never. */
+const pemCertificatesFile = z
+  .string()
+  .trim()
+  .min(1)
+  .transform((path, ctx) => {
+    let pem: string;
+    try {
+      pem = readFileSync(path, 'utf8');
+    } catch (error) {
+      ctx.addIssue({ code: 'custom', message: `cannot read ${path} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})` });
+      return z.NEVER;
+    }
+    const certificates = pem.match(PEM_CERTIFICATE) ?? [];
+    if (certificates.length === 0) ctx.addIssue({ code: 'custom', message: `${path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)` });
+    certificates.forEach((certificate, index) => {
+      try {
+        new X509Certificate(certificate);
+      } catch {
+        ctx.addIssue({ code: 'custom', message: `certificate ${index + 1} in ${path} is not a valid X.509 certificate` });
+      }
+    });
+    return { path, pem };
+  });
+
+export const KAFKA_SASL_MECHANISMS = ['plain', 'scram-sha-256', 'scram-sha-512'] as const;
+export type KafkaSaslMechanism = (typeof KAFKA_SASL_MECHANISMS)[number];
+
 const identifier = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'must be a plain identifier (letters, digits, _)');
 
 const PLANS = ['free', 'pro', 'business', 'enterprise'] as const;
@@ -67,6 +107,17 @@ const envSchema = z
     KAFKA_SESSION_TIMEOUT_MS: envInt(30_000, 1_000, 600_000),
     KAFKA_HEARTBEAT_INTERVAL_MS: envInt(3_000, 100, 60_000),
     KAFKA_MAX_WAIT_MS: envInt(500, 10, 10_000),
+    KAFKA_SSL: envBoolean(false),
+    KAFKA_SSL_CA_FILE: optionalSetting(pemCertificatesFile),
+    KAFKA_SASL_MECHANISM: z
+      .string()
+      .trim()
+      .toLowerCase()
+      .pipe(z.enum([...KAFKA_SASL_MECHANISMS, ''], { error: `expected one of ${KAFKA_SASL_MECHANISMS.join(', ')}` }))
+      .optional()
+      .transform((value) => (value === '' ? undefined : value)),
+    KAFKA_SASL_USERNAME: optionalSetting(z.string().max(1024)),
+    KAFKA_SASL_PASSWORD: optionalSetting(z.string().max(4096)),
 
     CLICKHOUSE_URL: z.url().optional(),
     CLICKHOUSE_USER: z.string().default('default'),
@@ -115,6 +166,16 @@ function crossFieldProblems(source: NodeJS.ProcessEnv): string[] {
   if (!source.ONCALL_WEBHOOK_URL !== !source.ONCALL_WEBHOOK_SECRET) {
     problems.push('ONCALL_WEBHOOK_URL, ONCALL_WEBHOOK_SECRET: set both or neither');
   }
+  const kafkaSsl = (TRUE_WORDS as readonly string[]).includes((source.KAFKA_SSL ?? '').trim().toLowerCase());
+  if (source.KAFKA_SSL_CA_FILE?.trim() && !kafkaSsl) problems.push('KAFKA_SSL_CA_FILE: is used only with KAFKA_SSL=true; set it too');
+  const saslMechanism = source.KAFKA_SASL_MECHANISM?.trim();
+  const saslCredentials = ['KAFKA_SASL_USERNAME', 'KAFKA_SASL_PASSWORD'] as const;
+  if (saslMechanism) {
+    const missing = saslCredentials.filter((name) => !source[name]?.trim());
+    if (missing.length > 0) problems.push(`${missing.join(', ')}: required when KAFKA_SASL_MECHANISM is set`);
+  } else if (saslCredentials.some((name) => source[name]?.trim())) {
+    problems.push(`KAFKA_SASL_MECHANISM: required when KAFKA_SASL_USERNAME or KAFKA_SASL_PASSWORD is set (${KAFKA_SASL_MECHANISMS.join(', ')})`);
+  }
   if (source.ONCALL_WEBHOOK_URL) {
     const allowPrivate = (TRUE_WORDS as readonly string[]).includes((source.WEBHOOK_ALLOW_PRIVATE_TARGETS ?? '').trim().toLowerCase());
     try {
@@ -143,6 +204,10 @@ export interface Config {
     readonly sessionTimeoutMs: number;
     readonly heartbeatIntervalMs: number;
     readonly maxWaitMs: number;
+    /** TLS to the brokers (KAFKA_SSL); `ca` is KAFKA_SSL_CA_FILE's PEM, trusted besides Node's own CAs. */
+    readonly ssl?: { readonly caFile?: string; readonly ca?: string };
+    /** SASL authentication; the password is a secret, never logged (describeConfig, logger.ts). */
+    readonly sasl?: { readonly mechanism: KafkaSaslMechanism; readonly username: string; readonly password: string };
   };
   readonly clickhouse: {
     /** Server URL; undefined means the embedded engine under dataDir. */
@@ -222,6 +287,11 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
             sessionTimeoutMs: env.KAFKA_SESSION_TIMEOUT_MS,
             heartbeatIntervalMs: env.KAFKA_HEARTBEAT_INTERVAL_MS,
             maxWaitMs: env.KAFKA_MAX_WAIT_MS,
+            ssl: env.KAFKA_SSL ? { caFile: env.KAFKA_SSL_CA_FILE?.path, ca: env.KAFKA_SSL_CA_FILE?.pem } : undefined,
+            sasl:
+              env.KAFKA_SASL_MECHANISM && env.KAFKA_SASL_USERNAME && env.KAFKA_SASL_PASSWORD
+                ? { mechanism: env.KAFKA_SASL_MECHANISM, username: env.KAFKA_SASL_USERNAME, password: env.KAFKA_SASL_PASSWORD }
+                : undefined,
           }
         : undefined,
     clickhouse: {
@@ -268,6 +338,37 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
       owner: env.WORKER_ID ?? hostname(),
     },
   });
+}
+
+/** What the logs may say about the configuration: no secrets, no credentials in URLs. */
+export function describeConfig(config: Config): Record<string, unknown> {
+  let clickhouse = `embedded engine in ${config.clickhouse.dataDir}`;
+  if (config.clickhouse.url) {
+    const url = new URL(config.clickhouse.url);
+    clickhouse = `${url.protocol}//${url.host}${url.pathname}`;
+  }
+  const { kafka } = config;
+  return {
+    features: config.features,
+    kafka: kafka
+      ? {
+          brokers: kafka.brokers,
+          topic: kafka.topic,
+          groupId: kafka.groupId,
+          ssl: kafka.ssl ? { extraCaFile: kafka.ssl.caFile ?? 'none' } : 'off',
+          // The mechanism and the user name; never the password.
+          sasl: kafka.sasl ? { mechanism: kafka.sasl.mechanism, username: kafka.sasl.username } : 'off',
+        }
+      : 'off',
+    clickhouse,
+    enforcement: config.enforcement.mode,
+    // The on-call URL may carry a token in its path: its origin only.
+    webhooks: {
+      oncall: config.webhooks.oncall ? new URL(config.webhooks.oncall.url).origin : 'off',
+      allowPrivateTargets: config.webhooks.allowPrivateTargets,
+      secretsSealed: config.webhooks.secretKey !== undefined,
+    },
+  };
 }
 
 function deepFreeze<T>(value: T): T {

@@ -15,11 +15,13 @@ const REDACTED_PATHS = [
   '*.token',
   '*.secret',
   '*.authorization',
+  '*.sasl.password',
   'req.headers.authorization',
   'config.clickhouse.password',
   'config.ingest.token',
   'config.admin.jwtSecret',
   'config.webhooks.oncall.secret',
+  'config.kafka.sasl.password',
 ];
 
 export function createLogger(level: string, destination?: pino.DestinationStream): Logger {

@@ -18,7 +18,7 @@ import { AlertManager } from './alerts/alert-manager.ts';
 import { AlertService } from './alerts/alert-service.ts';
 import { windowBudgetFor } from './detect/engine.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
-import { loadConfig, ConfigError, type Config } from './config.ts';
+import { describeConfig, loadConfig, ConfigError, type Config } from './config.ts';
 import { createHttpServer } from './http/server.ts';
 import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';
 import { EventBuffer } from './ingest/event-buffer.ts';
@@ -100,6 +100,9 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   }
   const { resolve, ...webhookTiming } = deps.webhooks ?? {};
   const webhookPolicy = targetPolicy({ allowPrivate: config.webhooks.allowPrivateTargets, resolve });
+  if (config.kafka?.sasl?.mechanism === 'plain' && !config.kafka.ssl) {
+    logger.warn({ setting: 'KAFKA_SSL' }, 'KAFKA_SASL_MECHANISM=plain without KAFKA_SSL=true sends the Kafka password unencrypted');
+  }
   if (config.webhooks.allowPrivateTargets) {
     logger.warn({ setting: 'WEBHOOK_ALLOW_PRIVATE_TARGETS' }, 'WEBHOOKS MAY REACH LOOPBACK AND PRIVATE NETWORKS: a test setting, never for production');
   }
@@ -321,27 +324,6 @@ async function resealWebhookSecrets(store: WebhookStore, hasPreviousKey: boolean
   } catch (error) {
     logger.warn({ err: error }, 'sealing webhook signing secrets again failed; they still open, and the next start tries again');
   }
-}
-
-/** What the logs may say about the configuration: no secrets, no credentials in URLs. */
-function describeConfig(config: Config): Record<string, unknown> {
-  let clickhouse = `embedded engine in ${config.clickhouse.dataDir}`;
-  if (config.clickhouse.url) {
-    const url = new URL(config.clickhouse.url);
-    clickhouse = `${url.protocol}//${url.host}${url.pathname}`;
-  }
-  return {
-    features: config.features,
-    kafka: config.kafka ? { brokers: config.kafka.brokers, topic: config.kafka.topic, groupId: config.kafka.groupId } : 'off',
-    clickhouse,
-    enforcement: config.enforcement.mode,
-    // The on-call URL may carry a token in its path: its origin only.
-    webhooks: {
-      oncall: config.webhooks.oncall ? new URL(config.webhooks.oncall.url).origin : 'off',
-      allowPrivateTargets: config.webhooks.allowPrivateTargets,
-      secretsSealed: config.webhooks.secretKey !== undefined,
-    },
-  };
 }
 
 function formatHost(host: string): string {

@@ -75,6 +75,13 @@ export class WorkerMetrics {
     registers: [this.registry],
   });
 
+  readonly staleStoredOffsets = new Counter({
+    name: 'security_center_stale_stored_offsets_total',
+    help: 'Partitions (each counted once per replica) whose offsets stored in ClickHouse were found to be an earlier incarnation\'s of the topic (deleted and created again, a new cluster), by reason (other_events: other events are stored at the offsets of its messages; beyond_end: stored past the partition\'s end); their messages are stored, not skipped as redeliveries',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+
   readonly assignedPartitions = new Gauge({
     name: 'security_center_assigned_partitions',
     help: 'Kafka partitions of the input topic this replica owns',

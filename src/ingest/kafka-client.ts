@@ -1,5 +1,11 @@
-/** A kafkajs client whose own logs go to pino, at warn and above. */
-import { Kafka, logLevel, type LogEntry } from 'kafkajs';
+/**
+ * The kafkajs client: TLS and SASL as configured, its own logs to pino at warn and above. The
+ * intake's consumer and its dead-letter producer are both made from this one client, so they
+ * reach the brokers with the same settings.
+ */
+import { rootCertificates } from 'node:tls';
+import { Kafka, logLevel, type KafkaConfig, type LogEntry, type SASLOptions } from 'kafkajs';
+import type { Config } from '../config.ts';
 import type { Logger } from '../logger.ts';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
@@ -9,11 +15,19 @@ const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
   [logLevel.DEBUG]: 'debug',
 };
 
-export function createKafka(options: { clientId: string; brokers: readonly string[] }, logger: Logger): Kafka {
+export type KafkaClientOptions = Pick<NonNullable<Config['kafka']>, 'clientId' | 'brokers' | 'ssl' | 'sasl'>;
+
+/** The kafkajs settings for these options. */
+export function kafkaClientConfig(options: KafkaClientOptions, logger: Logger): KafkaConfig {
   const kafkaLogger = logger.child({ component: 'kafkajs' });
-  return new Kafka({
+  const { ssl, sasl } = options;
+  return {
     clientId: options.clientId,
     brokers: [...options.brokers],
+    // kafkajs hands `ssl` to tls.connect, where `ca` replaces the default CAs: extra ones go beside them.
+    ...(ssl && { ssl: ssl.ca ? { ca: [...rootCertificates, ssl.ca] } : true }),
+    // (kafkajs types each mechanism apart; TypeScript cannot match a union of them to its intersections.)
+    ...(sasl && { sasl: { mechanism: sasl.mechanism, username: sasl.username, password: sasl.password } as SASLOptions }),
     logLevel: logLevel.WARN,
     logCreator:
       () =>
@@ -21,5 +35,9 @@ export function createKafka(options: { clientId: string; brokers: readonly strin
         const { message, ...rest } = log;
         kafkaLogger[LEVELS[level] ?? 'info'](rest, message);
       },
-  });
+  };
+}
+
+export function createKafka(options: KafkaClientOptions, logger: Logger): Kafka {
+  return new Kafka(kafkaClientConfig(options, logger));
 }

@@ -4,12 +4,13 @@
  *
  * Contract: offsets are committed only after the rows (and dead letters) up to them are stored
  * (at-least-once). A message at or below the highest offset already stored for its partition is a
- * redelivery and is skipped, so a restart does not count anything twice. A storage outage pauses the
+ * redelivery and is skipped, so a restart does not count anything twice, unless those stored offsets
+ * are an earlier incarnation's of the topic (see readStoredOffset). A storage outage pauses the
  * topic and commits nothing until storage is back. On shutdown the owner pauses intake, drains the
  * shared EventBuffer (which commits through this intake), then disconnects.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Consumer, EachBatchPayload, Kafka, Producer } from 'kafkajs';
+import type { Batch, Consumer, EachBatchPayload, Kafka, KafkaMessage, Producer } from 'kafkajs';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { EventStore } from '../store/event-store.ts';
@@ -90,6 +91,8 @@ export class KafkaIntake {
   private stoppedBy: Error | undefined;
   /** Set while reading how far a partition is stored keeps failing. */
   private readFailure: Error | undefined;
+  /** Partitions whose stored offsets were found to be an earlier incarnation's of the topic, reported once each. */
+  private readonly staleReported = new Set<number>();
 
   constructor(private readonly options: KafkaIntakeOptions) {
     const { kafka, logger } = options;
@@ -206,7 +209,7 @@ export class KafkaIntake {
     const started = performance.now();
     const { topic, partition } = batch;
     const { metrics } = this.options;
-    const alreadyStored = await this.skipUpToWhenReadable(partition, Number(batch.firstOffset()), { heartbeat, isRunning, isStale });
+    const alreadyStored = await this.skipUpToWhenReadable(batch, { heartbeat, isRunning, isStale });
     await this.warmup(partition, heartbeat);
     // Lost in a rebalance meanwhile: its messages are the new owner's, and validating them here would
     // make this replica take them for repeats if the partition came back.
@@ -281,14 +284,22 @@ export class KafkaIntake {
   }
 
   /**
-   * The offset up to which messages of this partition are already stored (or on their way).
-   * `firstOffset` is where this batch starts: on the first batch after an assignment, the offset
-   * committed for the partition.
+   * The offset up to which messages of this batch's partition are already stored (or on their way).
+   * The first batch after an assignment starts at the offset committed for the partition.
    */
-  private async skipUpTo(partition: number, firstOffset: number): Promise<number> {
+  private async skipUpTo(batch: Batch): Promise<number> {
+    const { partition } = batch;
+    // Handed off past the partition's end: its log started again while this replica owned it (the
+    // topic created again, a broker without its data), and how far it is stored is to be read again.
+    const handedOff = this.handedOff.get(partition);
+    if (handedOff !== undefined && handedOff >= Number(batch.highWatermark)) {
+      this.handedOff.delete(partition);
+      this.storedOffsets.delete(partition);
+      this.reportStale(partition, 'beyond_end', handedOff, batch);
+    }
     let stored = this.storedOffsets.get(partition);
     if (!stored) {
-      stored = this.readStoredOffset(partition, firstOffset);
+      stored = this.readStoredOffset(batch);
       this.storedOffsets.set(partition, stored);
       stored.catch(() => this.storedOffsets.delete(partition)); // asked again on the next batch
     }
@@ -300,19 +311,20 @@ export class KafkaIntake {
    * failed insert is: the batch waits rather than fail into kafkajs's restarts, and `/ready`
    * says why. Gives up only when the batch is no longer this replica's to handle.
    */
-  private async skipUpToWhenReadable(partition: number, firstOffset: number, batch: Pick<EachBatchPayload, 'heartbeat' | 'isRunning' | 'isStale'>): Promise<number> {
+  private async skipUpToWhenReadable(batch: Batch, payload: Pick<EachBatchPayload, 'heartbeat' | 'isRunning' | 'isStale'>): Promise<number> {
+    const { partition } = batch;
     for (let attempt = 1; ; attempt++) {
       try {
-        const stored = await this.skipUpTo(partition, firstOffset);
+        const stored = await this.skipUpTo(batch);
         if (this.readFailure) this.options.logger.info({ partition }, 'storage is readable again');
         this.readFailure = undefined;
         return stored;
       } catch (error) {
         if (!this.readFailure) this.options.logger.error({ err: error, partition }, 'reading how far a partition is stored failed; retrying');
         this.readFailure = error as Error;
-        if (!batch.isRunning() || batch.isStale()) throw error;
+        if (!payload.isRunning() || payload.isStale()) throw error;
         await sleep(Math.min(5_000, 100 * 2 ** attempt));
-        await batch.heartbeat();
+        await payload.heartbeat();
       }
     }
   }
@@ -321,11 +333,28 @@ export class KafkaIntake {
    * Reads how far a partition is stored. Events stored at or past the committed offset were stored
    * by a replica that did not get to commit them, perhaps killed before the rollup part of its
    * insert landed: the rollup is repaired for them before they are skipped.
+   *
+   * Unless they are an earlier incarnation's: rows record topic, partition and offset, and a topic
+   * deleted and created again (or a new cluster: `docker compose down` without a volume for Kafka)
+   * starts every partition at offset 0 again, under offsets already stored. Skipping up to those
+   * would drop each new message as a redelivery. So the first message of this batch at an offset
+   * where events are stored is compared with them: its eventId among them means a redelivery,
+   * another eventId (or none) an earlier incarnation, and then nothing is skipped. Where no event
+   * is stored at this batch's offsets, stored offsets at or past the partition's end (its high
+   * watermark) cannot be this topic's either. One query, once a partition and assignment, and only
+   * when this batch would be skipped in part.
    */
-  private async readStoredOffset(partition: number, committed: number): Promise<number> {
+  private async readStoredOffset(batch: Batch): Promise<number> {
     const { store, topic, logger } = this.options;
+    const { partition } = batch;
+    const committed = Number(batch.firstOffset());
     const storedUpTo = (await store.storedOffsets(topic, [partition])).get(partition) ?? -1;
     if (storedUpTo >= committed) {
+      const stale = await this.staleReason(batch, storedUpTo);
+      if (stale) {
+        this.reportStale(partition, stale, storedUpTo, batch);
+        return -1;
+      }
       try {
         const added = await store.repairRollup({ topic, partition, fromOffset: committed });
         if (added > 0) logger.warn({ partition, fromOffset: committed, toOffset: storedUpTo, events: added }, 'rollup was missing events stored before a crash; added them');
@@ -335,5 +364,38 @@ export class KafkaIntake {
       }
     }
     return storedUpTo;
+  }
+
+  /** Why the offsets stored up to `storedUpTo` are not this topic's (readStoredOffset), if they are not. */
+  private async staleReason(batch: Batch, storedUpTo: number): Promise<'other_events' | 'beyond_end' | undefined> {
+    const { partition } = batch;
+    const toOffset = Math.min(storedUpTo, Number(batch.lastOffset()));
+    const stored = await this.options.store.eventIdsAtFirstStoredOffset({ topic: this.options.topic, partition, fromOffset: Number(batch.firstOffset()), toOffset });
+    const message = stored && batch.messages.find((candidate) => Number(candidate.offset) === stored.offset);
+    if (stored && message) return stored.eventIds.includes(eventIdOf(message) ?? '') ? undefined : 'other_events';
+    return storedUpTo >= Number(batch.highWatermark) ? 'beyond_end' : undefined;
+  }
+
+  private reportStale(partition: number, reason: 'other_events' | 'beyond_end', storedUpTo: number, batch: Batch): void {
+    if (this.staleReported.has(partition)) return;
+    this.staleReported.add(partition);
+    this.options.metrics.staleStoredOffsets.inc({ reason });
+    this.options.logger.warn(
+      { topic: this.options.topic, partition, storedUpTo, reason, firstOffset: batch.firstOffset(), highWatermark: batch.highWatermark },
+      reason === 'beyond_end'
+        ? 'offsets stored for this partition reach past its end: they are an earlier incarnation\'s of the topic (deleted and created again, or a new cluster); its messages are not skipped as already stored'
+        : 'other events are stored at the offsets of this partition\'s messages: they are an earlier incarnation\'s of the topic (deleted and created again, or a new cluster); its messages are not skipped as already stored',
+    );
+  }
+}
+
+/** The eventId a Kafka message carries, if it is a JSON object with one. */
+function eventIdOf(message: KafkaMessage): string | undefined {
+  try {
+    const value: unknown = JSON.parse(message.value?.toString('utf8') ?? '');
+    const eventId = value && typeof value === 'object' ? (value as { eventId?: unknown }).eventId : undefined;
+    return typeof eventId === 'string' ? eventId : undefined;
+  } catch {
+    return undefined;
   }
 }

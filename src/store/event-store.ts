@@ -103,6 +103,7 @@ export const EVENT_INSERT_SETTINGS: ClickHouseSettings = { throw_on_max_partitio
 const ROLLUP_SUMS = ['requests', 'successes', 'client_errors', 'server_errors', 'auth_failures', 'not_found', 'rate_limited', 'response_time_sum'];
 
 const offsetRow = z.object({ partition: z.coerce.number(), max_offset: z.coerce.number() });
+const storedIdsRow = z.object({ offset: z.coerce.number(), event_ids: z.array(z.string()) });
 const trafficRow = z.object({
   requests: z.coerce.number(),
   successes: z.coerce.number(),
@@ -170,6 +171,33 @@ export class EventStore {
       { topic, partitions: [...partitions], hours: lookbackHours },
     );
     return new Map(rows.map((row) => offsetRow.parse(row)).map((row) => [row.partition, row.max_offset]));
+  }
+
+  /**
+   * The eventIds stored from the lowest offset of a partition in [fromOffset, toOffset] at which
+   * any is stored (two incarnations of a recreated topic may each have stored one there), looking
+   * back as storedOffsets does; undefined when none is stored in that range. Comparing them with the
+   * message now at that offset tells whether what storedOffsets found is this topic's progress or an
+   * earlier incarnation's (a topic deleted and created again, a new cluster).
+   */
+  async eventIdsAtFirstStoredOffset(
+    source: { topic: string; partition: number; fromOffset: number; toOffset: number },
+    lookbackHours = 48,
+  ): Promise<{ offset: number; eventIds: string[] } | undefined> {
+    const rows = await this.db.queryRows(
+      `SELECT source_offset AS offset, groupUniqArray(event_id) AS event_ids
+         FROM ${this.tables.requestEvents}
+        WHERE source_topic = {topic:String} AND source_partition = {partition:Int32}
+          AND source_offset BETWEEN {fromOffset:Int64} AND {toOffset:Int64}
+          AND received_at >= now64(3) - toIntervalHour({hours:UInt32})
+        GROUP BY source_offset
+        ORDER BY source_offset
+        LIMIT 1`,
+      { ...source, hours: lookbackHours },
+    );
+    if (rows.length === 0) return undefined;
+    const row = storedIdsRow.parse(rows[0]);
+    return { offset: row.offset, eventIds: row.event_ids };
   }
 
   /**

@@ -21,7 +21,12 @@ const envBoolean = (defaultValue: boolean) =>
     .toLowerCase()
     .pipe(z.enum([...TRUE_WORDS, ...FALSE_WORDS, ''], { error: 'expected true or false' }))
     .optional()
-    .transform((value) => (value === undefined || value === '' ? defaultValue : (TRUE_WORDS as readonly string[]).includes(value)));
+    .transform((value) => (value === undefined || value === '' ? defaultValue : isTrueWord(value)));
+
+/** Whether a raw setting says true (before the schema: for checks across settings). */
+function isTrueWord(value: string | undefined): boolean {
+  return (TRUE_WORDS as readonly string[]).includes((value ?? '').trim().toLowerCase());
+}
 
 const envInt = (defaultValue: number, min: number, max: number) =>
   z.coerce.number().int().min(min).max(max).default(defaultValue);
@@ -161,12 +166,12 @@ const envSchema = z
 /** Rules across variables, checked on the raw environment so they are reported with every other problem. */
 function crossFieldProblems(source: NodeJS.ProcessEnv): string[] {
   const problems: string[] = [];
-  const adminEnabled = (TRUE_WORDS as readonly string[]).includes((source.ADMIN_ENABLED ?? '').trim().toLowerCase());
+  const adminEnabled = isTrueWord(source.ADMIN_ENABLED);
   if (adminEnabled && !source.ADMIN_JWT_SECRET) problems.push('ADMIN_JWT_SECRET: is required when ADMIN_ENABLED=true');
   if (!source.ONCALL_WEBHOOK_URL !== !source.ONCALL_WEBHOOK_SECRET) {
     problems.push('ONCALL_WEBHOOK_URL, ONCALL_WEBHOOK_SECRET: set both or neither');
   }
-  const kafkaSsl = (TRUE_WORDS as readonly string[]).includes((source.KAFKA_SSL ?? '').trim().toLowerCase());
+  const kafkaSsl = isTrueWord(source.KAFKA_SSL);
   if (source.KAFKA_SSL_CA_FILE?.trim() && !kafkaSsl) problems.push('KAFKA_SSL_CA_FILE: is used only with KAFKA_SSL=true; set it too');
   const saslMechanism = source.KAFKA_SASL_MECHANISM?.trim();
   const saslCredentials = ['KAFKA_SASL_USERNAME', 'KAFKA_SASL_PASSWORD'] as const;
@@ -177,7 +182,7 @@ function crossFieldProblems(source: NodeJS.ProcessEnv): string[] {
     problems.push(`KAFKA_SASL_MECHANISM: required when KAFKA_SASL_USERNAME or KAFKA_SASL_PASSWORD is set (${KAFKA_SASL_MECHANISMS.join(', ')})`);
   }
   if (source.ONCALL_WEBHOOK_URL) {
-    const allowPrivate = (TRUE_WORDS as readonly string[]).includes((source.WEBHOOK_ALLOW_PRIVATE_TARGETS ?? '').trim().toLowerCase());
+    const allowPrivate = isTrueWord(source.WEBHOOK_ALLOW_PRIVATE_TARGETS);
     try {
       checkTargetUrl(source.ONCALL_WEBHOOK_URL, { allowPrivate });
     } catch (error) {

@@ -4,6 +4,7 @@
  * by the caller's merchant (merchantScope), and an alert of another merchant answers exactly as an
  * unknown id does: the same 404, after the same single query.
  */
+import { z } from 'zod';
 import type { AlertService } from '../alerts/alert-service.ts';
 import { toWireAlert, type Alert } from '../alerts/alert.ts';
 import { withInsightsShown } from '../alerts/insights.ts';
@@ -52,11 +53,11 @@ function notFound(): HttpError {
   return new HttpError(404, 'NOT_FOUND', 'Alert not found');
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const UUID = z.uuid();
 
 /** The alert id of a path, or 404 for one that cannot name an alert (the same answer as an unknown id). */
 function alertId(id: string): string {
-  if (!UUID.test(id)) throw notFound();
+  if (!UUID.safeParse(id).success) throw notFound();
   return id.toLowerCase();
 }
 

@@ -141,7 +141,7 @@ const NO_RULE: AnyRule = {
   ...RULES[0],
   windowMs: WINDOW_MS,
   evaluate: () => [],
-  screen: { create: () => 0, add: () => undefined, removeOldest: () => undefined, mayFire: () => false },
+  screen: { create: () => 0, add: () => undefined, remove: () => undefined, mayFire: () => false },
 };
 
 const VARIANTS: readonly Variant[] = ['engine', 'whole', 'upkeep', 'screens', 'unscreened'];

@@ -217,10 +217,10 @@ export const rule: RuleDefinition<Params, Tally> = {
         if (event.timestamp > tally.newestAttack) tally.newestAttack = event.timestamp;
       }
     },
-    removeOldest(tally, event) {
+    remove(tally, event) {
       const verdict = rememberedVerdict(event.userAgent);
       if (!verdict) return;
-      if (verdict.category !== 'attack_tool') tally.automationPaths!.removeOldest(event.path);
+      if (verdict.category !== 'attack_tool') tally.automationPaths!.remove(event.path);
       else if (--tally.attackEvents === 0) tally.newestAttack = -Infinity;
     },
     // An attack tool in the window fires at once; automation needs its distinct paths since the window

@@ -42,6 +42,9 @@ export const rule: RuleDefinition<Params, Tally> = {
     'A key is used from many more networks and countries than it usually is: it has been shared, leaked or ' +
     'published, and several parties are calling with it.',
   windowMs: 60 * MINUTE,
+  // The recent interval's requests give the evidence (IPs, user agents); of earlier intervals only
+  // which networks were seen in them counts, and thinning keeps every network of every minute.
+  detailMs: 10 * MINUTE,
   defaults: {
     windowMinutes: 60,
     intervalMinutes: 10,
@@ -179,7 +182,7 @@ export const rule: RuleDefinition<Params, Tally> = {
   screen: {
     create: () => new DistinctValues(),
     add: (networks, event) => networks.add(event.network, event.timestamp),
-    removeOldest: (networks, event) => networks.removeOldest(event.network),
+    remove: (networks, event) => networks.remove(event.network),
     // evaluate's first check: minNetworks networks in the recent interval.
     mayFire(networks, params, now) {
       const needed = Math.max(1, params.minNetworks);

@@ -150,7 +150,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       const at = ring.claim(event.timestamp);
       if (at !== FORGOTTEN) count(ring, at, event.status, 1);
     },
-    removeOldest(ring, event) {
+    remove(ring, event) {
       const at = ring.find(minuteOf(event.timestamp));
       if (at >= 0) count(ring, at, event.status, -1);
     },

@@ -72,6 +72,9 @@ export const rule: RuleDefinition<Params, Tally> = {
     'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
     'the key is in more than one pair of hands.',
   windowMs: 60 * MINUTE,
+  // Hops are judged between consecutive events of the recent part; earlier, only the places the key
+  // was seen at count, and thinning keeps every place of every minute.
+  detailMs: 10 * MINUTE,
   defaults: {
     windowMinutes: 60,
     recentMinutes: 10,
@@ -221,7 +224,7 @@ export const rule: RuleDefinition<Params, Tally> = {
       const at = place.minutes.claim(event.timestamp);
       if (at !== FORGOTTEN) place.minutes.add(at, 0, 1);
     },
-    removeOldest(tally, event) {
+    remove(tally, event) {
       const geo = event.geo;
       if (!geo) return;
       if (Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) {

@@ -169,7 +169,7 @@ describe('rule screens', () => {
     const tally = screen.create();
     for (const event of gone) screen.add(tally, event);
     for (const event of events) screen.add(tally, event);
-    for (const event of gone) screen.removeOldest(tally, event);
+    for (const event of gone) screen.remove(tally, event);
     return tally;
   }
 

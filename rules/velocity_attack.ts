@@ -179,7 +179,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       ring.add(at, EVENTS, 1);
       ring.lower(at, LOWEST_LIMIT, event.rateLimitPerMinute > 0 ? event.rateLimitPerMinute : 0);
     },
-    removeOldest(ring, event) {
+    remove(ring, event) {
       if (!counted(event)) return;
       const at = ring.find(minuteOf(event.timestamp));
       if (at >= 0) ring.add(at, EVENTS, -1);

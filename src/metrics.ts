@@ -118,6 +118,11 @@ export class WorkerMetrics {
     help: 'Active keys whose detection window was dropped to stay within the memory budget',
     registers: [this.registry],
   });
+  readonly detectionThinnedEvents = new Counter({
+    name: 'security_center_detection_thinned_events_total',
+    help: 'Events thinned out of the history of keys busier than their window holds (of each network and place, the first and last of each minute stay)',
+    registers: [this.registry],
+  });
   readonly detectionFutureEvents = new Counter({
     name: 'security_center_detection_future_events_total',
     help: 'Events dated more than 5 minutes ahead of the worker\'s clock, left out of detection windows (they are stored all the same)',

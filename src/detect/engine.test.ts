@@ -243,11 +243,11 @@ describe('DetectionEngine', () => {
       const { detection } = engine([countingRule], new DetectionConfig(), 2_000);
       detection.process(burst('pk_live_busy', 3_000), T0 + 50_000, 1);
       const capped = detection.load.eventsPerKeyCap;
-      expect(capped).toBeLessThan(5_000);
+      expect(capped).toBeLessThan(detection.load.maxEventsPerKey);
       detection.keepPartitions(new Set([2])); // the busy key moves to another replica
       expect(detection.load.windowEvents).toBe(0);
       for (let b = 0; b < 10; b++) detection.process([event(0, { apiKeyId: 'pk_live_other', eventId: `o${b}`, timestamp: T0 + 50_000 + b })], T0 + 50_000 + b, 2);
-      expect(detection.load.eventsPerKeyCap).toBe(5_000);
+      expect(detection.load.eventsPerKeyCap).toBe(detection.load.maxEventsPerKey);
     });
 
     it('finds the highest cap that fits', () => {
@@ -412,8 +412,108 @@ describe('DetectionEngine with the rules of rules/', () => {
     expect(both([ordinary(600, `100.${places.length - 1}.2.2`)], T0 + 600_000)).toEqual(['impossible_travel']);
   });
 
+  describe('a key busier than its window holds', () => {
+    const MINUTE = 60_000;
+    const busyEngine = (maxEventsPerKey?: number) =>
+      new DetectionEngine({ rules: [...RULES], entitledPlans: ['business'], geo, config: () => new DetectionConfig(), maxEventsPerKey, clock: WALL_CLOCK });
+
+    /** `perSecond` requests a second from `from` for `minutes`, the i-th from ipOf(i); in batches of one second. */
+    function steady(from: number, minutes: number, perSecond: number, ipOf: (i: number, at: number) => string): RequestEvent[][] {
+      const batches: RequestEvent[][] = [];
+      for (let second = 0; second < minutes * 60; second++) {
+        batches.push(
+          Array.from({ length: perSecond }, (_, j) => {
+            const i = second * perSecond + j;
+            const at = from + second * 1000 + Math.floor((j * 1000) / perSecond);
+            return event(0, { eventId: `b${from}_${i}`, timestamp: at, ip: ipOf(i, at), rateLimitPerMinute: 1_200 });
+          }),
+        );
+      }
+      return batches;
+    }
+
+    /** The engine warmed with the first hour (as after a start), then judging the second; the rules that fired. */
+    function secondHour(detection: DetectionEngine, ipOf: (i: number, at: number) => string) {
+      for (const batch of steady(T0, 60, 10, ipOf)) detection.warm(batch);
+      const fired: { ruleId: string; at: number; title: string }[] = [];
+      for (const batch of steady(T0 + HOUR, 60, 10, ipOf)) {
+        const now = batch.at(-1)!.timestamp;
+        for (const { ruleId, finding } of detection.process(batch, now)) fired.push({ ruleId, at: now, title: finding.title });
+      }
+      return fired;
+    }
+
+    // A deployment in us-east, eu-west and ap-southeast, two networks each, at 600 requests a minute:
+    // 36,000 events an hour. With the oldest events dropped at the cap, its window held under 10
+    // minutes, no baseline, and its six networks in three countries looked like a shared key.
+    it('keeps the hour of networks that tells a multi-region deployment from a shared key', () => {
+      const detection = busyEngine();
+      const ips = ['100.0.1.5', '100.0.2.5', '100.3.1.5', '100.3.2.5', '100.10.1.5', '100.10.2.5'];
+      expect(secondHour(detection, (i) => ips[i % ips.length]!)).toEqual([]);
+      const { windowEvents, thinnedEvents, maxEventsPerKey } = detection.load;
+      expect(thinnedEvents).toBeGreaterThan(10_000);
+      expect(windowEvents).toBeLessThanOrEqual(maxEventsPerKey);
+    });
+
+    // Ashburn all day; a job in Dublin runs a minute every half hour. Dublin was seen 30 minutes
+    // ago, so it is a known site; a new place still alerts.
+    it('remembers a site seen half an hour ago, and still alerts on a new one', () => {
+      const detection = busyEngine();
+      const minuteOf = (at: number) => Math.floor((at - T0) / MINUTE) % 60;
+      const fired = secondHour(detection, (i, at) => {
+        const minute = minuteOf(at);
+        if (minute === 10 || minute === 40) return `100.3.7.${i % 4}`;
+        if (at >= T0 + HOUR + 50 * MINUTE && minute === 50 && i % 2 === 0) return '100.11.9.9'; // Tokyo, once
+        return `100.0.7.${i % 4}`;
+      });
+      // Only the hops to Tokyo, from its first minute on (each batch judges them again until they age out).
+      expect(fired.length).toBeGreaterThan(0);
+      for (const { ruleId, at, title } of fired) {
+        expect(ruleId).toBe('impossible_travel');
+        expect(title).toContain('to Tokyo');
+        expect(at).toBeGreaterThanOrEqual(T0 + HOUR + 50 * MINUTE);
+      }
+    });
+
+    // What thinning keeps is all that the rules read that far back: an engine thinning its busy keys
+    // finds exactly what an engine keeping every event finds.
+    it('finds exactly what keeping every event finds', () => {
+      const random = prng(11);
+      const whole = busyEngine(1_000_000);
+      const thinning = busyEngine(3_000);
+      const keys = ['regions', 'shared', 'travel', 'failing'] as const;
+      let thinned = 0;
+      let fired = 0;
+      // Two requests a second per key, judged every five seconds, for 100 minutes.
+      let batch: RequestEvent[] = [];
+      for (let second = 0; second < 100 * 60; second++) {
+        const minute = Math.floor(second / 60);
+        for (const [k, profile] of keys.entries()) {
+          for (let j = 0; j < 2; j++) {
+            let ip = `100.${k}.${1 + j}.${second % 7}`;
+            if (profile === 'regions') ip = `100.${[0, 3, 10][(second + j) % 3]}.${j}.1`;
+            if (profile === 'shared' && minute % 40 > 30) ip = `100.${Math.floor(random() * 6)}.${Math.floor(random() * 12)}.9`;
+            if (profile === 'travel' && random() < 0.002) ip = `100.${Math.floor(random() * 16)}.99.1`;
+            const status = profile === 'failing' && minute % 30 > 20 && random() < 0.6 ? 401 : 201;
+            batch.push(event(0, { apiKeyId: `pk_live_${profile}`, eventId: `s${second}_${k}_${j}`, timestamp: T0 + second * 1000 + j * 400, ip, status, rateLimitPerMinute: 300 }));
+          }
+        }
+        if (second % 5 < 4) continue;
+        const now = T0 + second * 1000 + 400;
+        const expected = whole.process(batch, now);
+        expect(thinning.process(batch, now)).toEqual(expected);
+        fired += expected.length;
+        batch = [];
+      }
+      thinned = thinning.load.thinnedEvents;
+      expect(thinned).toBeGreaterThan(0);
+      expect(fired).toBeGreaterThan(0);
+      expect(whole.load.thinnedEvents).toBe(0);
+    });
+  });
+
   it('sets aside a screen that throws: counted once for the key, and the rule judges the window from then on', () => {
-    const failing: AnyRule = { ...countingRule, screen: { create: () => ({}), add: () => { throw new Error('tally broke'); }, removeOldest: () => undefined, mayFire: () => false } };
+    const failing: AnyRule = { ...countingRule, screen: { create: () => ({}), add: () => { throw new Error('tally broke'); }, remove: () => undefined, mayFire: () => false } };
     const { detection, errors } = engine([failing]);
     expect(detection.process([event(1), event(2)], T0)).toHaveLength(0);
     expect(detection.process([event(3)], T0 + 3000)).toHaveLength(1);

@@ -10,7 +10,7 @@
  * (evaluate) only when its screen says it may fire.
  */
 import type { Plan, RequestEvent } from '../events/request-event.ts';
-import { Admission, type AdmittedBatch } from './admission.ts';
+import { Admission, MAX_CLOCK_SKEW_MS, type AdmittedBatch } from './admission.ts';
 import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
@@ -35,7 +35,10 @@ export interface EngineOptions {
   entitledPlans: readonly string[];
   geo?: GeoLookup;
   config: () => DetectionConfig;
-  /** Most events kept per key (the oldest go first); bounds memory for the busiest keys. */
+  /**
+   * Most events kept per key (default 20,000); bounds memory for the busiest keys. A key over it
+   * first has its history thinned (thin), then loses its oldest events.
+   */
   maxEventsPerKey?: number;
   /**
    * The memory budget, in events held by all windows together, each tracked key counting
@@ -76,9 +79,13 @@ export interface EngineLoad {
   maxWindowEvents: number;
   shedEvents: number;
   forgottenKeys: number;
+  /** Events thinned out of the busiest keys' history (the first and last of each network and place in each minute stay). */
+  thinnedEvents: number;
   /** Events left out of the windows for being dated too far ahead of the clock (stored all the same). */
   futureEvents: number;
 }
+
+const MINUTE = 60_000;
 
 /** Idle keys are looked for once per this many batches judged. */
 const SWEEP_EVERY_BATCHES = 256;
@@ -103,6 +110,18 @@ interface KeyState {
   paramsPlan: Plan | undefined;
   /** The batch's events for this key (repeats left out), before they go into the window. */
   arrived: WindowEvent[];
+  /** The window's events dated before this (a whole minute) have been thinned (thin). */
+  thinnedBefore: number;
+}
+
+/**
+ * What thinning keeps apart: events of one network at one place. Of each in each minute, the first
+ * and the last stay, so the rules reading history (which networks and places a key was seen at,
+ * and when) see the same as in the whole window.
+ */
+function historyGroup(event: WindowEvent): string {
+  const geo = event.geo;
+  return geo === undefined ? event.network : `${event.network} ${geo.latitude},${geo.longitude}`;
 }
 
 export class DetectionEngine {
@@ -113,6 +132,11 @@ export class DetectionEngine {
   private readonly sharedIds = new Map<string, KeyState>();
   private readonly rules: readonly AnyRule[];
   private readonly windowMs: number;
+  /**
+   * How far back from a key's newest event every event stays (the longest detailMs of any rule),
+   * with MAX_CLOCK_SKEW_MS more: rules judge as of `now`, which may be that much earlier.
+   */
+  private readonly detailMs: number;
   private readonly maxEventsPerKey: number;
   private readonly maxWindowEvents: number;
   /** The events a key may keep: maxEventsPerKey, lowered while the windows are over their budget. */
@@ -121,6 +145,7 @@ export class DetectionEngine {
   private windowEvents = 0;
   private shedEvents = 0;
   private forgottenKeys = 0;
+  private thinnedEvents = 0;
   private batches = 0;
   /** Per partition (-1 for HTTP): the latest time its keys were judged as of. */
   private readonly partitionClocks = new Map<number, number>();
@@ -132,7 +157,8 @@ export class DetectionEngine {
     this.admission = new Admission(options.entitledPlans, options.config, options.geo, options.clock);
     this.rules = options.rules;
     this.windowMs = Math.max(...options.rules.map((rule) => rule.windowMs));
-    this.maxEventsPerKey = options.maxEventsPerKey ?? 5_000;
+    this.detailMs = Math.max(...options.rules.map((rule) => rule.detailMs ?? rule.windowMs)) + MAX_CLOCK_SKEW_MS;
+    this.maxEventsPerKey = options.maxEventsPerKey ?? 20_000;
     this.maxWindowEvents = options.maxWindowEvents ?? Infinity;
     this.eventsPerKeyCap = this.maxEventsPerKey;
   }
@@ -146,6 +172,7 @@ export class DetectionEngine {
       maxWindowEvents: this.maxWindowEvents,
       shedEvents: this.shedEvents,
       forgottenKeys: this.forgottenKeys,
+      thinnedEvents: this.thinnedEvents,
       futureEvents: this.admission.futureEvents,
     };
   }
@@ -240,6 +267,7 @@ export class DetectionEngine {
     state.window = new EventWindow();
     state.eventIds = new EventIdHashes();
     state.tallies = this.rules.map((rule) => rule.screen?.create());
+    state.thinnedBefore = -Infinity;
     for (const event of kept) {
       state.eventIds.add(eventIdHash(event.eventId));
       state.arrived.push(event);
@@ -275,9 +303,9 @@ export class DetectionEngine {
     this.eventsPerKeyCap = capWithin(states.map((state) => state.window.size), target - KEY_WEIGHT * states.length, this.eventsPerKeyCap);
     for (const state of states) {
       if (state.window.size <= this.eventsPerKeyCap) continue;
-      const before = state.window.size;
+      const before = state.window.size + this.thinnedEvents;
       this.prune(state);
-      this.shedEvents += before - state.window.size;
+      this.shedEvents += before - state.window.size - this.thinnedEvents;
     }
     if (this.cost > target) this.forgetLeastRecent(this.cost - target);
   }
@@ -344,7 +372,7 @@ export class DetectionEngine {
   }
 
   /** An event enters or leaves the key's window: every rule's tally follows; a screen that throws is set aside. */
-  private updateTallies(state: KeyState, update: 'add' | 'removeOldest', event: WindowEvent): void {
+  private updateTallies(state: KeyState, update: 'add' | 'remove', event: WindowEvent): void {
     for (let r = 0; r < this.rules.length; r++) {
       const tally = state.tallies[r];
       if (tally === undefined || tally === BROKEN) continue;
@@ -379,21 +407,50 @@ export class DetectionEngine {
       paramsConfig: undefined,
       paramsPlan: undefined,
       arrived: [],
+      thinnedBefore: -Infinity,
     };
     keys.set(key, state);
     return state;
   }
 
-  /** Drops events older than the longest rule window (relative to the key's newest event), and the excess. */
+  /**
+   * Drops events older than the longest rule window (relative to the key's newest event); a key
+   * over the cap has its history thinned, then loses its oldest events down to the cap.
+   */
   private prune(state: KeyState): void {
     const { window } = state;
     const cutoff = window.newestTime - this.windowMs;
-    while (window.size > 0 && (window.size > this.eventsPerKeyCap || window.oldestTime < cutoff)) {
-      const event = window.dropOldest();
-      this.windowEvents--;
+    while (window.size > 0 && window.oldestTime < cutoff) this.dropOldest(state);
+    if (window.size > this.eventsPerKeyCap) this.thin(state);
+    while (window.size > this.eventsPerKeyCap) this.dropOldest(state);
+  }
+
+  private dropOldest(state: KeyState): void {
+    const event = state.window.dropOldest();
+    this.windowEvents--;
+    state.eventIds.delete(eventIdHash(event.eventId));
+    this.updateTallies(state, 'remove', event);
+  }
+
+  /**
+   * A key busier than its cap keeps its whole window all the same where it can: the minutes older
+   * than detailMs that are not thinned yet are thinned to the first and the last event of each
+   * network and place (historyGroup) in each minute. The rules reading that far back only ask which
+   * networks and places the key was seen at, and when; so a busy key keeps the history that tells a
+   * multi-region deployment from a shared key, instead of losing it to the cap. Each minute is
+   * thinned once, as a whole: at most once a minute per key.
+   */
+  private thin(state: KeyState): void {
+    const before = Math.floor((state.window.newestTime - this.detailMs) / MINUTE) * MINUTE;
+    if (!(before > state.thinnedBefore)) return;
+    const removed = state.window.thin(state.thinnedBefore, before, historyGroup);
+    state.thinnedBefore = before;
+    for (const event of removed) {
       state.eventIds.delete(eventIdHash(event.eventId));
-      this.updateTallies(state, 'removeOldest', event);
+      this.updateTallies(state, 'remove', event);
     }
+    this.windowEvents -= removed.length;
+    this.thinnedEvents += removed.length;
   }
 
   /** Every rule whose screen says it may fire reads the key's window. */

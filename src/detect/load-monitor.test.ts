@@ -4,7 +4,7 @@ import { WorkerMetrics } from '../metrics.ts';
 import type { EngineLoad } from './engine.ts';
 import { DetectionLoadMonitor } from './load-monitor.ts';
 
-const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, futureEvents: 0 };
+const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0 };
 
 function monitor() {
   const lines: { level: number; msg: string }[] = [];
@@ -44,6 +44,14 @@ describe('DetectionLoadMonitor', () => {
     loads.record({ ...WHOLE, futureEvents: 3 });
     loads.record({ ...WHOLE, futureEvents: 5 });
     expect(await value('security_center_detection_future_events_total')).toBe(5);
+    expect(lines).toEqual([]);
+  });
+
+  it('counts the events thinned out of busy keys\' history, without a warning: their windows are whole', async () => {
+    const { loads, value, lines } = monitor();
+    loads.record({ ...WHOLE, thinnedEvents: 1_200 });
+    loads.record({ ...WHOLE, thinnedEvents: 3_000 });
+    expect(await value('security_center_detection_thinned_events_total')).toBe(3_000);
     expect(lines).toEqual([]);
   });
 });

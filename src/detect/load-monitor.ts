@@ -2,14 +2,15 @@
  * Reports how the detection engine stands against its memory budget (EngineLoad, sent back by the
  * analysis thread with each batch): gauges and counters for /metrics, and a warning when the
  * windows start losing events to the budget, then a note when they are whole again. Events dated
- * too far ahead of the clock, which detection leaves out, are counted too.
+ * too far ahead of the clock, which detection leaves out, and events thinned out of busy keys'
+ * history are counted too.
  */
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { EngineLoad } from './engine.ts';
 
 export class DetectionLoadMonitor {
-  private reported = { shedEvents: 0, forgottenKeys: 0, futureEvents: 0 };
+  private reported = { shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0 };
   private shedding = false;
 
   constructor(
@@ -26,11 +27,13 @@ export class DetectionLoadMonitor {
     const since = (count: number, last: number) => (count >= last ? count - last : count);
     const shed = since(load.shedEvents, this.reported.shedEvents);
     const forgotten = since(load.forgottenKeys, this.reported.forgottenKeys);
+    const thinned = since(load.thinnedEvents, this.reported.thinnedEvents);
     const future = since(load.futureEvents, this.reported.futureEvents);
     if (shed > 0) metrics.detectionShedEvents.inc(shed);
     if (forgotten > 0) metrics.detectionForgottenKeys.inc(forgotten);
+    if (thinned > 0) metrics.detectionThinnedEvents.inc(thinned);
     if (future > 0) metrics.detectionFutureEvents.inc(future);
-    this.reported = { shedEvents: load.shedEvents, forgottenKeys: load.forgottenKeys, futureEvents: load.futureEvents };
+    this.reported = { shedEvents: load.shedEvents, forgottenKeys: load.forgottenKeys, thinnedEvents: load.thinnedEvents, futureEvents: load.futureEvents };
 
     const shedding = load.eventsPerKeyCap < load.maxEventsPerKey || forgotten > 0;
     if (shedding && !this.shedding) {

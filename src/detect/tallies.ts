@@ -1,7 +1,8 @@
 /**
  * Building blocks for rule screens (RuleScreen in types.ts): running tallies of a key's window,
- * kept up to date as events enter it and leave it. Events leave oldest first, so the newest time a
- * tally remembers for a value stays right until the value's last event leaves.
+ * kept up to date as events enter it and leave it. Events leave mostly oldest first, so the newest
+ * time a tally remembers for a value stays right until the value's last event leaves (or, after a
+ * thinning, may stay later than the window's: see RuleScreen in types.ts).
  */
 
 const MINUTE = 60_000;
@@ -110,8 +111,8 @@ export class DistinctValues<V> {
     }
   }
 
-  /** The window's oldest event, carrying `value`, leaves it. */
-  removeOldest(value: V): void {
+  /** An event carrying `value` leaves the window. */
+  remove(value: V): void {
     const tally = this.lookup(value);
     if (tally && --tally.events === 0) {
       this.values.delete(value);

@@ -88,18 +88,21 @@ export interface Finding {
  * rule keeps running tallies of it (counts per minute, distinct networks with their newest time,
  * ...), and says from them whether evaluate could find anything. The engine makes one tally per key
  * and rule, adds every event that enters the key's window and removes every event that leaves it
- * (always the window's oldest), and calls evaluate only when mayFire says yes.
+ * (usually the window's oldest; for the busiest keys, also events thinned out of their history, see
+ * detailMs), and calls evaluate only when mayFire says yes. A thinned event is never the newest of
+ * its network or place in its minute, yet may be the newest of another value a tally keeps a time
+ * for: such a time may then stay later than the window's, which only makes mayFire say yes more often.
  * mayFire must be conservative: it returns false only when evaluate(window, params, now) would
  * return no finding for that same window; when in doubt it returns true. The rule stays pure: add
- * and removeOldest change only the tally, mayFire changes nothing, none does I/O or reads the clock.
+ * and remove change only the tally, mayFire changes nothing, none does I/O or reads the clock.
  */
 export interface RuleScreen<P, T> {
   /** The tally of an empty window. */
   create(): T;
   /** An event enters the window (events arrive nearly, not always, in time order). */
   add(tally: T, event: WindowEvent): void;
-  /** The window's oldest event leaves it. */
-  removeOldest(tally: T, event: WindowEvent): void;
+  /** An event leaves the window (usually its oldest). */
+  remove(tally: T, event: WindowEvent): void;
   /** False only when evaluate would find nothing. */
   mayFire(tally: T, params: P, now: number): boolean;
 }
@@ -112,6 +115,13 @@ export interface RuleDefinition<P extends Record<string, number | string | boole
   description: string;
   /** How much history the rule needs, in ms. */
   windowMs: number;
+  /**
+   * How far back from the key's newest event the rule reads every single event (default windowMs).
+   * When a key is busier than its window can hold, the engine thins what is older (EventWindow.thin):
+   * of each network and place in each minute, only the first and the last event stay. Every network
+   * and place is still there, minute by minute; not every request.
+   */
+  detailMs?: number;
   /** Tunable parameters with their defaults; the engine merges plan and merchant overrides on top. */
   defaults: P;
   /** The recommended action for each severity. */

@@ -220,7 +220,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     remove(tally, event) {
       const verdict = rememberedVerdict(event.userAgent);
       if (!verdict) return;
-      if (verdict.category !== 'attack_tool') tally.automationPaths!.remove(event.path);
+      if (verdict.category !== 'attack_tool') tally.automationPaths!.remove(event.path, event.timestamp);
       else if (--tally.attackEvents === 0) tally.newestAttack = -Infinity;
     },
     // An attack tool in the window fires at once; automation needs its distinct paths since the window

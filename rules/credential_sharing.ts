@@ -12,7 +12,7 @@
  * Severity: medium; high from highNetworks networks or highCountries countries; critical from
  * criticalNetworks networks in criticalCountries countries (a key published for anyone to use).
  */
-import { DistinctValues } from '../src/detect/tallies.ts';
+import { ValueMinutes } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
@@ -31,8 +31,8 @@ type Params = {
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
-/** The screen's tally: the window's networks, each with the time it was last seen. */
-type Tally = DistinctValues<string>;
+/** The screen's tally: the window's networks, each with the time it was last seen and the minutes it was seen in. */
+type Tally = ValueMinutes<string>;
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'credential_sharing',
@@ -92,7 +92,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     if (count < needed) return [];
 
     // Full pass: which intervals each network was seen in (bit k = k intervals ago).
-    const intervals = Math.max(1, Math.min(30, Math.floor(params.windowMinutes / params.intervalMinutes)));
+    const intervals = intervalsOf(params);
     const windowStart = now - intervals * intervalMs;
     const networkIntervals = new Map<string, number>();
     const countries = new Set<string>();
@@ -180,18 +180,68 @@ export const rule: RuleDefinition<Params, Tally> = {
     return [finding];
   },
   screen: {
-    create: () => new DistinctValues(),
+    create: () => new ValueMinutes<string>(),
     add: (networks, event) => networks.add(event.network, event.timestamp),
-    remove: (networks, event) => networks.remove(event.network),
-    // evaluate's first check: minNetworks networks in the recent interval.
+    remove: (networks, event) => networks.remove(event.network, event.timestamp),
+    // evaluate's test, with at most its recent networks (those seen since the recent interval began)
+    // against at least its baseline: a busy key that always calls from many networks (edge functions,
+    // several regions) has its window read only when its recent networks outnumber its usual ones.
     mayFire(networks, params, now) {
       const needed = Math.max(1, params.minNetworks);
       if (networks.size < needed) return false;
-      const recentStart = now - params.intervalMinutes * MINUTE;
-      return !(networks.countSince(recentStart, needed) < needed);
+      const recent = networks.countSince(now - params.intervalMinutes * MINUTE);
+      if (recent < needed) return false;
+      const baseline = baselineAtLeast(networks, params, now);
+      return baseline === undefined || !(recent < params.baselineMultiplier * Math.max(1, baseline));
     },
   },
 };
+
+/** How many intervals the window is cut into: the recent one and the baseline's. */
+function intervalsOf(params: Params): number {
+  return Math.max(1, Math.min(30, Math.floor(params.windowMinutes / params.intervalMinutes)));
+}
+
+/**
+ * At least the baseline evaluate computes (the median of distinct networks per earlier interval in
+ * which the key was active), from the minutes each network was seen in: a network surely counts in
+ * an interval when it was seen in a minute wholly inside it. Undefined when that cannot tell
+ * whether an interval was active at all (its only events fall in minutes it shares with another).
+ */
+function baselineAtLeast(networks: Tally, params: Params, now: number): number | undefined {
+  const intervalMs = params.intervalMinutes * MINUTE;
+  const intervals = intervalsOf(params);
+  if (!(intervalMs > 0)) return undefined;
+  if (intervals < 2) return 0;
+  // Interval k holds the times t with k = ceil((now - t) / interval) - 1, as evaluate cuts them.
+  const surely = new Array<number>(intervals).fill(0);
+  const touched = new Array<boolean>(intervals).fill(false);
+  for (const { minutes } of networks.minuteLists()) {
+    let seen = 0; // bit k: seen in a minute wholly inside interval k
+    for (let at = 0; at < minutes.length; at += 2) {
+      const start = minutes[at]! * MINUTE;
+      const earliest = Math.ceil((now - start) / intervalMs) - 1; // the interval of the minute's first instant
+      const latest = Math.floor((now - start - MINUTE) / intervalMs); // of its last
+      if (earliest === latest) {
+        if (earliest >= 1 && earliest < intervals) seen |= 1 << earliest;
+      } else {
+        for (let k = Math.max(1, latest); k <= Math.min(intervals - 1, earliest); k++) touched[k] = true;
+      }
+    }
+    for (let k = 1; k < intervals; k++) {
+      if (seen & (1 << k)) {
+        surely[k]!++;
+        touched[k] = true;
+      }
+    }
+  }
+  const history: number[] = [];
+  for (let k = 1; k < intervals; k++) {
+    if (surely[k]! > 0) history.push(surely[k]!);
+    else if (touched[k]) return undefined;
+  }
+  return median(history);
+}
 
 function median(values: readonly number[]): number {
   if (values.length === 0) return 0;

@@ -7,9 +7,11 @@
 import { readdirSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ACTIONS, ANOMALY_TYPES, SEVERITIES, type Finding, type KeyWindow, type RuleDefinition, type WindowEvent } from '../src/detect/types.ts';
-import { keyWindow, MINUTE, spread, T0, type RuleFixture } from './fixtures.ts';
+import { keyWindow, MINUTE, spread, T0, type EventSpec, type RuleFixture } from './fixtures.ts';
 import { RULES } from './index.ts';
 import { networkOf } from './network.ts';
+import { rule as credentialSharing } from './credential_sharing.ts';
+import { prng } from '../test/support/random.ts';
 
 type AnyRule = RuleDefinition<Record<string, number | string | boolean | readonly string[]>, unknown>;
 
@@ -207,4 +209,65 @@ describe('rule screens', () => {
     const window = keyWindow(spread(120, T0 - 60 * MINUTE, 60 * MINUTE, (i) => ({ status: i % 10 === 0 ? 404 : 201 })));
     expect(screen.mayFire(tallyOf(screen, window.events), rule.defaults, T0)).toBe(false);
   });
+
+  describe('credential_sharing', () => {
+    type Params = typeof credentialSharing.defaults;
+    const screen = credentialSharing.screen!;
+    const tallyFor = (events: readonly WindowEvent[]) => {
+      const tally = screen.create();
+      for (const event of events) screen.add(tally, event);
+      return tally;
+    };
+    const COUNTRIES = ['US', 'IE', 'SG', 'DE', 'JP', 'BR'];
+    /** An event from network n (a /24), in country n % countries. */
+    const from = (n: number, countries = 3) => ({ ip: `100.64.${n}.7`, network: `100.64.${n}.0/24`, country: COUNTRIES[n % countries]! });
+
+    // A deployment that always calls from six networks in three countries has its window read only
+    // when its recent networks outnumber its usual ones, not on every batch for being busy.
+    it('screens out a key that always calls from many networks, and lets a jump above its baseline through', () => {
+      const usual = spread(3_600, T0 - 60 * MINUTE, 60 * MINUTE, (i) => from(i % 6));
+      const steady = keyWindow(usual);
+      expect(credentialSharing.evaluate(steady, credentialSharing.defaults, T0)).toEqual([]);
+      expect(screen.mayFire(tallyFor(steady.events), credentialSharing.defaults, T0)).toBe(false);
+
+      const jump = keyWindow([...usual, ...spread(60, T0 - 5 * MINUTE, 5 * MINUTE, (i) => from(6 + (i % 20), 6))]);
+      expect(credentialSharing.evaluate(jump, credentialSharing.defaults, T0)).toHaveLength(1);
+      expect(screen.mayFire(tallyFor(jump.events), credentialSharing.defaults, T0)).toBe(true);
+    });
+
+    // The contract on random windows: keys active in some intervals and not others, minutes cut by
+    // the intervals' edges, events leaving the window, and other interval lengths.
+    it('says no only when evaluate finds nothing, on random windows', () => {
+      const random = prng(5);
+      let screenedOut = 0;
+      let judged = 0;
+      for (let round = 0; round < 400; round++) {
+        const params: Params = { ...credentialSharing.defaults, ...(round % 3 === 1 ? { intervalMinutes: 7, windowMinutes: 45 } : {}), ...(round % 3 === 2 ? { minNetworks: 3, baselineMultiplier: 1.5 } : {}) };
+        const usualNetworks = 1 + Math.floor(random() * 8);
+        const specs: EventSpec[] = [];
+        for (let t = T0 - 70 * MINUTE; t < T0; ) {
+          t += Math.floor(random() * (random() < 0.05 ? 12 * MINUTE : 40_000));
+          const burst = t > T0 - 15 * MINUTE && random() < 0.3;
+          specs.push({ at: t, ...(burst ? from(10 + Math.floor(random() * 30), 6) : from(Math.floor(random() * usualNetworks))) });
+        }
+        const { events } = keyWindow(specs);
+        // The engine's way: every event added, then the ones before the window's start removed, oldest first.
+        const kept = tallyFor(events);
+        let first = 0;
+        while (events[first]!.timestamp < T0 - 60 * MINUTE) screen.remove(kept, events[first++]!);
+        expect(screen.mayFire(kept, params, T0)).toBe(screen.mayFire(tallyFor(events.slice(first)), params, T0));
+        for (const now of [T0 - 20 * MINUTE, T0 - 9 * MINUTE - 17_000, T0 - 3 * MINUTE - 1, T0]) {
+          const window = { ...keyWindow([]), events: events.filter((e) => e.timestamp >= now - 60 * MINUTE && e.timestamp <= now + 2 * MINUTE) };
+          const tally = tallyFor(window.events);
+          const verdict = screen.mayFire(tally, params, now);
+          if (credentialSharing.evaluate(window, params, now).length > 0) expect(verdict, `round ${round} at ${now - T0}`).toBe(true);
+          judged++;
+          if (!verdict && tally.countSince(now - params.intervalMinutes * MINUTE) >= Math.max(1, params.minNetworks)) screenedOut++;
+        }
+      }
+      // The baseline's bound did screen windows out that the recent networks alone let through.
+      expect(screenedOut).toBeGreaterThan(judged / 20);
+    });
+  });
 });
+

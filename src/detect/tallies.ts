@@ -90,35 +90,39 @@ interface ValueTally {
 }
 
 /** The distinct values of a key's window (networks, paths, ...), each with its event count and newest time. */
-export class DistinctValues<V> {
-  private readonly values = new Map<V, ValueTally>();
+export class DistinctValues<V, T extends ValueTally = ValueTally> {
+  protected readonly values = new Map<V, T>();
   // Consecutive events usually share a value: the last one looked up is kept at hand.
   private lastValue: V | undefined;
-  private lastTally: ValueTally | undefined;
+  private lastTally: T | undefined;
 
   get size(): number {
     return this.values.size;
   }
 
-  add(value: V, timestamp: number): void {
-    const tally = this.lookup(value);
+  /** An event carrying `value` enters the window; returns the value's tally. */
+  add(value: V, timestamp: number): T {
+    let tally = this.lookup(value);
     if (tally) {
       tally.events++;
       if (timestamp > tally.newest) tally.newest = timestamp;
     } else {
-      this.remember(value, { events: 1, newest: timestamp });
-      this.values.set(value, this.lastTally!);
+      tally = this.newTally(timestamp);
+      this.remember(value, tally);
+      this.values.set(value, tally);
     }
+    return tally;
   }
 
-  /** An event carrying `value` leaves the window. */
-  remove(value: V): void {
+  /** An event carrying `value`, dated `timestamp`, leaves the window; returns the value's tally (gone from the values at 0 events). */
+  remove(value: V, _timestamp: number): T | undefined {
     const tally = this.lookup(value);
     if (tally && --tally.events === 0) {
       this.values.delete(value);
       this.lastValue = undefined;
       this.lastTally = undefined;
     }
+    return tally;
   }
 
   /** How many values have an event at or after `since`; counting stops at `enough`. */
@@ -130,15 +134,64 @@ export class DistinctValues<V> {
     return count;
   }
 
-  private lookup(value: V): ValueTally | undefined {
+  /** The tally of a value's first event. */
+  protected newTally(timestamp: number): T {
+    return { events: 1, newest: timestamp } as T;
+  }
+
+  private lookup(value: V): T | undefined {
     if (this.lastTally && value === this.lastValue) return this.lastTally;
     const tally = this.values.get(value);
     if (tally) this.remember(value, tally);
     return tally;
   }
 
-  private remember(value: V, tally: ValueTally): void {
+  private remember(value: V, tally: T): void {
     this.lastValue = value;
     this.lastTally = tally;
+  }
+}
+
+interface SeenValue extends ValueTally {
+  /** The clock minutes the value was seen in, each with its events: [minute, events, minute, events, ...], in minute order. */
+  minutes: number[];
+}
+
+/**
+ * DistinctValues that also know the clock minutes each value was seen in: enough to say, for any
+ * span of time, how many values were surely seen in it (those seen in a minute wholly inside it)
+ * and whether any may have been (a minute that overlaps it). A value is seen in few minutes, or
+ * in consecutive ones, so its list stays short and is mostly added to at its end.
+ */
+export class ValueMinutes<V> extends DistinctValues<V, SeenValue> {
+  override add(value: V, timestamp: number): SeenValue {
+    const tally = super.add(value, timestamp);
+    const minute = minuteOf(timestamp);
+    const minutes = tally.minutes;
+    let at = minutes.length - 2;
+    while (at >= 0 && minutes[at]! > minute) at -= 2; // a late event: walk back to its minute
+    if (at >= 0 && minutes[at] === minute) minutes[at + 1]!++;
+    else minutes.splice(at + 2, 0, minute, 1);
+    return tally;
+  }
+
+  override remove(value: V, timestamp: number): SeenValue | undefined {
+    const tally = super.remove(value, timestamp);
+    if (!tally) return tally;
+    const minute = minuteOf(timestamp);
+    const minutes = tally.minutes;
+    let at = 0;
+    while (at < minutes.length && minutes[at]! < minute) at += 2; // usually the first: the oldest event leaves
+    if (minutes[at] === minute && --minutes[at + 1]! === 0) minutes.splice(at, 2);
+    return tally;
+  }
+
+  /** Each value's minutes ([minute, events, ...], in minute order). */
+  minuteLists(): IterableIterator<SeenValue> {
+    return this.values.values();
+  }
+
+  protected override newTally(timestamp: number): SeenValue {
+    return { events: 1, newest: timestamp, minutes: [] };
   }
 }

@@ -171,6 +171,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   });
 
   let migrated = false;
+  // With KAFKA_BROKERS set, a worker whose consumer does not run (yet) takes in nothing: not ready.
+  const kafkaNotReadyReason = () => (intake ? intake.notReadyReason : config.kafka && analysis ? 'kafka intake not started yet' : undefined);
   metrics.reportStorageUp(() => migrated && buffer.healthy);
   const app = createHttpServer({
     logger,
@@ -178,7 +180,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     version: VERSION,
     bodyLimit: config.ingest.maxBodyBytes,
     notReadyReason: () =>
-      analysis?.failureReason ?? (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : intake?.notReadyReason),
+      analysis?.failureReason ?? (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : kafkaNotReadyReason()),
   });
   if (analysis && config.ingest.token) {
     registerHttpIngest(app, {

@@ -112,7 +112,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
         oncall: config.webhooks.oncall,
         owner: config.webhooks.owner,
         policy: webhookPolicy,
-        ca: config.webhooks.caFile ? [...rootCertificates, readFileSync(config.webhooks.caFile, 'utf8')] : undefined,
+        ca: config.webhooks.ca ? [...rootCertificates, config.webhooks.ca] : undefined,
         concurrency: config.webhooks.concurrency,
         metrics,
         logger: logger.child({ component: 'webhooks' }),

@@ -30,7 +30,7 @@ import { createLogger, type Logger } from './logger.ts';
 import { WorkerMetrics } from './metrics.ts';
 import { AlertStore } from './store/alert-store.ts';
 import { connectClickHouse, type ClickHouse } from './store/clickhouse.ts';
-import { EventStore } from './store/event-store.ts';
+import { EventStore, storableEventTimes } from './store/event-store.ts';
 import { migrate } from './store/migrate.ts';
 import { tablesIn } from './store/tables.ts';
 import { WebhookStore } from './store/webhook-store.ts';
@@ -92,6 +92,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   const recentIds = new RecentEventIds(config.ingest.dedupCacheSize);
   const alertStore = new AlertStore(clickhouse, tables);
   const ingestEnabled = config.features.anomalyDetection;
+  // Both ways in refuse events dated where the raw table's TTL cannot reach.
+  const eventTimes = storableEventTimes(config.clickhouse.eventsTtlDays);
   const { secretKey, previousSecretKey } = config.webhooks;
   const secrets = new SecretBox(secretKey ? parseSecretKey(secretKey) : undefined, previousSecretKey ? [parseSecretKey(previousSecretKey)] : []);
   const webhookStore = new WebhookStore(clickhouse, tables, secrets);
@@ -125,6 +127,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     ? new AnalysisThread(
         {
           dedupCacheSize: config.ingest.dedupCacheSize,
+          eventTimes,
           detection: true,
           entitledPlans: config.admin.entitledPlans,
           geoCityDb: config.detection.geoCityDb,
@@ -186,6 +189,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     registerHttpIngest(app, {
       token: config.ingest.token,
       maxEvents: config.ingest.maxEvents,
+      eventTimes,
       buffer,
       recentIds,
       metrics,

@@ -6,6 +6,16 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigError, describeConfig, loadConfig } from './config.ts';
 import { createLogger } from './logger.ts';
 
+// CA files for the settings that name one: two good certificates, none, and a bad second one.
+const dir = mkdtempSync(join(tmpdir(), 'config-test-'));
+const caFile = join(dir, 'ca.pem');
+writeFileSync(caFile, `${rootCertificates[0]}\n${rootCertificates[1]}\n`);
+const notPem = join(dir, 'not.pem');
+writeFileSync(notPem, 'not a certificate\n');
+const corrupt = join(dir, 'corrupt.pem');
+writeFileSync(corrupt, `${rootCertificates[0]}\n-----BEGIN CERTIFICATE-----\nTUlJQm9ndXM=\n-----END CERTIFICATE-----\n`);
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
 describe('loadConfig', () => {
   it('has safe defaults: every flag off, embedded storage, no Kafka', () => {
     const config = loadConfig({});
@@ -111,6 +121,27 @@ describe('loadConfig: webhooks', () => {
     expect(loadConfig({ WEBHOOK_SECRET_KEY: hex, WEBHOOK_SECRET_KEY_PREVIOUS: base64 }).webhooks.previousSecretKey).toBe(base64);
   });
 
+  it('reads WEBHOOK_CA_FILE\'s certificates at start', () => {
+    expect(loadConfig({ WEBHOOK_CA_FILE: caFile }).webhooks).toMatchObject({ caFile, ca: readFileSync(caFile, 'utf8') });
+    expect(loadConfig({ WEBHOOK_CA_FILE: ' ' }).webhooks).toMatchObject({ caFile: undefined, ca: undefined });
+  });
+
+  it.each([
+    [join(dir, 'missing.pem'), `WEBHOOK_CA_FILE: cannot read ${join(dir, 'missing.pem')} (ENOENT)`],
+    [dir, `WEBHOOK_CA_FILE: cannot read ${dir} (EISDIR)`],
+    [notPem, `WEBHOOK_CA_FILE: ${notPem} holds no PEM certificate (-----BEGIN CERTIFICATE-----)`],
+    [corrupt, `WEBHOOK_CA_FILE: certificate 2 in ${corrupt} is not a valid X.509 certificate`],
+  ])('refuses WEBHOOK_CA_FILE=%s at start, in the one message with every other problem', (file, problem) => {
+    let error: unknown;
+    try {
+      loadConfig({ WEBHOOK_CA_FILE: file, PORT: 'eighty' });
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as ConfigError).problems).toEqual([expect.stringMatching(/^PORT: /), problem]);
+  });
+
   it('accepts a loopback on-call endpoint only with WEBHOOK_ALLOW_PRIVATE_TARGETS=true', () => {
     const env = { ONCALL_WEBHOOK_URL: 'https://127.0.0.1:8443/hook', ONCALL_WEBHOOK_SECRET: SECRET };
     expect(() => loadConfig({ ...env, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'false' })).toThrow(ConfigError);
@@ -122,14 +153,6 @@ describe('loadConfig: Kafka TLS and SASL', () => {
   const PASSWORD = 'kafka-pass-WORD-4f9c2e';
   const BROKERS = { KAFKA_BROKERS: 'b-1.example.com:9096' };
   const SASL = { KAFKA_SASL_MECHANISM: 'SCRAM-SHA-512', KAFKA_SASL_USERNAME: 'worker', KAFKA_SASL_PASSWORD: PASSWORD };
-  const dir = mkdtempSync(join(tmpdir(), 'config-test-'));
-  const caFile = join(dir, 'ca.pem');
-  writeFileSync(caFile, `${rootCertificates[0]}\n${rootCertificates[1]}\n`);
-  const notPem = join(dir, 'not.pem');
-  writeFileSync(notPem, 'not a certificate\n');
-  const corrupt = join(dir, 'corrupt.pem');
-  writeFileSync(corrupt, `${rootCertificates[0]}\n-----BEGIN CERTIFICATE-----\nTUlJQm9ndXM=\n-----END CERTIFICATE-----\n`);
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   it('is plaintext without authentication by default', () => {
     expect(loadConfig(BROKERS).kafka).toMatchObject({ ssl: undefined, sasl: undefined });

@@ -157,7 +157,7 @@ const envSchema = z
     ONCALL_WEBHOOK_URL: z.url().optional(),
     ONCALL_WEBHOOK_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
     WEBHOOK_ALLOW_PRIVATE_TARGETS: envBoolean(false),
-    WEBHOOK_CA_FILE: z.string().min(1).optional(),
+    WEBHOOK_CA_FILE: optionalSetting(pemCertificatesFile),
     WEBHOOK_CONCURRENCY: envInt(16, 1, 256),
     WEBHOOK_SECRET_KEY: secretKeySetting(),
     WEBHOOK_SECRET_KEY_PREVIOUS: secretKeySetting(),
@@ -239,8 +239,9 @@ export interface Config {
     readonly oncall?: { readonly url: string; readonly secret: string };
     /** Tests only: lets deliveries reach loopback and private networks. */
     readonly allowPrivateTargets: boolean;
-    /** A PEM file of extra trusted CAs (tests' own CA). */
+    /** WEBHOOK_CA_FILE, a PEM file of extra trusted CAs (tests' own CA), and its PEM, read and checked at start. */
     readonly caFile?: string;
+    readonly ca?: string;
     readonly concurrency: number;
     /** Seals merchants' signing secrets at rest (32 bytes, hex or base64); unset stores them as they are. */
     readonly secretKey?: string;
@@ -336,7 +337,8 @@ export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
     webhooks: {
       oncall: env.ONCALL_WEBHOOK_URL && env.ONCALL_WEBHOOK_SECRET ? { url: env.ONCALL_WEBHOOK_URL, secret: env.ONCALL_WEBHOOK_SECRET } : undefined,
       allowPrivateTargets: env.WEBHOOK_ALLOW_PRIVATE_TARGETS,
-      caFile: env.WEBHOOK_CA_FILE,
+      caFile: env.WEBHOOK_CA_FILE?.path,
+      ca: env.WEBHOOK_CA_FILE?.pem,
       concurrency: env.WEBHOOK_CONCURRENCY,
       secretKey: env.WEBHOOK_SECRET_KEY,
       previousSecretKey: env.WEBHOOK_SECRET_KEY_PREVIOUS,

@@ -30,7 +30,7 @@ import { createLogger, type Logger } from './logger.ts';
 import { WorkerMetrics } from './metrics.ts';
 import { AlertStore } from './store/alert-store.ts';
 import { connectClickHouse, type ClickHouse } from './store/clickhouse.ts';
-import { EventStore } from './store/event-store.ts';
+import { EventStore, storableEventTimes } from './store/event-store.ts';
 import { migrate } from './store/migrate.ts';
 import { tablesIn } from './store/tables.ts';
 import { WebhookStore } from './store/webhook-store.ts';
@@ -92,6 +92,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   const recentIds = new RecentEventIds(config.ingest.dedupCacheSize);
   const alertStore = new AlertStore(clickhouse, tables);
   const ingestEnabled = config.features.anomalyDetection;
+  // Both ways in refuse events dated where the raw table's TTL cannot reach.
+  const eventTimes = storableEventTimes(config.clickhouse.eventsTtlDays);
   const { secretKey, previousSecretKey } = config.webhooks;
   const secrets = new SecretBox(secretKey ? parseSecretKey(secretKey) : undefined, previousSecretKey ? [parseSecretKey(previousSecretKey)] : []);
   const webhookStore = new WebhookStore(clickhouse, tables, secrets);
@@ -112,7 +114,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
         oncall: config.webhooks.oncall,
         owner: config.webhooks.owner,
         policy: webhookPolicy,
-        ca: config.webhooks.caFile ? [...rootCertificates, readFileSync(config.webhooks.caFile, 'utf8')] : undefined,
+        ca: config.webhooks.ca ? [...rootCertificates, config.webhooks.ca] : undefined,
         concurrency: config.webhooks.concurrency,
         metrics,
         logger: logger.child({ component: 'webhooks' }),
@@ -125,6 +127,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     ? new AnalysisThread(
         {
           dedupCacheSize: config.ingest.dedupCacheSize,
+          eventTimes,
           detection: true,
           entitledPlans: config.admin.entitledPlans,
           geoCityDb: config.detection.geoCityDb,
@@ -171,6 +174,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   });
 
   let migrated = false;
+  // With KAFKA_BROKERS set, a worker whose consumer does not run (yet) takes in nothing: not ready.
+  const kafkaNotReadyReason = () => (intake ? intake.notReadyReason : config.kafka && analysis ? 'kafka intake not started yet' : undefined);
   metrics.reportStorageUp(() => migrated && buffer.healthy);
   const app = createHttpServer({
     logger,
@@ -178,12 +183,13 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     version: VERSION,
     bodyLimit: config.ingest.maxBodyBytes,
     notReadyReason: () =>
-      analysis?.failureReason ?? (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : intake?.notReadyReason),
+      analysis?.failureReason ?? (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : kafkaNotReadyReason()),
   });
   if (analysis && config.ingest.token) {
     registerHttpIngest(app, {
       token: config.ingest.token,
       maxEvents: config.ingest.maxEvents,
+      eventTimes,
       buffer,
       recentIds,
       metrics,

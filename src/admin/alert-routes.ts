@@ -89,7 +89,8 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       metrics({ from, to, merchantId }),
       deps.eventStore.trafficTrend({ from, to, merchantId, bucketSeconds }),
       deps.alertStore.topKeysByRisk({ from, to, merchantId, limit: TOP_KEYS }),
-      deps.alertStore.list({ merchantId, limit: RECENT_ALERTS }),
+      // The newest alerts created in the range, as metrics' alertsByType counts them.
+      deps.alertStore.list({ merchantId, from, to, limit: RECENT_ALERTS }),
       aiInsights ? deps.alertStore.riskiestSeen({ from, to, merchantId, limit: INSIGHT_ALERTS }) : [],
     ]);
     return {
@@ -225,6 +226,7 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       summary: 'Metrics, traffic and success trends, riskiest keys, recent alerts and AI insights for a range',
       description:
         'Trends have one point per minute for 1h, per 15 minutes for 24h and per hour for 7d. ' +
+        'recentAlerts are the 10 newest alerts created in the range. ' +
         'With FEATURE_AI_RISK_SCORING on, aiInsights names the attack patterns across the alerts seen in the range ' +
         '(fixed rules over their evidence, no trained model); off, it is empty. ' +
         'Answers are shared for a few seconds (ADMIN_CACHE_TTL_MS).',

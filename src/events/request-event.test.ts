@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { toDeadLetter } from '../ingest/dead-letter.ts';
-import { commonEvent, parseRequestEventText, parseRequestEventValue, MAX_USER_AGENT_LENGTH, schemaEvent } from './request-event.ts';
+import { commonEvent, EVENT_TIME_RANGE, parseRequestEventText, parseRequestEventValue, MAX_USER_AGENT_LENGTH, schemaEvent } from './request-event.ts';
 
 const valid = {
   eventId: 'evt_1',
@@ -63,6 +63,37 @@ describe('request event schema', () => {
     expect(rejection.reason).toBe('validation_failed');
     expect(rejection.errors.map((error) => error.path[0])).toContain(field);
     expect(rejection.eventId).toBe(field === 'eventId' ? value.toString().slice(0, 128) || '' : 'evt_1');
+  });
+
+  it.each([
+    '1999-12-31T23:59:59.999Z', '2100-01-01T00:00:00.001Z', '2150-01-01T00:00:00.000Z', '9999-12-31T23:59:59.999Z', '2100-01-01T00:30:00-01:00',
+    Date.UTC(2000, 0, 1) - 1, Date.UTC(2100, 0, 1) + 1,
+  ])('rejects a timestamp outside 2000 to 2100 in either form: %j', (timestamp) => {
+    expect(rejectionOf({ ...valid, timestamp }).errors).toEqual([
+      { path: ['timestamp'], message: 'must be a time from 2000-01-01T00:00:00.000Z to 2100-01-01T00:00:00.000Z' },
+    ]);
+  });
+
+  it('accepts both ends of the range, in either form and with an offset', () => {
+    for (const timestamp of ['2000-01-01T00:00:00.000Z', '2100-01-01T00:00:00.000Z', '2100-01-01T01:00:00+01:00', Date.UTC(2000, 0, 1), Date.UTC(2100, 0, 1)]) {
+      expect(parseRequestEventValue({ ...valid, timestamp }).ok, String(timestamp)).toBe(true);
+    }
+  });
+
+  it('rejects a time storage cannot hold, saying why, in every way in', () => {
+    const times = { ...EVENT_TIME_RANGE, max: Date.UTC(2096, 0, 1), why: 'storage ends there' };
+    const late = { ...valid, timestamp: '2096-01-01T00:00:00.001Z' };
+    for (const result of [parseRequestEventValue(late, times), parseRequestEventText(JSON.stringify(late), times)]) {
+      expect(result.ok).toBe(false);
+      if (!result.ok) expect(result.rejection.errors).toEqual([{ path: ['timestamp'], message: 'must be a time from 2000-01-01T00:00:00.000Z to 2096-01-01T00:00:00.000Z: storage ends there' }]);
+    }
+    expect(parseRequestEventValue({ ...valid, timestamp: Date.UTC(2096, 0, 1) }, times).ok).toBe(true);
+  });
+
+  it('names an out-of-range time with the other problems, and a malformed one once', () => {
+    const fields = (value: unknown) => rejectionOf(value).errors.map((error) => error.path[0]);
+    expect(fields({ ...valid, ip: 'example.com', timestamp: '2150-01-01T00:00:00.000Z' })).toEqual(['ip', 'timestamp']);
+    expect(fields({ ...valid, ip: 'example.com', timestamp: '1500-01-01 00:00:00Z' })).toEqual(['timestamp', 'ip']);
   });
 
   it('lists every missing required field at once', () => {

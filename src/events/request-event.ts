@@ -13,20 +13,29 @@ export type Plan = (typeof PLANS)[number];
 /** Rate limit per key when the event does not carry RateLimit-Limit (spec section 8). */
 export const DEFAULT_RATE_LIMIT_PER_MINUTE: Record<Plan, number> = { free: 60, pro: 60, business: 60, enterprise: 60 };
 
-const MIN_EPOCH_MS = Date.UTC(2000, 0, 1);
-const MAX_EPOCH_MS = Date.UTC(2100, 0, 1);
+/** Times an event may carry, in epoch ms, both ends included. */
+export interface TimeRange {
+  readonly min: number;
+  readonly max: number;
+  /** Why the range ends where it does, when that is not the rule's own end (said in the rejection). */
+  readonly why?: string;
+}
+
+/**
+ * The times of the rule, in either form a timestamp may take: from 2000 to 2100. Storage may hold
+ * less (storableEventTimes in src/store/event-store.ts); the ways in validate with what it holds.
+ */
+export const EVENT_TIME_RANGE: TimeRange = { min: Date.UTC(2000, 0, 1), max: Date.UTC(2100, 0, 1) };
 export const MAX_USER_AGENT_LENGTH = 512;
 /** Larger values are not request metadata; they are dead-lettered without being parsed. */
 export const MAX_EVENT_BYTES = 64 * 1024;
 
 // The schema only checks; normalization happens after it, in plain code (normalizeEvent), because
-// zod transforms cost about half a microsecond each and this runs on every event.
+// zod transforms cost about half a microsecond each and this runs on every event. The timestamp's
+// range is checked after both (validateRequestEvent), on the normalized time, whatever its form.
 export const requestEventSchema = z.object({
   eventId: z.string().min(1).max(128),
-  timestamp: z.union([
-    z.iso.datetime({ offset: true }),
-    z.number().int().min(MIN_EPOCH_MS, 'epoch milliseconds before 2000').max(MAX_EPOCH_MS, 'epoch milliseconds after 2100'),
-  ]),
+  timestamp: z.union([z.iso.datetime({ offset: true }), z.number().int()]),
   merchantId: z.string().min(1).max(128),
   plan: z.enum(PLANS),
   apiKeyId: z.string().min(1).max(128),
@@ -64,7 +73,7 @@ export interface RequestEvent {
 /** Normalizes zod's output in place (it is a fresh object already): one allocation less per event. */
 function normalizeEvent(input: z.output<typeof requestEventSchema>): RequestEvent {
   const event = input as unknown as RequestEvent;
-  if (typeof input.timestamp !== 'number') event.timestamp = Date.parse(input.timestamp);
+  if (typeof input.timestamp !== 'number') event.timestamp = epochMsOf(input.timestamp);
   if (input.userAgent.length > MAX_USER_AGENT_LENGTH) event.userAgent = input.userAgent.slice(0, MAX_USER_AGENT_LENGTH);
   event.method = input.method.toUpperCase();
   // A null optional field is an absent one (rare: the common case, commonEvent, builds a fresh object).
@@ -123,7 +132,7 @@ export function commonEvent(value: Record<string, unknown>): RequestEvent | unde
 
 /** A timestamp the schema accepts, in epoch ms; undefined for anything else. */
 function epochMs(timestamp: unknown): number | undefined {
-  if (typeof timestamp === 'number') return isIntegerIn(timestamp, MIN_EPOCH_MS, MAX_EPOCH_MS) ? timestamp : undefined;
+  if (typeof timestamp === 'number') return Number.isSafeInteger(timestamp) ? timestamp : undefined;
   if (typeof timestamp !== 'string') return undefined;
   const canonical = canonicalUtcTime(timestamp);
   if (canonical !== undefined) return canonical;
@@ -197,8 +206,8 @@ export interface Rejection {
 
 export type ParseResult = { ok: true; event: RequestEvent } | { ok: false; rejection: Rejection };
 
-/** Parses and validates one event from its raw JSON text (a Kafka value or an NDJSON line). */
-export function parseRequestEventText(text: string): ParseResult {
+/** Parses and validates one event from its raw JSON text (a Kafka value or an NDJSON line), dated within `times`. */
+export function parseRequestEventText(text: string, times: TimeRange = EVENT_TIME_RANGE): ParseResult {
   if (text.length === 0) return reject('empty', [{ path: [], message: 'empty message' }]);
   if (text.length > MAX_EVENT_BYTES) {
     return reject('too_large', [{ path: [], message: `event larger than ${MAX_EVENT_BYTES} bytes` }]);
@@ -215,16 +224,16 @@ export function parseRequestEventText(text: string): ParseResult {
     const refused = secretCheck(value);
     if (refused) return refused;
   }
-  return validateRequestEvent(value);
+  return validateRequestEvent(value, times);
 }
 
-/** Validates an already-parsed value (HTTP JSON array items). */
-export function parseRequestEventValue(value: unknown): ParseResult {
+/** Validates an already-parsed value (HTTP JSON array items), dated within `times`. */
+export function parseRequestEventValue(value: unknown, times: TimeRange = EVENT_TIME_RANGE): ParseResult {
   if (value !== null && typeof value === 'object') {
     const refused = secretCheck(value);
     if (refused) return refused;
   }
-  return validateRequestEvent(value);
+  return validateRequestEvent(value, times);
 }
 
 /**
@@ -255,22 +264,40 @@ function jsonErrorMessage(error: unknown): string {
   return quote === -1 ? message : `${message.slice(0, quote).replace(/[\s,]+$/, '')}: not valid JSON`;
 }
 
-function validateRequestEvent(value: unknown): ParseResult {
+function validateRequestEvent(value: unknown, times: TimeRange): ParseResult {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     return reject('not_an_object', [{ path: [], message: 'event must be a JSON object' }]);
   }
   const common = commonEvent(value as Record<string, unknown>);
-  if (common) return { ok: true, event: common };
-  const parsed = schemaEvent(value);
-  if (parsed.ok) return parsed;
-  return reject(
-    'validation_failed',
-    parsed.issues.map((issue) => ({
-      path: issue.path.filter((key): key is string | number => typeof key !== 'symbol'),
-      message: redactSecrets(issue.message),
-    })),
-    readEventId(value),
-  );
+  const parsed = common ? { ok: true as const, event: common } : schemaEvent(value);
+  // Checked on a rejection too, so that it lists every problem, unless the schema refused the timestamp itself.
+  const time = parsed.ok
+    ? parsed.event.timestamp
+    : parsed.issues.some((issue) => issue.path[0] === 'timestamp')
+      ? undefined
+      : epochMsOf((value as Record<string, unknown>).timestamp);
+  const outside = time === undefined ? undefined : timeOutside(time, times);
+  if (parsed.ok && !outside) return parsed;
+  const errors: FieldError[] = parsed.ok
+    ? []
+    : parsed.issues.map((issue) => ({
+        path: issue.path.filter((key): key is string | number => typeof key !== 'symbol'),
+        message: redactSecrets(issue.message),
+      }));
+  if (outside) errors.push(outside);
+  return reject('validation_failed', errors, readEventId(value));
+}
+
+/** A timestamp the schema took (epoch ms, or an ISO string), in epoch ms, as normalizeEvent reads it. */
+function epochMsOf(timestamp: unknown): number {
+  return typeof timestamp === 'number' ? timestamp : Date.parse(String(timestamp));
+}
+
+/** The timestamp's error when the time is outside `times`; undefined inside. */
+function timeOutside(ms: number, times: TimeRange): FieldError | undefined {
+  if (ms >= times.min && ms <= times.max) return undefined;
+  const range = `must be a time from ${new Date(times.min).toISOString()} to ${new Date(times.max).toISOString()}`;
+  return { path: ['timestamp'], message: times.why ? `${range}: ${times.why}` : range };
 }
 
 function rejectSecret(value: unknown): ParseResult {

@@ -70,7 +70,7 @@ port.on('message', (request: AnalysisRequest) => {
   try {
     switch (request.kind) {
       case 'batch': {
-        const { events, ...result } = validateBatch(request.batch, recentIds);
+        const { events, ...result } = validateBatch(request.batch, recentIds, settings.eventTimes);
         const findings = detect(events, request.batch.partition);
         response = { id: request.id, result: { ...result, findings, ruleErrors: ruleErrors.splice(0), load: engine?.load } };
         port.postMessage(response, [result.rows.buffer as ArrayBuffer]);

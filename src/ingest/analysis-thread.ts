@@ -9,12 +9,14 @@
 import type { KafkaMessage } from 'kafkajs';
 import { Worker } from 'node:worker_threads';
 import type { EngineFinding, EngineLoad } from '../detect/engine.ts';
-import type { RequestEvent } from '../events/request-event.ts';
+import type { RequestEvent, TimeRange } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
 import type { RawBatch, ValidatedBatch } from './validate-batch.ts';
 
 export interface AnalysisSettings {
   dedupCacheSize: number;
+  /** The event times storage holds (storableEventTimes): validation rejects the others. */
+  eventTimes: TimeRange;
   /** Run detection (FEATURE_ANOMALY_DETECTION); validation runs either way. */
   detection: boolean;
   entitledPlans: readonly string[];

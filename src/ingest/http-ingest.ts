@@ -14,6 +14,7 @@ import {
   type ParseResult,
   type RejectionReason,
   type RequestEvent,
+  type TimeRange,
 } from '../events/request-event.ts';
 import { HttpError, validationError } from '../http/errors.ts';
 import type { WorkerMetrics } from '../metrics.ts';
@@ -24,6 +25,8 @@ import type { RecentEventIds } from './recent-event-ids.ts';
 export interface HttpIngestOptions {
   token: string;
   maxEvents: number;
+  /** The event times storage holds (storableEventTimes): validation rejects the others. */
+  eventTimes: TimeRange;
   buffer: EventBuffer;
   recentIds: RecentEventIds;
   metrics: WorkerMetrics;
@@ -49,7 +52,7 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
   app.post('/v1/ingest/events', async (request, reply) => {
     authenticate(request, expectedToken);
     if (!options.buffer.healthy) throw storageUnavailable();
-    const results = parseBody(request.body, options.maxEvents);
+    const results = parseBody(request.body, options.maxEvents, options.eventTimes);
     const report: IngestReport = { accepted: 0, rejected: 0, duplicates: 0, errors: [] };
     const lines: string[] = [];
     const accepted: RequestEvent[] = [];
@@ -97,7 +100,7 @@ async function waitUntilStored(buffer: EventBuffer, stored: Promise<void>, timeo
   }
 }
 
-function parseBody(body: unknown, maxEvents: number): ParseResult[] {
+function parseBody(body: unknown, maxEvents: number, times: TimeRange): ParseResult[] {
   let results: ParseResult[];
   if (typeof body === 'string' && body.trimStart().startsWith('[')) {
     // A JSON array sent as NDJSON or text/plain: read as the array it is, not as one bad line.
@@ -106,12 +109,12 @@ function parseBody(body: unknown, maxEvents: number): ParseResult[] {
   if (typeof body === 'string') {
     const lines = body.split('\n').filter((line) => line.trim().length > 0);
     if (lines.length > maxEvents) throw tooMany(maxEvents);
-    results = lines.map((line) => parseRequestEventText(line.trim()));
+    results = lines.map((line) => parseRequestEventText(line.trim(), times));
   } else if (Array.isArray(body)) {
     if (body.length > maxEvents) throw tooMany(maxEvents);
-    results = body.map((item) => parseRequestEventValue(item));
+    results = body.map((item) => parseRequestEventValue(item, times));
   } else if (body !== null && typeof body === 'object') {
-    results = [parseRequestEventValue(body)];
+    results = [parseRequestEventValue(body, times)];
   } else {
     throw validationError([{ path: ['body'], message: 'expected a JSON array of events, one event object, or NDJSON' }]);
   }

@@ -91,6 +91,12 @@ export class KafkaIntake {
   private stoppedBy: Error | undefined;
   /** Set while reading how far a partition is stored keeps failing. */
   private readFailure: Error | undefined;
+  /**
+   * Why the consumer is not consuming, until it has joined its group: starting, the last start that
+   * failed (brokers unreachable; the owner retries), or a crash kafkajs restarts from (its run() may
+   * even resolve after one).
+   */
+  private notConsuming: string | undefined = 'kafka consumer starting: connecting to the brokers';
   /** Partitions whose stored offsets were found to be an earlier incarnation's of the topic, reported once each. */
   private readonly staleReported = new Set<number>();
 
@@ -110,6 +116,7 @@ export class KafkaIntake {
     this.buffer = options.buffer;
     // A new assignment may bring partitions another replica stored into: read their progress again.
     this.consumer.on(this.consumer.events.GROUP_JOIN, (event) => {
+      this.notConsuming = undefined;
       this.storedOffsets = new Map();
       this.warmups = new Map();
       this.backlog.reset();
@@ -124,6 +131,7 @@ export class KafkaIntake {
     this.consumer.on(this.consumer.events.CRASH, (event) => {
       const { error, restart } = event.payload;
       logger.error({ err: error, restart }, 'kafka consumer crashed');
+      this.notConsuming = `kafka consumer crashed and is restarting: ${error.message}`;
       // kafkajs restarts after retriable errors only; otherwise nothing is consumed any more, and
       // a worker that looks alive while it consumes nothing is worse than one that stops.
       if (!restart) this.stopFor(new Error(`kafka consumer stopped: ${error.message}`));
@@ -131,14 +139,19 @@ export class KafkaIntake {
   }
 
   async start(): Promise<void> {
-    await this.producer.connect();
-    await this.consumer.connect();
-    await this.consumer.subscribe({ topic: this.options.topic, fromBeginning: this.options.fromBeginning });
-    await this.consumer.run({
-      autoCommit: false,
-      eachBatchAutoResolve: false,
-      eachBatch: (payload) => this.handleBatch(payload),
-    });
+    try {
+      await this.producer.connect();
+      await this.consumer.connect();
+      await this.consumer.subscribe({ topic: this.options.topic, fromBeginning: this.options.fromBeginning });
+      await this.consumer.run({
+        autoCommit: false,
+        eachBatchAutoResolve: false,
+        eachBatch: (payload) => this.handleBatch(payload),
+      });
+    } catch (error) {
+      this.notConsuming = `kafka consumer cannot start (retrying): ${(error as Error).message}`;
+      throw error;
+    }
     this.running = true;
     this.options.logger.info({ topic: this.options.topic, groupId: this.options.groupId }, 'kafka intake started');
   }
@@ -148,9 +161,9 @@ export class KafkaIntake {
     return this.stoppedBy?.message;
   }
 
-  /** Why intake cannot go on for now, if it cannot: stopped for good, or storage unreadable. */
+  /** Why intake cannot go on for now, if it cannot: stopped for good, not consuming (yet), or storage unreadable. */
   get notReadyReason(): string | undefined {
-    return this.stoppedReason ?? (this.readFailure && 'storage unavailable: cannot read how far partitions are stored');
+    return this.stoppedReason ?? this.notConsuming ?? (this.readFailure && 'storage unavailable: cannot read how far partitions are stored');
   }
 
   /** Intake will take nothing more: the owner is told once, and stops the worker. */

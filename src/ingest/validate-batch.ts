@@ -4,7 +4,7 @@
  * thread (analysis-thread-main.ts).
  */
 import { isAscii } from 'node:buffer';
-import { parseRequestEventText, type Rejection, type RequestEvent } from '../events/request-event.ts';
+import { parseRequestEventText, type Rejection, type RequestEvent, type TimeRange } from '../events/request-event.ts';
 import { serializeEventRow } from '../store/event-store.ts';
 import type { RecentEventIds } from './recent-event-ids.ts';
 import { RowBuffer } from './row-buffer.ts';
@@ -46,7 +46,8 @@ export interface ValidatedBatch {
 
 const decoder = new TextDecoder();
 
-export function validateBatch(batch: RawBatch, recentIds: RecentEventIds): ValidatedBatch {
+/** `times`: the event times storage holds (storableEventTimes); others are rejected. */
+export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times?: TimeRange): ValidatedBatch {
   const rows = new RowBuffer(Math.max(1024, batch.values.length * 2));
   const rejections: ValidatedBatch['rejections'] = [];
   const events: RequestEvent[] = [];
@@ -56,7 +57,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds): Valid
   for (let index = 0; index < batch.ends.length; index++) {
     const end = batch.ends[index]!;
     const messageText = text(start, end);
-    const result = parseRequestEventText(messageText);
+    const result = parseRequestEventText(messageText, times);
     start = end;
     if (!result.ok) {
       rejections.push({ index, rejection: result.rejection, text: messageText, offset: String(batch.offsets[index]), timestamp: String(batch.timestamps[index]) });

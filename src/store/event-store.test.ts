@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { parseRequestEventValue } from '../events/request-event.ts';
+import { EVENT_TIME_RANGE, parseRequestEventValue } from '../events/request-event.ts';
 import type { ClickHouse } from './clickhouse.ts';
-import { EventStore, REQUEST_EVENT_COLUMNS, serializeEventRow, toClickHouseTime, tsvText } from './event-store.ts';
+import { EventStore, REQUEST_EVENT_COLUMNS, serializeEventRow, storableEventTimes, toClickHouseTime, tsvText } from './event-store.ts';
 import { tablesIn } from './tables.ts';
 
 describe('serializeEventRow', () => {
@@ -58,6 +58,20 @@ describe('serializeEventRow', () => {
     expect(toClickHouseTime(Date.UTC(2026, 0, 2, 3, 4, 5, 60))).toBe('2026-01-02 03:04:05.060');
     expect(toClickHouseTime(Date.UTC(2026, 0, 2, 3, 4, 6, 999))).toBe('2026-01-02 03:04:06.999');
     expect(toClickHouseTime(Date.UTC(2025, 11, 31, 23, 59, 59, 0))).toBe('2025-12-31 23:59:59.000');
+  });
+});
+
+describe('storableEventTimes', () => {
+  it.each([
+    [30, EVENT_TIME_RANGE.max],
+    [2228, EVENT_TIME_RANGE.max],
+    // The latest time whose TTL, toDateTime(ts) + the days, is still a DateTime (2106-02-07 06:28:15 at most).
+    [2229, Date.UTC(2106, 1, 7, 6, 28, 15, 999) - 2229 * 86_400_000],
+    [3650, Date.parse('2096-02-09T06:28:15.999Z')],
+  ])('with EVENTS_TTL_DAYS=%i holds events up to the time whose TTL still fits a DateTime', (days, latest) => {
+    const times = storableEventTimes(days);
+    expect(times).toMatchObject({ min: EVENT_TIME_RANGE.min, max: latest });
+    expect(times.why === undefined).toBe(latest === EVENT_TIME_RANGE.max);
   });
 });
 

@@ -5,7 +5,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
-import { DEFAULT_RATE_LIMIT_PER_MINUTE, type Plan, type RequestEvent } from '../events/request-event.ts';
+import { DEFAULT_RATE_LIMIT_PER_MINUTE, EVENT_TIME_RANGE, type Plan, type RequestEvent, type TimeRange } from '../events/request-event.ts';
 import type { ClickHouseSettings } from '@clickhouse/client';
 import type { ClickHouse } from './clickhouse.ts';
 import type { Tables } from './tables.ts';
@@ -45,6 +45,22 @@ let cachedSecondText = '';
 
 /** The times a DateTime64 column holds (1900-01-01 to 2299-12-31 UTC), as epoch ms; outside it a query fails. */
 export const STORABLE_TIME_MS = { min: Date.UTC(1900, 0, 1), max: Date.UTC(2299, 11, 31, 23, 59, 59, 999) } as const;
+
+/** The last second a ClickHouse DateTime holds (2106-02-07 06:28:15 UTC); arithmetic past it wraps around to 1970. */
+const DATETIME_MAX_SECOND = 2 ** 32 - 1;
+
+/**
+ * The event times request_events holds with raw events kept `eventsTtlDays`: the rule's
+ * (EVENT_TIME_RANGE), ending earlier when the row's TTL, toDateTime(ts) + EVENTS_TTL_DAYS
+ * (001_request_events.sql), would pass the end of DateTime (above 2228 days for 2100). Such a TTL
+ * wraps into the past: the engine drops the row as expired at insert while the rollup counts it,
+ * so validation refuses those times. (The rollup's, minute + 400 days, fits up to 2105.)
+ */
+export function storableEventTimes(eventsTtlDays: number): TimeRange {
+  const latest = (DATETIME_MAX_SECOND - eventsTtlDays * 86_400) * 1000 + 999;
+  if (latest >= EVENT_TIME_RANGE.max) return EVENT_TIME_RANGE;
+  return { ...EVENT_TIME_RANGE, max: latest, why: `with EVENTS_TTL_DAYS=${eventsTtlDays}, a later event's retention would end past the last date storage holds (2106-02-07)` };
+}
 
 /** ClickHouse DateTime64(3) text in UTC: 'YYYY-MM-DD hh:mm:ss.sss'. */
 export function toClickHouseTime(epochMs: number): string {

@@ -253,6 +253,20 @@ describe('admin API', () => {
     expect(week.trafficTrend.length).toBeGreaterThanOrEqual(168);
   });
 
+  it('lists as the dashboard\'s recentAlerts only the merchant\'s alerts created in the range', async () => {
+    const merchantId = `${M}_recent`;
+    const now = Date.now();
+    const ago = (ms: number, i: number) => makeAlert(i, { merchantId, createdAtMs: now - ms });
+    const [minutes, hours, days, weeks] = [ago(5 * MINUTE, 0), ago(2 * 60 * MINUTE, 1), ago(2 * 24 * 60 * MINUTE, 2), ago(10 * 24 * 60 * MINUTE, 3)];
+    const neighbours = makeAlert(4, { merchantId: `${merchantId}_neighbour`, createdAtMs: now - MINUTE });
+    await worker.alertStore.save([minutes, hours, days, weeks, neighbours]);
+    const bearer = await token(merchantId, 'viewer');
+    const recent = async (range: string) => (await call(`/dashboard?range=${range}`, {}, bearer)).body.data.recentAlerts.map((alert: Alert) => alert.id);
+    expect(await recent('1h')).toEqual([minutes.id]);
+    expect(await recent('24h')).toEqual([minutes.id, hours.id]);
+    expect(await recent('7d')).toEqual([minutes.id, hours.id, days.id]);
+  });
+
   it('never serves a merchant the operator\'s all-merchants view from the cache, whatever its id', async () => {
     const operator = await token('ops', 'operator');
     const everyone = await call('/metrics', {}, operator);

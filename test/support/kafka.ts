@@ -1,4 +1,5 @@
-/** Kafka helpers for suites: produce in large sends, read a topic back, read a group's progress. */
+/** Kafka helpers for suites: produce in large sends, read a topic back, read a group's progress, a relay to a broker. */
+import { createServer, connect, type Socket } from 'node:net';
 import { Kafka, logLevel, type Producer } from 'kafkajs';
 import { mockBrokerConsumerDefaults } from '../services/kafka.ts';
 
@@ -115,4 +116,33 @@ export async function commitGroupOffsets(
   } finally {
     await consumer.disconnect();
   }
+}
+
+/**
+ * A TCP relay from 127.0.0.1:port to a broker, to bootstrap through (a port that was closed at first,
+ * say). Only bootstrap goes through it: the broker's metadata sends clients to its own address.
+ */
+export async function relayToBroker(port: number, broker: string): Promise<{ close(): Promise<void> }> {
+  const separator = broker.lastIndexOf(':');
+  const host = broker.slice(0, separator);
+  const brokerPort = Number(broker.slice(separator + 1));
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = connect(brokerPort, host);
+    for (const socket of [client, upstream]) {
+      sockets.add(socket);
+      socket.once('close', () => sockets.delete(socket));
+      socket.on('error', () => undefined); // the other side's close ends both
+    }
+    client.pipe(upstream).pipe(client);
+    client.once('close', () => upstream.destroy());
+    upstream.once('close', () => client.destroy());
+  });
+  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(port, '127.0.0.1', resolve));
+  return {
+    async close() {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
 }

@@ -219,3 +219,15 @@ describe('loadConfig: Kafka TLS and SASL', () => {
     expect(lines.slice(1).every((line) => line.includes('[REDACTED]'))).toBe(true);
   });
 });
+
+describe('describeConfig', () => {
+  const INGEST = { FEATURE_ANOMALY_DETECTION: 'true', INGEST_TOKEN: 'ingest-token-0123456789' };
+  it.each([
+    ['kafka', { ...INGEST, KAFKA_BROKERS: 'b-1.example.com:9096' }],
+    ['direct', INGEST],
+    ['off', { FEATURE_ANOMALY_DETECTION: 'true' }],
+    ['off', { INGEST_TOKEN: INGEST.INGEST_TOKEN }],
+  ])('names the way HTTP ingest takes events in the start-up line: %s for %j', (way, env) => {
+    expect(describeConfig(loadConfig(env)).httpIngest).toBe(way);
+  });
+});

@@ -367,6 +367,9 @@ export function describeConfig(config: Config): Record<string, unknown> {
           sasl: kafka.sasl ? { mechanism: kafka.sasl.mechanism, username: kafka.sasl.username } : 'off',
         }
       : 'off',
+    // How POST /v1/ingest/events takes events: produced to the Kafka topic (stored and detected by the
+    // replica that owns the key), stored directly and detected by this replica, or not at all.
+    httpIngest: !config.features.anomalyDetection || !config.ingest.token ? 'off' : kafka ? 'kafka' : 'direct',
     clickhouse,
     enforcement: config.enforcement.mode,
     // The on-call URL may carry a token in its path: its origin only.

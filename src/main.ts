@@ -193,6 +193,9 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       buffer,
       recentIds,
       metrics,
+      // With Kafka, posted events go through the topic as the fleet's do: the replica that owns a
+      // key's partition stores and detects all of its events, and drops a retry sent elsewhere.
+      publish: config.kafka ? (events) => (intake ? intake.publish(events) : Promise.reject(new Error('kafka intake not started yet'))) : undefined,
       onAccepted: (events) => {
         analysis.detect(events).then(onDetection, (error: unknown) => logger.error({ err: error }, 'detection failed'));
       },
@@ -245,8 +248,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
           await heartbeat?.();
         },
       );
-    // Events that came over HTTP belong to no partition: every replica warms them. Like a
-    // partition's, a failed warm-up is not fatal: those windows start empty.
+    // Events posted over HTTP and stored directly (without Kafka) belong to no partition: every
+    // replica warms them. Like a partition's, a failed warm-up is not fatal: those windows start empty.
     await warm('', -1).catch((error: unknown) => logger.warn({ err: error }, 'detection warm-up of HTTP events failed; their windows start empty'));
     if (config.kafka) {
       const kafkaConfig = config.kafka;

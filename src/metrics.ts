@@ -36,6 +36,11 @@ export class WorkerMetrics {
     labelNames: ['reason'] as const,
     registers: [this.registry],
   });
+  readonly eventsProduced = new Counter({
+    name: 'security_center_events_produced_total',
+    help: 'HTTP-ingested events produced to the input topic and acknowledged by the brokers (with Kafka configured: the replica that owns their key then stores them)',
+    registers: [this.registry],
+  });
   readonly batchDuration = new Histogram({
     name: 'security_center_batch_duration_seconds',
     help: 'Time to decode and validate one Kafka batch (storage is asynchronous)',

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ProducerRecord } from 'kafkajs';
-import { KafkaDeadLetterQueue, MAX_DEAD_LETTER_PAYLOAD, MAX_DEAD_LETTER_SEND_BYTES, toDeadLetter } from './dead-letter.ts';
+import { KafkaDeadLetterQueue, MAX_DEAD_LETTER_PAYLOAD, toDeadLetter } from './dead-letter.ts';
+import { MAX_SEND_BYTES } from './kafka-client.ts';
 
 function deadLetters(count: number, payloadChars: number) {
   return Array.from({ length: count }, (_, i) =>
@@ -21,7 +22,7 @@ describe('KafkaDeadLetterQueue', () => {
     expect(sent.length).toBeGreaterThan(1);
     for (const request of sent) {
       expect(request.acks).toBe(-1);
-      expect(request.messages.reduce((sum, message) => sum + Buffer.byteLength(message.value as string), 0)).toBeLessThanOrEqual(MAX_DEAD_LETTER_SEND_BYTES);
+      expect(request.messages.reduce((sum, message) => sum + Buffer.byteLength(message.value as string), 0)).toBeLessThanOrEqual(MAX_SEND_BYTES);
     }
     const offsets = sent.flatMap((request) => request.messages.map((message) => JSON.parse(message.value as string).source.offset));
     expect(offsets).toEqual(records.map((record) => record.source.offset));

@@ -6,6 +6,7 @@
 import type { Producer } from 'kafkajs';
 import { redactSecrets } from '../events/secrets.ts';
 import type { FieldError, Rejection, RejectionReason } from '../events/request-event.ts';
+import { sendInRequests } from './kafka-client.ts';
 
 /** At most this much of the original value is kept in a dead letter. */
 export const MAX_DEAD_LETTER_PAYLOAD = 16 * 1024;
@@ -36,14 +37,6 @@ export function toDeadLetter(rejection: Rejection, text: string, source: DeadLet
   };
 }
 
-/**
- * At most this many bytes of dead letters go in one produce request. Kafka refuses a record batch
- * over the broker's `message.max.bytes` (1 MiB by default) with an error that is not retriable, and
- * a flush's dead letters from one source partition all go to one DLQ partition: sent at once, a
- * burst of malformed messages would be refused on every retry and hold up the flush for good.
- */
-export const MAX_DEAD_LETTER_SEND_BYTES = 256 * 1024;
-
 /** Produces dead letters to the DLQ topic, keyed by source partition so they keep their order. */
 export class KafkaDeadLetterQueue {
   constructor(
@@ -51,22 +44,12 @@ export class KafkaDeadLetterQueue {
     private readonly topic: string,
   ) {}
 
-  async send(records: readonly DeadLetter[]): Promise<void> {
+  send(records: readonly DeadLetter[]): Promise<void> {
     const messages = records.map((record) => ({
       key: `${record.source.topic}:${record.source.partition}`,
       value: JSON.stringify(record),
       headers: { 'dlq-reason': record.reason },
     }));
-    // In order, one request after the other: a retry after a failure sends them all again (the
-    // DLQ is at-least-once), never out of order.
-    const sizes = messages.map((message) => Buffer.byteLength(message.value));
-    let start = 0;
-    while (start < messages.length) {
-      let end = start + 1; // one at least, whatever its size
-      let bytes = sizes[start]!;
-      while (end < messages.length && bytes + sizes[end]! <= MAX_DEAD_LETTER_SEND_BYTES) bytes += sizes[end++]!;
-      await this.producer.send({ topic: this.topic, acks: -1, messages: messages.slice(start, end) });
-      start = end;
-    }
+    return sendInRequests(this.producer, this.topic, messages);
   }
 }

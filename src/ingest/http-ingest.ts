@@ -2,8 +2,14 @@
  * HTTP intake: POST /v1/ingest/events with `Authorization: Bearer <INGEST_TOKEN>`, a JSON array (or
  * one object) or NDJSON of request events. Each event is validated with the same schema as Kafka's;
  * the 202 response reports per event what was accepted, rejected (with field errors) or dropped as a
- * duplicate. Contract: a 202 means the accepted events are stored; during a storage outage the
- * answer is 503 with Retry-After, and a retry of the same events is not counted twice.
+ * duplicate.
+ *
+ * Contract: without Kafka, a 202 means the accepted events are stored (and handed to this replica's
+ * detection). With Kafka (`publish`), a 202 means the brokers have acknowledged them on the input
+ * topic, keyed by apiKeyId as the fleet keys its events: the replica that owns the key's partition
+ * stores and detects them, so a key's events meet in one place and a retry sent to another replica
+ * is dropped there as a redelivery. Either way, when that cannot be done in time the answer is 503
+ * with Retry-After, and a retry of the same events is not counted twice.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
@@ -30,9 +36,15 @@ export interface HttpIngestOptions {
   buffer: EventBuffer;
   recentIds: RecentEventIds;
   metrics: WorkerMetrics;
-  /** How long a request waits for its events to be stored before answering 503. */
+  /**
+   * With Kafka: produces the accepted events to the input topic and resolves once the brokers have
+   * acknowledged them all. Without it, the accepted events are stored through `buffer` and handed to
+   * `onAccepted`.
+   */
+  publish?(events: readonly RequestEvent[]): Promise<void>;
+  /** How long a request waits for its events to be stored (or acknowledged) before answering 503. */
   storeTimeoutMs?: number;
-  /** Receives the accepted events (for detection), before the response waits for storage. */
+  /** Receives the accepted events (for detection), before the response waits for storage; not called with `publish`. */
   onAccepted?(events: RequestEvent[]): void;
 }
 
@@ -47,53 +59,88 @@ const NDJSON_TYPES = ['application/x-ndjson', 'application/ndjson', 'application
 
 export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOptions): void {
   const expectedToken = digest(options.token);
+  const { publish, buffer, recentIds, metrics } = options;
+  const timeoutMs = options.storeTimeoutMs ?? 10_000;
+  /**
+   * Posts whose events the brokers had not acknowledged by their deadline and still have not: while
+   * there are any, Kafka is not taking writes, and posts are refused at once rather than pile up
+   * more events behind them (the producer retries those until the brokers take them).
+   */
+  let overdue = 0;
   app.addContentTypeParser(NDJSON_TYPES, { parseAs: 'string' }, (_request, body, done) => done(null, body));
+
+  /** Produces the events; they are remembered once the brokers have them, however late, so a retry after a failure is produced again. */
+  async function produce(publish: NonNullable<HttpIngestOptions['publish']>, events: RequestEvent[], request: FastifyRequest) {
+    const published = publish(events);
+    published.then(
+      () => {
+        for (const event of events) recentIds.checkAndAdd(event.eventId);
+        metrics.eventsProduced.inc(events.length);
+      },
+      (error: unknown) => request.log.error({ err: error, events: events.length }, 'producing HTTP-ingested events to Kafka failed'),
+    );
+    const outcome = await settleWithin(published, timeoutMs);
+    if (outcome === 'timeout') {
+      overdue++;
+      const settled = () => overdue--;
+      published.then(settled, settled);
+    }
+    return outcome;
+  }
+
+  /** Stores the events; they are remembered at once: after a 503 the rows stay buffered and are stored, so a retry is a duplicate. */
+  function store(events: RequestEvent[]) {
+    for (const event of events) recentIds.checkAndAdd(event.eventId);
+    options.onAccepted?.(events);
+    const lines = events.map((event) => serializeEventRow(event, HTTP_SOURCE));
+    return settleWithin(buffer.add({ lines }), timeoutMs, (listener) => buffer.onOutage(listener));
+  }
 
   app.post('/v1/ingest/events', async (request, reply) => {
     authenticate(request, expectedToken);
-    if (!options.buffer.healthy) throw storageUnavailable();
+    // With Kafka, storage is the consumer's business: the topic holds the events through its outage.
+    if (publish ? overdue > 0 : !buffer.healthy) throw unavailable(publish !== undefined);
     const results = parseBody(request.body, options.maxEvents, options.eventTimes);
     const report: IngestReport = { accepted: 0, rejected: 0, duplicates: 0, errors: [] };
-    const lines: string[] = [];
     const accepted: RequestEvent[] = [];
+    const inRequest = new Set<string>();
     results.forEach((result, index) => {
       if (!result.ok) {
         report.rejected++;
         const { reason, errors, eventId } = result.rejection;
         report.errors.push({ index, ...(eventId === undefined ? {} : { eventId }), reason, details: errors });
-        options.metrics.eventsRejected.inc({ reason });
-      } else if (options.recentIds.checkAndAdd(result.event.eventId)) {
+        metrics.eventsRejected.inc({ reason });
+      } else if (inRequest.has(result.event.eventId) || recentIds.has(result.event.eventId)) {
         report.duplicates++;
       } else {
+        inRequest.add(result.event.eventId);
         report.accepted++;
-        lines.push(serializeEventRow(result.event, HTTP_SOURCE));
         accepted.push(result.event);
       }
     });
-    options.metrics.eventsConsumed.inc({ source: 'http' }, results.length);
-    if (report.duplicates > 0) options.metrics.eventsDuplicate.inc({ source: 'http' }, report.duplicates);
-    if (accepted.length > 0) options.onAccepted?.(accepted);
-    if (lines.length > 0) {
-      const outcome = await waitUntilStored(options.buffer, options.buffer.add({ lines }), options.storeTimeoutMs ?? 10_000);
-      if (outcome !== 'stored') throw storageUnavailable();
+    metrics.eventsConsumed.inc({ source: 'http' }, results.length);
+    if (report.duplicates > 0) metrics.eventsDuplicate.inc({ source: 'http' }, report.duplicates);
+    if (accepted.length > 0) {
+      const outcome = publish ? await produce(publish, accepted, request) : await store(accepted);
+      if (outcome !== 'done') throw unavailable(publish !== undefined);
     }
     return reply.code(202).send({ success: true, data: report });
   });
 }
 
 /**
- * Waits for the rows to be stored, but answers early when storage fails or takes too long. The rows
- * stay buffered either way; a client retry after a 503 is dropped as a duplicate.
+ * Waits for `done`, but answers early when it takes longer than `timeoutMs` or an outage is reported
+ * meanwhile: 'done', 'failed' (it failed, or an outage) or 'timeout'. What it waits for goes on either way.
  */
-async function waitUntilStored(buffer: EventBuffer, stored: Promise<void>, timeoutMs: number): Promise<'stored' | 'unavailable'> {
+async function settleWithin(done: Promise<void>, timeoutMs: number, onOutage?: (listener: () => void) => () => void): Promise<'done' | 'failed' | 'timeout'> {
   let timer: NodeJS.Timeout | undefined;
   let removeListener: (() => void) | undefined;
-  const unavailable = new Promise<'unavailable'>((resolve) => {
-    timer = setTimeout(() => resolve('unavailable'), timeoutMs);
-    removeListener = buffer.onOutage(() => resolve('unavailable'));
+  const cutShort = new Promise<'failed' | 'timeout'>((resolve) => {
+    timer = setTimeout(() => resolve('timeout'), timeoutMs);
+    removeListener = onOutage?.(() => resolve('failed'));
   });
   try {
-    return await Promise.race([stored.then(() => 'stored' as const, () => 'unavailable' as const), unavailable]);
+    return await Promise.race([done.then(() => 'done' as const, () => 'failed' as const), cutShort]);
   } finally {
     clearTimeout(timer);
     removeListener?.();
@@ -148,6 +195,8 @@ function tooMany(maxEvents: number): HttpError {
   return validationError([{ path: ['body'], message: `at most ${maxEvents} events per request` }]);
 }
 
-function storageUnavailable(): HttpError {
-  return new HttpError(503, 'STORAGE_UNAVAILABLE', 'Storage is unavailable; retry later', undefined, { 'retry-after': '5' });
+/** 503 with Retry-After: the same code whichever way events are stored, so clients retry alike. */
+function unavailable(viaKafka: boolean): HttpError {
+  const message = viaKafka ? 'Kafka did not acknowledge the events; retry later' : 'Storage is unavailable; retry later';
+  return new HttpError(503, 'STORAGE_UNAVAILABLE', message, undefined, { 'retry-after': '5' });
 }

@@ -1,5 +1,7 @@
-import type { Batch, EachBatchPayload, Kafka, KafkaMessage } from 'kafkajs';
+import type { Batch, EachBatchPayload, Kafka, KafkaMessage, ProducerRecord } from 'kafkajs';
 import { describe, expect, it } from 'vitest';
+import { makeEvent } from '../../test/support/events.ts';
+import { parseRequestEventText, parseRequestEventValue, type RequestEvent } from '../events/request-event.ts';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
 import type { EventStore } from '../store/event-store.ts';
@@ -38,6 +40,7 @@ describe('KafkaIntake', () => {
     let onJoin: ((event: unknown) => void) | undefined;
     const analysed: number[][] = [];
     const made: string[] = [];
+    const sent: ProducerRecord[] = [];
     const metrics = new WorkerMetrics({ defaultMetrics: false });
     const consumer = {
       events: { GROUP_JOIN: 'join', CRASH: 'crash' },
@@ -53,7 +56,7 @@ describe('KafkaIntake', () => {
     const intake = new KafkaIntake({
       kafka: {
         consumer: () => (made.push('consumer'), consumer),
-        producer: () => (made.push('producer'), { connect: async () => undefined }),
+        producer: () => (made.push('producer'), { connect: async () => undefined, send: async (record: ProducerRecord) => (sent.push(record), []) }),
       } as unknown as Kafka,
       topic: 't',
       dlqTopic: 't.dlq',
@@ -97,11 +100,19 @@ describe('KafkaIntake', () => {
       await eachBatch!({ batch, resolveOffset: () => undefined, heartbeat: async () => undefined, isRunning: () => true, isStale: () => false } as unknown as EachBatchPayload);
       await intake.settle();
     };
-    return { deliver, analysed, made, metrics };
+    return { intake, deliver, analysed, made, sent, metrics };
   }
 
   it('makes its consumer and its dead-letter producer from the one client it is given, with its TLS and SASL settings', async () => {
     expect((await intakeWithBatches()).made.sort()).toEqual(['consumer', 'producer']);
+  });
+
+  it('publishes events posted over HTTP to its topic, keyed by API key, acknowledged by all in-sync replicas, as the consumer reads them back', async () => {
+    const { intake, sent } = await intakeWithBatches();
+    const events = [0, 1, 2].map((i) => (parseRequestEventValue(makeEvent(i, { runId: 'unit', startMs: Date.UTC(2026, 10, 21), keys: 2 })) as { event: RequestEvent }).event);
+    await intake.publish(events);
+    expect(sent).toEqual([{ topic: 't', acks: -1, messages: events.map((event) => ({ key: event.apiKeyId, value: expect.any(String) })) }]);
+    expect(sent[0]!.messages.map((message) => parseRequestEventText(message.value as string))).toEqual(events.map((event) => ({ ok: true, event })));
   });
 
   const range = (from: number, count: number) => Array.from({ length: count }, (_, i) => from + i);

@@ -11,12 +11,14 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Batch, Consumer, EachBatchPayload, Kafka, KafkaMessage, Producer } from 'kafkajs';
+import type { RequestEvent } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { EventStore } from '../store/event-store.ts';
 import type { AnalysisThread, Detection } from './analysis-thread.ts';
 import { KafkaDeadLetterQueue, toDeadLetter, type DeadLetter } from './dead-letter.ts';
 import type { EventBuffer, OffsetMark } from './event-buffer.ts';
+import { sendInRequests } from './kafka-client.ts';
 
 export interface KafkaIntakeOptions {
   kafka: Kafka;
@@ -72,6 +74,7 @@ const MAX_BATCHES_IN_FLIGHT = 16;
 export class KafkaIntake {
   private readonly buffer: EventBuffer;
   private readonly consumer: Consumer;
+  /** Dead letters, and events posted over HTTP (publish). */
   private readonly producer: Producer;
   private readonly deadLetterQueue: KafkaDeadLetterQueue;
   /** Highest offset per partition known to be stored or handed to the buffer, for skipping redeliveries. */
@@ -208,6 +211,16 @@ export class KafkaIntake {
 
   sendDeadLetters(records: readonly DeadLetter[]): Promise<void> {
     return this.deadLetterQueue.send(records);
+  }
+
+  /**
+   * Produces events posted over HTTP to the input topic, keyed by apiKeyId as the fleet's producers
+   * key theirs, so that the replica that owns the key's partition stores and detects them with the
+   * key's other events. Resolves once all in-sync replicas have them. The producer is idempotent (its
+   * retries add no copies) and retries until the brokers take them.
+   */
+  publish(events: readonly RequestEvent[]): Promise<void> {
+    return sendInRequests(this.producer, this.options.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })));
   }
 
   async commit(offsets: readonly OffsetMark[]): Promise<void> {

@@ -18,6 +18,14 @@ describe('RecentEventIds', () => {
     expect(ids.checkAndAdd('a')).toBe(false); // the oldest generation was dropped
   });
 
+  it('tells whether an id is recorded without recording it', () => {
+    const ids = new RecentEventIds(10);
+    expect(ids.has('a')).toBe(false);
+    expect(ids.checkAndAdd('a')).toBe(false); // has() did not record it
+    expect(ids.has('a')).toBe(true);
+    expect(new RecentEventIds(0).has('a')).toBe(false);
+  });
+
   it('with capacity 0 never reports duplicates', () => {
     const ids = new RecentEventIds(0);
     expect(ids.checkAndAdd('a')).toBe(false);

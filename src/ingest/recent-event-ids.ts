@@ -43,6 +43,13 @@ export class RecentEventIds {
     return false;
   }
 
+  /** Whether the id is recorded, without recording it. */
+  has(eventId: string): boolean {
+    if (this.generationSize === 0) return false;
+    const [high, low] = fingerprint(eventId);
+    return this.current.has(high, low) || this.previous.has(high, low);
+  }
+
   /** Forgets the ids of every partition not in `partitions`. */
   keepPartitions(partitions: ReadonlySet<number>): void {
     this.current.retain(partitions);

@@ -13,15 +13,10 @@ import type { Worker } from '../../src/main.ts';
 import { useEngines } from '../support/engines.ts';
 import { makeEvent } from '../support/events.ts';
 import { groupCaughtUp, produceAll } from '../support/kafka.ts';
-import { testConfig, testNames, waitFor, type TestNames } from '../support/worker.ts';
+import { metricTotal, testConfig, testNames, waitFor, type TestNames } from '../support/worker.ts';
 
 const EVENTS = 400_000;
 const HEAP_MB = 64;
-
-async function metricValue(worker: Worker, name: string): Promise<number> {
-  const metric = (await worker.metrics.registry.getMetricsAsJSON()).find((m) => m.name === name);
-  return metric?.values.reduce((sum, value) => sum + value.value, 0) ?? 0;
-}
 
 describe('detection memory', () => {
   const engines = useEngines();
@@ -62,9 +57,9 @@ describe('detection memory', () => {
     expect(await storedCounts(worker, names)).toEqual({ rows: EVENTS + 1, ids: EVENTS + 1 });
 
     const budget = windowBudgetFor(HEAP_MB);
-    expect(await metricValue(worker, 'security_center_detection_shed_events_total')).toBeGreaterThan(0);
-    expect(await metricValue(worker, 'security_center_detection_window_events')).toBeLessThanOrEqual(budget);
-    expect(await metricValue(worker, 'security_center_detection_events_per_key_cap')).toBeLessThan(5_000);
+    expect(await metricTotal(worker, 'security_center_detection_shed_events_total')).toBeGreaterThan(0);
+    expect(await metricTotal(worker, 'security_center_detection_window_events')).toBeLessThanOrEqual(budget);
+    expect(await metricTotal(worker, 'security_center_detection_events_per_key_cap')).toBeLessThan(5_000);
     await waitFor(async () => (await worker.alertStore.list({})).some((alert) => alert.apiKeyId === attackKey && alert.type === 'bot_traffic'), 'the attack alerts', 20_000);
     expect((await worker.app.inject({ method: 'GET', url: '/ready' })).statusCode).toBe(200);
   });
@@ -87,12 +82,12 @@ describe('detection memory', () => {
     expect(ready.statusCode).toBe(503);
     expect(ready.body).toMatch(/analysis thread stopped/);
     await first.stop(); // what the process entry does on onFatal, before exiting with 1
-    const storedByFirst = await metricValue(first, 'security_center_events_stored_total');
+    const storedByFirst = await metricTotal(first, 'security_center_events_stored_total');
     expect(storedByFirst).toBeLessThan(EVENTS);
 
     const second = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names }));
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the restarted worker consumes the rest', 90_000);
     expect(await storedCounts(second, names)).toEqual({ rows: EVENTS, ids: EVENTS });
-    expect(await metricValue(second, 'security_center_events_stored_total')).toBe(EVENTS - storedByFirst);
+    expect(await metricTotal(second, 'security_center_events_stored_total')).toBe(EVENTS - storedByFirst);
   });
 });

@@ -10,17 +10,10 @@ import type { Worker } from '../../src/main.ts';
 import { useEngines } from '../support/engines.ts';
 import { makeEvent } from '../support/events.ts';
 import { commitGroupOffsets, groupCaughtUp, produceAll } from '../support/kafka.ts';
-import { testConfig, testNames, waitFor } from '../support/worker.ts';
+import { metricTotal, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
 
 const names = testNames('redeliver');
 const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 14, 0, 0) };
-
-function counterValue(worker: Worker, name: string): Promise<number> {
-  return worker.metrics.registry.getMetricsAsJSON().then((metrics) => {
-    const metric = metrics.find((m) => m.name === name);
-    return (metric?.values ?? []).reduce((sum, v) => sum + v.value, 0);
-  });
-}
 
 describe('redelivery and replicas', () => {
   const engines = useEngines();
@@ -41,17 +34,11 @@ describe('redelivery and replicas', () => {
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names });
     const workers = [await engines.startWorker(config), await engines.startWorker(config)];
     // Produce once the group has settled with both members owning partitions.
-    const owned = () => Promise.all(workers.map((worker) => counterValue(worker, 'security_center_assigned_partitions')));
-    await waitFor(
-      async () => (await owned()).every((count) => count > 0),
-      'both replicas own partitions',
-      60_000,
-      async () => `partitions owned: ${(await owned()).join(' and ')}`,
-    );
+    await waitForPartitionsSplit(workers);
     await produceAll(engines.producer, names.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'both replicas commit to the end', 90_000);
 
-    const consumed = await Promise.all(workers.map((worker) => counterValue(worker, 'security_center_events_consumed_total')));
+    const consumed = await Promise.all(workers.map((worker) => metricTotal(worker, 'security_center_events_consumed_total')));
     expect(consumed.every((count) => count > 0)).toBe(true); // each replica owned partitions
     expect(consumed[0]! + consumed[1]!).toBe(20_000);
     expect(await countRows(workers[0]!)).toEqual({ rows: 20_000, ids: 20_000 });
@@ -71,8 +58,8 @@ describe('redelivery and replicas', () => {
     const replayGroup = `${own.groupId}.replay`;
     const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: { ...own, groupId: replayGroup } }));
     await waitFor(() => groupCaughtUp(kafka, replayGroup, own.topic), 'replay group reaches the end', 90_000);
-    expect(await counterValue(worker, 'security_center_events_duplicate_total')).toBe(5_000);
-    expect(await counterValue(worker, 'security_center_events_stored_total')).toBe(0);
+    expect(await metricTotal(worker, 'security_center_events_duplicate_total')).toBe(5_000);
+    expect(await metricTotal(worker, 'security_center_events_stored_total')).toBe(0);
     expect(await countRows(worker, own.topic)).toEqual({ rows: 5_000, ids: 5_000 });
     const totals = await worker.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) });
     expect(totals.requests).toBe(5_000);
@@ -109,8 +96,8 @@ describe('redelivery and replicas', () => {
 
     const second = await engines.startWorker(config);
     await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the restarted replica commits to the end', 90_000);
-    expect(await counterValue(second, 'security_center_events_duplicate_total')).toBe(2_000);
-    expect(await counterValue(second, 'security_center_events_stored_total')).toBe(0);
+    expect(await metricTotal(second, 'security_center_events_duplicate_total')).toBe(2_000);
+    expect(await metricTotal(second, 'security_center_events_stored_total')).toBe(0);
     expect(await second.store.trafficTotals(range)).toEqual({
       requests: 4_000,
       successes: events.filter((event) => event.status < 400).length,
@@ -149,14 +136,14 @@ describe('redelivery and replicas', () => {
     const holding = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own, extra: { STORE_FLUSH_INTERVAL_MS: '10000' } });
     const first = await engines.startWorker(holding);
     await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
-    await waitFor(async () => (await counterValue(first, 'security_center_buffered_rows')) === 4_000, 'the first replica holds every event', 30_000);
+    await waitFor(async () => (await metricTotal(first, 'security_center_buffered_rows')) === 4_000, 'the first replica holds every event', 30_000);
 
     const second = await engines.startWorker(config);
     await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the two replicas commit to the end', 90_000);
     expect(await countRows(second, own.topic)).toEqual({ rows: 4_000, ids: 4_000 });
     const totals = await second.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) });
     expect(totals.requests).toBe(4_000);
-    expect(await counterValue(second, 'security_center_events_stored_total')).toBeGreaterThan(0); // it took partitions over
+    expect(await metricTotal(second, 'security_center_events_stored_total')).toBeGreaterThan(0); // it took partitions over
   });
 
   it('a partition that moves away and comes back before its new owner stored anything loses nothing', async () => {
@@ -170,14 +157,14 @@ describe('redelivery and replicas', () => {
     const holding = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own, extra: { STORE_FLUSH_INTERVAL_MS: '10000' } });
     const first = await engines.startWorker(holding);
     await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
-    await waitFor(async () => (await counterValue(first, 'security_center_buffered_rows')) === 4_000, 'the first replica holds every event', 30_000);
+    await waitFor(async () => (await metricTotal(first, 'security_center_buffered_rows')) === 4_000, 'the first replica holds every event', 30_000);
 
     const second = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own }), {
       wrapStoreRows: () => async () => {
         throw new Error('injected: this replica cannot store');
       },
     });
-    await waitFor(async () => (await counterValue(second, 'security_center_events_consumed_total')) > 0, 'the second replica reads partitions it took over', 30_000);
+    await waitFor(async () => (await metricTotal(second, 'security_center_events_consumed_total')) > 0, 'the second replica reads partitions it took over', 30_000);
     await second.stop(); // gives up its rows after the drain deadline; commits nothing of them
 
     await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the first replica commits every partition to the end', 90_000);
@@ -208,7 +195,7 @@ describe('redelivery and replicas', () => {
     await first.stop();
     // The batch that waited on the warm-up is dropped, not analysed after the analysis thread closed.
     expect(fatal).toEqual([]);
-    expect(await counterValue(first, 'security_center_events_stored_total')).toBe(0);
+    expect(await metricTotal(first, 'security_center_events_stored_total')).toBe(0);
 
     const second = await engines.startWorker(config);
     await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the next worker commits to the end', 90_000);

@@ -1,6 +1,7 @@
 /** Builds a worker configuration for tests: real broker and ClickHouse, topics and group of its own. */
 import { randomBytes } from 'node:crypto';
 import { loadConfig, type Config } from '../../src/config.ts';
+import type { Worker } from '../../src/main.ts';
 import type { ClickHouseService } from '../services/clickhouse.ts';
 
 export const TEST_INGEST_TOKEN = 'test-ingest-token-0123456789';
@@ -67,4 +68,21 @@ export async function waitFor(
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms: ${message}${state ? ` (${await state()})` : ''}`);
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
+}
+
+/** A metric's value summed over its labels (0 when it has none yet). */
+export async function metricTotal(worker: Worker, name: string): Promise<number> {
+  const metric = (await worker.metrics.registry.getMetricsAsJSON()).find((m) => m.name === name);
+  return metric?.values.reduce((sum, value) => sum + value.value, 0) ?? 0;
+}
+
+/** Waits until every one of these workers (replicas in one consumer group) owns partitions: the group has settled. */
+export async function waitForPartitionsSplit(workers: readonly Worker[]): Promise<void> {
+  const owned = () => Promise.all(workers.map((worker) => metricTotal(worker, 'security_center_assigned_partitions')));
+  await waitFor(
+    async () => (await owned()).every((count) => count > 0),
+    'every replica owns partitions',
+    60_000,
+    async () => `partitions owned: ${(await owned()).join(' and ')}`,
+  );
 }

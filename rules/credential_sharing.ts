@@ -228,12 +228,7 @@ function baselineAtLeast(networks: Tally, params: Params, now: number): number |
         for (let k = Math.max(1, latest); k <= Math.min(intervals - 1, earliest); k++) touched[k] = true;
       }
     }
-    for (let k = 1; k < intervals; k++) {
-      if (seen & (1 << k)) {
-        surely[k]!++;
-        touched[k] = true;
-      }
-    }
+    for (let k = 1; k < intervals; k++) if (seen & (1 << k)) surely[k]!++;
   }
   const history: number[] = [];
   for (let k = 1; k < intervals; k++) {

@@ -5,6 +5,7 @@ import { keyWindow, MINUTE, spread, T0, type EventSpec, type RuleFixture } from 
 type Fixture = RuleFixture<(typeof rule)['defaults']>;
 
 const TEN_MINUTES_AGO = T0 - 10 * MINUTE;
+const DAY = 24 * 60 * MINUTE;
 /** The key's usual life: one request a minute from one us-east address, for the whole hour. */
 const HOME = spread(60, T0 - 60 * MINUTE, 60 * MINUTE);
 
@@ -94,5 +95,34 @@ export const fixtures: Fixture[] = [
     ),
     now: T0,
     expect: { findings: 0 },
+  },
+  {
+    name: 'a daily job from six networks in four countries, idle since yesterday: the key used them all then',
+    kind: 'negative',
+    window: keyWindow(networks(6, ['US', 'DE', 'SG', 'BR']), { history: networks(6, ['US', 'DE', 'SG', 'BR'], TEN_MINUTES_AGO - DAY) }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'the daily job\'s six networks and six it never used, in four countries: the new ones alert',
+    kind: 'positive',
+    window: keyWindow([...networks(6, ['US', 'DE', 'SG', 'BR']), ...networks(6, ['RU', 'VN', 'NG', 'IN'], TEN_MINUTES_AGO, 10 * MINUTE, 50)], {
+      history: networks(6, ['US', 'DE', 'SG', 'BR'], TEN_MINUTES_AGO - DAY),
+    }),
+    now: T0,
+    expect: {
+      findings: 1,
+      severity: 'medium',
+      evidence: { recentNetworks: 12, newNetworks: 6, knownNetworks: 6, countries: ['IN', 'NG', 'RU', 'VN'], distinctCountries: 4 },
+      title: /: 6 new networks in 4 countries in 10 min \(no earlier history\)$/,
+      summary: /used from 6 networks it had not used in the last 7 days \(besides 6 it had\)/,
+    },
+  },
+  {
+    name: 'networks first seen inside the window are not history: the hour before decides',
+    kind: 'positive',
+    window: keyWindow([...HOME, ...networks(4, ['DE', 'FR'])], { history: networks(4, ['DE', 'FR'], T0 - 30 * MINUTE) }),
+    now: T0,
+    expect: { findings: 1, severity: 'medium', evidence: { recentNetworks: 5, newNetworks: 5, knownNetworks: 0 } },
   },
 ];

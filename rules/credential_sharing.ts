@@ -2,16 +2,21 @@
  * credential_sharing: one key suddenly used from many networks in many countries, compared with the
  * key's own history. The window is cut into intervals of intervalMinutes counted back from `now`;
  * the last one is "recent", the earlier ones are the baseline (the median of distinct networks per
- * interval in which the key was active; 0 when it has no history). It fires when
- *   recent networks >= minNetworks AND recent networks >= baselineMultiplier × max(1, baseline)
- *   AND recent countries >= minCountries.
+ * interval in which the key was active; 0 when it has no history). The recent networks the key had
+ * already used before the window, in the last days the engine remembers (KeyWindow.history), are
+ * its own: a daily job from five regions, or a deployment idle for hours, is not sharing. The new
+ * ones are those it had not. It fires when
+ *   new networks >= minNetworks AND recent networks >= baselineMultiplier × max(1, baseline)
+ *   AND the new networks' countries >= minCountries.
+ * Without a history, every recent network is new.
  * A network is a /24 (IPv4) or /64 (IPv6): address churn inside one is one client. Many networks in
  * ONE or two countries is a mobile carrier or an ISP reassigning addresses (we cannot see carriers),
  * not sharing. A key that always calls from many places (edge functions in many PoPs) has a high
  * baseline and stays quiet.
- * Severity: medium; high from highNetworks networks or highCountries countries; critical from
- * criticalNetworks networks in criticalCountries countries (a key published for anyone to use).
+ * Severity: medium; high from highNetworks new networks or highCountries countries; critical from
+ * criticalNetworks new networks in criticalCountries countries (a key published for anyone to use).
  */
+import { HISTORY_MS } from '../src/detect/key-history.ts';
 import { ValueMinutes } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
@@ -30,13 +35,14 @@ type Params = {
 
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
+const HISTORY_DAYS = HISTORY_MS / (24 * 60 * MINUTE);
 
 /** The screen's tally: the window's networks, each with the time it was last seen and the minutes it was seen in. */
 type Tally = ValueMinutes<string>;
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'credential_sharing',
-  version: '1.0.1',
+  version: '1.1.0',
   title: 'Credential sharing',
   description:
     'A key is used from many more networks and countries than it usually is: it has been shared, leaked or ' +
@@ -61,7 +67,8 @@ export const rule: RuleDefinition<Params, Tally> = {
     'Address churn inside one /24 or one /64 (NAT pools, IPv6 privacy addresses): one network.',
     'Many networks in one or two countries (a mobile carrier, an ISP, a cloud region\'s changing egress IPs): below minCountries.',
     'A deployment that always calls from many places (edge functions, multi-region): its baseline is high, so the multiplier is not reached.',
-    'A key that just moved to a global edge platform alerts once; dismiss it with a note and the new baseline takes over within the hour.',
+    'A deployment used on and off (a daily or hourly job from several regions, a region idle for hours): networks the key used in the last 7 days are its own, not new.',
+    'A key that just moved to a global edge platform alerts once; dismiss it with a note: its new networks are its own from then on.',
   ],
   evaluate(window, params, now) {
     const { events } = window;
@@ -95,8 +102,12 @@ export const rule: RuleDefinition<Params, Tally> = {
     const intervals = intervalsOf(params);
     const windowStart = now - intervals * intervalMs;
     const networkIntervals = new Map<string, number>();
+    /** Countries of the recent events from new networks. */
     const countries = new Set<string>();
+    /** The recent events from new networks, newest first. */
     const recent: WindowEvent[] = [];
+    const newNetworks = new Set<string>();
+    let knownNetworks = 0;
     const active = new Array<boolean>(intervals).fill(false);
     for (let i = events.length - 1; i >= 0; i--) {
       const event = events[i]!;
@@ -104,31 +115,38 @@ export const rule: RuleDefinition<Params, Tally> = {
       // Interval k is [now - (k + 1) × interval, now - k × interval); the recent one includes both ends.
       const k = Math.max(0, Math.min(intervals - 1, Math.ceil((now - event.timestamp) / intervalMs) - 1));
       active[k] = true;
-      networkIntervals.set(event.network, (networkIntervals.get(event.network) ?? 0) | (1 << k));
-      if (k === 0) {
-        recent.push(event);
-        const country = event.country ?? event.geo?.country;
-        if (country) countries.add(country);
+      const bits = networkIntervals.get(event.network) ?? 0;
+      networkIntervals.set(event.network, bits | (1 << k));
+      if (k !== 0) continue;
+      // A network's first recent event (newest first) decides whether it is new.
+      if (!(bits & 1) && !newNetworks.has(event.network)) {
+        if (window.history?.knowsNetwork(event.network, windowStart)) knownNetworks++;
+        else newNetworks.add(event.network);
       }
+      if (!newNetworks.has(event.network)) continue;
+      recent.push(event);
+      const country = event.country ?? event.geo?.country;
+      if (country) countries.add(country);
     }
     const perInterval = new Array<number>(intervals).fill(0);
     for (const bits of networkIntervals.values()) {
       for (let k = 0; k < intervals; k++) if (bits & (1 << k)) perInterval[k]!++;
     }
     const recentNetworks = perInterval[0]!;
-    const history = perInterval.slice(1).filter((_, k) => active[k + 1]);
-    const baseline = median(history);
+    const fresh = newNetworks.size;
+    const baselineCounts = perInterval.slice(1).filter((_, k) => active[k + 1]);
+    const baseline = median(baselineCounts);
     const ratio = recentNetworks / Math.max(1, baseline);
-    if (recentNetworks < params.minNetworks || ratio < params.baselineMultiplier || countries.size < params.minCountries) return [];
+    if (fresh < params.minNetworks || ratio < params.baselineMultiplier || countries.size < params.minCountries) return [];
 
     const severity: Severity =
-      recentNetworks >= params.criticalNetworks && countries.size >= params.criticalCountries
+      fresh >= params.criticalNetworks && countries.size >= params.criticalCountries
         ? 'critical'
-        : recentNetworks >= params.highNetworks || countries.size >= params.highCountries
+        : fresh >= params.highNetworks || countries.size >= params.highCountries
           ? 'high'
           : 'medium';
-    // Surer the more networks (log scale up to criticalNetworks) and the further above the baseline.
-    const spread = Math.log(recentNetworks / params.minNetworks) / Math.log(params.criticalNetworks / params.minNetworks);
+    // Surer the more new networks (log scale up to criticalNetworks) and the further above the baseline.
+    const spread = Math.log(fresh / params.minNetworks) / Math.log(params.criticalNetworks / params.minNetworks);
     const excess = Math.log(ratio / params.baselineMultiplier) / Math.log(10);
     const confidence = round(clamp01(0.4 + 0.3 * clamp01(spread) + 0.3 * clamp01(excess)), 3);
 
@@ -141,24 +159,31 @@ export const rule: RuleDefinition<Params, Tally> = {
     const key = window.apiKeyId;
     const countryList = [...countries].sort();
     // Without an earlier active interval there is no baseline to speak of, only its absence.
-    const usually = history.length > 0 ? `usually ${baseline}` : 'no earlier history';
+    const usually = baselineCounts.length > 0 ? `usually ${baseline}` : 'no earlier history';
     const against =
-      history.length > 0 ? `against a baseline of ${baseline} per ${params.intervalMinutes} min` : `with no earlier history in the last ${intervals * params.intervalMinutes} min to compare with`;
+      baselineCounts.length > 0
+        ? `against a baseline of ${baseline} per ${params.intervalMinutes} min`
+        : `with no earlier history in the last ${intervals * params.intervalMinutes} min to compare with`;
+    // Named only when the key's history knew some of the recent networks: then not all of them are new.
+    const networksSeen = knownNetworks > 0 ? `${fresh} new networks` : `${fresh} networks`;
+    const besides = knownNetworks > 0 ? ` it had not used in the last ${HISTORY_DAYS} days (besides ${knownNetworks} it had)` : '';
     const finding: Finding = {
       scope: key,
       apiKeyId: key,
       severity,
       confidence,
-      title: `Credential sharing on ${key}: ${recentNetworks} networks in ${countries.size} countries in ${params.intervalMinutes} min (${usually})`,
+      title: `Credential sharing on ${key}: ${networksSeen} in ${countries.size} countries in ${params.intervalMinutes} min (${usually})`,
       summary:
-        `${key} was used from ${recentNetworks} networks (${ips.size} IPs) in ${countries.size} countries (${countryList.slice(0, 5).join(', ')}${countries.size > 5 ? ', …' : ''}) ` +
+        `${key} was used from ${fresh} networks${besides} (${ips.size} IPs) in ${countries.size} countries (${countryList.slice(0, 5).join(', ')}${countries.size > 5 ? ', …' : ''}) ` +
         `in the last ${params.intervalMinutes} min, ${against} and a threshold of ${params.minNetworks}; ` +
         `the key looks shared or leaked: confirm with the merchant and rotate its secret.`,
       evidence: {
         recentNetworks,
+        newNetworks: fresh,
+        knownNetworks,
         minNetworks: params.minNetworks,
         baselineNetworks: baseline,
-        baselineIntervals: history.length,
+        baselineIntervals: baselineCounts.length,
         baselineMultiplier: params.baselineMultiplier,
         observedMultiplier: round(ratio, 2),
         networksPerInterval: [...perInterval].reverse(),

@@ -5,6 +5,7 @@
  * network is derived from the IP as the engine derives it, event ids are numbered in time order.
  * Timestamps are absolute and carry the year.
  */
+import { KeyHistory } from '../src/detect/key-history.ts';
 import type { GeoPoint, KeyWindow, Severity, WindowEvent } from '../src/detect/types.ts';
 import type { Plan } from '../src/events/request-event.ts';
 import { networkOf } from './network.ts';
@@ -99,10 +100,27 @@ const ORDINARY: Omit<WindowEvent, 'eventId' | 'timestamp' | 'network'> = {
   geo: PLACES.ashburn.geo,
 };
 
-/** A key's window: the specs in time order, completed with ordinary values, ids numbered evt_0001…. */
-export function keyWindow(specs: readonly EventSpec[], key: { merchantId?: string; apiKeyId?: string; plan?: Plan } = {}): KeyWindow {
+/**
+ * A key's window: the specs in time order, completed with ordinary values, ids numbered evt_0001….
+ * `history`: requests the engine remembers from before the window (KeyWindow.history), completed
+ * the same way.
+ */
+export function keyWindow(
+  specs: readonly EventSpec[],
+  key: { merchantId?: string; apiKeyId?: string; plan?: Plan; history?: readonly EventSpec[] } = {},
+): KeyWindow {
+  const window: KeyWindow = { merchantId: key.merchantId ?? 'm_acme', apiKeyId: key.apiKeyId ?? 'pk_live_abc', plan: key.plan ?? 'business', events: windowEvents(specs) };
+  if (key.history) {
+    const history = new KeyHistory();
+    for (const event of windowEvents(key.history)) history.saw(event.network, event.geo, event.timestamp);
+    window.history = history;
+  }
+  return window;
+}
+
+function windowEvents(specs: readonly EventSpec[]): WindowEvent[] {
   const sorted = [...specs].sort((a, b) => a.at - b.at);
-  const events = sorted.map(({ at: timestamp, ...fields }, i): WindowEvent => {
+  return sorted.map(({ at: timestamp, ...fields }, i): WindowEvent => {
     const event: WindowEvent = { ...ORDINARY, eventId: `evt_${String(i + 1).padStart(4, '0')}`, timestamp, network: '', ...fields };
     if (event.geo) event.geo = { ...event.geo };
     if (!fields.network) event.network = networkOf(event.ip);
@@ -111,5 +129,4 @@ export function keyWindow(specs: readonly EventSpec[], key: { merchantId?: strin
     if ('country' in fields && fields.country === undefined) delete event.country;
     return event;
   });
-  return { merchantId: key.merchantId ?? 'm_acme', apiKeyId: key.apiKeyId ?? 'pk_live_abc', plan: key.plan ?? 'business', events };
 }

@@ -3,6 +3,8 @@ import type { rule } from './impossible_travel.ts';
 
 type Fixture = RuleFixture<(typeof rule)['defaults']>;
 
+const DAY = 24 * 60 * MINUTE;
+
 // The key's ordinary life: one request a minute from us-east for the 50 minutes before T0 - 10 min.
 const HOME = spread(50, T0 - 60 * MINUTE, 50 * MINUTE, at('ashburn'));
 
@@ -110,5 +112,24 @@ export const fixtures: Fixture[] = [
     window: keyWindow([...spread(10, T0 - 50 * MINUTE, 10 * MINUTE, at('ashburn')), { at: T0 - 39 * MINUTE, ...at('moscow') }, ...spread(30, T0 - 35 * MINUTE, 35 * MINUTE, at('ashburn'))]),
     now: T0,
     expect: { findings: 0 },
+  },
+  {
+    name: 'eu-west waking in the morning after a night of us-east only: the key used Dublin yesterday',
+    kind: 'negative',
+    window: keyWindow([...HOME, ...spread(7, T0 - 10 * MINUTE, 7 * MINUTE, at('ashburn')), ...spread(3, T0 - 3 * MINUTE, 3 * MINUTE, at('dublin'))], {
+      history: spread(60, T0 - DAY - 60 * MINUTE, 60 * MINUTE, (i) => at(i % 2 === 0 ? 'ashburn' : 'dublin')),
+    }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a key that used Dublin yesterday, now in Tokyo: a place it never used is still travel',
+    kind: 'positive',
+    window: keyWindow([...HOME, ...spread(7, T0 - 10 * MINUTE, 7 * MINUTE, at('ashburn')), { at: T0 - 2 * MINUTE, ...at('tokyo') }], {
+      history: spread(60, T0 - DAY - 60 * MINUTE, 60 * MINUTE, (i) => at(i % 2 === 0 ? 'ashburn' : 'dublin')),
+    }),
+    now: T0,
+    // Ashburn and Dublin (yesterday) were known before the hop.
+    expect: { findings: 1, severity: 'high', evidence: { to: { city: 'Tokyo' }, knownLocations: 2 } },
   },
 ];

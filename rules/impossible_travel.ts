@@ -7,9 +7,11 @@
  * Only hops that ended in the last recentMinutes are judged (older ones were judged by earlier
  * evaluations); the rest of the window is the key's memory of places: a hop INTO a place the key was
  * already seen at (the same or a neighbouring one-degree cell, within about 100-200 km) is a
- * multi-region deployment alternating between known sites, not travel. So a key served from us-east
- * and eu-west all day never alerts; a key that suddenly also appears in a third, far place alerts
- * when that place is new.
+ * multi-region deployment alternating between known sites, not travel. Places the key was seen at
+ * before the window, in the last days the engine remembers (KeyWindow.history), are known too: a
+ * region that serves only in European hours, or a daily job, is not new when it wakes. So a key
+ * served from us-east and eu-west never alerts; a key that suddenly also appears in a third, far
+ * place alerts when that place is new.
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the impossible hops span at least criticalCountries countries.
  */
@@ -66,7 +68,7 @@ interface Tally {
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
-  version: '1.0.1',
+  version: '1.1.0',
   title: 'Impossible travel',
   description:
     'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
@@ -90,7 +92,8 @@ export const rule: RuleDefinition<Params, Tally> = {
     'Address churn: two addresses of the same IP or the same network never count, whatever GeoIP says about them.',
     'GeoIP imprecision: each point\'s accuracy radius is subtracted from the distance; hops under minDistanceKm never count.',
     'Private or unknown addresses have no geo and are skipped.',
-    'Not avoided: a region seen for the first time in the window (a new region comes online, or one idle for longer than the window, e.g. eu-west only in European hours) alerts when it wakes; allowlist the key\'s networks.',
+    'A region idle for longer than the window (eu-west only in European hours, a daily job): a place the key was seen at in the last 7 days is known.',
+    'Not avoided: a region the key never used in the last 7 days (a new region comes online) alerts once; dismiss it with a note, or allowlist the key\'s networks.',
   ],
   evaluate(window, params, now) {
     const { events } = window;
@@ -127,6 +130,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     /** Per hop kept: how many places (cells) the key had been seen at before it, its origin included. */
     const knownBefore: number[] = [];
     const known = new Set<number>();
+    for (const geo of window.history?.placesBefore(windowStart) ?? []) known.add(cellOf(geo));
     let lastGeo: GeoPoint | undefined;
     let next = 0;
     let start = first;

@@ -90,6 +90,11 @@ export class Admission {
     return batch;
   }
 
+  /** The network and geolocation of an address, as events from it get them. */
+  place(ip: string): { network: string; geo: GeoPoint | undefined } {
+    return this.address(ip);
+  }
+
   private address(ip: string): Address {
     let address = this.addresses.get(ip);
     if (address === undefined) {

@@ -412,6 +412,61 @@ describe('DetectionEngine with the rules of rules/', () => {
     expect(both([ordinary(600, `100.${places.length - 1}.2.2`)], T0 + 600_000)).toEqual(['impossible_travel']);
   });
 
+  describe('a key\'s history beyond its window', () => {
+    const DAY = 24 * HOUR;
+    const historyEngine = () =>
+      new DetectionEngine({ rules: [...RULES], entitledPlans: ['business'], geo, config: () => new DetectionConfig(), clock: () => T0 + 30 * DAY });
+
+    /** A ten-minute job from six networks at six places in five countries (US twice), judged a minute at a time; the rules that fired. */
+    function job(detection: DetectionEngine, start: number, partition = 1): string[] {
+      const events = Array.from({ length: 120 }, (_, i) => event(0, { eventId: `job${start}_${i}`, timestamp: start + i * 5000, ip: `100.${i % 6}.${i % 6}.1` }));
+      const fired = new Set<string>();
+      for (let s = 0; s < events.length; s += 12) {
+        const batch = events.slice(s, s + 12);
+        for (const { ruleId } of detection.process(batch, batch.at(-1)!.timestamp, partition)) fired.add(ruleId);
+      }
+      return [...fired].sort();
+    }
+
+    /** Another key's traffic on the partition, from `from`: enough batches for the engine to look for idle keys. */
+    function otherTraffic(detection: DetectionEngine, from: number, partition = 1): void {
+      for (let b = 0; b < 300; b++) {
+        const at = from + b * 1000;
+        detection.process([event(0, { apiKeyId: 'pk_live_other', eventId: `other${at}`, timestamp: at, ip: '10.0.0.1' })], at, partition);
+      }
+    }
+
+    it('remembers a daily job\'s networks and places while the key is idle, for seven days', () => {
+      const detection = historyEngine();
+      // The first run is new: six networks in five countries, hops of thousands of km in seconds.
+      expect(job(detection, T0)).toEqual(['credential_sharing', 'impossible_travel']);
+      otherTraffic(detection, T0 + 2 * HOUR);
+      expect(detection.trackedKeys).toBe(1); // the job's key left memory with its window
+      // The next day the same job is the key's own habit.
+      expect(job(detection, T0 + DAY)).toEqual([]);
+      // After more than seven days without it, the job is new again.
+      otherTraffic(detection, T0 + DAY + 2 * HOUR);
+      otherTraffic(detection, T0 + 9 * DAY);
+      expect(job(detection, T0 + 9 * DAY + HOUR)).toEqual(['credential_sharing', 'impossible_travel']);
+    });
+
+    it('warms the history from what storage remembers, and forgets it with the partition', () => {
+      const sightings = Array.from({ length: 6 }, (_, p) => ({ merchantId: 'm_1', apiKeyId: 'pk_live_a', ip: `100.${p}.${p}.9`, first: T0 - DAY, last: T0 - DAY + 600_000 }));
+      const warmed = historyEngine();
+      warmed.recall(sightings, 1);
+      expect(job(warmed, T0)).toEqual([]);
+      // Another merchant's key of the same id has a history of its own.
+      const other = historyEngine();
+      other.recall(sightings.map((s) => ({ ...s, merchantId: 'm_2' })), 1);
+      expect(job(other, T0)).toEqual(['credential_sharing', 'impossible_travel']);
+      // A replica that no longer owns the partition drops the history with it.
+      const moved = historyEngine();
+      moved.recall(sightings, 1);
+      moved.keepPartitions(new Set([2]));
+      expect(job(moved, T0, 2)).toEqual(['credential_sharing', 'impossible_travel']);
+    });
+  });
+
   describe('a key busier than its window holds', () => {
     const MINUTE = 60_000;
     const busyEngine = (maxEventsPerKey?: number) =>

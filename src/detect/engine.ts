@@ -14,6 +14,7 @@ import { Admission, MAX_CLOCK_SKEW_MS, type AdmittedBatch } from './admission.ts
 import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
+import { HISTORY_MS, KeyHistory, type NetworkSighting } from './key-history.ts';
 import type { GeoLookup } from './geo.ts';
 import type { AnomalyType, Finding, KeyWindow, RuleDefinition, WindowEvent } from './types.ts';
 
@@ -90,6 +91,12 @@ const MINUTE = 60_000;
 /** Idle keys are looked for once per this many batches judged. */
 const SWEEP_EVERY_BATCHES = 256;
 
+/**
+ * Most idle keys whose history (KeyHistory: networks and places of the last days) is kept after
+ * their window is dropped; beyond it, the keys idle longest lose theirs. A history takes 1-2 KB.
+ */
+export const MAX_IDLE_HISTORIES = 200_000;
+
 /** A screen that threw: its tally can no longer be trusted, so the rule evaluates the window every time. */
 const BROKEN = Symbol('broken screen');
 
@@ -112,6 +119,19 @@ interface KeyState {
   arrived: WindowEvent[];
   /** The window's events dated before this (a whole minute) have been thinned (thin). */
   thinnedBefore: number;
+  /** The networks and places of the key's last days. */
+  history: KeyHistory;
+}
+
+/** An idle key's history, with the partition its events arrive on. */
+interface IdleHistory {
+  history: KeyHistory;
+  partition: number;
+}
+
+/** Merchant and key as one string: where a shared apiKeyId's state and an idle key's history are kept. */
+function keyRef(merchantId: string, apiKeyId: string): string {
+  return `${merchantId}\u0000${apiKeyId}`;
 }
 
 /**
@@ -128,8 +148,10 @@ export class DetectionEngine {
   private readonly admission: Admission;
   /** apiKeyId -> the key's state; an apiKeyId also used by another merchant is in `sharedIds` for that one. */
   private readonly keys = new Map<string, KeyState>();
-  /** `${merchantId}\u0000${apiKeyId}` -> the key's state, for the rare apiKeyId that two merchants use. */
+  /** keyRef -> the key's state, for the rare apiKeyId that two merchants use. */
   private readonly sharedIds = new Map<string, KeyState>();
+  /** keyRef -> the history of a key without a window (idle, or known only from storage), oldest first. */
+  private readonly idleHistories = new Map<string, IdleHistory>();
   private readonly rules: readonly AnyRule[];
   private readonly windowMs: number;
   /**
@@ -215,11 +237,27 @@ export class DetectionEngine {
     this.keepWithinBudget();
   }
 
-  /** Forgets the keys of partitions this replica no longer owns. */
+  /**
+   * Loads what storage remembers of keys' networks into their histories, without judging (after a
+   * start or a rebalance, like warm). A key allowlisted as a whole is left out.
+   */
+  recall(sightings: readonly NetworkSighting[], partition = -1): void {
+    const config = this.options.config();
+    for (const sighting of sightings) {
+      if (config.isKeyAllowlisted(sighting.merchantId, sighting.apiKeyId)) continue;
+      const history = this.historyOf(sighting.merchantId, sighting.apiKeyId, partition);
+      const { network, geo } = this.admission.place(sighting.ip);
+      history.saw(network, geo, sighting.first);
+      history.saw(network, geo, sighting.last);
+    }
+  }
+
+  /** Forgets the keys of partitions this replica no longer owns, and their histories. */
   keepPartitions(owned: ReadonlySet<number>): void {
     for (const keys of [this.keys, this.sharedIds]) {
-      for (const [key, state] of keys) if (state.partition >= 0 && !owned.has(state.partition)) this.forget(keys, key, state);
+      for (const [key, state] of keys) if (state.partition >= 0 && !owned.has(state.partition)) this.forget(keys, key, state, false);
     }
+    for (const [ref, idle] of this.idleHistories) if (idle.partition >= 0 && !owned.has(idle.partition)) this.idleHistories.delete(ref);
   }
 
   /**
@@ -237,7 +275,7 @@ export class DetectionEngine {
     if (first || !config.hasAllowlists) return;
     for (const keys of [this.keys, this.sharedIds]) {
       for (const [key, state] of keys) {
-        if (config.isKeyAllowlisted(state.merchantId, state.apiKeyId)) this.forget(keys, key, state);
+        if (config.isKeyAllowlisted(state.merchantId, state.apiKeyId)) this.forget(keys, key, state, false);
         else this.dropAllowlisted(state, config);
       }
     }
@@ -275,9 +313,29 @@ export class DetectionEngine {
     this.take(state);
   }
 
-  private forget(keys: Map<string, KeyState>, key: string, state: KeyState): void {
+  /** Drops a key's window; its history is kept for when it returns, unless `keepHistory` is false. */
+  private forget(keys: Map<string, KeyState>, key: string, state: KeyState, keepHistory = true): void {
     keys.delete(key);
     this.windowEvents -= state.window.size;
+    if (!keepHistory || state.history.size === 0) return;
+    this.keepIdle(keyRef(state.merchantId, state.apiKeyId), { history: state.history, partition: state.partition });
+  }
+
+  private keepIdle(ref: string, idle: IdleHistory): void {
+    this.idleHistories.set(ref, idle);
+    if (this.idleHistories.size > MAX_IDLE_HISTORIES) this.idleHistories.delete(this.idleHistories.keys().next().value!);
+  }
+
+  /** The history of a key, tracked or idle; an unknown key gets an idle one. */
+  private historyOf(merchantId: string, apiKeyId: string, partition: number): KeyHistory {
+    const state = this.keys.get(apiKeyId);
+    if (state !== undefined && state.merchantId === merchantId) return state.history;
+    const ref = keyRef(merchantId, apiKeyId);
+    const shared = this.sharedIds.get(ref);
+    if (shared !== undefined) return shared.history;
+    let idle = this.idleHistories.get(ref);
+    if (idle === undefined) this.keepIdle(ref, (idle = { history: new KeyHistory(), partition }));
+    return idle.history;
   }
 
   /** The windows' cost against the budget, in events. */
@@ -334,8 +392,16 @@ export class DetectionEngine {
     for (const keys of [this.keys, this.sharedIds]) {
       for (const [key, state] of keys) {
         const clock = this.partitionClocks.get(state.partition);
-        if (clock !== undefined && state.window.newestTime < clock - this.windowMs) this.forget(keys, key, state);
+        if (clock === undefined) continue;
+        if (state.window.newestTime < clock - this.windowMs) this.forget(keys, key, state);
+        else state.history.expire(clock);
       }
+    }
+    for (const [ref, idle] of this.idleHistories) {
+      const clock = this.partitionClocks.get(idle.partition);
+      if (clock === undefined) continue;
+      if (idle.history.newest < clock - HISTORY_MS) this.idleHistories.delete(ref);
+      else idle.history.expire(clock);
     }
   }
 
@@ -364,6 +430,7 @@ export class DetectionEngine {
   private take(state: KeyState): void {
     for (const event of state.arrived) {
       state.window.insert(event);
+      state.history.saw(event.network, event.geo, event.timestamp);
       this.updateTallies(state, 'add', event);
     }
     this.windowEvents += state.arrived.length;
@@ -388,13 +455,16 @@ export class DetectionEngine {
     const state = this.keys.get(event.apiKeyId);
     if (state !== undefined && state.merchantId === event.merchantId) return state;
     // Rare: another merchant's key of the same id, or a key whose first owner was forgotten.
-    const key = `${event.merchantId}\u0000${event.apiKeyId}`;
+    const key = keyRef(event.merchantId, event.apiKeyId);
     const shared = this.sharedIds.get(key);
     if (shared !== undefined) return shared;
     return state === undefined ? this.newState(this.keys, event.apiKeyId, event, partition) : this.newState(this.sharedIds, key, event, partition);
   }
 
   private newState(keys: Map<string, KeyState>, key: string, event: RequestEvent, partition: number): KeyState {
+    const ref = keyRef(event.merchantId, event.apiKeyId);
+    const idle = this.idleHistories.get(ref);
+    if (idle !== undefined) this.idleHistories.delete(ref);
     const state: KeyState = {
       merchantId: event.merchantId,
       apiKeyId: event.apiKeyId,
@@ -408,6 +478,7 @@ export class DetectionEngine {
       paramsPlan: undefined,
       arrived: [],
       thinnedBefore: -Infinity,
+      history: idle?.history ?? new KeyHistory(),
     };
     keys.set(key, state);
     return state;
@@ -461,7 +532,7 @@ export class DetectionEngine {
       const rule = this.rules[r]!;
       const tally = state.tallies[r];
       if (tally !== undefined && tally !== BROKEN && !this.screen(state, r, tally, now)) continue;
-      window ??= { merchantId: state.merchantId, apiKeyId: state.apiKeyId, plan: state.plan, events: state.window.toArray() };
+      window ??= { merchantId: state.merchantId, apiKeyId: state.apiKeyId, plan: state.plan, events: state.window.toArray(), history: state.history };
       try {
         for (const finding of rule.evaluate(window, state.params[r], now)) findings.push({ merchantId: state.merchantId, ruleId: rule.id, finding });
       } catch (error) {

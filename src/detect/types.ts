@@ -48,6 +48,19 @@ export interface WindowEvent {
   geo?: GeoPoint;
 }
 
+/**
+ * What the engine remembers of a key beyond its window: the networks it was seen from and the places
+ * it was seen at over the last days (7), with the first time of each. "Before the window" is the
+ * key's own habit (a daily job from five regions, a site idle for hours); inside the window, rules
+ * judge the events themselves.
+ */
+export interface KeyHistoryView {
+  /** Whether the key was seen from this network before `before` (epoch ms), within the remembered days. */
+  knowsNetwork(network: string, before: number): boolean;
+  /** The points (exact coordinates) the key was seen at before `before`, within the remembered days. */
+  placesBefore(before: number): GeoPoint[];
+}
+
 /** The recent history of one API key, oldest event first. */
 export interface KeyWindow {
   merchantId: string;
@@ -55,6 +68,8 @@ export interface KeyWindow {
   plan: Plan;
   /** Events within the engine's window (the longest windowMs of any rule), oldest first. */
   events: readonly WindowEvent[];
+  /** The key's longer memory; undefined where there is none (a fixture without one, a unit test). */
+  history?: KeyHistoryView;
 }
 
 /** What a rule reports. The engine turns findings into deduplicated alerts. */

@@ -1,0 +1,66 @@
+import { describe, expect, it } from 'vitest';
+import { HISTORY_MS, KeyHistory, MAX_SIGHTINGS } from './key-history.ts';
+import type { GeoPoint } from './types.ts';
+
+const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
+const HOUR = 3_600_000;
+const dublin: GeoPoint = { latitude: 53.35, longitude: -6.26, accuracyKm: 20, country: 'IE' };
+const tokyo: GeoPoint = { latitude: 35.68, longitude: 139.65, accuracyKm: 20, country: 'JP' };
+
+describe('KeyHistory', () => {
+  it('knows a network from the first time it was seen, whatever order the sightings came in', () => {
+    const history = new KeyHistory();
+    history.saw('203.0.113.0/24', dublin, T0);
+    history.saw('198.51.100.0/24', undefined, T0 + 1000);
+    history.saw('203.0.113.0/24', dublin, T0 - HOUR); // an older sighting, warmed from storage later
+    expect(history.knowsNetwork('203.0.113.0/24', T0 - HOUR + 1)).toBe(true);
+    expect(history.knowsNetwork('203.0.113.0/24', T0 - HOUR)).toBe(false);
+    expect(history.knowsNetwork('198.51.100.0/24', T0 + 1000)).toBe(false);
+    expect(history.knowsNetwork('198.51.100.0/24', T0 + 1001)).toBe(true);
+    expect(history.knowsNetwork('192.0.2.0/24', Infinity)).toBe(false);
+    expect(history.newest).toBe(T0 + 1000);
+  });
+
+  it('knows the places seen before a time, each once, and skips events without a usable point', () => {
+    const history = new KeyHistory();
+    history.saw('203.0.113.0/24', dublin, T0);
+    history.saw('203.0.113.0/24', { ...dublin }, T0 + 1000); // the same point, another object
+    history.saw('192.0.2.0/24', tokyo, T0 + HOUR);
+    history.saw('192.0.3.0/24', { latitude: NaN, longitude: NaN, accuracyKm: 50 }, T0);
+    expect(history.placesBefore(T0 + 1)).toEqual([dublin]);
+    expect(history.placesBefore(T0 + HOUR + 1)).toEqual([dublin, tokyo]);
+    expect(history.size).toBe(3 + 2);
+  });
+
+  it('keeps the networks seen most recently when a key is seen from more than it remembers', () => {
+    const history = new KeyHistory();
+    const count = MAX_SIGHTINGS * 3;
+    for (let n = 0; n < count; n++) history.saw(`net${n}`, undefined, T0 + n);
+    // Whenever it trims, it keeps the latest MAX_SIGHTINGS, letting a quarter more in before the next trim.
+    expect(history.size).toBeLessThanOrEqual(MAX_SIGHTINGS * 1.25);
+    expect(history.knowsNetwork(`net${count - 1}`, Infinity)).toBe(true);
+    expect(history.knowsNetwork(`net${count - MAX_SIGHTINGS}`, Infinity)).toBe(true);
+    expect(history.knowsNetwork('net0', Infinity)).toBe(false);
+    expect(history.knowsNetwork(`net${count - MAX_SIGHTINGS * 1.25 - 1}`, Infinity)).toBe(false);
+  });
+
+  it('forgets what was last seen more than HISTORY_MS ago, looking at most once an hour', () => {
+    const history = new KeyHistory();
+    history.saw('recent', tokyo, T0 + 2 * HOUR);
+    history.saw('old', dublin, T0);
+    history.expire(T0 + HISTORY_MS - 1);
+    expect(history.knowsNetwork('old', Infinity)).toBe(true);
+    // Within the hour after a look, nothing is looked at again.
+    history.expire(T0 + HISTORY_MS + 1);
+    expect(history.knowsNetwork('old', Infinity)).toBe(true);
+    history.expire(T0 + HISTORY_MS + HOUR);
+    expect(history.knowsNetwork('old', Infinity)).toBe(false);
+    expect(history.placesBefore(Infinity)).toEqual([tokyo]);
+    expect(history.knowsNetwork('recent', Infinity)).toBe(true);
+    // A network forgotten, then seen again (the last one seen before), is remembered from then on.
+    history.saw('old', dublin, T0 + HISTORY_MS + HOUR);
+    expect(history.knowsNetwork('old', T0 + HISTORY_MS + HOUR)).toBe(false);
+    expect(history.knowsNetwork('old', T0 + HISTORY_MS + HOUR + 1)).toBe(true);
+    expect(history.placesBefore(Infinity)).toEqual([tokyo, dublin]);
+  });
+});

@@ -17,6 +17,7 @@ import { ResponseCache } from './admin/response-cache.ts';
 import { AlertManager } from './alerts/alert-manager.ts';
 import { AlertService } from './alerts/alert-service.ts';
 import { windowBudgetFor } from './detect/engine.ts';
+import { HISTORY_MS } from './detect/key-history.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
 import { describeConfig, loadConfig, ConfigError, type Config } from './config.ts';
 import { createHttpServer } from './http/server.ts';
@@ -240,14 +241,21 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     // At most a budget's worth of a partition's events, the newest, of the plans detection
     // evaluates, read and handed over a page at a time (a million events at once would hold about
     // a gigabyte of this thread's heap).
-    const warm = (topic: string, partition: number, heartbeat?: () => Promise<void>) =>
-      store.recentEvents(
+    // Then the networks the partition's keys were seen from over the days detection remembers (a few
+    // rows per key and network), so that a key's habits outlive a restart.
+    const warm = async (topic: string, partition: number, heartbeat?: () => Promise<void>) => {
+      await store.recentEvents(
         { since: new Date(Date.now() - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) },
         async (events) => {
           await analysis.warm(events, partition);
           await heartbeat?.();
         },
       );
+      await store.networkSightings({ since: new Date(Date.now() - HISTORY_MS), topic, partition, plans: config.admin.entitledPlans }, async (sightings) => {
+        await analysis.recall(sightings, partition);
+        await heartbeat?.();
+      });
+    };
     // Events posted over HTTP and stored directly (without Kafka) belong to no partition: every
     // replica warms them. Like a partition's, a failed warm-up is not fatal: those windows start empty.
     await warm('', -1).catch((error: unknown) => logger.warn({ err: error }, 'detection warm-up of HTTP events failed; their windows start empty'));

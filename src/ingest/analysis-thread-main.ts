@@ -83,6 +83,10 @@ port.on('message', (request: AnalysisRequest) => {
         engine?.warm(request.events, request.partition);
         response = { id: request.id, result: { findings: [], ruleErrors: [] } };
         break;
+      case 'recall':
+        engine?.recall(request.sightings, request.partition);
+        response = { id: request.id, result: { findings: [], ruleErrors: [] } };
+        break;
       case 'keepPartitions': {
         const owned = new Set(request.partitions);
         // Rows of a lost partition not yet stored are dropped; if it comes back, they are delivered

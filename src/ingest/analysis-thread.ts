@@ -9,6 +9,7 @@
 import type { KafkaMessage } from 'kafkajs';
 import { Worker } from 'node:worker_threads';
 import type { EngineFinding, EngineLoad } from '../detect/engine.ts';
+import type { NetworkSighting } from '../detect/key-history.ts';
 import type { RequestEvent, TimeRange } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
 import type { RawBatch, ValidatedBatch } from './validate-batch.ts';
@@ -45,6 +46,7 @@ export type AnalysisRequest =
   | { kind: 'batch'; id: number; batch: RawBatch }
   | { kind: 'detect'; id: number; events: RequestEvent[] }
   | { kind: 'warm'; id: number; events: RequestEvent[]; partition: number }
+  | { kind: 'recall'; id: number; sightings: NetworkSighting[]; partition: number }
   | { kind: 'keepPartitions'; id: number; partitions: number[] };
 
 export type AnalysisResponse = { id: number; result: BatchAnalysis | Detection } | { id: number; error: string };
@@ -111,6 +113,11 @@ export class AnalysisThread {
     for (let start = 0; start < events.length; start += WARM_CHUNK) {
       await this.request({ kind: 'warm', events: events.slice(start, start + WARM_CHUNK), partition });
     }
+  }
+
+  /** Loads what storage remembers of keys' networks into detection's memory of them. */
+  async recall(sightings: NetworkSighting[], partition: number): Promise<void> {
+    await this.request({ kind: 'recall', sightings, partition });
   }
 
   keepPartitions(partitions: number[]): Promise<Detection> {

@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { DEFAULT_RATE_LIMIT_PER_MINUTE, EVENT_TIME_RANGE, type Plan, type RequestEvent, type TimeRange } from '../events/request-event.ts';
 import type { ClickHouseSettings } from '@clickhouse/client';
+import type { NetworkSighting } from '../detect/key-history.ts';
 import type { ClickHouse } from './clickhouse.ts';
 import type { Tables } from './tables.ts';
 
@@ -142,6 +143,14 @@ const storedEventRow = z.object({
   country: z.string(),
 });
 type StoredEvent = z.output<typeof storedEventRow>;
+
+const sightingRow = z.object({
+  merchant_id: z.string(),
+  api_key_id: z.string(),
+  ip: z.string(),
+  first: z.coerce.number(),
+  last: z.coerce.number(),
+});
 
 const trendRow = z.object({ t: z.coerce.number(), requests: z.coerce.number(), successes: z.coerce.number() });
 
@@ -390,6 +399,47 @@ export class EventStore {
     );
     return handed;
   }
+
+  /**
+   * The networks keys were seen from since a time (key_networks_1d, by whole days from that of
+   * `since`): one sighting per key and network, its first and last request and one of its
+   * addresses, handed to `onPage` a page at a time. Detection warms its memory of keys' networks
+   * and places (KeyHistory) from this; topic and partition select the keys a replica owns
+   * (partition -1: HTTP), plans the plans it evaluates. Returns how many it handed over.
+   */
+  async networkSightings(
+    range: { since: Date; topic: string; partition: number; plans?: readonly string[] },
+    onPage: (sightings: NetworkSighting[]) => Promise<void>,
+    pageSize = 10_000,
+  ): Promise<number> {
+    let handed = 0;
+    await this.db.queryPages(
+      `SELECT merchant_id, api_key_id, toString(any(sample_ip)) AS ip,
+              toUnixTimestamp64Milli(min(first_seen)) AS first, toUnixTimestamp64Milli(max(last_seen)) AS last
+         FROM ${this.tables.keyNetworks1d}
+        WHERE source_topic = {topic:String} AND source_partition = {partition:Int32}
+          AND day >= toDate({since:DateTime64(3, 'UTC')})
+          AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
+        GROUP BY merchant_id, api_key_id, network`,
+      { since: toClickHouseTime(range.since.getTime()), topic: range.topic, partition: range.partition, plans: range.plans ?? [] },
+      pageSize,
+      async (rows) => {
+        handed += rows.length;
+        await onPage(
+          rows.map((raw) => {
+            const row = sightingRow.parse(raw);
+            return { merchantId: row.merchant_id, apiKeyId: row.api_key_id, ip: fromStoredIp(row.ip), first: row.first, last: row.last };
+          }),
+        );
+      },
+    );
+    return handed;
+  }
+}
+
+/** IPv4 is stored IPv4-mapped; give it back in the form it arrived in. */
+function fromStoredIp(ip: string): string {
+  return ip.startsWith('::ffff:') && ip.includes('.') ? ip.slice(7) : ip;
 }
 
 function toRequestEvent(row: StoredEvent): RequestEvent {
@@ -400,8 +450,7 @@ function toRequestEvent(row: StoredEvent): RequestEvent {
     plan: row.plan as Plan,
     apiKeyId: row.api_key_id,
     environment: row.environment as RequestEvent['environment'],
-    // IPv4 is stored IPv4-mapped; give it back in the form it arrived in.
-    ip: row.ip.startsWith('::ffff:') && row.ip.includes('.') ? row.ip.slice(7) : row.ip,
+    ip: fromStoredIp(row.ip),
     userAgent: row.user_agent,
     method: row.method,
     path: row.path,

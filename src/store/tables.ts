@@ -4,6 +4,7 @@ export interface Tables {
   readonly schemaMigrations: string;
   readonly requestEvents: string;
   readonly requestRollup1m: string;
+  readonly keyNetworks1d: string;
   readonly alerts: string;
   readonly webhookEndpoints: string;
   readonly webhookMessages: string;
@@ -16,6 +17,7 @@ export function tablesIn(database: string): Tables {
     schemaMigrations: `${database}.schema_migrations`,
     requestEvents: `${database}.request_events`,
     requestRollup1m: `${database}.request_rollup_1m`,
+    keyNetworks1d: `${database}.key_networks_1d`,
     alerts: `${database}.alerts_by_time`,
     webhookEndpoints: `${database}.webhook_endpoints`,
     webhookMessages: `${database}.webhook_messages`,

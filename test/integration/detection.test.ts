@@ -2,11 +2,13 @@
  * Detection end to end, on the real broker and ClickHouse: a mixed stream of a few hundred ordinary
  * keys (with benign look-alikes) and one planted attack of each type; exactly the five attacks alert,
  * each with the right type, key and evidence. Then an attack that straddles a worker restart is
- * still caught, because the new worker warms its windows from ClickHouse.
+ * still caught, because the new worker warms its windows from ClickHouse; and a key's networks of
+ * the last days outlive a restart (key_networks_1d), so a daily job from many networks alerts once.
  */
 import { describe, expect, it } from 'vitest';
 import type { Alert } from '../../src/alerts/alert.ts';
 import type { Worker } from '../../src/main.ts';
+import { networkOf } from '../../rules/network.ts';
 import { useEngines } from '../support/engines.ts';
 import { groupCaughtUp, produceAll } from '../support/kafka.ts';
 import { testConfig, testNames, waitFor } from '../support/worker.ts';
@@ -176,6 +178,52 @@ describe('detection end to end', () => {
     await waitFor(async () => (await alertsOf(second)).some((alert) => alert.apiKeyId === key), 'alert after restart', 10_000);
     const [alert] = (await alertsOf(second)).filter((a) => a.apiKeyId === key);
     expect(alert).toMatchObject({ type: 'velocity_attack', status: 'open' });
+  });
+
+  it('remembers the networks of a key\'s daily job across a restart: the job alerts on its first day only', async () => {
+    const { clickhouse, producer } = engines;
+    const names = testNames('habits');
+    const config = testConfig({ brokers: engines.brokers, clickhouse, names });
+    const dailyKey = `pk_live_${names.runId}_daily`;
+    const newKey = `pk_live_${names.runId}_newjob`;
+    // Six networks in four countries, IPv4 and IPv6, two addresses in each: a multi-region job.
+    const addresses = (n: number, i: number) => (n < 3 ? `10.${n}.7.${10 + i}` : `2001:db8:${n}:1::${(10 + i).toString(16)}`);
+    const job = (key: string, start: number) =>
+      spread(24, start, 8 * MINUTE, (t, i) => event(key, t, { merchantId: 'm_habits', ip: addresses(i % 6, (i >> 3) % 2), country: ['US', 'DE', 'SG', 'BR'][i % 4] }));
+    const yesterday = Date.now() - 24 * 60 * MINUTE;
+    await produceAll(producer, names.topic, job(dailyKey, yesterday).map((e) => ({ key: dailyKey, value: JSON.stringify(e) })), 2000);
+    const first = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'first worker consumes yesterday\'s job', 60_000);
+    // Yesterday's run was new: it alerted then.
+    await waitFor(async () => (await alertsOf(first)).some((alert) => alert.apiKeyId === dailyKey), 'yesterday\'s run alerts', 10_000);
+    const [yesterdays] = (await alertsOf(first)).filter((alert) => alert.apiKeyId === dailyKey);
+    expect(yesterdays).toMatchObject({ type: 'credential_sharing', occurrences: expect.any(Number) });
+    // Storage keeps one sighting per network, named by the worker as the rules name it.
+    const [stored] = await first.clickhouse.queryRows<{ partition: number }>(
+      `SELECT any(source_partition) AS partition FROM ${clickhouse.database}.request_events WHERE api_key_id = {key:String}`,
+      { key: dailyKey },
+    );
+    const sightings: { apiKeyId: string; ip: string }[] = [];
+    await first.store.networkSightings({ since: new Date(yesterday), topic: names.topic, partition: Number(stored!.partition) }, async (page) => {
+      sightings.push(...page);
+    });
+    const jobNetworks = [...new Set(job(dailyKey, yesterday).map((e) => networkOf(String(e.ip))))].sort();
+    expect(sightings.filter((s) => s.apiKeyId === dailyKey).map((s) => networkOf(s.ip)).sort()).toEqual(jobNetworks);
+    await first.stop();
+
+    // Today the same job runs on that key and, for the first time, on another: a restarted worker
+    // knows the first key's networks from storage (yesterday is far outside the window it warms).
+    const today = Date.now() - 10 * MINUTE;
+    const todays = [...job(dailyKey, today), ...job(newKey, today)].sort((a, b) => String(a.timestamp).localeCompare(String(b.timestamp)));
+    await produceAll(producer, names.topic, todays.map((e) => ({ key: e.apiKeyId, value: JSON.stringify(e) })), 2000);
+    const second = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'second worker consumes today\'s runs', 60_000);
+    await waitFor(async () => (await alertsOf(second)).some((alert) => alert.apiKeyId === newKey), 'the new job alerts', 10_000);
+    await new Promise((resolve) => setTimeout(resolve, 1_000)); // room for a wrong finding on the daily key
+    const [daily] = (await alertsOf(second)).filter((alert) => alert.apiKeyId === dailyKey);
+    // No finding today: the alert of yesterday's run is as it was.
+    expect(daily).toMatchObject({ id: yesterdays!.id, occurrences: yesterdays!.occurrences, lastSeenAt: yesterdays!.lastSeenAt });
+    await second.stop();
   });
 
   it('consumes on, ready, when its warm-up cannot be read', async () => {

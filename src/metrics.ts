@@ -108,6 +108,11 @@ export class WorkerMetrics {
     help: 'API keys with a detection window in memory',
     registers: [this.registry],
   });
+  readonly detectionIdleHistories = new Gauge({
+    name: 'security_center_detection_idle_key_histories',
+    help: 'API keys without a detection window whose networks and places of the last 7 days detection remembers',
+    registers: [this.registry],
+  });
   readonly detectionEventsPerKeyCap = new Gauge({
     name: 'security_center_detection_events_per_key_cap',
     help: 'Events a key may keep in its window: lower than usual while the windows are over their memory budget',

@@ -450,6 +450,21 @@ describe('DetectionEngine with the rules of rules/', () => {
       expect(job(detection, T0 + 9 * DAY + HOUR)).toEqual(['credential_sharing', 'impossible_travel']);
     });
 
+    it('keeps at most one idle key\'s history per 10 events of the memory budget, forgetting the longest idle first', () => {
+      const detection = new DetectionEngine({ rules: [...RULES], entitledPlans: ['business'], geo, config: () => new DetectionConfig(), clock: () => T0 + 30 * DAY, maxWindowEvents: 20_000 });
+      for (let k = 0; k < 3_000; k++) detection.process([event(0, { apiKeyId: `pk_live_k${k}`, eventId: `k${k}`, timestamp: T0 + k, ip: `100.1.${k % 250}.1` })], T0 + k, 1);
+      otherTraffic(detection, T0 + 2 * HOUR);
+      expect(detection.load).toMatchObject({ trackedKeys: 1, idleHistories: 2_000 });
+      // The last 2,000 keys to go idle kept theirs: pk_live_k2999 knows its network; pk_live_k0 does not.
+      const known = (k: number) => {
+        const job = [event(0, { apiKeyId: `pk_live_k${k}`, eventId: `again${k}`, timestamp: T0 + DAY, ip: `100.1.${k % 250}.1` })];
+        detection.process(job, T0 + DAY, 1);
+        return detection.load.idleHistories;
+      };
+      expect(known(2_999)).toBe(1_999); // taken back into its new window's state
+      expect(known(0)).toBe(1_999); // nothing to take back
+    });
+
     it('warms the history from what storage remembers, and forgets it with the partition', () => {
       const sightings = Array.from({ length: 6 }, (_, p) => ({ merchantId: 'm_1', apiKeyId: 'pk_live_a', ip: `100.${p}.${p}.9`, first: T0 - DAY, last: T0 - DAY + 600_000 }));
       const warmed = historyEngine();

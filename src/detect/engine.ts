@@ -56,13 +56,13 @@ export interface EngineOptions {
   onRuleError?(ruleId: string, error: unknown): void;
 }
 
-/** What a tracked key costs beyond its events, in events: its tallies and tables take about 5 KB, an event about 250 B. */
+/** What a tracked key costs beyond its events, in events: its tallies and tables take about 6 KB, an event about 200 B (measured). */
 export const KEY_WEIGHT = 20;
 
 /** However tight memory is, a key keeps this many of its newest events before keys are forgotten. */
 export const MIN_EVENTS_PER_KEY = 100;
 
-/** A window event's share of the heap, measured with the five rules (about 250 B, and the key's tables). */
+/** A window event's share of the heap, measured with the five rules (about 200 B, and the key's tables), with room to spare. */
 const BYTES_PER_WINDOW_EVENT = 300;
 
 /** The default memory budget for a heap of `heapMb` MiB: windows may take half of it. */
@@ -84,6 +84,8 @@ export interface EngineLoad {
   thinnedEvents: number;
   /** Events left out of the windows for being dated too far ahead of the clock (stored all the same). */
   futureEvents: number;
+  /** Keys without a window whose history (networks and places of the last days) is kept. */
+  idleHistories: number;
 }
 
 const MINUTE = 60_000;
@@ -93,7 +95,9 @@ const SWEEP_EVERY_BATCHES = 256;
 
 /**
  * Most idle keys whose history (KeyHistory: networks and places of the last days) is kept after
- * their window is dropped; beyond it, the keys idle longest lose theirs. A history takes 1-2 KB.
+ * their window is dropped, and at most one per 10 events of the memory budget; beyond it, the keys
+ * idle longest lose theirs. A history takes about 110 bytes per network and per place it holds
+ * (measured), so most take less than an event does.
  */
 export const MAX_IDLE_HISTORIES = 200_000;
 
@@ -161,6 +165,7 @@ export class DetectionEngine {
   private readonly detailMs: number;
   private readonly maxEventsPerKey: number;
   private readonly maxWindowEvents: number;
+  private readonly maxIdleHistories: number;
   /** The events a key may keep: maxEventsPerKey, lowered while the windows are over their budget. */
   private eventsPerKeyCap: number;
   /** Events in all windows together. */
@@ -183,6 +188,7 @@ export class DetectionEngine {
     this.maxEventsPerKey = options.maxEventsPerKey ?? 20_000;
     this.maxWindowEvents = options.maxWindowEvents ?? Infinity;
     this.eventsPerKeyCap = this.maxEventsPerKey;
+    this.maxIdleHistories = Math.min(MAX_IDLE_HISTORIES, Math.max(1_000, Math.floor(this.maxWindowEvents / 10)));
   }
 
   get load(): EngineLoad {
@@ -196,6 +202,7 @@ export class DetectionEngine {
       forgottenKeys: this.forgottenKeys,
       thinnedEvents: this.thinnedEvents,
       futureEvents: this.admission.futureEvents,
+      idleHistories: this.idleHistories.size,
     };
   }
 
@@ -323,7 +330,7 @@ export class DetectionEngine {
 
   private keepIdle(ref: string, idle: IdleHistory): void {
     this.idleHistories.set(ref, idle);
-    if (this.idleHistories.size > MAX_IDLE_HISTORIES) this.idleHistories.delete(this.idleHistories.keys().next().value!);
+    if (this.idleHistories.size > this.maxIdleHistories) this.idleHistories.delete(this.idleHistories.keys().next().value!);
   }
 
   /** The history of a key, tracked or idle; an unknown key gets an idle one. */

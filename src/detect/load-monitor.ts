@@ -22,6 +22,7 @@ export class DetectionLoadMonitor {
     const { metrics } = this;
     metrics.detectionWindowEvents.set(load.windowEvents);
     metrics.detectionTrackedKeys.set(load.trackedKeys);
+    metrics.detectionIdleHistories.set(load.idleHistories);
     metrics.detectionEventsPerKeyCap.set(load.eventsPerKeyCap);
     // The engine counts since its start: a count lower than the last one is a new engine's.
     const since = (count: number, last: number) => (count >= last ? count - last : count);

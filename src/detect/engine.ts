@@ -5,6 +5,9 @@
  * never enter a window, nor do events dated more than MAX_CLOCK_SKEW_MS (admission.ts) ahead of
  * the clock; a rule that throws is isolated (counted, reported, the others go on); the engine does
  * no I/O — findings go back to the caller, which turns them into alerts.
+ * Beyond its window, each key has a history (key-history.ts): the networks and places of its last
+ * 7 days, kept while the key is idle and warmed from storage (recall), which rules read as
+ * KeyWindow.history.
  * Cost: each rule's screen (RuleScreen in types.ts) keeps running tallies of every window as events
  * enter and leave it, so judging a key is usually a few counter checks; a rule reads the window
  * (evaluate) only when its screen says it may fire.

@@ -70,6 +70,12 @@ export async function waitFor(
   }
 }
 
+/** What a worker's /ready answers: its status and, when not ready, the reason. */
+export async function readiness(url: string): Promise<{ status: number; reason?: string }> {
+  const response = await fetch(`${url}/ready`);
+  return { status: response.status, reason: ((await response.json()) as { reason?: string }).reason };
+}
+
 /** A metric's value summed over its labels (0 when it has none yet). */
 export async function metricTotal(worker: Worker, name: string): Promise<number> {
   const metric = (await worker.metrics.registry.getMetricsAsJSON()).find((m) => m.name === name);

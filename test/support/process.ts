@@ -38,16 +38,3 @@ export async function spawnWorker(env: Record<string, string>): Promise<WorkerPr
   );
   return { child, url: `http://127.0.0.1:${port}`, output: () => output, exited };
 }
-
-/** Reads one counter (summed over labels) from a worker's /metrics; 0 when unreachable. */
-export async function scrapeCounter(url: string, name: string): Promise<number> {
-  try {
-    const text = await (await fetch(`${url}/metrics`)).text();
-    return text
-      .split('\n')
-      .filter((line) => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
-      .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
-  } catch {
-    return 0;
-  }
-}

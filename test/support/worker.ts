@@ -82,6 +82,24 @@ export async function metricTotal(worker: Worker, name: string): Promise<number>
   return metric?.values.reduce((sum, value) => sum + value.value, 0) ?? 0;
 }
 
+/**
+ * A metric as a worker's /metrics serves it: the sum of its series whose labels include `labels`
+ * (all of them by default); 0 when it has none, or the worker cannot be reached.
+ */
+export async function scrapeMetric(url: string, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const wanted = Object.entries(labels).map(([label, value]) => `${label}="${value}"`);
+  try {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    return text
+      .split('\n')
+      .filter((line) => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+      .filter((line) => wanted.every((pair) => line.slice(0, line.lastIndexOf(' ')).includes(pair)))
+      .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
+  } catch {
+    return 0;
+  }
+}
+
 /** Waits until every one of these workers (replicas in one consumer group) owns partitions: the group has settled. */
 export async function waitForPartitionsSplit(workers: readonly Worker[]): Promise<void> {
   const owned = () => Promise.all(workers.map((worker) => metricTotal(worker, 'security_center_assigned_partitions')));

@@ -8,8 +8,8 @@ import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.ts';
 import { startWorker } from '../../src/main.ts';
 import { useEngines } from '../support/engines.ts';
-import { closedPort } from '../support/https-receiver.ts';
 import { relayToBroker } from '../support/kafka.ts';
+import { freePort } from '../support/ports.ts';
 import { readiness, testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const names = testNames('readiness');
@@ -18,7 +18,7 @@ describe('/ready with a Kafka intake', () => {
   const engines = useEngines();
 
   it('answers 503 naming the Kafka consumer while the brokers are unreachable, and 200 once it runs', async () => {
-    const port = await closedPort();
+    const port = await freePort();
     const config = testConfig({ brokers: [`127.0.0.1:${port}`], clickhouse: engines.clickhouse, names });
     // Not through engines.startWorker: that waits for `ready`, which needs the consumer.
     const worker = await startWorker(config, { logger: createLogger(process.env.TEST_LOG_LEVEL ?? 'silent') });

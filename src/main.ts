@@ -4,7 +4,6 @@
  * and on SIGTERM or SIGINT drains and exits.
  */
 import { readFileSync } from 'node:fs';
-import { rootCertificates } from 'node:tls';
 import { getHeapStatistics } from 'node:v8';
 import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -18,7 +17,7 @@ import { AlertManager } from './alerts/alert-manager.ts';
 import { AlertService } from './alerts/alert-service.ts';
 import { windowBudgetFor } from './detect/engine.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
-import { describeConfig, loadConfig, ConfigError, type Config } from './config.ts';
+import { describeConfig, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
 import { createHttpServer } from './http/server.ts';
 import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';
 import { EventBuffer } from './ingest/event-buffer.ts';
@@ -117,7 +116,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
         oncall: config.webhooks.oncall,
         owner: config.webhooks.owner,
         policy: webhookPolicy,
-        ca: config.webhooks.ca ? [...rootCertificates, config.webhooks.ca] : undefined,
+        ca: config.webhooks.ca ? withBundledCas(config.webhooks.ca) : undefined,
         concurrency: config.webhooks.concurrency,
         metrics,
         logger: logger.child({ component: 'webhooks' }),

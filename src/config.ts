@@ -6,6 +6,7 @@
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
+import { rootCertificates } from 'node:tls';
 import { z } from 'zod';
 import { parseSecretKey } from './webhooks/secret-box.ts';
 import { checkTargetUrl } from './webhooks/target-policy.ts';
@@ -83,6 +84,14 @@ const pemCertificatesFile = z
     });
     return { path, pem };
   });
+
+/**
+ * The CAs TLS is to trust with a CA file's PEM (KAFKA_SSL_CA_FILE, WEBHOOK_CA_FILE): Node's bundled
+ * ones and the file's. A `ca` given to TLS replaces the bundled CAs: the extra ones go beside them.
+ */
+export function withBundledCas(pem: string): string[] {
+  return [...rootCertificates, pem];
+}
 
 export const KAFKA_SASL_MECHANISMS = ['plain', 'scram-sha-256', 'scram-sha-512'] as const;
 export type KafkaSaslMechanism = (typeof KAFKA_SASL_MECHANISMS)[number];

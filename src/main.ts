@@ -4,7 +4,6 @@
  * and on SIGTERM or SIGINT drains and exits.
  */
 import { readFileSync } from 'node:fs';
-import { rootCertificates } from 'node:tls';
 import { getHeapStatistics } from 'node:v8';
 import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -19,7 +18,7 @@ import { AlertService } from './alerts/alert-service.ts';
 import { windowBudgetFor } from './detect/engine.ts';
 import { HISTORY_MS } from './detect/key-history.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
-import { describeConfig, loadConfig, ConfigError, type Config } from './config.ts';
+import { describeConfig, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
 import { createHttpServer } from './http/server.ts';
 import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';
 import { EventBuffer } from './ingest/event-buffer.ts';
@@ -68,7 +67,10 @@ export interface Worker {
   /** Critical-alert webhooks; undefined when FEATURE_ANOMALY_DETECTION is off. */
   readonly webhooks?: WebhookDispatcher;
   readonly metrics: WorkerMetrics;
-  /** Resolves when storage is migrated and the Kafka intake (if any) has started. */
+  /**
+   * Resolves when start-up is done: storage migrated, the open alerts loaded, detection started, and
+   * the Kafka intake (if any) started. The webhook dispatcher's start may still be retried then.
+   */
   readonly ready: Promise<void>;
   stop(): Promise<void>;
 }
@@ -115,7 +117,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
         oncall: config.webhooks.oncall,
         owner: config.webhooks.owner,
         policy: webhookPolicy,
-        ca: config.webhooks.ca ? [...rootCertificates, config.webhooks.ca] : undefined,
+        ca: config.webhooks.ca ? withBundledCas(config.webhooks.ca) : undefined,
         concurrency: config.webhooks.concurrency,
         metrics,
         logger: logger.child({ component: 'webhooks' }),
@@ -175,16 +177,18 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   });
 
   let migrated = false;
-  // With KAFKA_BROKERS set, a worker whose consumer does not run (yet) takes in nothing: not ready.
-  const kafkaNotReadyReason = () => (intake ? intake.notReadyReason : config.kafka && analysis ? 'kafka intake not started yet' : undefined);
+  /** Once storage is migrated, the start-up step not done yet (see `ready` below); undefined once start-up is done. */
+  let startingUp: string | undefined = 'start-up not finished';
   metrics.reportStorageUp(() => migrated && buffer.healthy);
   const app = createHttpServer({
     logger,
     metrics,
     version: VERSION,
     bodyLimit: config.ingest.maxBodyBytes,
+    // With KAFKA_BROKERS set, a worker whose consumer does not run (yet) takes in nothing: not ready.
     notReadyReason: () =>
-      analysis?.failureReason ?? (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : kafkaNotReadyReason()),
+      analysis?.failureReason ??
+      (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : (intake?.notReadyReason ?? startingUp)),
   });
   if (analysis && config.ingest.token) {
     registerHttpIngest(app, {
@@ -228,6 +232,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   logger.info({ url }, 'http server listening');
 
   const abort = new AbortController();
+  let webhooksStarted: Promise<void> | undefined;
+  // Start-up: /ready answers 503 until every step here is done, each saying why (`startingUp`).
   const ready = (async () => {
     await retryUntilDone('migrating storage', logger, abort.signal, () =>
       migrate(clickhouse, { tables, eventsTtlDays: config.clickhouse.eventsTtlDays }, logger),
@@ -235,8 +241,19 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     migrated = true;
     if (secretKey) await resealWebhookSecrets(webhookStore, previousSecretKey !== undefined, logger);
     if (!analysis) return;
-    await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(config.detection.suppressionMs));
-    if (webhooks) await retryUntilDone('starting webhooks', logger, abort.signal, () => webhooks.start());
+    // Webhook start-up (the breakers' states, then attempting what is due) is needed for delivery
+    // only: until it is done, critical alerts' notifications are stored all the same, and attempted
+    // once it is. So it holds back neither the steps below nor readiness (taking traffic away from
+    // this worker would deliver nothing sooner); it is retried beside them.
+    webhooksStarted = webhooks && retryUntilDone('starting webhooks', logger, abort.signal, () => webhooks.start()).catch(() => undefined);
+    // Without the open alerts (and recent dismissals), a finding would open a second alert where
+    // one is open, and a dismissed pattern would not stay quiet: not ready until they are loaded,
+    // and the Kafka consumer starts only then.
+    startingUp = 'open alerts not loaded yet';
+    await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(config.detection.suppressionMs), () => {
+      startingUp = 'storage unavailable: cannot load the open alerts (retrying)';
+    });
+    startingUp = 'detection starting';
     await analysis.ready;
     // At most a budget's worth of a partition's events, the newest, of the plans detection
     // evaluates, read and handed over a page at a time (a million events at once would hold about
@@ -277,8 +294,10 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       });
       await retryUntilDone('starting kafka intake', logger, abort.signal, () => intake!.start());
     }
+  })().then(() => {
+    startingUp = undefined;
     logger.info('ready');
-  })();
+  });
   ready.catch((error: unknown) => {
     if (abort.signal.aborted || analysis?.failureReason) return; // stopped while starting, or already reported
     // Every step above retries or fails open; anything else must not leave a worker that looks
@@ -301,6 +320,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       await intake?.disconnect();
       await analysis?.close();
       await alerts.stop();
+      await webhooksStarted; // a start in progress ends before the stop
       await webhooks?.stop(); // after alerts: stores the notifications in hand
       await clickhouse.close();
       logger.info('stopped');
@@ -309,14 +329,15 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   return { app, url, clickhouse, store, alertStore, webhookStore, webhooks, metrics, ready, stop };
 }
 
-/** Retries a start-up step with backoff (a server may come up after the worker does). */
-async function retryUntilDone(what: string, logger: Logger, signal: AbortSignal, step: () => Promise<unknown>): Promise<void> {
+/** Retries a start-up step with backoff (a server may come up after the worker does); `onFailure` hears of each failed attempt. */
+async function retryUntilDone(what: string, logger: Logger, signal: AbortSignal, step: () => Promise<unknown>, onFailure?: () => void): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     try {
       await step();
       return;
     } catch (error) {
       if (signal.aborted) throw error;
+      onFailure?.();
       const delay = Math.min(30_000, 500 * 2 ** (attempt - 1));
       logger.error({ err: error, attempt, retryInMs: delay }, `${what} failed`);
       await sleep(delay, undefined, { signal });

@@ -9,7 +9,7 @@ export class WorkerMetrics {
 
   readonly eventsConsumed = new Counter({
     name: 'security_center_events_consumed_total',
-    help: 'Request events taken in, by source (kafka, http)',
+    help: 'Request events taken in, by source: kafka (messages consumed from the input topic), http (events posted to this replica; with Kafka configured only those rejected or dropped as duplicates, since the accepted ones are produced to the topic and counted as kafka by the replica that consumes them)',
     labelNames: ['source'] as const,
     registers: [this.registry],
   });
@@ -38,7 +38,7 @@ export class WorkerMetrics {
   });
   readonly eventsProduced = new Counter({
     name: 'security_center_events_produced_total',
-    help: 'HTTP-ingested events produced to the input topic and acknowledged by the brokers (with Kafka configured: the replica that owns their key then stores them)',
+    help: 'HTTP-ingested events produced to the input topic and acknowledged by the brokers (with Kafka configured: the replica that owns their key then stores them, and counts them as consumed with source kafka)',
     registers: [this.registry],
   });
   readonly batchDuration = new Histogram({

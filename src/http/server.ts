@@ -1,5 +1,5 @@
 /**
- * The one HTTP port: /health (liveness), /ready (storage reachable and migrated, intake healthy),
+ * The one HTTP port: /health (liveness), /ready (start-up done, storage writable, intake healthy),
  * /metrics (Prometheus), and the routes that other parts register (ingest, admin).
  * Contract: every error goes through the one error handler (errors.ts); unknown paths are 404 in Format A.
  */

@@ -118,7 +118,9 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
         accepted.push(result.event);
       }
     });
-    metrics.eventsConsumed.inc({ source: 'http' }, results.length);
+    // Each event is counted once as consumed: with Kafka, an accepted one by the replica that
+    // consumes it from the topic (here it counts as produced once acknowledged); the others end here.
+    metrics.eventsConsumed.inc({ source: 'http' }, publish ? results.length - accepted.length : results.length);
     if (report.duplicates > 0) metrics.eventsDuplicate.inc({ source: 'http' }, report.duplicates);
     if (accepted.length > 0) {
       const outcome = publish ? await produce(publish, accepted, request) : await store(accepted);

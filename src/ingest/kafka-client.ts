@@ -3,9 +3,8 @@
  * intake's consumer and its producer (dead letters, and HTTP-ingested events) are both made from
  * this one client, so they reach the brokers with the same settings.
  */
-import { rootCertificates } from 'node:tls';
 import { Kafka, logLevel, type KafkaConfig, type LogEntry, type Message, type Producer, type SASLOptions } from 'kafkajs';
-import type { Config } from '../config.ts';
+import { withBundledCas, type Config } from '../config.ts';
 import type { Logger } from '../logger.ts';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
@@ -24,8 +23,8 @@ export function kafkaClientConfig(options: KafkaClientOptions, logger: Logger): 
   return {
     clientId: options.clientId,
     brokers: [...options.brokers],
-    // kafkajs hands `ssl` to tls.connect, where `ca` replaces the default CAs: extra ones go beside them.
-    ...(ssl && { ssl: ssl.ca ? { ca: [...rootCertificates, ssl.ca] } : true }),
+    // kafkajs hands `ssl` to tls.connect.
+    ...(ssl && { ssl: ssl.ca ? { ca: withBundledCas(ssl.ca) } : true }),
     // (kafkajs types each mechanism apart; TypeScript cannot match a union of them to its intersections.)
     ...(sasl && { sasl: { mechanism: sasl.mechanism, username: sasl.username, password: sasl.password } as SASLOptions }),
     logLevel: logLevel.WARN,

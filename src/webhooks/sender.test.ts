@@ -4,7 +4,6 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  closedPort,
   makeTestCertificates,
   startInternalListener,
   startReceiver,
@@ -12,6 +11,7 @@ import {
   type Receiver,
   type TestCertificates,
 } from '../../test/support/https-receiver.ts';
+import { freePort } from '../../test/support/ports.ts';
 import { hostileResolver, hostileTargets } from '../../test/support/ssrf-targets.ts';
 import { sendWebhook, type SendOptions } from './sender.ts';
 import { targetPolicy, type Resolver } from './target-policy.ts';
@@ -105,7 +105,7 @@ describe('sendWebhook', () => {
   });
 
   it('reports a refused connection', async () => {
-    const result = await sendWebhook(message(`https://127.0.0.1:${await closedPort()}/x`), options());
+    const result = await sendWebhook(message(`https://127.0.0.1:${await freePort()}/x`), options());
     expect(result.outcome).toBe('connect_error');
     expect(result.error).toMatch(/ECONNREFUSED/);
   });

@@ -10,8 +10,8 @@ import { tablesIn } from '../../src/store/tables.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 import { makeMixedStream } from '../support/events.ts';
 import { groupCaughtUp, produceAll, readTopic, testKafka } from '../support/kafka.ts';
-import { scrapeCounter, spawnWorker, type WorkerProcess } from '../support/process.ts';
-import { testEnv, testNames, waitFor } from '../support/worker.ts';
+import { spawnWorker, type WorkerProcess } from '../support/process.ts';
+import { scrapeMetric, testEnv, testNames, waitFor } from '../support/worker.ts';
 
 const TOTAL = 100_000;
 const names = testNames('crash');
@@ -43,7 +43,7 @@ describe('worker process killed mid-stream', () => {
     await produceAll(producer, names.topic, messages.slice(0, TOTAL / 2), 1000);
     const first = await spawnWorker(env);
     processes.push(first);
-    await waitFor(async () => (await scrapeCounter(first.url, 'security_center_events_stored_total')) >= 10_000, 'first run stores some', 90_000);
+    await waitFor(async () => (await scrapeMetric(first.url, 'security_center_events_stored_total')) >= 10_000, 'first run stores some', 90_000);
     first.child.kill('SIGKILL');
     expect((await first.exited).signal).toBe('SIGKILL');
 

@@ -11,7 +11,7 @@ import { startKafka, type KafkaService } from '../services/kafka.ts';
 import { useEngines } from '../support/engines.ts';
 import { makeEvent, type RequestEventInput } from '../support/events.ts';
 import { groupCaughtUp } from '../support/kafka.ts';
-import { TEST_INGEST_TOKEN, metricTotal, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
+import { TEST_INGEST_TOKEN, metricTotal, scrapeMetric, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
 
 async function post(worker: Worker, events: readonly unknown[]) {
   const response = await fetch(`${worker.url}/v1/ingest/events`, {
@@ -64,6 +64,32 @@ describe('HTTP ingest through Kafka', () => {
     expect(totals.requests).toBe(40);
     const produced = await Promise.all(replicas.map((replica) => metricTotal(replica, 'security_center_events_produced_total')));
     expect(produced).toEqual([40, 40]);
+  });
+
+  it('counts each posted event once as consumed: an accepted one where it is consumed from the topic, a rejected or repeated one where it was posted', async () => {
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the replicas consumed what came before', 60_000);
+    const counts = () =>
+      Promise.all(
+        replicas.map(async (replica) => ({
+          produced: await scrapeMetric(replica.url, 'security_center_events_produced_total'),
+          consumedHttp: await scrapeMetric(replica.url, 'security_center_events_consumed_total', { source: 'http' }),
+          consumedKafka: await scrapeMetric(replica.url, 'security_center_events_consumed_total', { source: 'kafka' }),
+        })),
+      );
+    const before = await counts();
+    const runId = `${names.runId}_counted`;
+    const events = Array.from({ length: 10 }, (_, i) => makeEvent(i, { runId, startMs: Date.UTC(2026, 10, 21, 10, 0, 0), keys: 4 }));
+    const invalid = { ...makeEvent(10, { runId, startMs: Date.UTC(2026, 10, 21, 10, 0, 0) }), ip: 'not-an-ip' };
+    const response = await post(replicas[0]!, [...events, invalid, events[0]]);
+    expect(response.body.data).toMatchObject({ accepted: 10, rejected: 1, duplicates: 1 });
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the replicas consume what was posted', 60_000);
+    await waitFor(async () => (await stored(replicas[0]!, runId)).ids === 10, 'every accepted event stored', 30_000);
+
+    const after = await counts();
+    const added = (key: 'produced' | 'consumedHttp' | 'consumedKafka') => after.map((count, i) => count[key] - before[i]![key]);
+    expect(added('produced')).toEqual([10, 0]);
+    expect(added('consumedHttp')).toEqual([2, 0]); // the rejected event and the repeat end where they were posted
+    expect(added('consumedKafka').reduce((sum, count) => sum + count, 0)).toBe(10);
   });
 
   it('detects an attack posted half to one replica and half to the other', async () => {

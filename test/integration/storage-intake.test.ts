@@ -13,7 +13,7 @@ import { tablesIn } from '../../src/store/tables.ts';
 import { makeAlert } from '../support/admin.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 import { makeEvent } from '../support/events.ts';
-import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
+import { TEST_INGEST_TOKEN, scrapeMetric, testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const names = testNames('storage');
 
@@ -57,11 +57,7 @@ describe('storage and intake', () => {
     });
   }
 
-  async function storageUp(): Promise<number> {
-    const text = await (await fetch(`${worker.url}/metrics`)).text();
-    const line = text.split('\n').find((candidate) => candidate.startsWith('security_center_storage_up '));
-    return Number(line?.split(' ')[1]);
-  }
+  const storageUp = () => scrapeMetric(worker.url, 'security_center_storage_up');
 
   it('reports storage down until it is migrated, and during a write outage', async () => {
     await waitFor(() => refusedStatements >= 1, 'the worker tries to migrate');

@@ -20,7 +20,8 @@ import { SecretBox } from '../../src/webhooks/secret-box.ts';
 import { targetPolicy } from '../../src/webhooks/target-policy.ts';
 import { verifyWebhook } from '../../src/webhooks/verify.ts';
 import { useEngines } from '../support/engines.ts';
-import { closedPort, makeTestCertificates, startReceiver, type Receiver, type TestCertificates } from '../support/https-receiver.ts';
+import { makeTestCertificates, startReceiver, type Receiver, type TestCertificates } from '../support/https-receiver.ts';
+import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/worker.ts';
 
 const MINUTE = 60_000;
@@ -157,7 +158,7 @@ describe('webhook delivery', () => {
     const h = await startDispatcher({ now: clock.now, requestTimeoutMs: 300, connectTimeoutMs: 300 });
     try {
       await registerEndpoint(h.store, 'm_timeout', `${hanging.origin}/hook`, t0);
-      await registerEndpoint(h.store, 'm_refused', `https://127.0.0.1:${await closedPort()}/hook`, t0);
+      await registerEndpoint(h.store, 'm_refused', `https://127.0.0.1:${await freePort()}/hook`, t0);
       await registerEndpoint(h.store, 'm_tls', `${untrusted.origin}/hook`, t0);
       for (const merchantId of ['m_timeout', 'm_refused', 'm_tls']) h.dispatcher.notify(alert(merchantId));
 

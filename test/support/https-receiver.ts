@@ -152,12 +152,3 @@ export async function startInternalListener(): Promise<InternalListener> {
     },
   };
 }
-
-/** A port nothing listens on (connection refused). */
-export async function closedPort(): Promise<number> {
-  const server = createTcpServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}

@@ -1,7 +1,7 @@
 /** Runs the worker as a real process (`node --import tsx src/main.ts`), as production does. */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { freePort } from './ports.ts';
 
 const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -10,17 +10,6 @@ export interface WorkerProcess {
   url: string;
   output(): string;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }
 
 export async function spawnWorker(env: Record<string, string>): Promise<WorkerProcess> {
@@ -37,17 +26,4 @@ export async function spawnWorker(env: Record<string, string>): Promise<WorkerPr
     child.once('exit', (code, signal) => resolve({ code, signal })),
   );
   return { child, url: `http://127.0.0.1:${port}`, output: () => output, exited };
-}
-
-/** Reads one counter (summed over labels) from a worker's /metrics; 0 when unreachable. */
-export async function scrapeCounter(url: string, name: string): Promise<number> {
-  try {
-    const text = await (await fetch(`${url}/metrics`)).text();
-    return text
-      .split('\n')
-      .filter((line) => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
-      .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
-  } catch {
-    return 0;
-  }
 }

@@ -70,10 +70,34 @@ export async function waitFor(
   }
 }
 
+/** What a worker's /ready answers: its status and, when not ready, the reason. */
+export async function readiness(url: string): Promise<{ status: number; reason?: string }> {
+  const response = await fetch(`${url}/ready`);
+  return { status: response.status, reason: ((await response.json()) as { reason?: string }).reason };
+}
+
 /** A metric's value summed over its labels (0 when it has none yet). */
 export async function metricTotal(worker: Worker, name: string): Promise<number> {
   const metric = (await worker.metrics.registry.getMetricsAsJSON()).find((m) => m.name === name);
   return metric?.values.reduce((sum, value) => sum + value.value, 0) ?? 0;
+}
+
+/**
+ * A metric as a worker's /metrics serves it: the sum of its series whose labels include `labels`
+ * (all of them by default); 0 when it has none, or the worker cannot be reached.
+ */
+export async function scrapeMetric(url: string, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const wanted = Object.entries(labels).map(([label, value]) => `${label}="${value}"`);
+  try {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    return text
+      .split('\n')
+      .filter((line) => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+      .filter((line) => wanted.every((pair) => line.slice(0, line.lastIndexOf(' ')).includes(pair)))
+      .reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(' ') + 1)), 0);
+  } catch {
+    return 0;
+  }
 }
 
 /** Waits until every one of these workers (replicas in one consumer group) owns partitions: the group has settled. */

@@ -186,7 +186,7 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
         const outcome = await deps.alerts.changeStatus(alertId(params.id), merchantId, {
           to: body.status,
           actor: principal.userId,
-          note: body.note,
+          note: body.note ?? undefined,
         });
         if (!outcome) throw notFound();
         if (!outcome.ok && outcome.reason === 'note_required') {

@@ -96,7 +96,8 @@ export const merchantQuery = z.strictObject({ merchantId: merchantIdParam });
 
 export const patchAlertBody = z.strictObject({
   status: z.enum(ALERT_STATUSES),
-  note: z.string().trim().min(1, 'must not be empty').max(2000).optional(),
+  // null is no note, as history entries show it.
+  note: z.string().trim().min(1, 'must not be empty').max(2000).nullish(),
 });
 
 /** Longest range metrics may cover: the rollups' retention. */
@@ -154,7 +155,7 @@ export const alertSchema = z.object({
       actor: z.string(),
       from: z.enum(ALERT_STATUSES).nullable(),
       to: z.enum(ALERT_STATUSES),
-      note: z.string().optional(),
+      note: z.string().nullable().describe('why, as the caller gave it; null when no note was given'),
     }),
   ),
   aiInsights: z.array(z.string()).optional(),

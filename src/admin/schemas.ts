@@ -179,7 +179,12 @@ export const dashboardSchema = z.object({
   range: z.enum(['1h', '24h', '7d']),
   metrics: metricsSchema,
   trafficTrend: z.array(z.object({ t: z.string(), requests: z.number().int() })),
-  successTrend: z.array(z.object({ t: z.string(), successRate: z.number().nullable() })),
+  successTrend: z.array(
+    z.object({
+      t: z.string(),
+      successRate: z.number().nullable().describe('share of the bucket\'s requests answered below 400, 0..1; null when it had none (no rate, not 0%)'),
+    }),
+  ),
   topKeys: z.array(
     z.object({
       merchantId: z.string(),

@@ -265,6 +265,9 @@ describe('admin API', () => {
       const bucket = perMinute.get(point.t);
       expect(point.successRate, point.t).toBe(bucket ? Math.round((bucket.successes / bucket.requests) * 10_000) / 10_000 : null);
     }
+    // One point per bucket in both trends; a bucket without requests has no rate (a gap in a chart, not 0%).
+    expect(data.successTrend.map((point: { t: string }) => point.t)).toEqual(data.trafficTrend.map((point: { t: string }) => point.t));
+    expect(data.successTrend.filter((point: { successRate: number | null }) => point.successRate === null).length).toBeGreaterThan(0);
     expect(data.topKeys[0]).toMatchObject({ apiKeyId: critical.apiKeyId, riskScore: 0.97, activeAlerts: 1 });
     expect(data.topKeys.map((key: { riskScore: number }) => key.riskScore)).toEqual([0.97, 0.2]);
     expect(data.recentAlerts.map((alert: Alert) => alert.id)).toEqual([low.id, critical.id]);

@@ -9,7 +9,7 @@ import { ACTIONS, ANOMALY_TYPES, SEVERITIES } from '../detect/types.ts';
 import { STORABLE_TIME_MS } from '../store/event-store.ts';
 
 /** Merchant and key ids, any text as request events carry them (1..128 characters); values are bound, never spliced into SQL. */
-const identifier = z.string().min(1).max(128);
+export const identifier = z.string().min(1).max(128);
 
 const storable = (ms: number) => ms >= STORABLE_TIME_MS.min && ms <= STORABLE_TIME_MS.max;
 

@@ -85,7 +85,7 @@ describe('loadConfig: webhooks', () => {
 
   it('names the replica that owns the webhooks it creates by WORKER_ID, else the hostname', () => {
     expect(loadConfig({ WORKER_ID: ' worker-2 ' }).webhooks.owner).toBe('worker-2');
-    expect(() => loadConfig({ WORKER_ID: '  ' })).toThrow('WORKER_ID');
+    expect(loadConfig({ WORKER_ID: '  ' }).webhooks.owner).toBe(hostname()); // blank is unset
   });
 
   it('reads the on-call endpoint', () => {
@@ -171,6 +171,20 @@ describe('loadConfig: Kafka TLS and SASL', () => {
   it('takes blank settings (as a compose file may leave them) for unset', () => {
     const blank = { KAFKA_SSL: '', KAFKA_SSL_CA_FILE: ' ', KAFKA_SASL_MECHANISM: '', KAFKA_SASL_USERNAME: '', KAFKA_SASL_PASSWORD: '' };
     expect(loadConfig({ ...BROKERS, ...blank }).kafka).toMatchObject({ ssl: undefined, sasl: undefined });
+  });
+
+  it('gives blank settings their defaults, those of contracts section 6 included (never port 0, never an error)', () => {
+    const names = ['PORT', 'FEATURE_ANOMALY_DETECTION', 'FEATURE_AI_RISK_SCORING', 'ADMIN_ENABLED', 'KAFKA_BROKERS', 'CLICKHOUSE_URL', 'DATA_DIR', 'ENFORCEMENT_MODE', 'LOG_LEVEL', 'ADMIN_CACHE_TTL_MS', 'ONCALL_WEBHOOK_URL', 'ONCALL_WEBHOOK_SECRET'];
+    for (const value of ['', '  ']) {
+      const config = loadConfig(Object.fromEntries(names.map((name) => [name, value])));
+      expect(config).toMatchObject({ http: { port: 8080 }, features: { anomalyDetection: false, aiRiskScoring: false, admin: false }, kafka: undefined, logLevel: 'info' });
+      expect(config.clickhouse).toMatchObject({ url: undefined, dataDir: './data' });
+      expect(config.enforcement.mode).toBe('off');
+      expect(config.admin.cacheTtlMs).toBe(5_000);
+      expect(config.webhooks.oncall).toBeUndefined();
+    }
+    // A blank secret is a missing one where it is required.
+    expect(() => loadConfig({ ADMIN_ENABLED: 'true', ADMIN_JWT_SECRET: ' ' })).toThrow(/ADMIN_JWT_SECRET: is required/);
   });
 
   it.each([

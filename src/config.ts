@@ -2,6 +2,7 @@
  * Configuration: one zod schema over the environment, parsed once at start-up.
  * Contract: an invalid setting stops start-up with one message that lists every problem;
  * the parsed result is frozen and passed to the parts that need it (nothing reads process.env later).
+ * A setting left blank (`PORT=`, as a compose file or a shell may leave it) is an unset one.
  */
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -20,9 +21,9 @@ const envBoolean = (defaultValue: boolean) =>
     .string()
     .trim()
     .toLowerCase()
-    .pipe(z.enum([...TRUE_WORDS, ...FALSE_WORDS, ''], { error: 'expected true or false' }))
+    .pipe(z.enum([...TRUE_WORDS, ...FALSE_WORDS], { error: 'expected true or false' }))
     .optional()
-    .transform((value) => (value === undefined || value === '' ? defaultValue : isTrueWord(value)));
+    .transform((value) => (value === undefined ? defaultValue : isTrueWord(value)));
 
 /** Whether a raw setting says true (before the schema: for checks across settings). */
 function isTrueWord(value: string | undefined): boolean {
@@ -49,14 +50,6 @@ const secretKeySetting = () =>
 const commaList = z
   .string()
   .transform((value) => value.split(',').map((item) => item.trim()).filter((item) => item.length > 0));
-
-/** A setting that may be left blank in a compose file or a shell: blank means unset. */
-const optionalSetting = <T extends z.ZodType<unknown, string>>(schema: T) =>
-  z
-    .string()
-    .optional()
-    .transform((value) => (value?.trim() ? value : undefined))
-    .pipe(schema.optional());
 
 const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----/g;
 
@@ -122,16 +115,15 @@ const envSchema = z
     KAFKA_HEARTBEAT_INTERVAL_MS: envInt(3_000, 100, 60_000),
     KAFKA_MAX_WAIT_MS: envInt(500, 10, 10_000),
     KAFKA_SSL: envBoolean(false),
-    KAFKA_SSL_CA_FILE: optionalSetting(pemCertificatesFile),
+    KAFKA_SSL_CA_FILE: pemCertificatesFile.optional(),
     KAFKA_SASL_MECHANISM: z
       .string()
       .trim()
       .toLowerCase()
-      .pipe(z.enum([...KAFKA_SASL_MECHANISMS, ''], { error: `expected one of ${KAFKA_SASL_MECHANISMS.join(', ')}` }))
-      .optional()
-      .transform((value) => (value === '' ? undefined : value)),
-    KAFKA_SASL_USERNAME: optionalSetting(z.string().max(1024)),
-    KAFKA_SASL_PASSWORD: optionalSetting(z.string().max(4096)),
+      .pipe(z.enum(KAFKA_SASL_MECHANISMS, { error: `expected one of ${KAFKA_SASL_MECHANISMS.join(', ')}` }))
+      .optional(),
+    KAFKA_SASL_USERNAME: z.string().max(1024).optional(),
+    KAFKA_SASL_PASSWORD: z.string().max(4096).optional(),
 
     CLICKHOUSE_URL: z.url().optional(),
     CLICKHOUSE_USER: z.string().default('default'),
@@ -166,7 +158,7 @@ const envSchema = z
     ONCALL_WEBHOOK_URL: z.url().optional(),
     ONCALL_WEBHOOK_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
     WEBHOOK_ALLOW_PRIVATE_TARGETS: envBoolean(false),
-    WEBHOOK_CA_FILE: optionalSetting(pemCertificatesFile),
+    WEBHOOK_CA_FILE: pemCertificatesFile.optional(),
     WEBHOOK_CONCURRENCY: envInt(16, 1, 256),
     WEBHOOK_SECRET_KEY: secretKeySetting(),
     WEBHOOK_SECRET_KEY_PREVIOUS: secretKeySetting(),
@@ -181,13 +173,13 @@ function crossFieldProblems(source: NodeJS.ProcessEnv): string[] {
     problems.push('ONCALL_WEBHOOK_URL, ONCALL_WEBHOOK_SECRET: set both or neither');
   }
   const kafkaSsl = isTrueWord(source.KAFKA_SSL);
-  if (source.KAFKA_SSL_CA_FILE?.trim() && !kafkaSsl) problems.push('KAFKA_SSL_CA_FILE: is used only with KAFKA_SSL=true; set it too');
-  const saslMechanism = source.KAFKA_SASL_MECHANISM?.trim();
+  if (source.KAFKA_SSL_CA_FILE && !kafkaSsl) problems.push('KAFKA_SSL_CA_FILE: is used only with KAFKA_SSL=true; set it too');
+  const saslMechanism = source.KAFKA_SASL_MECHANISM;
   const saslCredentials = ['KAFKA_SASL_USERNAME', 'KAFKA_SASL_PASSWORD'] as const;
   if (saslMechanism) {
-    const missing = saslCredentials.filter((name) => !source[name]?.trim());
+    const missing = saslCredentials.filter((name) => !source[name]);
     if (missing.length > 0) problems.push(`${missing.join(', ')}: required when KAFKA_SASL_MECHANISM is set`);
-  } else if (saslCredentials.some((name) => source[name]?.trim())) {
+  } else if (saslCredentials.some((name) => source[name])) {
     problems.push(`KAFKA_SASL_MECHANISM: required when KAFKA_SASL_USERNAME or KAFKA_SASL_PASSWORD is set (${KAFKA_SASL_MECHANISMS.join(', ')})`);
   }
   if (source.ONCALL_WEBHOOK_URL) {
@@ -271,8 +263,14 @@ export class ConfigError extends Error {
   }
 }
 
+/** The environment without its blank settings: each of those is unset, and takes its default. */
+function withoutBlanks(environment: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(environment).filter(([, value]) => value?.trim()));
+}
+
 /** Parses the environment; throws ConfigError listing every problem at once. */
-export function loadConfig(source: NodeJS.ProcessEnv = process.env): Config {
+export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config {
+  const source = withoutBlanks(environment);
   const parsed = envSchema.safeParse(source);
   // Name the variable and the problem, never the value: it may be a secret.
   const problems = [

@@ -97,6 +97,7 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       range,
       metrics: summary,
       trafficTrend: trend.map((point) => ({ t: new Date(point.t).toISOString(), requests: point.requests })),
+      // No requests, no rate: null, which a chart draws as a gap (0 would read as a total outage).
       successTrend: trend.map((point) => ({
         t: new Date(point.t).toISOString(),
         successRate: point.requests === 0 ? null : Math.round((point.successes / point.requests) * 10_000) / 10_000,
@@ -186,7 +187,7 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
         const outcome = await deps.alerts.changeStatus(alertId(params.id), merchantId, {
           to: body.status,
           actor: principal.userId,
-          note: body.note,
+          note: body.note ?? undefined,
         });
         if (!outcome) throw notFound();
         if (!outcome.ok && outcome.reason === 'note_required') {
@@ -225,7 +226,8 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       operationId: 'getDashboard',
       summary: 'Metrics, traffic and success trends, riskiest keys, recent alerts and AI insights for a range',
       description:
-        'Trends have one point per minute for 1h, per 15 minutes for 24h and per hour for 7d. ' +
+        'Trends have one point per minute for 1h, per 15 minutes for 24h and per hour for 7d; a point without ' +
+        'requests has successRate null (no rate, not 0%). ' +
         'recentAlerts are the 10 newest alerts created in the range. ' +
         'With FEATURE_AI_RISK_SCORING on, aiInsights names the attack patterns across the alerts seen in the range ' +
         '(fixed rules over their evidence, no trained model); off, it is empty. ' +

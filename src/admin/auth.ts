@@ -26,7 +26,8 @@ export interface AdminPrincipal {
 
 const claimsSchema = z.object({
   sub: z.string().min(1).max(200),
-  merchantId: z.string().min(1).max(100),
+  // As long as request events may carry it (1..128 characters).
+  merchantId: z.string().min(1).max(128),
   plan: z.string().min(1).max(50),
   role: z.string().min(1).max(50),
   exp: z.number(),

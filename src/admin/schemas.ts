@@ -9,7 +9,7 @@ import { ACTIONS, ANOMALY_TYPES, SEVERITIES } from '../detect/types.ts';
 import { STORABLE_TIME_MS } from '../store/event-store.ts';
 
 /** Merchant and key ids, any text as request events carry them (1..128 characters); values are bound, never spliced into SQL. */
-const identifier = z.string().min(1).max(128);
+export const identifier = z.string().min(1).max(128);
 
 const storable = (ms: number) => ms >= STORABLE_TIME_MS.min && ms <= STORABLE_TIME_MS.max;
 
@@ -96,7 +96,8 @@ export const merchantQuery = z.strictObject({ merchantId: merchantIdParam });
 
 export const patchAlertBody = z.strictObject({
   status: z.enum(ALERT_STATUSES),
-  note: z.string().trim().min(1, 'must not be empty').max(2000).optional(),
+  // null is no note, as history entries show it.
+  note: z.string().trim().min(1, 'must not be empty').max(2000).nullish(),
 });
 
 /** Longest range metrics may cover: the rollups' retention. */
@@ -154,7 +155,7 @@ export const alertSchema = z.object({
       actor: z.string(),
       from: z.enum(ALERT_STATUSES).nullable(),
       to: z.enum(ALERT_STATUSES),
-      note: z.string().optional(),
+      note: z.string().nullable().describe('why, as the caller gave it; null when no note was given'),
     }),
   ),
   aiInsights: z.array(z.string()).optional(),
@@ -178,7 +179,12 @@ export const dashboardSchema = z.object({
   range: z.enum(['1h', '24h', '7d']),
   metrics: metricsSchema,
   trafficTrend: z.array(z.object({ t: z.string(), requests: z.number().int() })),
-  successTrend: z.array(z.object({ t: z.string(), successRate: z.number().nullable() })),
+  successTrend: z.array(
+    z.object({
+      t: z.string(),
+      successRate: z.number().nullable().describe('share of the bucket\'s requests answered below 400, 0..1; null when it had none (no rate, not 0%)'),
+    }),
+  ),
   topKeys: z.array(
     z.object({
       merchantId: z.string(),

@@ -70,7 +70,7 @@ describe('changeStatus', () => {
     occurrences: 3,
     createdAt: '2026-11-20T12:05:00.000Z',
     updatedAt: '2026-11-20T12:06:00.000Z',
-    history: [{ at: '2026-11-20T12:05:00.000Z', actor: 'system', from: null, to: 'open' }],
+    history: [{ at: '2026-11-20T12:05:00.000Z', actor: 'system', from: null, to: 'open', note: 'created by detection' }],
   };
   const later = Date.parse('2026-11-20T13:00:00.000Z');
 
@@ -86,6 +86,11 @@ describe('changeStatus', () => {
       },
     });
     expect(base.status).toBe('open'); // the input is not changed
+  });
+
+  it('records a change without a note with note null: every entry has all five fields', () => {
+    const outcome = changeStatus(base, 'acknowledged', 'alice', undefined, later);
+    expect(outcome.ok && outcome.alert.history.at(-1)).toStrictEqual({ at: '2026-11-20T13:00:00.000Z', actor: 'alice', from: 'open', to: 'acknowledged', note: null });
   });
 
   it('refuses moves the lifecycle does not allow, and a dismissal without a note', () => {

@@ -6,12 +6,13 @@ import type { AnomalyType, RecommendedAction, Severity } from '../detect/types.t
 export const ALERT_STATUSES = ['open', 'acknowledged', 'resolved', 'dismissed'] as const;
 export type AlertStatus = (typeof ALERT_STATUSES)[number];
 
+/** One status change (contracts section 2): every entry has all five fields; `from` is null for the first, `note` when none was given. */
 export interface HistoryEntry {
   at: string;
   actor: string;
   from: AlertStatus | null;
   to: AlertStatus;
-  note?: string;
+  note: string | null;
 }
 
 export interface Alert {
@@ -95,7 +96,7 @@ export function changeStatus(alert: Alert, to: AlertStatus, actor: string, note:
       ...alert,
       status: to,
       updatedAt,
-      history: [...alert.history, { at, actor, from: alert.status, to, ...(note ? { note } : {}) }],
+      history: [...alert.history, { at, actor, from: alert.status, to, note: note ?? null }],
     },
   };
 }

@@ -132,6 +132,37 @@ describe('request event schema', () => {
     }
   });
 
+  it.each([
+    ['userAgent', 'sk_live_x'],
+    ['userAgent', 'curl/8.5 sk_a1'],
+    ['path', '/v1/keys/sk_live_x'],
+    ['path', '/v1/cb?next=%2Fhook%3Fkey%3Dsk_live_0123456789abcdef'],
+    ['path', '/v1/keys/sk%5Flive_x'],
+    ['userAgent', 'agent\nsk_live_x'],
+  ])('rejects a short or embedded secret in the %s (%j), from Kafka and over HTTP', (field, value) => {
+    const event = { ...valid, [field]: value };
+    for (const result of [parseRequestEventText(JSON.stringify(event)), parseRequestEventValue(event)]) {
+      expect(result.ok).toBe(false);
+      if (!result.ok) expect(result.rejection.reason).toBe('secret_in_event');
+    }
+  });
+
+  it('accepts benign look-alikes: words ending in "sk", and the Slovak locale of in-app browsers', () => {
+    const event = { ...valid, path: '/v1/task_list', userAgent: 'Mozilla/5.0 (iPhone) [FBAN/FBIOS;FBLC/sk_SK;FBOP/5]' };
+    expect(parseRequestEventText(JSON.stringify(event)).ok).toBe(true);
+    expect(parseRequestEventValue(event).ok).toBe(true);
+  });
+
+  it('dead-letters a value that is not JSON without the secret glued to a JSON escape in it', () => {
+    const text = '{"eventId":"evt_1","userAgent":"agent\\nsk_live_0123456789abcdef", truncated';
+    const result = parseRequestEventText(text);
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.rejection.reason).toBe('invalid_json');
+    const deadLetter = toDeadLetter(result.rejection, text, { topic: 't', partition: 0, offset: '1' });
+    expect(deadLetter.payload).toBe('{"eventId":"evt_1","userAgent":"agent\\nsk_[REDACTED]", truncated');
+  });
+
   it('finds a secret hidden by a JSON escape, and its dead letter does not carry it', () => {
     const text = JSON.stringify({ ...valid, userAgent: 'sk_live_0123456789abcdef' }).replace('sk_live', 'sk\\u005flive');
     expect(text).toContain('sk\\u005flive_0123456789abcdef');

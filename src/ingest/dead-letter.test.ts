@@ -38,3 +38,12 @@ describe('KafkaDeadLetterQueue', () => {
     expect(sent.map((request) => request.messages.length)).toEqual([50]);
   });
 });
+
+describe('toDeadLetter', () => {
+  it('redacts what is left of a secret that the payload limit cuts short', () => {
+    const head = 'x'.repeat(MAX_DEAD_LETTER_PAYLOAD - 10);
+    const record = toDeadLetter({ reason: 'too_large', errors: [] }, `${head} sk_0123456789abcdef`, { topic: 't', partition: 0, offset: '1' });
+    expect(record.payloadTruncated).toBe(true);
+    expect(record.payload).toBe(`${head} sk_[REDACTED]`);
+  });
+});

@@ -4,7 +4,7 @@
  * loading its own state.
  */
 import { z } from 'zod';
-import type { Alert } from '../alerts/alert.ts';
+import type { Alert, HistoryEntry } from '../alerts/alert.ts';
 import type { ClickHouse } from './clickhouse.ts';
 import { toClickHouseTime } from './event-store.ts';
 import type { Tables } from './tables.ts';
@@ -44,6 +44,12 @@ function toIso(text: string): string {
   return `${text.replace(' ', 'T')}Z`;
 }
 
+/** A stored history; entries stored before every entry carried its note read with `note: null`. */
+function historyOf(json: string): HistoryEntry[] {
+  const entries = JSON.parse(json) as (Omit<HistoryEntry, 'note'> & { note?: string | null })[];
+  return entries.map((entry) => ({ ...entry, note: entry.note ?? null }));
+}
+
 function fromRow(row: z.output<typeof alertRow>): Alert {
   return {
     id: row.id,
@@ -65,7 +71,7 @@ function fromRow(row: z.output<typeof alertRow>): Alert {
     occurrences: row.occurrences,
     createdAt: toIso(row.created_at),
     updatedAt: toIso(row.updated_at),
-    history: JSON.parse(row.history) as Alert['history'],
+    history: historyOf(row.history),
     ...(row.ai_insights.length > 0 ? { aiInsights: row.ai_insights } : {}),
   };
 }

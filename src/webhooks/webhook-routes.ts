@@ -14,7 +14,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { merchantScope, type AdminPrincipal } from '../admin/auth.ts';
 import { defineRoute, type AdminRoute } from '../admin/route.ts';
-import { cursorParam, encodeCursor } from '../admin/schemas.ts';
+import { cursorParam, encodeCursor, identifier } from '../admin/schemas.ts';
 import { HttpError, validationError } from '../http/errors.ts';
 import { DESTINATIONS, MESSAGE_STATUSES, type WebhookEndpoint, type WebhookStore } from '../store/webhook-store.ts';
 import { BlockedTargetError, checkTarget, type TargetPolicy } from './target-policy.ts';
@@ -26,7 +26,7 @@ export interface WebhookRouteDeps {
 }
 
 const merchantQuery = z.strictObject({
-  merchantId: z.string().min(1).max(100).optional().describe('operators: the merchant whose webhook this is (required)'),
+  merchantId: identifier.optional().describe('operators: the merchant whose webhook this is (required)'),
 });
 
 const endpointView = z.object({
@@ -66,7 +66,7 @@ const deliveryView = z.object({
 });
 
 const deliveriesQuery = z.strictObject({
-  merchantId: z.string().min(1).max(100).optional().describe('operators: one merchant (default: all)'),
+  merchantId: identifier.optional().describe('operators: one merchant (default: all)'),
   status: z.enum(MESSAGE_STATUSES).optional(),
   limit: z.coerce.number().int().min(1).max(200).default(50),
   cursor: cursorParam.optional(),

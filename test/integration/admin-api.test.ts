@@ -165,7 +165,7 @@ describe('admin API', () => {
     const history = (await call(`/alerts/${open.id}`)).body.data.history;
     expect(history.slice(1)).toEqual([
       { at: expect.any(String), actor: `user_admin_${M}`, from: 'open', to: 'acknowledged', note: 'looking into it' },
-      { at: expect.any(String), actor: `user_admin_${M}`, from: 'acknowledged', to: 'resolved' },
+      { at: expect.any(String), actor: `user_admin_${M}`, from: 'acknowledged', to: 'resolved', note: null },
     ]);
     expect(Date.parse(history[2].at)).toBeGreaterThanOrEqual(Date.parse(history[1].at));
 
@@ -181,6 +181,28 @@ describe('admin API', () => {
     // An acknowledged alert may be dismissed too.
     const acked = seeded.find((alert) => alert.status === 'acknowledged')!;
     expect((await patch(acked.id, { status: 'dismissed', note: 'known partner' })).status).toBe(200);
+  });
+
+  it('gives every history entry all five fields: note is null when none was given, also in alerts stored before', async () => {
+    const merchantId = `${M}_notes`;
+    const bearer = await token(merchantId, 'admin', { userId: 'bob' });
+    const fresh = makeAlert(0, { merchantId, createdAtMs: Date.now() - MINUTE });
+    // As alerts were stored before every entry carried its note.
+    const stored = makeAlert(1, { merchantId, createdAtMs: Date.now() - 2 * MINUTE });
+    const { note: _note, ...withoutNote } = stored.history[0]!;
+    await worker.alertStore.save([fresh, { ...stored, history: [withoutNote as Alert['history'][number]] }]);
+
+    const acknowledged = await call(`/alerts/${fresh.id}`, { method: 'PATCH', body: { status: 'acknowledged' } }, bearer);
+    expect(acknowledged.status).toBe(200);
+    expect(acknowledged.body.data.history.at(-1)).toStrictEqual({ at: expect.any(String), actor: 'bob', from: 'open', to: 'acknowledged', note: null });
+    // null is no note in a request too.
+    const resolved = await call(`/alerts/${fresh.id}`, { method: 'PATCH', body: { status: 'resolved', note: null } }, bearer);
+    expect(resolved.status).toBe(200);
+    expect(resolved.body.data.history.at(-1)).toMatchObject({ to: 'resolved', note: null });
+    expect((await call(`/alerts/${stored.id}`, {}, bearer)).body.data.history).toStrictEqual([{ ...withoutNote, note: null }]);
+    for (const alert of (await call('/alerts', {}, bearer)).body.data.alerts as Alert[]) {
+      for (const entry of alert.history) expect(Object.keys(entry).sort()).toEqual(['actor', 'at', 'from', 'note', 'to']);
+    }
   });
 
   it('serves metrics and the dashboard from the rollups of ingested traffic', async () => {
@@ -243,6 +265,9 @@ describe('admin API', () => {
       const bucket = perMinute.get(point.t);
       expect(point.successRate, point.t).toBe(bucket ? Math.round((bucket.successes / bucket.requests) * 10_000) / 10_000 : null);
     }
+    // One point per bucket in both trends; a bucket without requests has no rate (a gap in a chart, not 0%).
+    expect(data.successTrend.map((point: { t: string }) => point.t)).toEqual(data.trafficTrend.map((point: { t: string }) => point.t));
+    expect(data.successTrend.filter((point: { successRate: number | null }) => point.successRate === null).length).toBeGreaterThan(0);
     expect(data.topKeys[0]).toMatchObject({ apiKeyId: critical.apiKeyId, riskScore: 0.97, activeAlerts: 1 });
     expect(data.topKeys.map((key: { riskScore: number }) => key.riskScore)).toEqual([0.97, 0.2]);
     expect(data.recentAlerts.map((alert: Alert) => alert.id)).toEqual([low.id, critical.id]);

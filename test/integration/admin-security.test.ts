@@ -108,6 +108,20 @@ describe('admin API security', () => {
       expectFormatA(await call(undefined, `/alerts?access_token=${good}`), 401, 'UNAUTHORIZED');
     });
 
+    it('lets in the admins of a merchant whose id is as long as request events may carry, and operators name it', async () => {
+      const longest = `m_${'x'.repeat(126)}`; // 128 characters
+      const alert = makeAlert(0, { merchantId: longest, createdAtMs: Date.now() - 60_000 });
+      await worker.alertStore.save([alert]);
+      const listed = await call(await fresh(longest, 'admin'), '/alerts');
+      expect(listed.status, listed.text).toBe(200);
+      expect(listed.body.data.alerts.map((one: Alert) => one.id)).toEqual([alert.id]);
+      const operator = await fresh('ops', 'operator');
+      expect((await call(operator, `/alerts?merchantId=${longest}`)).body.data.alerts).toHaveLength(1);
+      expectFormatA(await call(operator, `/webhook?merchantId=${longest}`), 404, 'NOT_FOUND'); // none registered
+      expect((await call(operator, `/webhook/deliveries?merchantId=${longest}`)).status).toBe(200);
+      expectValidation(await call(operator, `/alerts?merchantId=${longest}x`), ['query', 'merchantId']);
+    });
+
     it('refuses a well-signed token whose role is none of ours with 403 FORBIDDEN', async () => {
       const bearer = await signed(new SignJWT({ ...claims(), role: 'root' }).setSubject('x').setExpirationTime('1h'));
       for (const path of ['/alerts', '/metrics', '/dashboard']) expectFormatA(await call(bearer, path), 403, 'FORBIDDEN');

@@ -87,14 +87,17 @@ describe.each([
     const events = [0, 1, 2].map((i) => makeEvent(i, eventOptions));
     const invalid = { ...makeEvent(3, eventOptions), ip: 'not-an-ip', status: 'ok' };
     const leaked = { ...makeEvent(4, eventOptions), userAgent: 'sdk sk_live_abcdefgh12345678' };
-    const response = await post(JSON.stringify([...events, invalid, leaked, events[0]]));
+    // A short test key in the path is a secret too.
+    const leakedInPath = { ...makeEvent(5, eventOptions), path: '/v1/keys/sk_live_x' };
+    const response = await post(JSON.stringify([...events, invalid, leaked, leakedInPath, events[0]]));
     expect(response.status).toBe(202);
-    expect(response.body.data).toMatchObject({ accepted: 3, rejected: 2, duplicates: 1 });
-    const [invalidReport, leakedReport] = response.body.data.errors;
+    expect(response.body.data).toMatchObject({ accepted: 3, rejected: 3, duplicates: 1 });
+    const [invalidReport, leakedReport, leakedInPathReport] = response.body.data.errors;
     expect(invalidReport).toMatchObject({ index: 3, eventId: invalid.eventId, reason: 'validation_failed' });
     expect(invalidReport.details.map((detail: { path: string[] }) => detail.path[0]).sort()).toEqual(['ip', 'status']);
     expect(leakedReport).toMatchObject({ index: 4, reason: 'secret_in_event' });
-    expect(JSON.stringify(response.body)).not.toContain('abcdefgh12345678');
+    expect(leakedInPathReport).toMatchObject({ index: 5, reason: 'secret_in_event' });
+    expect(JSON.stringify(response.body)).not.toMatch(/abcdefgh12345678|sk_live_x/);
     expect(await storedIds()).toEqual(events.map((event) => event.eventId).sort());
   });
 
@@ -218,7 +221,7 @@ describe.each([
   it('serves Prometheus metrics and a Format A 404 for unknown paths', async () => {
     const metrics = await (await fetch(`${worker.url}/metrics`)).text();
     expect(metrics).toMatch(/security_center_events_consumed_total\{source="http"\} \d+/);
-    expect(metrics).toMatch(/security_center_events_rejected_total\{reason="secret_in_event"\} 1/);
+    expect(metrics).toMatch(/security_center_events_rejected_total\{reason="secret_in_event"\} 2/);
     const missing = await fetch(`${worker.url}/nope`);
     expect(missing.status).toBe(404);
     expect(await missing.json()).toMatchObject({ success: false, error: { code: 'NOT_FOUND' } });

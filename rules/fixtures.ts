@@ -113,6 +113,7 @@ export function keyWindow(
   if (key.history) {
     const history = new KeyHistory();
     for (const event of windowEvents(key.history)) history.saw(event.network, event.geo, event.timestamp);
+    history.endRun(); // settled before the harness freezes it: a rule's reads then change nothing
     window.history = history;
   }
   return window;

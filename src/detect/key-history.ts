@@ -42,45 +42,41 @@ interface PlaceSighting extends Sighting {
 export class KeyHistory implements KeyHistoryView {
   private readonly networks = new Map<string, Sighting>();
   private readonly places = new Map<string, PlaceSighting>();
-  /** The last network and place seen, with their sightings: consecutive events usually share them. */
-  private lastNetwork: string | undefined;
-  private lastNetworkSighting: Sighting | undefined;
-  private lastGeo: GeoPoint | undefined;
-  private lastPlace: PlaceSighting | undefined;
-  /** The latest time the key was seen anywhere. */
-  newest = -Infinity;
+  /**
+   * The current run: consecutive events from one network at one point (most of a key's events) only
+   * move these times, kept in this object; the sightings take them when the run ends or is read.
+   * Every event of every key passes here, and each other object touched would cost a cache miss.
+   */
+  private runNetwork: string | undefined;
+  private runGeo: GeoPoint | undefined;
+  private runFirst = Infinity;
+  private runLast = -Infinity;
+  private latest = -Infinity;
   private expiredAt = -Infinity;
 
   saw(network: string, geo: GeoPoint | undefined, timestamp: number): void {
-    if (timestamp > this.newest) this.newest = timestamp;
-    if (network !== this.lastNetwork) {
-      this.lastNetwork = network;
-      this.lastNetworkSighting = this.networks.get(network);
-      if (this.lastNetworkSighting === undefined) {
-        this.networks.set(network, (this.lastNetworkSighting = { first: timestamp, last: timestamp }));
-        if (this.networks.size > MAX_SIGHTINGS * 1.25) this.keepLatest(this.networks);
-      }
+    if (network !== this.runNetwork || geo !== this.runGeo) {
+      this.endRun();
+      this.runNetwork = network;
+      this.runGeo = geo;
     }
-    widen(this.lastNetworkSighting!, timestamp);
-    if (geo === undefined || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return;
-    if (geo !== this.lastGeo) {
-      this.lastGeo = geo;
-      const key = `${geo.latitude},${geo.longitude}`;
-      this.lastPlace = this.places.get(key);
-      if (this.lastPlace === undefined) {
-        this.places.set(key, (this.lastPlace = { first: timestamp, last: timestamp, geo }));
-        if (this.places.size > MAX_SIGHTINGS * 1.25) this.keepLatest(this.places);
-      }
-    }
-    widen(this.lastPlace!, timestamp);
+    if (timestamp < this.runFirst) this.runFirst = timestamp;
+    if (timestamp > this.runLast) this.runLast = timestamp;
+  }
+
+  /** The latest time the key was seen anywhere. */
+  get newest(): number {
+    return Math.max(this.latest, this.runLast);
   }
 
   knowsNetwork(network: string, before: number): boolean {
+    this.endRun();
     const sighting = this.networks.get(network);
     return sighting !== undefined && sighting.first < before;
   }
 
   placesBefore(before: number): GeoPoint[] {
+    this.endRun();
     const geos: GeoPoint[] = [];
     for (const place of this.places.values()) if (place.first < before) geos.push(place.geo);
     return geos;
@@ -90,37 +86,58 @@ export class KeyHistory implements KeyHistoryView {
   expire(now: number): void {
     if (now - this.expiredAt < EXPIRE_EVERY_MS) return;
     this.expiredAt = now;
+    this.endRun();
     const cutoff = now - HISTORY_MS;
     for (const sightings of [this.networks, this.places]) {
       for (const [key, sighting] of sightings) if (sighting.last < cutoff) sightings.delete(key);
     }
-    this.forgetLast();
   }
 
+  /** Networks and places remembered. */
   get size(): number {
+    this.endRun();
     return this.networks.size + this.places.size;
   }
 
-  /** Keeps the MAX_SIGHTINGS seen most recently (a quarter more are let in before this runs again). */
-  private keepLatest(sightings: Map<string, Sighting>): void {
-    const lasts = [...sightings.values()].map((sighting) => sighting.last).sort((a, b) => b - a);
-    const cutoff = lasts[MAX_SIGHTINGS - 1]!;
-    let kept = 0;
-    for (const [key, sighting] of sightings) {
-      if (sighting.last >= cutoff && kept < MAX_SIGHTINGS) kept++;
-      else sightings.delete(key);
+  /** The current run's times go into its network's and its place's sightings (every read does this first). */
+  endRun(): void {
+    const network = this.runNetwork;
+    if (network === undefined) return;
+    const { runGeo: geo, runFirst: first, runLast: last } = this;
+    this.runNetwork = undefined;
+    this.runGeo = undefined;
+    this.runFirst = Infinity;
+    this.runLast = -Infinity;
+    if (last > this.latest) this.latest = last;
+    const sighting = this.networks.get(network);
+    if (sighting) widen(sighting, first, last);
+    else {
+      this.networks.set(network, { first, last });
+      if (this.networks.size > MAX_SIGHTINGS * 1.25) keepLatest(this.networks);
     }
-    this.forgetLast();
-  }
-
-  /** The cached last network and place may have been deleted: look them up again next time. */
-  private forgetLast(): void {
-    this.lastNetwork = undefined;
-    this.lastGeo = undefined;
+    if (geo === undefined || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return;
+    const key = `${geo.latitude},${geo.longitude}`;
+    const place = this.places.get(key);
+    if (place) widen(place, first, last);
+    else {
+      this.places.set(key, { first, last, geo });
+      if (this.places.size > MAX_SIGHTINGS * 1.25) keepLatest(this.places);
+    }
   }
 }
 
-function widen(sighting: Sighting, timestamp: number): void {
-  if (timestamp < sighting.first) sighting.first = timestamp;
-  if (timestamp > sighting.last) sighting.last = timestamp;
+function widen(sighting: Sighting, first: number, last: number): void {
+  if (first < sighting.first) sighting.first = first;
+  if (last > sighting.last) sighting.last = last;
+}
+
+/** Keeps the MAX_SIGHTINGS seen most recently (a quarter more are let in before this runs again). */
+function keepLatest(sightings: Map<string, Sighting>): void {
+  const lasts = [...sightings.values()].map((sighting) => sighting.last).sort((a, b) => b - a);
+  const cutoff = lasts[MAX_SIGHTINGS - 1]!;
+  let kept = 0;
+  for (const [key, sighting] of sightings) {
+    if (sighting.last >= cutoff && kept < MAX_SIGHTINGS) kept++;
+    else sightings.delete(key);
+  }
 }

@@ -114,8 +114,8 @@ export const fixtures: Fixture[] = [
       findings: 1,
       severity: 'medium',
       evidence: { recentNetworks: 12, newNetworks: 6, knownNetworks: 6, countries: ['IN', 'NG', 'RU', 'VN'], distinctCountries: 4 },
-      title: /: 6 new networks in 4 countries in 10 min \(no earlier history\)$/,
-      summary: /used from 6 networks it had not used in the last 7 days \(besides 6 it had\)/,
+      title: /: 6 new networks in 4 countries in 10 min \(idle in the previous 50 min\)$/,
+      summary: /used from 6 networks it had not used in the last 7 days \(besides 6 it had\) .* after no requests in the previous 50 min and/,
     },
   },
   {

@@ -159,11 +159,17 @@ export const rule: RuleDefinition<Params, Tally> = {
     const key = window.apiKeyId;
     const countryList = [...countries].sort();
     // Without an earlier active interval there is no baseline to speak of, only its absence.
-    const usually = baselineCounts.length > 0 ? `usually ${baseline}` : 'no earlier history';
+    // A key without requests earlier in the window has no baseline there; its history (7 days) may
+    // still have known some of its networks, and then it was idle rather than new.
+    const earlierMinutes = (intervals - 1) * params.intervalMinutes;
+    const usually =
+      baselineCounts.length > 0 ? `usually ${baseline}` : knownNetworks > 0 ? `idle in the previous ${earlierMinutes} min` : 'no earlier history';
     const against =
       baselineCounts.length > 0
         ? `against a baseline of ${baseline} per ${params.intervalMinutes} min`
-        : `with no earlier history in the last ${intervals * params.intervalMinutes} min to compare with`;
+        : knownNetworks > 0
+          ? `after no requests in the previous ${earlierMinutes} min`
+          : `with no earlier history in the last ${intervals * params.intervalMinutes} min to compare with`;
     // Named only when the key's history knew some of the recent networks: then not all of them are new.
     const networksSeen = knownNetworks > 0 ? `${fresh} new networks` : `${fresh} networks`;
     const besides = knownNetworks > 0 ? ` it had not used in the last ${HISTORY_DAYS} days (besides ${knownNetworks} it had)` : '';

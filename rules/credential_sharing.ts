@@ -119,7 +119,7 @@ export const rule: RuleDefinition<Params, Tally> = {
       networkIntervals.set(event.network, bits | (1 << k));
       if (k !== 0) continue;
       // A network's first recent event (newest first) decides whether it is new.
-      if (!(bits & 1) && !newNetworks.has(event.network)) {
+      if (!(bits & 1)) {
         if (window.history?.knowsNetwork(event.network, windowStart)) knownNetworks++;
         else newNetworks.add(event.network);
       }

@@ -248,7 +248,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     webhooksStarted = webhooks && retryUntilDone('starting webhooks', logger, abort.signal, () => webhooks.start()).catch(() => undefined);
     // Without the open alerts (and recent dismissals), a finding would open a second alert where
     // one is open, and a dismissed pattern would not stay quiet: not ready until they are loaded,
-    // and the Kafka consumer starts only then.
+    // and the Kafka consumer starts only then. Findings of events posted before then wait for the
+    // load (AlertService.handle).
     startingUp = 'open alerts not loaded yet';
     await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(config.detection.suppressionMs), () => {
       startingUp = 'storage unavailable: cannot load the open alerts (retrying)';

@@ -6,7 +6,7 @@ import { WorkerMetrics } from '../metrics.ts';
 import type { AlertStore } from '../store/alert-store.ts';
 import type { Alert } from './alert.ts';
 import { AlertManager } from './alert-manager.ts';
-import { AlertService, type AlertServiceHooks } from './alert-service.ts';
+import { AlertService, MAX_HELD_FINDINGS, type AlertServiceHooks } from './alert-service.ts';
 import { finding as makeFinding, testAlert } from './test-findings.ts';
 
 const T0 = Date.UTC(2026, 10, 21, 12, 0, 0);
@@ -15,19 +15,33 @@ function finding(severity: Severity, scope = 'pk_live_a'): Finding {
   return makeFinding(severity, T0, scope);
 }
 
-function service(onCritical: AlertServiceHooks['onCritical']) {
+/** A service over a store that holds `stored` (what start() loads for dedup); not started. */
+function unstartedService(onCritical?: AlertServiceHooks['onCritical'], stored: Alert[] = []) {
   const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
-  const store = { save: async () => undefined, getMany: async () => [] } as unknown as AlertStore;
+  const saved: Alert[] = [];
+  const store = {
+    save: async (alerts: Alert[]) => void saved.push(...alerts),
+    getMany: async () => [],
+    loadForDedup: async () => stored,
+    changedSince: async () => [],
+  } as unknown as AlertStore;
   const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), { onCritical });
   const apply = (severity: Severity, scope?: string) =>
     alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding(severity, scope) }], ruleErrors: [] });
-  return { alerts, manager, apply };
+  return { alerts, manager, apply, saved };
+}
+
+/** A started service (the open alerts loaded: none). */
+async function service(onCritical: AlertServiceHooks['onCritical']) {
+  const started = unstartedService(onCritical);
+  await started.alerts.start(3_600_000);
+  return started;
 }
 
 describe('AlertService onCritical', () => {
-  it('is called when an alert is created critical or escalated to critical, and not for repeats or lower severities', () => {
+  it('is called when an alert is created critical or escalated to critical, and not for repeats or lower severities', async () => {
     const calls: [string, string, string][] = [];
-    const { apply } = service((alert, change) => calls.push([alert.apiKeyId ?? '', alert.severity, change]));
+    const { apply } = await service((alert, change) => calls.push([alert.apiKeyId ?? '', alert.severity, change]));
     apply('critical', 'pk_a'); // created critical
     apply('critical', 'pk_a'); // repeat: no news
     apply('high', 'pk_b'); // created high
@@ -39,11 +53,11 @@ describe('AlertService onCritical', () => {
     ]);
   });
 
-  it('is called when a resolved critical alert is reopened', () => {
+  it('is called when a resolved critical alert is reopened', async () => {
     const calls: string[] = [];
-    const { apply, manager } = service((_alert, change) => calls.push(change));
+    const { apply, manager } = await service((_alert, change) => calls.push(change));
     let created: Alert | undefined;
-    const capture = service((alert) => (created = alert));
+    const capture = await service((alert) => (created = alert));
     capture.apply('critical');
     // Resolved before the evidence: the pattern recurred.
     manager.load([{ ...created!, status: 'resolved', updatedAt: new Date(T0 - 1_000).toISOString() }]);
@@ -51,15 +65,15 @@ describe('AlertService onCritical', () => {
     expect(calls).toEqual(['reopened']);
     // Resolved after the evidence it was created on: that evidence, judged again, pages nobody.
     const quiet: string[] = [];
-    const resolvedLater = service((_alert, change) => quiet.push(change));
+    const resolvedLater = await service((_alert, change) => quiet.push(change));
     resolvedLater.manager.load([{ ...created!, status: 'resolved', updatedAt: new Date(T0 + 1_000).toISOString() }]);
     resolvedLater.apply('critical');
     expect(quiet).toEqual([]);
   });
 
-  it('a hook that throws does not stop the other findings', () => {
+  it('a hook that throws does not stop the other findings', async () => {
     const seen: string[] = [];
-    const { apply } = service((alert) => {
+    const { apply } = await service((alert) => {
       seen.push(alert.apiKeyId ?? '');
       throw new Error('boom');
     });
@@ -68,6 +82,47 @@ describe('AlertService onCritical', () => {
       apply('critical', 'pk_b');
     }).not.toThrow();
     expect(seen).toEqual(['pk_a', 'pk_b']);
+  });
+});
+
+describe('AlertService before the open alerts are loaded', () => {
+  it('holds findings until start() has loaded the open alerts, then continues the open alert instead of opening a second', async () => {
+    let open: Alert | undefined;
+    const earlier = await service((alert) => (open = alert));
+    earlier.apply('critical', 'pk_a');
+    const pages: string[] = [];
+    // A restarted worker: the alert is open in storage, and a finding for it arrives before the load.
+    const { alerts, manager, saved } = unstartedService((_alert, change) => pages.push(change), [open!]);
+    const later = (severity: Severity, scope: string) =>
+      alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: makeFinding(severity, T0 + 60_000, scope) }], ruleErrors: [] });
+    later('critical', 'pk_a');
+    later('high', 'pk_b');
+    expect(manager.current(open!)).toBe(open); // nothing applied yet
+    await alerts.start(3_600_000);
+    await alerts.flush();
+    const continued = saved.find((alert) => alert.apiKeyId === 'pk_a');
+    expect(continued?.id).toBe(open!.id);
+    expect(continued?.occurrences).toBe(open!.occurrences + 1);
+    expect(saved.filter((alert) => alert.apiKeyId === 'pk_b')).toHaveLength(1);
+    expect(pages).toEqual([]); // the open critical alert was not news again
+    later('high', 'pk_c'); // after the load: applied at once
+    await alerts.flush();
+    expect(saved.filter((alert) => alert.apiKeyId === 'pk_c')).toHaveLength(1);
+    await alerts.stop();
+  });
+
+  it(`holds at most ${MAX_HELD_FINDINGS} findings, the first ones`, async () => {
+    const { alerts, saved } = unstartedService();
+    const findings = Array.from({ length: MAX_HELD_FINDINGS + 5 }, (_, i) => ({ merchantId: 'm_1', ruleId: 'velocity_attack' as const, finding: finding('low', `pk_${i}`) }));
+    alerts.handle({ findings: findings.slice(0, 3), ruleErrors: [] });
+    alerts.handle({ findings: findings.slice(3), ruleErrors: [] });
+    await alerts.start(3_600_000);
+    await alerts.flush();
+    const keys = new Set(saved.map((alert) => alert.apiKeyId));
+    expect(keys.size).toBe(MAX_HELD_FINDINGS);
+    expect(keys.has('pk_0') && keys.has(`pk_${MAX_HELD_FINDINGS - 1}`)).toBe(true);
+    expect(keys.has(`pk_${MAX_HELD_FINDINGS}`)).toBe(false);
+    await alerts.stop();
   });
 });
 
@@ -145,6 +200,8 @@ function memoryStore(...alerts: Alert[]) {
   const store = {
     get: async (id: string) => rows.get(id),
     getMany: async (ids: string[]) => ids.flatMap((id) => rows.get(id) ?? []),
+    loadForDedup: async () => [...rows.values()],
+    changedSince: async () => [],
     save: async (saved: Alert[]) => {
       if (writes.holding) await new Promise<void>((release) => writes.held.push(release));
       if (writes.failing) throw new Error('storage is down');
@@ -159,8 +216,11 @@ function memoryStore(...alerts: Alert[]) {
 }
 
 describe('AlertService status changes and failed or slow writes', () => {
-  const newService = (store: AlertStore) =>
-    new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => Date.now() }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
+  const newService = async (store: AlertStore) => {
+    const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => Date.now() }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
+    await alerts.start(3_600_000);
+    return alerts;
+  };
   const acknowledge = { to: 'acknowledged', actor: 'admin@m_1' } as const;
 
   it('leaves nothing behind when the write fails (the caller gets an error), and the same change tried again is accepted', async () => {
@@ -168,7 +228,7 @@ describe('AlertService status changes and failed or slow writes', () => {
     try {
       const open = testAlert(T0);
       const { rows, store, writes } = memoryStore(open);
-      const alerts = newService(store);
+      const alerts = await newService(store);
       writes.failing = true;
       await expect(alerts.changeStatus(open.id, 'm_1', acknowledge)).rejects.toThrow('storage is down');
       writes.failing = false;
@@ -188,7 +248,7 @@ describe('AlertService status changes and failed or slow writes', () => {
   async function timerFlushWaiting() {
     const open = testAlert(T0);
     const storage = memoryStore(open);
-    const alerts = newService(storage.store);
+    const alerts = await newService(storage.store);
     const detect = (scope: string) =>
       alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: makeFinding('high', Date.now(), scope) }], ruleErrors: [] });
     storage.writes.holding = true;

@@ -11,7 +11,7 @@
  * seconds each replica learns what the others wrote (a dismissal silences the key everywhere; an
  * alert created before a rebalance is continued, not duplicated, by the key's new owner).
  */
-import { ENGINE_ERROR, type AnyRule } from '../detect/engine.ts';
+import { ENGINE_ERROR, type AnyRule, type EngineFinding } from '../detect/engine.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
@@ -41,6 +41,11 @@ const SYNC_OVERLAP_MS = 60_000;
  */
 const VERIFY_DELAY_MS = 2_000;
 const MAX_VERIFICATIONS = 5;
+/**
+ * Most findings held while the open alerts are not loaded yet (see handle). An attack that goes on
+ * is found again in its next batches, so the ones beyond are dropped, not queued without bound.
+ */
+export const MAX_HELD_FINDINGS = 10_000;
 
 export class AlertService {
   private readonly rules: Map<string, RuleInfo>;
@@ -57,6 +62,9 @@ export class AlertService {
   /** Reads started by timers (syncs, read-backs) still running: stop waits for them before storage closes. */
   private readonly reading = new Set<Promise<void>>();
   private stopped = false;
+  /** Findings handed over before start() loaded the open alerts; undefined once it has. */
+  private held: EngineFinding[] | undefined = [];
+  private heldDropped = 0;
 
   constructor(
     private readonly manager: AlertManager,
@@ -76,6 +84,12 @@ export class AlertService {
     this.syncedUpTo = startedAt;
     this.syncTimer = setInterval(() => this.inBackground(this.syncWithStore()), SYNC_INTERVAL_MS);
     this.syncTimer.unref();
+    const held = this.held ?? [];
+    this.held = undefined;
+    if (this.heldDropped > 0) {
+      this.logger.warn({ held: held.length, dropped: this.heldDropped }, 'more findings arrived before the open alerts were loaded than are held; the rest were dropped');
+    }
+    this.apply(held);
   }
 
   /** Learns the alerts other replicas wrote since the last time (a failed read is tried again next time). */
@@ -89,13 +103,30 @@ export class AlertService {
     }
   }
 
+  /**
+   * Rule errors are reported at once. Findings are applied at once too, but not before start() has
+   * loaded the open alerts: without them a finding would open a second alert where one is open, or
+   * wake a dismissed pattern. Until then (events posted over HTTP are taken in from the start) they
+   * are held, in order, and applied when the load is done.
+   */
   handle(detection: Detection): void {
     for (const { ruleId, message } of detection.ruleErrors) {
       this.metrics.ruleErrors.inc({ rule: ruleId });
       if (ruleId === ENGINE_ERROR) this.logger.error({ error: message }, 'detection failed for a batch; its events are stored all the same');
       else this.logger.error({ rule: ruleId, error: message }, 'rule failed; the other rules went on');
     }
-    for (const { merchantId, ruleId, finding } of detection.findings) {
+    if (this.held === undefined) {
+      this.apply(detection.findings);
+      return;
+    }
+    const kept = detection.findings.slice(0, Math.max(MAX_HELD_FINDINGS - this.held.length, 0));
+    this.held.push(...kept);
+    this.heldDropped += detection.findings.length - kept.length;
+  }
+
+  /** Each finding opens, repeats, escalates or reopens its alert (AlertManager.apply), in order. */
+  private apply(findings: readonly EngineFinding[]): void {
+    for (const { merchantId, ruleId, finding } of findings) {
       const rule = this.rules.get(ruleId);
       if (!rule) continue;
       const { alert, change } = this.manager.apply(merchantId, rule, finding);

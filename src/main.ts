@@ -125,6 +125,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       })
     : undefined;
 
+  if (webhooks) metrics.reportWebhookDispatcherUp(() => webhooks.up);
+
   // Validation of Kafka batches and detection run in one thread of their own.
   const analysis = ingestEnabled
     ? new AnalysisThread(

@@ -176,4 +176,17 @@ export class WorkerMetrics {
   reportStorageUp(state: () => boolean): void {
     this.storageState = state;
   }
+
+  /**
+   * Registers security_center_webhook_dispatcher_up, read from `state` at every scrape. Only a
+   * worker with a dispatcher (FEATURE_ANOMALY_DETECTION) reports it, so none reports it down.
+   */
+  reportWebhookDispatcherUp(state: () => boolean): void {
+    const gauge: Gauge = new Gauge({
+      name: 'security_center_webhook_dispatcher_up',
+      help: '1 while the webhook dispatcher delivers: started (breakers loaded) and its storage reads and writes succeed; 0 before its start-up is done and while its storage fails',
+      registers: [this.registry],
+      collect: () => gauge.set(state() ? 1 : 0),
+    });
+  }
 }

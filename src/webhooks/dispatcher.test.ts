@@ -11,6 +11,7 @@ import { WorkerMetrics } from '../metrics.ts';
 import type { WebhookStore } from '../store/webhook-store.ts';
 import { ALERT_EVENT, WebhookDispatcher, webhookBody } from './dispatcher.ts';
 import { targetPolicy } from './target-policy.ts';
+import { waitFor } from '../../test/support/worker.ts';
 
 function alert(i: number): Alert {
   return testAlert(Date.UTC(2026, 10, 21, 10, 0, 0), { id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}` });
@@ -77,5 +78,31 @@ describe('WebhookDispatcher.stop', () => {
     release([]);
     await stopping;
     expect(stopped).toBe(true);
+  });
+});
+
+describe('WebhookDispatcher.up (security_center_webhook_dispatcher_up)', () => {
+  it('is 0 until start-up is done, 1 once started, 0 while its storage fails and again after stop', async () => {
+    const metrics = new WorkerMetrics({ defaultMetrics: false });
+    let storageDown = true;
+    const fails = async () => {
+      if (storageDown) throw new Error('storage is down');
+      return [];
+    };
+    const store = { loadBreakers: fails, pendingMessages: fails, endpoints: async () => new Map(), saveMessages: async () => undefined } as unknown as WebhookStore;
+    const dispatcher = new WebhookDispatcher({ store, policy: targetPolicy(), metrics, logger: createLogger('silent'), pollIntervalMs: 10, rescanIntervalMs: 10 });
+    metrics.reportWebhookDispatcherUp(() => dispatcher.up);
+    const gauge = async () => (await metrics.registry.getSingleMetric('security_center_webhook_dispatcher_up')!.get()).values[0]?.value;
+    await expect(dispatcher.start()).rejects.toThrow('storage is down');
+    expect(await gauge()).toBe(0);
+    storageDown = false;
+    await dispatcher.start();
+    expect(await gauge()).toBe(1);
+    storageDown = true; // the next read of due messages fails
+    await waitFor(async () => (await gauge()) === 0, 'the gauge follows a failed read', 2_000);
+    storageDown = false;
+    await waitFor(async () => (await gauge()) === 1, 'the gauge follows a read that succeeds again', 2_000);
+    await dispatcher.stop();
+    expect(await gauge()).toBe(0);
   });
 });

@@ -218,8 +218,12 @@ export class WebhookDispatcher {
     }
   }
 
-  get healthy(): boolean {
-    return this.storageOk;
+  /**
+   * Whether it delivers: started (its breakers loaded), not stopped, and its last storage read or
+   * write succeeded. Critical alerts' notifications are stored while it is down, and delivered late.
+   */
+  get up(): boolean {
+    return this.started && !this.stopped && this.storageOk;
   }
 
   stats(): DispatcherStats {

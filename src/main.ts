@@ -20,6 +20,7 @@ import { HISTORY_MS } from './detect/key-history.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
 import { describeConfig, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
 import { createHttpServer } from './http/server.ts';
+import type { RequestEvent } from './events/request-event.ts';
 import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';
 import { EventBuffer } from './ingest/event-buffer.ts';
 import { registerHttpIngest } from './ingest/http-ingest.ts';
@@ -27,6 +28,7 @@ import { createKafka } from './ingest/kafka-client.ts';
 import { KafkaIntake } from './ingest/kafka-consumer.ts';
 import { RecentEventIds } from './ingest/recent-event-ids.ts';
 import { createLogger, type Logger } from './logger.ts';
+import { HeldUntilOpen } from './held-until-open.ts';
 import { WorkerMetrics } from './metrics.ts';
 import { AlertStore } from './store/alert-store.ts';
 import { connectClickHouse, type ClickHouse } from './store/clickhouse.ts';
@@ -38,6 +40,9 @@ import { WebhookDispatcher, type WebhookDispatcherOptions } from './webhooks/dis
 import { parseSecretKey, SecretBox } from './webhooks/secret-box.ts';
 import { targetPolicy, type Resolver } from './webhooks/target-policy.ts';
 import { webhookRoutes } from './webhooks/webhook-routes.ts';
+
+/** Most events posted during start-up that wait for detection; later ones are stored but not judged. */
+const MAX_EVENTS_HELD_FOR_DETECTION = 50_000;
 
 const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
@@ -192,6 +197,14 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       analysis?.failureReason ??
       (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : (intake?.notReadyReason ?? startingUp)),
   });
+  // Events posted (without Kafka) before detection has started are judged once it has: earlier, the
+  // open alerts are not loaded (a finding would open a second alert) and the windows not warmed (a
+  // key's usual networks would all look new). The warm-up leaves the held ones out: warmed, they
+  // would count as repeats when released, and never be judged.
+  const postedForDetection = new HeldUntilOpen<RequestEvent>(MAX_EVENTS_HELD_FOR_DETECTION, (events) => {
+    analysis?.detect(events).then(onDetection, (error: unknown) => logger.error({ err: error }, 'detection failed'));
+  });
+  const heldEventIds = new Set<string>();
   if (analysis && config.ingest.token) {
     registerHttpIngest(app, {
       token: config.ingest.token,
@@ -204,7 +217,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       // key's partition stores and detects all of its events, and drops a retry sent elsewhere.
       publish: config.kafka ? (events) => (intake ? intake.publish(events) : Promise.reject(new Error('kafka intake not started yet'))) : undefined,
       onAccepted: (events) => {
-        analysis.detect(events).then(onDetection, (error: unknown) => logger.error({ err: error }, 'detection failed'));
+        for (const held of postedForDetection.take(events)) heldEventIds.add(held.eventId);
       },
     });
   } else if (ingestEnabled) {
@@ -267,7 +280,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       await store.recentEvents(
         { since: new Date(Date.now() - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) },
         async (events) => {
-          await analysis.warm(events, partition);
+          await analysis.warm(heldEventIds.size > 0 ? events.filter((event) => !heldEventIds.has(event.eventId)) : events, partition);
           await heartbeat?.();
         },
       );
@@ -279,6 +292,9 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     // Events posted over HTTP and stored directly (without Kafka) belong to no partition: every
     // replica warms them. Like a partition's, a failed warm-up is not fatal: those windows start empty.
     await warm('', -1).catch((error: unknown) => logger.warn({ err: error }, 'detection warm-up of HTTP events failed; their windows start empty'));
+    const { released, dropped } = postedForDetection.open();
+    heldEventIds.clear();
+    if (released + dropped > 0) logger.info({ events: released, notJudged: dropped }, 'events posted during start-up handed to detection');
     if (config.kafka) {
       const kafkaConfig = config.kafka;
       intake = new KafkaIntake({

@@ -13,6 +13,7 @@
  */
 import { ENGINE_ERROR, type AnyRule, type EngineFinding } from '../detect/engine.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
+import { HeldUntilOpen } from '../held-until-open.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { AlertStore } from '../store/alert-store.ts';
@@ -62,9 +63,8 @@ export class AlertService {
   /** Reads started by timers (syncs, read-backs) still running: stop waits for them before storage closes. */
   private readonly reading = new Set<Promise<void>>();
   private stopped = false;
-  /** Findings handed over before start() loaded the open alerts; undefined once it has. */
-  private held: EngineFinding[] | undefined = [];
-  private heldDropped = 0;
+  /** Findings handed over before start() loaded the open alerts wait for it. */
+  private readonly findings = new HeldUntilOpen<EngineFinding>(MAX_HELD_FINDINGS, (findings) => this.apply(findings));
 
   constructor(
     private readonly manager: AlertManager,
@@ -84,12 +84,8 @@ export class AlertService {
     this.syncedUpTo = startedAt;
     this.syncTimer = setInterval(() => this.inBackground(this.syncWithStore()), SYNC_INTERVAL_MS);
     this.syncTimer.unref();
-    const held = this.held ?? [];
-    this.held = undefined;
-    if (this.heldDropped > 0) {
-      this.logger.warn({ held: held.length, dropped: this.heldDropped }, 'more findings arrived before the open alerts were loaded than are held; the rest were dropped');
-    }
-    this.apply(held);
+    const { released, dropped } = this.findings.open();
+    if (dropped > 0) this.logger.warn({ held: released, dropped }, 'more findings arrived before the open alerts were loaded than are held; the rest were dropped');
   }
 
   /** Learns the alerts other replicas wrote since the last time (a failed read is tried again next time). */
@@ -115,13 +111,7 @@ export class AlertService {
       if (ruleId === ENGINE_ERROR) this.logger.error({ error: message }, 'detection failed for a batch; its events are stored all the same');
       else this.logger.error({ rule: ruleId, error: message }, 'rule failed; the other rules went on');
     }
-    if (this.held === undefined) {
-      this.apply(detection.findings);
-      return;
-    }
-    const kept = detection.findings.slice(0, Math.max(MAX_HELD_FINDINGS - this.held.length, 0));
-    this.held.push(...kept);
-    this.heldDropped += detection.findings.length - kept.length;
+    this.findings.take(detection.findings);
   }
 
   /** Each finding opens, repeats, escalates or reopens its alert (AlertManager.apply), in order. */

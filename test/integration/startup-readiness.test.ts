@@ -3,15 +3,17 @@
  * with reads failing at the storage boundary: a worker whose open alerts cannot be loaded would
  * open a second alert where one is open, so it answers 503 saying so until they are loaded; a
  * webhook dispatcher that cannot start holds back neither intake nor readiness (it is needed for
- * delivery only, and is retried beside them).
+ * delivery only, and is retried beside them). Events posted meanwhile (without Kafka) are stored and
+ * judged once detection has started, so they continue the open alert instead of opening a second.
  */
+import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import type { Config } from '../../src/config.ts';
 import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker, type WorkerDeps } from '../../src/main.ts';
 import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { useEngines } from '../support/engines.ts';
-import { readiness, testConfig, testNames, waitFor } from '../support/worker.ts';
+import { readiness, TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
 
 /** Storage whose reads that contain `marker` fail while `failing()` says so; counts the failed and the answered ones. */
 function failingReads(marker: string, failing: () => boolean) {
@@ -55,6 +57,40 @@ describe('/ready while start-up steps are retried', () => {
       await worker.ready;
     } finally {
       await worker.stop();
+    }
+  });
+
+  it('without Kafka, judges events posted while the open alerts cannot be loaded once they are: the open alert goes on, no second one opens', async () => {
+    const names = testNames('startposted');
+    const apiKeyId = `pk_live_${names.runId}`;
+    // An attack tool's request: a critical bot_traffic alert at once.
+    const postAttack = async (url: string) => {
+      const event = { eventId: `evt_${randomUUID()}`, timestamp: new Date().toISOString(), merchantId: 'm_posted', plan: 'business', apiKeyId, environment: 'live', ip: '198.51.100.23', userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)', method: 'GET', path: '/v1/verify/sessions/:id', status: 404, responseTimeMs: 12, country: 'DE' };
+      const response = await fetch(`${url}/v1/ingest/events`, { method: 'POST', headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify([event]) });
+      expect(response.status).toBe(202);
+    };
+    const alertsOfKey = async (worker: Worker) => (await worker.alertStore.loadForDedup(new Date(0))).filter((alert) => alert.apiKeyId === apiKeyId);
+
+    const first = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names }));
+    await postAttack(first.url);
+    await waitFor(async () => (await alertsOfKey(first)).length === 1, 'the first worker opens the alert', 30_000);
+    const [opened] = await alertsOfKey(first);
+    await first.stop();
+
+    let unreadable = true;
+    const { reads, wrapClickHouse } = failingReads("WHERE status IN ('open', 'acknowledged') OR updated_at", () => unreadable);
+    const second = await start(testConfig({ clickhouse: engines.clickhouse, names }), { wrapClickHouse });
+    try {
+      await waitFor(() => reads.failed >= 1, 'the second worker cannot load the open alerts', 60_000);
+      await postAttack(second.url);
+      await new Promise((resolve) => setTimeout(resolve, 1_000)); // time enough to judge it, were it judged now
+      unreadable = false;
+      await second.ready;
+      await waitFor(async () => (await alertsOfKey(second)).some((alert) => alert.occurrences === 2), 'the posted event continues the open alert', 30_000, async () => JSON.stringify(await alertsOfKey(second)));
+      const alerts = await alertsOfKey(second);
+      expect(alerts.map((alert) => ({ id: alert.id, occurrences: alert.occurrences }))).toEqual([{ id: opened!.id, occurrences: 2 }]);
+    } finally {
+      await second.stop();
     }
   });
 

@@ -69,7 +69,7 @@ describe('KafkaIntake', () => {
       store: {
         storedOffsets: async () => new Map(analysed.length > 0 ? [[0, 99]] : []),
         eventIdsAtFirstStoredOffset: async () => ({ offset: 0, eventIds: ['evt_0'] }),
-        repairRollup: async () => 0,
+        repairViews: async () => ({ rollup: 0, keyNetworks: 0 }),
       } as unknown as EventStore,
       analysis: {
         analyzeBatch: async (_topic: string, _partition: number, messages: KafkaMessage[]) => {

@@ -357,8 +357,9 @@ export class KafkaIntake {
 
   /**
    * Reads how far a partition is stored. Events stored at or past the committed offset were stored
-   * by a replica that did not get to commit them, perhaps killed before the rollup part of its
-   * insert landed: the rollup is repaired for them before they are skipped.
+   * by a replica that did not get to commit them, perhaps killed before the parts of its insert's
+   * views (rollup, key networks) landed: the views are repaired for them before they are skipped,
+   * and so before the partition's detection warm-up reads its keys' networks (handleBatch).
    *
    * Unless they are an earlier incarnation's: rows record topic, partition and offset, and a topic
    * deleted and created again (or a new cluster: `docker compose down` without a volume for Kafka)
@@ -382,11 +383,13 @@ export class KafkaIntake {
         return -1;
       }
       try {
-        const added = await store.repairRollup({ topic, partition, fromOffset: committed });
-        if (added > 0) logger.warn({ partition, fromOffset: committed, toOffset: storedUpTo, events: added }, 'rollup was missing events stored before a crash; added them');
+        const added = await store.repairViews({ topic, partition, fromOffset: committed });
+        if (added.rollup > 0 || added.keyNetworks > 0) {
+          logger.warn({ partition, fromOffset: committed, toOffset: storedUpTo, events: added }, 'views were missing events stored before a crash; added them');
+        }
       } catch (error) {
-        // Metrics may stay short by these events; intake goes on.
-        logger.error({ err: error, partition, fromOffset: committed, toOffset: storedUpTo }, 'repairing the rollup failed');
+        // Metrics, and detection's memory of these keys' networks after a restart, may stay short by these events; intake goes on.
+        logger.error({ err: error, partition, fromOffset: committed, toOffset: storedUpTo }, 'repairing the views failed');
       }
     }
     return storedUpTo;

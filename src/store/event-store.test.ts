@@ -75,37 +75,53 @@ describe('storableEventTimes', () => {
   });
 });
 
-describe('EventStore.repairRollup', () => {
-  /** A storage whose shortfall readings come from a list; records the statements it runs. */
-  function storageReading(shortfalls: number[]) {
-    const commands: string[] = [];
+describe('EventStore.repairViews', () => {
+  type Reading = { rollup: number; keyNetworks: number };
+  /** A storage whose shortfall readings come from a list; records the tables it inserts into. */
+  function storageReading(shortfalls: Reading[]) {
+    const inserts: string[] = [];
     let readings = 0;
     const db = {
-      queryRows: async () => [{ requests: shortfalls[Math.min(readings++, shortfalls.length - 1)] }],
-      command: async (query: string) => void commands.push(query),
+      queryRows: async () => [shortfalls[Math.min(readings++, shortfalls.length - 1)]],
+      command: async (query: string) => void inserts.push(/^INSERT INTO (\S+) /.exec(query)?.[1] ?? query),
     } as unknown as ClickHouse;
-    return { store: new EventStore(db, tablesIn('sc')), commands, readings: () => readings };
+    return { store: new EventStore(db, tablesIn('sc')), inserts, readings: () => readings };
   }
   const source = { topic: 't', partition: 0, fromOffset: 100 };
+  const complete = { rollup: 0, keyNetworks: 0 };
 
-  it('adds nothing and reads once when the rollup is complete', async () => {
-    const storage = storageReading([0]);
-    expect(await storage.store.repairRollup(source, 1)).toBe(0);
+  it('adds nothing and reads once when the views are complete', async () => {
+    const storage = storageReading([complete]);
+    expect(await storage.store.repairViews(source, 1)).toEqual(complete);
     expect(storage.readings()).toBe(1);
-    expect(storage.commands).toEqual([]);
+    expect(storage.inserts).toEqual([]);
   });
 
-  it('adds a shortfall once two readings agree', async () => {
-    const storage = storageReading([700, 300, 300]);
-    expect(await storage.store.repairRollup(source, 1)).toBe(300);
+  it('adds each view its shortfall once two readings agree', async () => {
+    const storage = storageReading([{ rollup: 700, keyNetworks: 700 }, { rollup: 300, keyNetworks: 300 }, { rollup: 300, keyNetworks: 300 }]);
+    expect(await storage.store.repairViews(source, 1)).toEqual({ rollup: 300, keyNetworks: 300 });
     expect(storage.readings()).toBe(3);
-    expect(storage.commands).toHaveLength(1);
-    expect(storage.commands[0]).toMatch(/^INSERT INTO sc\.request_rollup_1m /);
+    expect(storage.inserts).toEqual(['sc.request_rollup_1m', 'sc.key_networks_1d']);
+  });
+
+  it('waits until both views agree, and adds only to the one short', async () => {
+    // The rollup's part had landed; key_networks_1d's was still landing at the first reading.
+    const storage = storageReading([{ rollup: 0, keyNetworks: 500 }, { rollup: 0, keyNetworks: 200 }, { rollup: 0, keyNetworks: 200 }]);
+    expect(await storage.store.repairViews(source, 1)).toEqual({ rollup: 0, keyNetworks: 200 });
+    expect(storage.readings()).toBe(3);
+    expect(storage.inserts).toEqual(['sc.key_networks_1d']);
+  });
+
+  it('takes the fifth reading when readings keep changing', async () => {
+    const storage = storageReading([1, 2, 3, 4, 5, 6].map((n) => ({ rollup: n, keyNetworks: 0 })));
+    expect(await storage.store.repairViews(source, 1)).toEqual({ rollup: 5, keyNetworks: 0 });
+    expect(storage.readings()).toBe(5);
+    expect(storage.inserts).toEqual(['sc.request_rollup_1m']);
   });
 
   it('adds nothing when the shortfall was another insert landing', async () => {
-    const storage = storageReading([700, 0]);
-    expect(await storage.store.repairRollup(source, 1)).toBe(0);
-    expect(storage.commands).toEqual([]);
+    const storage = storageReading([{ rollup: 700, keyNetworks: 40 }, complete]);
+    expect(await storage.store.repairViews(source, 1)).toEqual(complete);
+    expect(storage.inserts).toEqual([]);
   });
 });

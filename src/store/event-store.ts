@@ -119,6 +119,37 @@ export const EVENT_INSERT_SETTINGS: ClickHouseSettings = { throw_on_max_partitio
 /** The rollup's sum columns (002_request_rollup_1m.sql). */
 const ROLLUP_SUMS = ['requests', 'successes', 'client_errors', 'server_errors', 'auth_failures', 'not_found', 'rate_limited', 'response_time_sum'];
 
+/** The views of request_events that repairViews makes whole after a crash. */
+const VIEWS = ['rollup', 'keyNetworks'] as const;
+type View = (typeof VIEWS)[number];
+
+/** How many events each view missed (repairViews). */
+export type ViewShortfalls = Record<View, number>;
+
+/** A view's repair: the table and columns to insert into, and the query of the rows it misses. */
+interface ViewRepair {
+  into: string;
+  rows: string;
+}
+
+const viewShortfallsRow = z.object({ rollup: z.coerce.number(), keyNetworks: z.coerce.number() });
+
+/**
+ * Reads the views' shortfalls until two readings `settleMs` apart agree, or five were taken; one
+ * with nothing missing is taken at once. A shortfall that changes between readings was another
+ * writer's insert still landing its view parts.
+ */
+async function settledShortfalls(read: () => Promise<ViewShortfalls>, settleMs: number): Promise<ViewShortfalls> {
+  let shortfalls = await read();
+  for (let reading = 1; VIEWS.some((view) => shortfalls[view] > 0) && reading < 5; reading++) {
+    await sleep(settleMs);
+    const again = await read();
+    if (VIEWS.every((view) => again[view] === shortfalls[view])) break;
+    shortfalls = again;
+  }
+  return shortfalls;
+}
+
 const offsetRow = z.object({ partition: z.coerce.number(), max_offset: z.coerce.number() });
 const storedIdsRow = z.object({ offset: z.coerce.number(), event_ids: z.array(z.string()) });
 const trafficRow = z.object({
@@ -226,50 +257,48 @@ export class EventStore {
   }
 
   /**
-   * Adds to the per-minute rollup what it misses for the events of one partition from `fromOffset`
-   * on, and returns how many events that was.
-   * Why: ClickHouse commits an insert's raw part and its materialized view's part one after the
-   * other, not atomically. A process killed between the two leaves events stored without their
-   * rollup rows; their offsets were not committed, so they come again, and storedOffsets skips them
-   * as already stored. Without this they would never be counted by metrics.
-   * Every (merchant, key, minute) those events fall in is compared with all raw events of that
-   * minute, and only a shortfall is added: the sums by the difference, max and uniq by their whole
-   * value (merging them again changes nothing). Run again, it adds nothing.
-   * Another writer's insert may be between its two commits right now (a replica that just lost the
+   * Adds to the views of request_events (the per-minute rollup, key_networks_1d) what they miss for
+   * the events of one partition from `fromOffset` on, and returns how many events each missed.
+   * Why: ClickHouse commits an insert's raw part and its materialized views' parts one after the
+   * other, not atomically. A process killed in between leaves events stored without their view
+   * rows; their offsets were not committed, so they come again, and storedOffsets skips them as
+   * already stored. Without this metrics would never count them, and detection's memory of the
+   * key's networks (warmed from key_networks_1d) would not know the networks seen in them.
+   * Every group of a view those events fall in is compared with all raw events of that group, and
+   * only a shortfall is added: the sums by the difference, the other columns (max, min, any, uniq)
+   * by their whole value (merging them again changes nothing). Run again, it adds nothing.
+   * Another writer's insert may be between its commits right now (a replica that just lost the
    * partition, or this one's own buffer): a shortfall is added only once two readings `settleMs`
    * apart agree, or after the fifth reading.
    */
-  async repairRollup(source: { topic: string; partition: number; fromOffset: number }, settleMs = 1_000, lookbackHours = 48): Promise<number> {
+  async repairViews(source: { topic: string; partition: number; fromOffset: number }, settleMs = 1_000, lookbackHours = 48): Promise<ViewShortfalls> {
     const params = { ...source, hours: lookbackHours };
-    const shortfallOf = async () => {
-      const rows = await this.db.queryRows(`SELECT sum(requests) AS requests FROM (${this.rollupShortfallQuery()})`, params);
-      return z.coerce.number().parse(rows[0]?.requests ?? 0);
-    };
-    let shortfall = await shortfallOf();
-    for (let reading = 1; shortfall > 0 && reading < 5; reading++) {
-      await sleep(settleMs);
-      const again = await shortfallOf();
-      if (again === shortfall) break;
-      shortfall = again;
+    const repairs = { rollup: this.rollupRepair(), keyNetworks: this.keyNetworksRepair() };
+    const shortfalls = await settledShortfalls(() => this.viewShortfalls(repairs, params), settleMs);
+    for (const view of VIEWS) {
+      if (shortfalls[view] > 0) await this.db.command(`INSERT INTO ${repairs[view].into} ${repairs[view].rows}`, params, EVENT_INSERT_SETTINGS);
     }
-    if (shortfall > 0) {
-      await this.db.command(
-        `INSERT INTO ${this.tables.requestRollup1m} (merchant_id, api_key_id, minute, ${ROLLUP_SUMS.join(', ')}, response_time_max, unique_ips)
-         ${this.rollupShortfallQuery()}`,
-        params,
-        EVENT_INSERT_SETTINGS,
-      );
-    }
-    return shortfall;
+    return shortfalls;
+  }
+
+  /** How many events each view misses (see repairViews), read in one query. */
+  private async viewShortfalls(repairs: Record<View, ViewRepair>, params: Record<string, unknown>): Promise<ViewShortfalls> {
+    const [row] = await this.db.queryRows(
+      `SELECT ${VIEWS.map((view) => `(SELECT sum(requests) FROM (${repairs[view].rows})) AS ${view}`).join(', ')}`,
+      params,
+    );
+    return viewShortfallsRow.parse(row);
   }
 
   /**
-   * The rollup rows that make up for a shortfall (see repairRollup). The raw aggregates must be the
+   * The rollup rows that make up for a shortfall (see repairViews). The raw aggregates must be the
    * ones the view in 002_request_rollup_1m.sql writes.
    */
-  private rollupShortfallQuery(): string {
+  private rollupRepair(): ViewRepair {
     const { requestEvents, requestRollup1m } = this.tables;
-    return `
+    return {
+      into: `${requestRollup1m} (merchant_id, api_key_id, minute, ${ROLLUP_SUMS.join(', ')}, response_time_max, unique_ips)`,
+      rows: `
       WITH touched AS (
         SELECT DISTINCT merchant_id, api_key_id, toStartOfMinute(ts) AS minute
           FROM ${requestEvents}
@@ -296,7 +325,46 @@ export class EventStore {
            WHERE (merchant_id, api_key_id, minute) IN touched
            GROUP BY merchant_id, api_key_id, minute
         ) AS rolled USING (merchant_id, api_key_id, minute)
-       WHERE raw.requests > rolled.requests`;
+       WHERE raw.requests > rolled.requests`,
+    };
+  }
+
+  /**
+   * The key_networks_1d rows that make up for a shortfall (see repairViews). The grouping, the
+   * network and the raw aggregates must be the ones the view in 007_key_networks.sql writes. A group
+   * the view lacks entirely joins as zeros (join_use_nulls off, the default): it is added whole.
+   */
+  private keyNetworksRepair(): ViewRepair {
+    const { requestEvents, keyNetworks1d } = this.tables;
+    const network = `IPv6CIDRToRange(ip, if(ip BETWEEN toIPv6('::ffff:0.0.0.0') AND toIPv6('::ffff:255.255.255.255'), 120, 64)).1`;
+    const ofPartition = 'source_topic = {topic:String} AND source_partition = {partition:Int32}';
+    return {
+      into: `${keyNetworks1d} (source_topic, source_partition, day, merchant_id, api_key_id, plan, network, sample_ip, first_seen, last_seen, requests)`,
+      rows: `
+      WITH touched AS (
+        SELECT DISTINCT merchant_id, api_key_id, toDate(ts) AS day, plan, ${network} AS network
+          FROM ${requestEvents}
+         WHERE ${ofPartition} AND source_offset >= {fromOffset:Int64}
+           AND received_at >= now64(3) - toIntervalHour({hours:UInt32})
+      )
+      SELECT source_topic, source_partition, day, merchant_id, api_key_id, plan, network,
+             raw.sample_ip AS sample_ip, raw.first_seen AS first_seen, raw.last_seen AS last_seen,
+             greatest(raw.requests - seen.requests, 0) AS requests
+        FROM (
+          SELECT source_topic, source_partition, toDate(ts) AS day, merchant_id, api_key_id, plan, ${network} AS network,
+                 any(ip) AS sample_ip, min(ts) AS first_seen, max(ts) AS last_seen, count() AS requests
+            FROM ${requestEvents}
+           WHERE ${ofPartition} AND (merchant_id, api_key_id, toDate(ts), plan, ${network}) IN touched
+           GROUP BY source_topic, source_partition, day, merchant_id, api_key_id, plan, network
+        ) AS raw
+        LEFT JOIN (
+          SELECT source_topic, source_partition, day, merchant_id, api_key_id, plan, network, sum(requests) AS requests
+            FROM ${keyNetworks1d}
+           WHERE ${ofPartition} AND (merchant_id, api_key_id, day, plan, network) IN touched
+           GROUP BY source_topic, source_partition, day, merchant_id, api_key_id, plan, network
+        ) AS seen USING (source_topic, source_partition, day, merchant_id, api_key_id, plan, network)
+       WHERE raw.requests > seen.requests`,
+    };
   }
 
   /** Traffic totals from the per-minute rollups (never raw events); merchantId undefined = all. */

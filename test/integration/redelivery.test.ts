@@ -1,8 +1,8 @@
 /**
  * Redelivery and replicas on the real engines: messages delivered again from an older offset (as
  * after a crash between store and commit) are not stored twice; two replicas in one consumer group
- * split the partitions and store every event once between them; events stored without their rollup
- * rows (a kill between the two commits of one insert) are added to the rollup when redelivered; a
+ * split the partitions and store every event once between them; events stored without their views'
+ * rows (a kill between the commits of one insert) are added to the views when redelivered; a
  * replica that loses partitions in a rebalance does not store the rows of them it still held.
  */
 import { describe, expect, it } from 'vitest';
@@ -64,16 +64,16 @@ describe('redelivery and replicas', () => {
     const totals = await worker.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) });
     expect(totals.requests).toBe(5_000);
   });
-  it('adds to the rollup the events a killed replica stored without their rollup rows', async () => {
-    // ClickHouse commits an insert's raw rows and the view's rollup rows separately. A kill between
-    // the two is forced here by detaching the view while the second half is stored, and then
-    // rewinding the group to before that half, as if the kill came before the commit too.
+  it('adds to the views the events a killed replica stored without their view rows', async () => {
+    // ClickHouse commits an insert's raw rows and each view's rows separately. A kill in between is
+    // forced here by detaching the views while the second half is stored, and then rewinding the
+    // group to before that half, as if the kill came before the commit too.
     const own = testNames('rollup');
     const startMs = Date.UTC(2026, 10, 20, 17, 0, 0);
     const events = Array.from({ length: 4_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
     const messages = events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) }));
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own });
-    const rollupView = `${engines.clickhouse.database}.request_rollup_1m_mv`;
+    const views = ['request_rollup_1m_mv', 'key_networks_1d_mv'].map((view) => `${engines.clickhouse.database}.${view}`);
 
     const first = await engines.startWorker(config);
     await produceAll(engines.producer, own.topic, messages.slice(0, 2_000), 1000);
@@ -81,12 +81,12 @@ describe('redelivery and replicas', () => {
     const admin = kafka.admin();
     await admin.connect();
     const [firstHalfCommitted] = await admin.fetchOffsets({ groupId: own.groupId, topics: [own.topic] });
-    await first.clickhouse.command(`DETACH TABLE ${rollupView}`);
+    for (const view of views) await first.clickhouse.command(`DETACH TABLE ${view}`);
     try {
       await produceAll(engines.producer, own.topic, messages.slice(2_000), 1000);
-      await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the second half is stored, without rollup rows', 90_000);
+      await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the second half is stored, without view rows', 90_000);
     } finally {
-      await first.clickhouse.command(`ATTACH TABLE ${rollupView}`);
+      for (const view of views) await first.clickhouse.command(`ATTACH TABLE ${view}`);
     }
     const range = { from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) };
     expect((await first.store.trafficTotals(range)).requests).toBe(2_000); // the forced gap is there
@@ -123,6 +123,15 @@ describe('redelivery and replicas', () => {
     ]);
     expect(rolled).toHaveLength(200);
     expect(rolled).toEqual(raw);
+    // And so does key_networks_1d, detection's memory of each key's networks (one network a key here).
+    const perKey = (from: string, columns: string) =>
+      second.clickhouse.queryRows(`SELECT api_key_id, ${columns} FROM ${from} GROUP BY api_key_id ORDER BY api_key_id`);
+    const [networks, rawPerKey] = await Promise.all([
+      perKey(`${engines.clickhouse.database}.key_networks_1d WHERE source_topic = '${own.topic}'`, 'sum(requests) AS requests, min(first_seen) AS first, max(last_seen) AS last'),
+      perKey(`${engines.clickhouse.database}.request_events WHERE source_topic = '${own.topic}'`, 'count() AS requests, min(ts) AS first, max(ts) AS last'),
+    ]);
+    expect(networks).toHaveLength(200);
+    expect(networks).toEqual(rawPerKey);
   });
 
   it('a replica that loses partitions in a rebalance does not store their rows it still held', async () => {

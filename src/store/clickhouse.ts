@@ -38,6 +38,7 @@ export const PINNED_SETTINGS: ClickHouseSettings = {
   output_format_json_quote_64bit_integers: 0, // counts and offsets come back as JSON numbers
   input_format_skip_unknown_fields: 0, // a column-name mistake fails loudly
   session_timezone: 'UTC', // DateTime64 parameters say 'UTC' all the same
+  join_use_nulls: 0, // a row missing from a LEFT JOIN's right side reads as zeros (the views' repair relies on it)
 };
 
 /** Row formats the bulk insert accepts (both are raw-insert formats of the embedded engine too). */

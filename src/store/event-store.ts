@@ -332,7 +332,7 @@ export class EventStore {
   /**
    * The key_networks_1d rows that make up for a shortfall (see repairViews). The grouping, the
    * network and the raw aggregates must be the ones the view in 007_key_networks.sql writes. A group
-   * the view lacks entirely joins as zeros (join_use_nulls off, the default): it is added whole.
+   * the view lacks entirely joins as zeros (join_use_nulls off, pinned in clickhouse.ts): it is added whole.
    */
   private keyNetworksRepair(): ViewRepair {
     const { requestEvents, keyNetworks1d } = this.tables;

@@ -64,3 +64,26 @@ describe('KeyHistory', () => {
     expect(history.placesBefore(Infinity)).toEqual([tokyo, dublin]);
   });
 });
+
+describe('KeyHistory entry count', () => {
+  it('keeps the count it shares right as entries are added, capped and expired, and leaves it when released', () => {
+    const count = { entries: 0 };
+    const capped = new KeyHistory(count);
+    const placed = new KeyHistory(count);
+    for (let n = 0; n < MAX_SIGHTINGS * 2; n++) capped.saw(`net${n}`, undefined, T0 + n);
+    placed.saw('203.0.113.0/24', dublin, T0);
+    placed.saw('192.0.2.0/24', tokyo, T0 + 2 * HOUR);
+    // A run is counted once it ends (size ends it).
+    const sizes = capped.size + placed.size;
+    expect(count.entries).toBe(sizes);
+    expect(count.entries).toBe(capped.entries + 4);
+    expect(capped.entries).toBeLessThanOrEqual(MAX_SIGHTINGS * 1.25);
+    placed.expire(T0 + HISTORY_MS + HOUR);
+    expect(count.entries).toBe(capped.entries + 2);
+    capped.release();
+    expect(count.entries).toBe(2);
+    capped.saw('later', undefined, T0 + HISTORY_MS);
+    expect(capped.size).toBeGreaterThan(0);
+    expect(count.entries).toBe(2);
+  });
+});

@@ -30,6 +30,15 @@ export interface NetworkSighting {
   last: number;
 }
 
+/**
+ * The entries (networks and places) of the histories that share it, kept up to date as each adds
+ * and removes them: the engine weighs its histories against its memory budget by it, without
+ * walking them.
+ */
+export interface HistoryEntryCount {
+  entries: number;
+}
+
 interface Sighting {
   first: number;
   last: number;
@@ -53,6 +62,8 @@ export class KeyHistory implements KeyHistoryView {
   private runLast = -Infinity;
   private latest = -Infinity;
   private expiredAt = -Infinity;
+
+  constructor(private count: HistoryEntryCount = { entries: 0 }) {}
 
   saw(network: string, geo: GeoPoint | undefined, timestamp: number): void {
     if (network !== this.runNetwork || geo !== this.runGeo) {
@@ -89,14 +100,29 @@ export class KeyHistory implements KeyHistoryView {
     this.endRun();
     const cutoff = now - HISTORY_MS;
     for (const sightings of [this.networks, this.places]) {
-      for (const [key, sighting] of sightings) if (sighting.last < cutoff) sightings.delete(key);
+      for (const [key, sighting] of sightings) {
+        if (sighting.last >= cutoff) continue;
+        sightings.delete(key);
+        this.count.entries--;
+      }
     }
   }
 
   /** Networks and places remembered. */
   get size(): number {
     this.endRun();
+    return this.entries;
+  }
+
+  /** Networks and places held, the current run's not yet (they join when it ends): what this history adds to its count. */
+  get entries(): number {
     return this.networks.size + this.places.size;
+  }
+
+  /** Takes this history's entries off its count, which no longer follows it (its holder let go of it). */
+  release(): void {
+    this.count.entries -= this.entries;
+    this.count = { entries: 0 };
   }
 
   /** The current run's times go into its network's and its place's sightings (every read does this first). */
@@ -113,7 +139,8 @@ export class KeyHistory implements KeyHistoryView {
     if (sighting) widen(sighting, first, last);
     else {
       this.networks.set(network, { first, last });
-      if (this.networks.size > MAX_SIGHTINGS * 1.25) keepLatest(this.networks);
+      this.count.entries++;
+      if (this.networks.size > MAX_SIGHTINGS * 1.25) this.count.entries -= keepLatest(this.networks);
     }
     if (geo === undefined || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return;
     const key = `${geo.latitude},${geo.longitude}`;
@@ -121,7 +148,8 @@ export class KeyHistory implements KeyHistoryView {
     if (place) widen(place, first, last);
     else {
       this.places.set(key, { first, last, geo });
-      if (this.places.size > MAX_SIGHTINGS * 1.25) keepLatest(this.places);
+      this.count.entries++;
+      if (this.places.size > MAX_SIGHTINGS * 1.25) this.count.entries -= keepLatest(this.places);
     }
   }
 }
@@ -131,13 +159,15 @@ function widen(sighting: Sighting, first: number, last: number): void {
   if (last > sighting.last) sighting.last = last;
 }
 
-/** Keeps the MAX_SIGHTINGS seen most recently (a quarter more are let in before this runs again). */
-function keepLatest(sightings: Map<string, Sighting>): void {
+/** Keeps the MAX_SIGHTINGS seen most recently (a quarter more are let in before this runs again); returns how many went. */
+function keepLatest(sightings: Map<string, Sighting>): number {
   const lasts = [...sightings.values()].map((sighting) => sighting.last).sort((a, b) => b - a);
   const cutoff = lasts[MAX_SIGHTINGS - 1]!;
+  const before = sightings.size;
   let kept = 0;
   for (const [key, sighting] of sightings) {
     if (sighting.last >= cutoff && kept < MAX_SIGHTINGS) kept++;
     else sightings.delete(key);
   }
+  return before - sightings.size;
 }

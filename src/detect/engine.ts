@@ -129,7 +129,8 @@ const SWEEP_EVERY_BATCHES = 256;
  * Most idle keys whose history (KeyHistory: networks and places of the last days) is kept after
  * their window is dropped, and at most one per 10 events of the memory budget; beyond it, the keys
  * idle longest lose theirs. A history takes about 110 bytes per network and per place it holds
- * (measured), so most take less than an event does.
+ * (measured), so most take less than an event does; its entries beyond HISTORY_ENTRIES_PER_KEY count
+ * against the budget as well.
  */
 export const MAX_IDLE_HISTORIES = 200_000;
 
@@ -402,7 +403,10 @@ export class DetectionEngine {
     return this.windowEvents + KEY_WEIGHT * this.trackedKeys + HISTORY_ENTRY_WEIGHT * this.historyEntriesCounted;
   }
 
-  /** The history entries beyond HISTORY_ENTRIES_PER_KEY per history, tracked or idle: those the budget counts. */
+  /**
+   * The history entries beyond HISTORY_ENTRIES_PER_KEY per history, tracked or idle, all histories
+   * together (the budget bounds the whole: a key with fewer leaves room for one with more).
+   */
   private get historyEntriesCounted(): number {
     return Math.max(0, this.historyEntries.entries - HISTORY_ENTRIES_PER_KEY * (this.trackedKeys + this.idleHistories.size));
   }

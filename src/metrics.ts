@@ -113,6 +113,11 @@ export class WorkerMetrics {
     help: 'API keys without a detection window whose networks and places of the last 7 days detection remembers',
     registers: [this.registry],
   });
+  readonly detectionHistoryEntries = new Gauge({
+    name: 'security_center_detection_key_history_entries',
+    help: 'Networks and places of the last 7 days that detection remembers for all keys, with a window or idle (about 110 bytes each, counted against the memory budget)',
+    registers: [this.registry],
+  });
   readonly detectionEventsPerKeyCap = new Gauge({
     name: 'security_center_detection_events_per_key_cap',
     help: 'Events a key may keep in its window: lower than usual while the windows are over their memory budget',

@@ -4,7 +4,7 @@ import { RULES } from '../../rules/index.ts';
 import { prng } from '../../test/support/random.ts';
 import { PLACES } from '../../rules/fixtures.ts';
 import { DetectionConfig } from './detection-config.ts';
-import { capWithin, DetectionEngine, KEY_WEIGHT, MIN_EVENTS_PER_KEY, type AnyRule } from './engine.ts';
+import { capWithin, DetectionEngine, HISTORY_ENTRIES_PER_KEY, HISTORY_ENTRY_WEIGHT, KEY_WEIGHT, MIN_EVENTS_PER_KEY, type AnyRule, type EngineLoad } from './engine.ts';
 import { eventIdHash } from './event-id-hashes.ts';
 import type { GeoLookup } from './geo.ts';
 
@@ -40,6 +40,12 @@ const countingRule: AnyRule = {
         ]
       : [],
 };
+
+/** What the memory budget bounds, from the engine's load: windows, keys, and history entries beyond HISTORY_ENTRIES_PER_KEY per history. */
+function budgetCost(load: EngineLoad): number {
+  const histories = load.trackedKeys + load.idleHistories;
+  return load.windowEvents + KEY_WEIGHT * load.trackedKeys + HISTORY_ENTRY_WEIGHT * Math.max(0, load.historyEntries - HISTORY_ENTRIES_PER_KEY * histories);
+}
 
 const throwingRule: AnyRule = { ...countingRule, id: 'bot_traffic', evaluate: () => { throw new Error('boom'); } };
 
@@ -248,6 +254,43 @@ describe('DetectionEngine', () => {
       expect(detection.load.windowEvents).toBe(0);
       for (let b = 0; b < 10; b++) detection.process([event(0, { apiKeyId: 'pk_live_other', eventId: `o${b}`, timestamp: T0 + 50_000 + b })], T0 + 50_000 + b, 2);
       expect(detection.load.eventsPerKeyCap).toBe(detection.load.maxEventsPerKey);
+    });
+
+    /** `networks` events of one key, one from each of as many networks, ending at `end`. */
+    const wide = (apiKeyId: string, networks: number, end: number) =>
+      Array.from({ length: networks }, (_, n) => event(0, { apiKeyId, eventId: `${apiKeyId}_${n}`, ip: `198.51.${n}.7`, timestamp: end - networks + 1 + n }));
+
+    it('counts keys\' history entries against the budget: keys seen from many networks stay within it', () => {
+      const { detection } = engine([countingRule], new DetectionConfig(), 2_000);
+      for (let k = 0; k < 100; k++) {
+        detection.process(wide(`pk_live_wide${k}`, 40, T0 + k * 500), T0 + k * 500);
+        expect(budgetCost(detection.load)).toBeLessThanOrEqual(2_000);
+      }
+      // A key's 40 events, KEY_WEIGHT and 38 networks beyond HISTORY_ENTRIES_PER_KEY (0.37 each): about 74, so at most 27 fit.
+      const { trackedKeys, idleHistories, forgottenKeys, shedEvents } = detection.load;
+      expect(trackedKeys).toBeLessThanOrEqual(27);
+      expect(trackedKeys + forgottenKeys).toBe(100);
+      expect(idleHistories).toBeLessThan(forgottenKeys);
+      expect(shedEvents).toBe(0);
+    });
+
+    it('sheds idle keys\' histories, the longest idle first, before any tracked key\'s events', () => {
+      const { detection } = engine([countingRule], new DetectionConfig(), 2_000);
+      // 10 keys of 50 events from one network: 700 of the budget.
+      detection.process(Array.from({ length: 10 }, (_, k) => burst(`pk_live_${k}`, 50)).flat(), T0 + 50_000);
+      // What storage remembers of 100 other keys, idle, 40 networks each: 100 x 38 x 0.37, about 1,400 more.
+      const remembered = (k: number) => Array.from({ length: 40 }, (_, n) => ({ merchantId: 'm_1', apiKeyId: `pk_live_idle${k}`, ip: `198.51.${n}.${k}`, first: T0 - HOUR, last: T0 - HOUR + 1000 }));
+      for (let k = 0; k < 100; k++) detection.recall(remembered(k), k < 50 ? 1 : 2);
+      detection.process([event(0, { apiKeyId: 'pk_live_0', eventId: 'next', ip: '203.0.113.7', timestamp: T0 + 50_001 })], T0 + 50_001);
+      const load = detection.load;
+      expect(budgetCost(load)).toBeLessThanOrEqual(2_000);
+      expect(load).toMatchObject({ trackedKeys: 10, windowEvents: 501, eventsPerKeyCap: load.maxEventsPerKey, shedEvents: 0, forgottenKeys: 0 });
+      const shed = 100 - load.idleHistories;
+      expect(shed).toBeGreaterThan(0);
+      expect(shed).toBeLessThan(50);
+      // Those shed were recalled first: partition 1's; partition 2 keeps its 50.
+      detection.keepPartitions(new Set([2]));
+      expect(detection.load.idleHistories).toBe(50);
     });
 
     it('finds the highest cap that fits', () => {
@@ -463,6 +506,36 @@ describe('DetectionEngine with the rules of rules/', () => {
       };
       expect(known(2_999)).toBe(1_999); // taken back into its new window's state
       expect(known(0)).toBe(1_999); // nothing to take back
+    });
+
+    it('keeps its count of history entries equal to a recount as histories grow, expire, move between key and idle, and go', () => {
+      const detection = new DetectionEngine({ rules: [...RULES], entitledPlans: ['business'], geo, config: () => new DetectionConfig(), clock: () => T0 + 30 * DAY, maxWindowEvents: 5_000 });
+      const recounted = () => expect(detection.load.historyEntries).toBe(detection.recountHistoryEntries());
+      const sighting = (apiKeyId: string, ip: string, last: number) => ({ merchantId: 'm_1', apiKeyId, ip, first: last - 600_000, last });
+      // 1,100 keys of one network on partition 2 (over the cap of 1,000 idle keys), 60 of 300 networks on partition 1 (over the budget).
+      detection.recall(Array.from({ length: 1_100 }, (_, k) => sighting(`pk_live_one${k}`, `100.1.${k % 250}.1`, T0 - DAY)), 2);
+      recounted();
+      detection.recall(Array.from({ length: 60 * 300 }, (_, i) => sighting(`pk_live_many${i % 60}`, `100.${i % 14}.${Math.floor(i / 60)}.1`, T0 - DAY)), 1);
+      recounted();
+      // pk_live_a's job from six networks at six places the day before, and a network last used eight days before.
+      detection.recall([...Array.from({ length: 6 }, (_, p) => sighting('pk_live_a', `100.${p}.${p}.9`, T0 - DAY)), sighting('pk_live_a', '100.7.7.9', T0 - 8 * DAY)], 1);
+      recounted();
+      // pk_live_a's job: its idle history taken back by its new window's key.
+      job(detection, T0);
+      recounted();
+      // A key seen from 400 networks, trimmed to the latest ones (idle histories shed to make room).
+      detection.process(Array.from({ length: 400 }, (_, n) => event(0, { apiKeyId: 'pk_live_wide', eventId: `wide${n}`, timestamp: T0 + HOUR + n, ip: `100.${n % 14}.${n % 250}.${n % 3}` })), T0 + HOUR + 400, 1);
+      recounted();
+      // Their windows dropped (the histories go idle), pk_live_a's network of eight days before forgotten.
+      otherTraffic(detection, T0 + 2 * HOUR);
+      recounted();
+      // Partition 2's key and idle histories go.
+      detection.process([event(0, { apiKeyId: 'pk_live_p2', eventId: 'p2', timestamp: T0 + 3 * HOUR, ip: '100.3.3.3' })], T0 + 3 * HOUR, 2);
+      detection.keepPartitions(new Set([1]));
+      recounted();
+      // Seven days later, the idle histories are forgotten.
+      otherTraffic(detection, T0 + 9 * DAY);
+      recounted();
     });
 
     it('warms the history from what storage remembers, and forgets it with the partition', () => {

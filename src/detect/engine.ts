@@ -17,7 +17,7 @@ import { Admission, MAX_CLOCK_SKEW_MS, type AdmittedBatch } from './admission.ts
 import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
-import { HISTORY_MS, KeyHistory, type NetworkSighting } from './key-history.ts';
+import { HISTORY_MS, KeyHistory, type HistoryEntryCount, type NetworkSighting } from './key-history.ts';
 import type { GeoLookup } from './geo.ts';
 import type { AnomalyType, Finding, KeyWindow, RuleDefinition, WindowEvent } from './types.ts';
 
@@ -46,8 +46,10 @@ export interface EngineOptions {
   maxEventsPerKey?: number;
   /**
    * The memory budget, in events held by all windows together, each tracked key counting
-   * KEY_WEIGHT events more (default: no budget). Over it, the busiest keys keep only their newest
-   * events; if that is not enough, the keys seen least recently are forgotten.
+   * KEY_WEIGHT events more and each history entry beyond HISTORY_ENTRIES_PER_KEY per history
+   * HISTORY_ENTRY_WEIGHT (default: no budget). Over it, idle keys' histories go first, then the
+   * busiest keys keep only their newest events; if that is not enough, the keys seen least
+   * recently are forgotten.
    */
   maxWindowEvents?: number;
   /**
@@ -59,14 +61,39 @@ export interface EngineOptions {
   onRuleError?(ruleId: string, error: unknown): void;
 }
 
-/** What a tracked key costs beyond its events, in events: its tallies and tables take about 6 KB, an event about 200 B (measured). */
+/**
+ * What a tracked key costs beyond its events, in events: its tallies and tables take about 6 KB, an
+ * event about 200 B (measured: 5.9 KB for keys of one network at one place, their history included).
+ */
 export const KEY_WEIGHT = 20;
+
+/**
+ * The history entries each key's history (tracked or idle) holds outside the budget's count: one
+ * network and one place, an ordinary key's. A tracked key's KEY_WEIGHT covers them (measured so);
+ * idle keys' are bounded, as their histories' own objects are, by their number (MAX_IDLE_HISTORIES).
+ */
+export const HISTORY_ENTRIES_PER_KEY = 2;
 
 /** However tight memory is, a key keeps this many of its newest events before keys are forgotten. */
 export const MIN_EVENTS_PER_KEY = 100;
 
 /** A window event's share of the heap, measured with the five rules (about 200 B, and the key's tables), with room to spare. */
 const BYTES_PER_WINDOW_EVENT = 300;
+
+/**
+ * A history entry's share of the heap (a network or a place a key was seen at, key-history.ts):
+ * measured with histories of 256 networks and 256 places, 110 B (the networks' strings are the
+ * events' too; a history's two Maps and itself take about 250 B more, bounded by MAX_IDLE_HISTORIES).
+ */
+const BYTES_PER_HISTORY_ENTRY = 110;
+
+/**
+ * A history entry against the budget, in events (about 0.37). A key seen from many networks may
+ * hold 640 entries (MAX_SIGHTINGS networks and as many places, a quarter more before a trim), some
+ * 70 KB, ten times its KEY_WEIGHT, and an idle key's history has no KEY_WEIGHT at all: so the
+ * entries beyond HISTORY_ENTRIES_PER_KEY per history count.
+ */
+export const HISTORY_ENTRY_WEIGHT = BYTES_PER_HISTORY_ENTRY / BYTES_PER_WINDOW_EVENT;
 
 /** The default memory budget for a heap of `heapMb` MiB: windows may take half of it. */
 export function windowBudgetFor(heapMb: number): number {
@@ -89,6 +116,8 @@ export interface EngineLoad {
   futureEvents: number;
   /** Keys without a window whose history (networks and places of the last days) is kept. */
   idleHistories: number;
+  /** Networks and places held by all keys' histories, tracked and idle (beyond HISTORY_ENTRIES_PER_KEY per history, counted against the budget). */
+  historyEntries: number;
 }
 
 const MINUTE = 60_000;
@@ -100,7 +129,8 @@ const SWEEP_EVERY_BATCHES = 256;
  * Most idle keys whose history (KeyHistory: networks and places of the last days) is kept after
  * their window is dropped, and at most one per 10 events of the memory budget; beyond it, the keys
  * idle longest lose theirs. A history takes about 110 bytes per network and per place it holds
- * (measured), so most take less than an event does.
+ * (measured), so most take less than an event does; its entries beyond HISTORY_ENTRIES_PER_KEY count
+ * against the budget as well.
  */
 export const MAX_IDLE_HISTORIES = 200_000;
 
@@ -159,6 +189,8 @@ export class DetectionEngine {
   private readonly sharedIds = new Map<string, KeyState>();
   /** keyRef -> the history of a key without a window (idle, or known only from storage), oldest first. */
   private readonly idleHistories = new Map<string, IdleHistory>();
+  /** The entries of every history above, tracked or idle: each history the engine holds keeps it up to date. */
+  private readonly historyEntries: HistoryEntryCount = { entries: 0 };
   private readonly rules: readonly AnyRule[];
   private readonly windowMs: number;
   /**
@@ -206,11 +238,20 @@ export class DetectionEngine {
       thinnedEvents: this.thinnedEvents,
       futureEvents: this.admission.futureEvents,
       idleHistories: this.idleHistories.size,
+      historyEntries: this.historyEntries.entries,
     };
   }
 
   get trackedKeys(): number {
     return this.keys.size + this.sharedIds.size;
+  }
+
+  /** Every history's entries counted afresh, for tests: load.historyEntries must equal it. */
+  recountHistoryEntries(): number {
+    let entries = 0;
+    for (const state of [...this.keys.values(), ...this.sharedIds.values()]) entries += state.history.size;
+    for (const idle of this.idleHistories.values()) entries += idle.history.size;
+    return entries;
   }
 
   /** Adds events to their windows and evaluates every key they touched, as of `now`. */
@@ -260,6 +301,7 @@ export class DetectionEngine {
       history.saw(network, geo, sighting.first);
       history.saw(network, geo, sighting.last);
     }
+    this.keepWithinBudget();
   }
 
   /** Forgets the keys of partitions this replica no longer owns, and their histories. */
@@ -267,7 +309,7 @@ export class DetectionEngine {
     for (const keys of [this.keys, this.sharedIds]) {
       for (const [key, state] of keys) if (state.partition >= 0 && !owned.has(state.partition)) this.forget(keys, key, state, false);
     }
-    for (const [ref, idle] of this.idleHistories) if (idle.partition >= 0 && !owned.has(idle.partition)) this.idleHistories.delete(ref);
+    for (const [ref, idle] of this.idleHistories) if (idle.partition >= 0 && !owned.has(idle.partition)) this.dropIdle(ref, idle);
   }
 
   /**
@@ -327,13 +369,21 @@ export class DetectionEngine {
   private forget(keys: Map<string, KeyState>, key: string, state: KeyState, keepHistory = true): void {
     keys.delete(key);
     this.windowEvents -= state.window.size;
-    if (!keepHistory || state.history.size === 0) return;
-    this.keepIdle(keyRef(state.merchantId, state.apiKeyId), { history: state.history, partition: state.partition });
+    if (keepHistory && state.history.size > 0) this.keepIdle(keyRef(state.merchantId, state.apiKeyId), { history: state.history, partition: state.partition });
+    else state.history.release();
   }
 
   private keepIdle(ref: string, idle: IdleHistory): void {
     this.idleHistories.set(ref, idle);
-    if (this.idleHistories.size > this.maxIdleHistories) this.idleHistories.delete(this.idleHistories.keys().next().value!);
+    if (this.idleHistories.size <= this.maxIdleHistories) return;
+    const [oldestRef, oldest] = this.idleHistories.entries().next().value!;
+    this.dropIdle(oldestRef, oldest);
+  }
+
+  /** An idle key's history goes, and its entries with it. */
+  private dropIdle(ref: string, idle: IdleHistory): void {
+    this.idleHistories.delete(ref);
+    idle.history.release();
   }
 
   /** The history of a key, tracked or idle; an unknown key gets an idle one. */
@@ -344,21 +394,32 @@ export class DetectionEngine {
     const shared = this.sharedIds.get(ref);
     if (shared !== undefined) return shared.history;
     let idle = this.idleHistories.get(ref);
-    if (idle === undefined) this.keepIdle(ref, (idle = { history: new KeyHistory(), partition }));
+    if (idle === undefined) this.keepIdle(ref, (idle = { history: new KeyHistory(this.historyEntries), partition }));
     return idle.history;
   }
 
-  /** The windows' cost against the budget, in events. */
+  /** The windows' and histories' cost against the budget, in events. */
   private get cost(): number {
-    return this.windowEvents + KEY_WEIGHT * this.trackedKeys;
+    return this.windowEvents + KEY_WEIGHT * this.trackedKeys + HISTORY_ENTRY_WEIGHT * this.historyEntriesCounted;
   }
 
   /**
-   * Over budget, the busiest keys lose their oldest events first (the per-key cap comes down to the
-   * highest value that fits 90% of the budget, never under MIN_EVENTS_PER_KEY), then the keys
-   * seen least recently go. Their history is lost, as after a restart without warm-up: rules see
-   * less of it (fewer findings), and a place or network that only the lost part held looks new.
-   * Well under budget again, the cap doubles back towards maxEventsPerKey, a batch at a time.
+   * The history entries beyond HISTORY_ENTRIES_PER_KEY per history, tracked or idle, all histories
+   * together (the budget bounds the whole: a key with fewer leaves room for one with more).
+   */
+  private get historyEntriesCounted(): number {
+    return Math.max(0, this.historyEntries.entries - HISTORY_ENTRIES_PER_KEY * (this.trackedKeys + this.idleHistories.size));
+  }
+
+  /**
+   * Over budget, idle keys' histories go first, the longest idle first, while their entries count
+   * (they cost the rules least: a key that returns has only its networks and places of the last
+   * days forgotten). Then the busiest keys lose their oldest events (the per-key cap comes down to
+   * the highest value that fits 90% of the budget, never under MIN_EVENTS_PER_KEY), then the keys
+   * seen least recently go, and with them their histories if these still do not fit. Their history
+   * is lost, as after a restart without warm-up: rules see less of it (fewer findings), and a place
+   * or network that only the lost part held looks new. Well under budget again, the cap doubles
+   * back towards maxEventsPerKey, a batch at a time.
    */
   private keepWithinBudget(): void {
     const budget = this.maxWindowEvents;
@@ -367,17 +428,38 @@ export class DetectionEngine {
       return;
     }
     const target = Math.floor(budget * 0.9);
+    this.shedIdleHistories(target);
+    if (this.cost <= target) return;
     const states = [...this.keys.values(), ...this.sharedIds.values()];
-    this.eventsPerKeyCap = capWithin(states.map((state) => state.window.size), target - KEY_WEIGHT * states.length, this.eventsPerKeyCap);
+    const room = target - KEY_WEIGHT * states.length - HISTORY_ENTRY_WEIGHT * this.historyEntriesCounted;
+    this.eventsPerKeyCap = capWithin(states.map((state) => state.window.size), room, this.eventsPerKeyCap);
     for (const state of states) {
       if (state.window.size <= this.eventsPerKeyCap) continue;
       const before = state.window.size + this.thinnedEvents;
       this.prune(state);
       this.shedEvents += before - state.window.size - this.thinnedEvents;
     }
-    if (this.cost > target) this.forgetLeastRecent(this.cost - target);
+    if (this.cost <= target) return;
+    this.forgetLeastRecent(this.cost - target);
+    this.shedIdleHistories(target);
   }
 
+  /**
+   * Drops idle keys' histories of more than HISTORY_ENTRIES_PER_KEY entries (dropping a smaller one
+   * frees nothing the budget counts), the longest idle first, until the cost is down to `target` or
+   * history entries no longer count in it.
+   */
+  private shedIdleHistories(target: number): void {
+    for (const [ref, idle] of this.idleHistories) {
+      if (this.cost <= target || this.historyEntriesCounted === 0) return;
+      if (idle.history.size > HISTORY_ENTRIES_PER_KEY) this.dropIdle(ref, idle);
+    }
+  }
+
+  /**
+   * Forgets the keys seen least recently until what they held makes up `excess`: their windows, and
+   * their histories' entries beyond those KEY_WEIGHT covers (the histories go idle, to be shed next).
+   */
   private forgetLeastRecent(excess: number): void {
     const entries: [Map<string, KeyState>, string, KeyState][] = [];
     for (const keys of [this.keys, this.sharedIds]) for (const [key, state] of keys) entries.push([keys, key, state]);
@@ -385,7 +467,7 @@ export class DetectionEngine {
     let freed = 0;
     for (const [keys, key, state] of entries) {
       if (freed >= excess) break;
-      freed += state.window.size + KEY_WEIGHT;
+      freed += state.window.size + KEY_WEIGHT + HISTORY_ENTRY_WEIGHT * Math.max(0, state.history.size - HISTORY_ENTRIES_PER_KEY);
       this.forget(keys, key, state);
       this.forgottenKeys++;
     }
@@ -410,7 +492,7 @@ export class DetectionEngine {
     for (const [ref, idle] of this.idleHistories) {
       const clock = this.partitionClocks.get(idle.partition);
       if (clock === undefined) continue;
-      if (idle.history.newest < clock - HISTORY_MS) this.idleHistories.delete(ref);
+      if (idle.history.newest < clock - HISTORY_MS) this.dropIdle(ref, idle);
       else idle.history.expire(clock);
     }
   }
@@ -488,7 +570,7 @@ export class DetectionEngine {
       paramsPlan: undefined,
       arrived: [],
       thinnedBefore: -Infinity,
-      history: idle?.history ?? new KeyHistory(),
+      history: idle?.history ?? new KeyHistory(this.historyEntries),
     };
     keys.set(key, state);
     return state;

@@ -64,3 +64,36 @@ describe('KeyHistory', () => {
     expect(history.placesBefore(Infinity)).toEqual([tokyo, dublin]);
   });
 });
+
+describe('KeyHistory entry count', () => {
+  it('keeps the count it shares right as entries are added, capped and expired, and leaves it when released', () => {
+    const count = { entries: 0 };
+    const capped = new KeyHistory(count);
+    const placed = new KeyHistory(count);
+    for (let n = 0; n < MAX_SIGHTINGS * 2; n++) capped.saw(`net${n}`, undefined, T0 + n);
+    placed.saw('203.0.113.0/24', dublin, T0);
+    placed.saw('192.0.2.0/24', tokyo, T0 + 2 * HOUR);
+    expect(capped.size).toBeLessThanOrEqual(MAX_SIGHTINGS * 1.25);
+    expect(count.entries).toBe(capped.size + 4);
+    placed.expire(T0 + HISTORY_MS + HOUR);
+    expect(count.entries).toBe(capped.size + 2);
+    capped.release();
+    expect(count.entries).toBe(2);
+    capped.saw('later', undefined, T0 + HISTORY_MS);
+    expect(count.entries).toBe(2);
+  });
+
+  it('counts a network and a place as soon as a run of events from them begins, so reads change nothing', () => {
+    const count = { entries: 0 };
+    const history = new KeyHistory(count);
+    history.saw('203.0.113.0/24', dublin, T0);
+    expect(count.entries).toBe(2);
+    history.saw('203.0.113.0/24', dublin, T0 + 1000);
+    expect(count.entries).toBe(2);
+    expect(history.knowsNetwork('203.0.113.0/24', T0 + 1)).toBe(true);
+    expect(count.entries).toBe(2);
+    history.saw('192.0.2.0/24', dublin, T0 + 2000);
+    expect(count.entries).toBe(3);
+    expect(history.size).toBe(3);
+  });
+});

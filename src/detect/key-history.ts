@@ -30,6 +30,15 @@ export interface NetworkSighting {
   last: number;
 }
 
+/**
+ * The entries (networks and places) of the histories that share it, kept up to date as each adds
+ * and removes them: the engine weighs its histories against its memory budget by it, without
+ * walking them.
+ */
+export interface HistoryEntryCount {
+  entries: number;
+}
+
 interface Sighting {
   first: number;
   last: number;
@@ -44,22 +53,24 @@ export class KeyHistory implements KeyHistoryView {
   private readonly places = new Map<string, PlaceSighting>();
   /**
    * The current run: consecutive events from one network at one point (most of a key's events) only
-   * move these times, kept in this object; the sightings take them when the run ends or is read.
-   * Every event of every key passes here, and each other object touched would cost a cache miss.
+   * move these times, kept in this object; its network's and place's sightings, entered when the run
+   * began, take them when the run ends or is read. Every event of every key passes here, and each
+   * other object touched would cost a cache miss. Entering them at once keeps what the history holds
+   * (its count) the same whenever a run ends: reads end it, and rules read some histories only.
    */
   private runNetwork: string | undefined;
   private runGeo: GeoPoint | undefined;
+  private runSighting: Sighting | undefined;
+  private runPlace: Sighting | undefined;
   private runFirst = Infinity;
   private runLast = -Infinity;
   private latest = -Infinity;
   private expiredAt = -Infinity;
 
+  constructor(private count: HistoryEntryCount = { entries: 0 }) {}
+
   saw(network: string, geo: GeoPoint | undefined, timestamp: number): void {
-    if (network !== this.runNetwork || geo !== this.runGeo) {
-      this.endRun();
-      this.runNetwork = network;
-      this.runGeo = geo;
-    }
+    if (network !== this.runNetwork || geo !== this.runGeo) this.startRun(network, geo, timestamp);
     if (timestamp < this.runFirst) this.runFirst = timestamp;
     if (timestamp > this.runLast) this.runLast = timestamp;
   }
@@ -89,40 +100,74 @@ export class KeyHistory implements KeyHistoryView {
     this.endRun();
     const cutoff = now - HISTORY_MS;
     for (const sightings of [this.networks, this.places]) {
-      for (const [key, sighting] of sightings) if (sighting.last < cutoff) sightings.delete(key);
+      for (const [key, sighting] of sightings) {
+        if (sighting.last >= cutoff) continue;
+        sightings.delete(key);
+        this.count.entries--;
+      }
     }
   }
 
-  /** Networks and places remembered. */
+  /** Networks and places remembered (the current run's included). */
   get size(): number {
-    this.endRun();
     return this.networks.size + this.places.size;
+  }
+
+  /** Takes this history's entries off its count, which no longer follows it (its holder let go of it). */
+  release(): void {
+    this.count.entries -= this.size;
+    this.count = { entries: 0 };
   }
 
   /** The current run's times go into its network's and its place's sightings (every read does this first). */
   endRun(): void {
-    const network = this.runNetwork;
-    if (network === undefined) return;
-    const { runGeo: geo, runFirst: first, runLast: last } = this;
+    if (this.runNetwork === undefined) return;
+    const { runSighting: sighting, runPlace: place, runFirst: first, runLast: last } = this;
     this.runNetwork = undefined;
     this.runGeo = undefined;
+    this.runSighting = undefined;
+    this.runPlace = undefined;
     this.runFirst = Infinity;
     this.runLast = -Infinity;
     if (last > this.latest) this.latest = last;
-    const sighting = this.networks.get(network);
-    if (sighting) widen(sighting, first, last);
-    else {
-      this.networks.set(network, { first, last });
-      if (this.networks.size > MAX_SIGHTINGS * 1.25) keepLatest(this.networks);
-    }
-    if (geo === undefined || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return;
+    widen(sighting!, first, last);
+    if (place !== undefined) widen(place, first, last);
+  }
+
+  private startRun(network: string, geo: GeoPoint | undefined, timestamp: number): void {
+    this.endRun();
+    this.runNetwork = network;
+    this.runGeo = geo;
+    this.runSighting = this.networkSighting(network, timestamp);
+    this.runPlace = this.placeSighting(geo, timestamp);
+  }
+
+  /** The network's sighting, entered (seen at `timestamp`) if it is new. */
+  private networkSighting(network: string, timestamp: number): Sighting {
+    const known = this.networks.get(network);
+    if (known !== undefined) return known;
+    const sighting = { first: timestamp, last: timestamp };
+    this.networks.set(network, sighting);
+    this.entered(this.networks);
+    return sighting;
+  }
+
+  /** The point's sighting, entered (seen at `timestamp`) if it is new; none without a usable point. */
+  private placeSighting(geo: GeoPoint | undefined, timestamp: number): PlaceSighting | undefined {
+    if (geo === undefined || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return undefined;
     const key = `${geo.latitude},${geo.longitude}`;
-    const place = this.places.get(key);
-    if (place) widen(place, first, last);
-    else {
-      this.places.set(key, { first, last, geo });
-      if (this.places.size > MAX_SIGHTINGS * 1.25) keepLatest(this.places);
-    }
+    const known = this.places.get(key);
+    if (known !== undefined) return known;
+    const place = { first: timestamp, last: timestamp, geo };
+    this.places.set(key, place);
+    this.entered(this.places);
+    return place;
+  }
+
+  /** One more entry in `sightings`: counted, and the ones seen longest ago let go when there are too many. */
+  private entered(sightings: Map<string, Sighting>): void {
+    this.count.entries++;
+    if (sightings.size > MAX_SIGHTINGS * 1.25) this.count.entries -= keepLatest(sightings);
   }
 }
 
@@ -131,13 +176,15 @@ function widen(sighting: Sighting, first: number, last: number): void {
   if (last > sighting.last) sighting.last = last;
 }
 
-/** Keeps the MAX_SIGHTINGS seen most recently (a quarter more are let in before this runs again). */
-function keepLatest(sightings: Map<string, Sighting>): void {
+/** Keeps the MAX_SIGHTINGS seen most recently (a quarter more are let in before this runs again); returns how many went. */
+function keepLatest(sightings: Map<string, Sighting>): number {
   const lasts = [...sightings.values()].map((sighting) => sighting.last).sort((a, b) => b - a);
   const cutoff = lasts[MAX_SIGHTINGS - 1]!;
+  const before = sightings.size;
   let kept = 0;
   for (const [key, sighting] of sightings) {
     if (sighting.last >= cutoff && kept < MAX_SIGHTINGS) kept++;
     else sightings.delete(key);
   }
+  return before - sightings.size;
 }

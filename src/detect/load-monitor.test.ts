@@ -4,7 +4,7 @@ import { WorkerMetrics } from '../metrics.ts';
 import type { EngineLoad } from './engine.ts';
 import { DetectionLoadMonitor } from './load-monitor.ts';
 
-const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0, idleHistories: 0 };
+const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0, idleHistories: 0, historyEntries: 0 };
 
 function monitor() {
   const lines: { level: number; msg: string }[] = [];
@@ -29,6 +29,13 @@ describe('DetectionLoadMonitor', () => {
     loads.record({ ...WHOLE, shedEvents: 4_500, forgottenKeys: 3 });
     expect(lines.at(-1)).toMatchObject({ level: 30, msg: 'detection windows are within their memory budget again' });
     expect(await value('security_center_detection_events_per_key_cap')).toBe(5_000);
+  });
+
+  it('shows the idle keys\' histories and every history\'s entries', async () => {
+    const { loads, value } = monitor();
+    loads.record({ ...WHOLE, idleHistories: 40, historyEntries: 1_300 });
+    expect(await value('security_center_detection_idle_key_histories')).toBe(40);
+    expect(await value('security_center_detection_key_history_entries')).toBe(1_300);
   });
 
   it('counts on when a new engine reports, whose counts start again from zero', async () => {

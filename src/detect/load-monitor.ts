@@ -23,6 +23,7 @@ export class DetectionLoadMonitor {
     metrics.detectionWindowEvents.set(load.windowEvents);
     metrics.detectionTrackedKeys.set(load.trackedKeys);
     metrics.detectionIdleHistories.set(load.idleHistories);
+    metrics.detectionHistoryEntries.set(load.historyEntries);
     metrics.detectionEventsPerKeyCap.set(load.eventsPerKeyCap);
     // The engine counts since its start: a count lower than the last one is a new engine's.
     const since = (count: number, last: number) => (count >= last ? count - last : count);
@@ -39,7 +40,7 @@ export class DetectionLoadMonitor {
     const shedding = load.eventsPerKeyCap < load.maxEventsPerKey || forgotten > 0;
     if (shedding && !this.shedding) {
       this.logger.warn(
-        { windowEvents: load.windowEvents, trackedKeys: load.trackedKeys, maxWindowEvents: load.maxWindowEvents, eventsPerKeyCap: load.eventsPerKeyCap, forgottenKeys: forgotten },
+        { windowEvents: load.windowEvents, trackedKeys: load.trackedKeys, historyEntries: load.historyEntries, maxWindowEvents: load.maxWindowEvents, eventsPerKeyCap: load.eventsPerKeyCap, forgottenKeys: forgotten },
         'detection windows are over their memory budget: the busiest keys keep only their newest events (raise DETECTION_MAX_HEAP_MB or add replicas)',
       );
     } else if (!shedding && this.shedding) {

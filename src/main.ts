@@ -19,8 +19,9 @@ import { windowBudgetFor } from './detect/engine.ts';
 import { HISTORY_MS } from './detect/key-history.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
 import { describeConfig, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
-import { createHttpServer } from './http/server.ts';
 import type { RequestEvent } from './events/request-event.ts';
+import { HeldUntilOpen } from './held-until-open.ts';
+import { createHttpServer } from './http/server.ts';
 import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';
 import { EventBuffer } from './ingest/event-buffer.ts';
 import { registerHttpIngest } from './ingest/http-ingest.ts';
@@ -28,7 +29,6 @@ import { createKafka } from './ingest/kafka-client.ts';
 import { KafkaIntake } from './ingest/kafka-consumer.ts';
 import { RecentEventIds } from './ingest/recent-event-ids.ts';
 import { createLogger, type Logger } from './logger.ts';
-import { HeldUntilOpen } from './held-until-open.ts';
 import { WorkerMetrics } from './metrics.ts';
 import { AlertStore } from './store/alert-store.ts';
 import { connectClickHouse, type ClickHouse } from './store/clickhouse.ts';
@@ -263,8 +263,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     webhooksStarted = webhooks && retryUntilDone('starting webhooks', logger, abort.signal, () => webhooks.start()).catch(() => undefined);
     // Without the open alerts (and recent dismissals), a finding would open a second alert where
     // one is open, and a dismissed pattern would not stay quiet: not ready until they are loaded,
-    // and the Kafka consumer starts only then. Findings of events posted before then wait for the
-    // load (AlertService.handle).
+    // and the Kafka consumer starts only then (events posted before then wait: postedForDetection).
     startingUp = 'open alerts not loaded yet';
     await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(config.detection.suppressionMs), () => {
       startingUp = 'storage unavailable: cannot load the open alerts (retrying)';

@@ -102,8 +102,10 @@ export class AlertService {
   /**
    * Rule errors are reported at once. Findings are applied at once too, but not before start() has
    * loaded the open alerts: without them a finding would open a second alert where one is open, or
-   * wake a dismissed pattern. Until then (events posted over HTTP are taken in from the start) they
-   * are held, in order, and applied when the load is done.
+   * wake a dismissed pattern. Until then they are held, in order, and applied when the load is done.
+   * (The worker itself hands none over before: its Kafka intake starts after the load, and events
+   * posted over HTTP wait in main.ts until detection has started. This keeps the promise for any
+   * caller.)
    */
   handle(detection: Detection): void {
     for (const { ruleId, message } of detection.ruleErrors) {

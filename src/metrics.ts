@@ -133,6 +133,11 @@ export class WorkerMetrics {
     help: 'Active keys whose detection window was dropped to stay within the memory budget',
     registers: [this.registry],
   });
+  readonly detectionShedHistories = new Counter({
+    name: 'security_center_detection_shed_key_histories_total',
+    help: 'Idle keys\' histories (networks and places of the last 7 days) dropped to stay within the memory budget: such a key\'s next networks and places look new to credential_sharing and impossible_travel',
+    registers: [this.registry],
+  });
   readonly detectionThinnedEvents = new Counter({
     name: 'security_center_detection_thinned_events_total',
     help: 'Events thinned out of the history of keys busier than their window holds (of each network and place, the first and last of each minute stay)',

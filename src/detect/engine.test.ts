@@ -288,6 +288,7 @@ describe('DetectionEngine', () => {
       const shed = 100 - load.idleHistories;
       expect(shed).toBeGreaterThan(0);
       expect(shed).toBeLessThan(50);
+      expect(load.shedHistories).toBe(shed);
       // Those shed were recalled first: partition 1's; partition 2 keeps its 50.
       detection.keepPartitions(new Set([2]));
       expect(detection.load.idleHistories).toBe(50);

@@ -118,6 +118,8 @@ export interface EngineLoad {
   idleHistories: number;
   /** Networks and places held by all keys' histories, tracked and idle (beyond HISTORY_ENTRIES_PER_KEY per history, counted against the budget). */
   historyEntries: number;
+  /** Idle keys' histories dropped to stay within the budget (not those dropped for their age or the idle count cap). */
+  shedHistories: number;
 }
 
 const MINUTE = 60_000;
@@ -207,6 +209,7 @@ export class DetectionEngine {
   private windowEvents = 0;
   private shedEvents = 0;
   private forgottenKeys = 0;
+  private shedHistories = 0;
   private thinnedEvents = 0;
   private batches = 0;
   /** Per partition (-1 for HTTP): the latest time its keys were judged as of. */
@@ -239,6 +242,7 @@ export class DetectionEngine {
       futureEvents: this.admission.futureEvents,
       idleHistories: this.idleHistories.size,
       historyEntries: this.historyEntries.entries,
+      shedHistories: this.shedHistories,
     };
   }
 
@@ -452,7 +456,9 @@ export class DetectionEngine {
   private shedIdleHistories(target: number): void {
     for (const [ref, idle] of this.idleHistories) {
       if (this.cost <= target || this.historyEntriesCounted === 0) return;
-      if (idle.history.size > HISTORY_ENTRIES_PER_KEY) this.dropIdle(ref, idle);
+      if (idle.history.size <= HISTORY_ENTRIES_PER_KEY) continue;
+      this.dropIdle(ref, idle);
+      this.shedHistories++;
     }
   }
 

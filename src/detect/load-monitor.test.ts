@@ -2,16 +2,16 @@ import { describe, expect, it } from 'vitest';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
 import type { EngineLoad } from './engine.ts';
-import { DetectionLoadMonitor } from './load-monitor.ts';
+import { DetectionLoadMonitor, HISTORY_WARNING_MS } from './load-monitor.ts';
 
-const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0, idleHistories: 0, historyEntries: 0 };
+const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0, idleHistories: 0, historyEntries: 0, shedHistories: 0 };
 
-function monitor() {
+function monitor(clock?: () => number) {
   const lines: { level: number; msg: string }[] = [];
   const logger = createLogger('info', { write: (line: string) => lines.push(JSON.parse(line)) });
   const metrics = new WorkerMetrics({ defaultMetrics: false });
   const value = async (name: string) => (await metrics.registry.getSingleMetric(name)!.get()).values[0]?.value ?? 0;
-  return { loads: new DetectionLoadMonitor(metrics, logger), lines, value };
+  return { loads: new DetectionLoadMonitor(metrics, logger, clock), lines, value };
 }
 
 describe('DetectionLoadMonitor', () => {
@@ -36,6 +36,29 @@ describe('DetectionLoadMonitor', () => {
     loads.record({ ...WHOLE, idleHistories: 40, historyEntries: 1_300 });
     expect(await value('security_center_detection_idle_key_histories')).toBe(40);
     expect(await value('security_center_detection_key_history_entries')).toBe(1_300);
+  });
+
+  it('counts idle histories shed for the budget, warning of them at most every ten minutes', async () => {
+    let now = 0;
+    const { loads, lines, value } = monitor(() => now);
+    const warnings = () => lines.filter((line) => line.level === 40).map((line) => (line as { shedHistories?: number }).shedHistories);
+    loads.record({ ...WHOLE, idleHistories: 900, shedHistories: 100 });
+    now += 60_000;
+    loads.record({ ...WHOLE, idleHistories: 900, shedHistories: 150 });
+    now += HISTORY_WARNING_MS;
+    loads.record({ ...WHOLE, idleHistories: 900, shedHistories: 150 });
+    loads.record({ ...WHOLE, idleHistories: 900, shedHistories: 170 });
+    expect(await value('security_center_detection_shed_key_histories_total')).toBe(170);
+    // The first at once; the next ten minutes later, with the 50 shed since; the last 20 wait.
+    expect(warnings()).toEqual([100, 50]);
+    now += HISTORY_WARNING_MS;
+    loads.record({ ...WHOLE, shedHistories: 170 });
+    expect(warnings()).toEqual([100, 50, 20]);
+    // Nothing shed since, nothing said; the windows' own warning is not raised by histories alone.
+    now += HISTORY_WARNING_MS;
+    loads.record({ ...WHOLE, shedHistories: 170 });
+    expect(warnings()).toEqual([100, 50, 20]);
+    expect(lines.some((line) => line.msg.startsWith('detection windows'))).toBe(false);
   });
 
   it('counts on when a new engine reports, whose counts start again from zero', async () => {

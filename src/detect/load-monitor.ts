@@ -1,21 +1,30 @@
 /**
  * Reports how the detection engine stands against its memory budget (EngineLoad, sent back by the
  * analysis thread with each batch): gauges and counters for /metrics, and a warning when the
- * windows start losing events to the budget, then a note when they are whole again. Events dated
- * too far ahead of the clock, which detection leaves out, and events thinned out of busy keys'
- * history are counted too.
+ * windows start losing events to the budget, then a note when they are whole again. Idle keys'
+ * histories dropped for the budget are counted, with a warning at most every HISTORY_WARNING_MS:
+ * this happens in steps (each brings the cost to 90% of the budget), so a warning and a note at
+ * each step would flood the log. Events dated too far ahead of the clock, which detection leaves
+ * out, and events thinned out of busy keys' history are counted too.
  */
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { EngineLoad } from './engine.ts';
 
+/** Shed histories are warned about at most this often; the counter has each. */
+export const HISTORY_WARNING_MS = 10 * 60_000;
+
 export class DetectionLoadMonitor {
-  private reported = { shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0 };
+  private reported = { shedEvents: 0, forgottenKeys: 0, shedHistories: 0, thinnedEvents: 0, futureEvents: 0 };
   private shedding = false;
+  /** Histories shed since the last warning about them, and when that was. */
+  private shedHistoriesUnwarned = 0;
+  private historyWarnedAt = -Infinity;
 
   constructor(
     private readonly metrics: WorkerMetrics,
     private readonly logger: Logger,
+    private readonly clock: () => number = Date.now,
   ) {}
 
   record(load: EngineLoad): void {
@@ -29,13 +38,16 @@ export class DetectionLoadMonitor {
     const since = (count: number, last: number) => (count >= last ? count - last : count);
     const shed = since(load.shedEvents, this.reported.shedEvents);
     const forgotten = since(load.forgottenKeys, this.reported.forgottenKeys);
+    const shedHistories = since(load.shedHistories, this.reported.shedHistories);
     const thinned = since(load.thinnedEvents, this.reported.thinnedEvents);
     const future = since(load.futureEvents, this.reported.futureEvents);
     if (shed > 0) metrics.detectionShedEvents.inc(shed);
     if (forgotten > 0) metrics.detectionForgottenKeys.inc(forgotten);
+    if (shedHistories > 0) metrics.detectionShedHistories.inc(shedHistories);
     if (thinned > 0) metrics.detectionThinnedEvents.inc(thinned);
     if (future > 0) metrics.detectionFutureEvents.inc(future);
-    this.reported = { shedEvents: load.shedEvents, forgottenKeys: load.forgottenKeys, thinnedEvents: load.thinnedEvents, futureEvents: load.futureEvents };
+    this.reported = { shedEvents: load.shedEvents, forgottenKeys: load.forgottenKeys, shedHistories: load.shedHistories, thinnedEvents: load.thinnedEvents, futureEvents: load.futureEvents };
+    this.warnOfShedHistories(shedHistories, load);
 
     const shedding = load.eventsPerKeyCap < load.maxEventsPerKey || forgotten > 0;
     if (shedding && !this.shedding) {
@@ -47,5 +59,17 @@ export class DetectionLoadMonitor {
       this.logger.info({ windowEvents: load.windowEvents, trackedKeys: load.trackedKeys }, 'detection windows are within their memory budget again');
     }
     this.shedding = shedding;
+  }
+
+  private warnOfShedHistories(shed: number, load: EngineLoad): void {
+    this.shedHistoriesUnwarned += shed;
+    const now = this.clock();
+    if (this.shedHistoriesUnwarned === 0 || now - this.historyWarnedAt < HISTORY_WARNING_MS) return;
+    this.logger.warn(
+      { shedHistories: this.shedHistoriesUnwarned, idleHistories: load.idleHistories, historyEntries: load.historyEntries, maxWindowEvents: load.maxWindowEvents },
+      'idle keys\' histories were dropped to stay within the detection memory budget: their next networks and places look new (raise DETECTION_MAX_HEAP_MB or add replicas)',
+    );
+    this.shedHistoriesUnwarned = 0;
+    this.historyWarnedAt = now;
   }
 }

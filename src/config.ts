@@ -154,6 +154,7 @@ const envSchema = z
     ENTITLED_PLANS: commaList.pipe(z.array(z.enum(PLANS)).min(1)).default(['business', 'enterprise']),
     ENFORCEMENT_MODE: z.enum(['off', 'shadow', 'enforce']).default('off'),
     ENFORCEMENT_BLOCK_MIN_RISK: z.coerce.number().min(0).max(1).default(0.95),
+    ENFORCEMENT_TTL_MINUTES: envInt(60, 1, 7 * 24 * 60),
 
     ONCALL_WEBHOOK_URL: z.url().optional(),
     ONCALL_WEBHOOK_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
@@ -234,7 +235,7 @@ export interface Config {
     readonly cacheTtlMs: number;
   };
   readonly detection: { readonly configFile?: string; readonly geoCityDb?: string; readonly suppressionMs: number; readonly maxHeapMb?: number; readonly maxWindowEvents?: number };
-  readonly enforcement: { readonly mode: Env['ENFORCEMENT_MODE']; readonly blockMinRisk: number };
+  readonly enforcement: { readonly mode: Env['ENFORCEMENT_MODE']; readonly blockMinRisk: number; readonly ttlMs: number };
   readonly webhooks: {
     /** The operator's on-call endpoint; undefined when not configured. */
     readonly oncall?: { readonly url: string; readonly secret: string };
@@ -340,7 +341,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
       maxHeapMb: env.DETECTION_MAX_HEAP_MB,
       maxWindowEvents: env.DETECTION_MAX_WINDOW_EVENTS,
     },
-    enforcement: { mode: env.ENFORCEMENT_MODE, blockMinRisk: env.ENFORCEMENT_BLOCK_MIN_RISK },
+    enforcement: { mode: env.ENFORCEMENT_MODE, blockMinRisk: env.ENFORCEMENT_BLOCK_MIN_RISK, ttlMs: env.ENFORCEMENT_TTL_MINUTES * 60_000 },
     webhooks: {
       oncall: env.ONCALL_WEBHOOK_URL && env.ONCALL_WEBHOOK_SECRET ? { url: env.ONCALL_WEBHOOK_URL, secret: env.ONCALL_WEBHOOK_SECRET } : undefined,
       allowPrivateTargets: env.WEBHOOK_ALLOW_PRIVATE_TARGETS,

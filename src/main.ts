@@ -15,10 +15,13 @@ import { AdminAuthenticator } from './admin/auth.ts';
 import { ResponseCache } from './admin/response-cache.ts';
 import { AlertManager } from './alerts/alert-manager.ts';
 import { AlertService } from './alerts/alert-service.ts';
+import { DetectionConfig, followDetectionConfig } from './detect/detection-config.ts';
 import { windowBudgetFor } from './detect/engine.ts';
 import { HISTORY_MS } from './detect/key-history.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
 import { describeConfig, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
+import { registerDecisionRoutes } from './enforcement/decision-routes.ts';
+import { DecisionSource } from './enforcement/decision-source.ts';
 import type { RequestEvent } from './events/request-event.ts';
 import { HeldUntilOpen } from './held-until-open.ts';
 import { createHttpServer } from './http/server.ts';
@@ -160,6 +163,30 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     logger.child({ component: 'alerts' }),
     { onCritical: (alert) => webhooks?.notify(alert) },
   );
+  // Enforcement decisions (contracts section 5) are derived from the stored alerts with the current
+  // allowlists; the analysis thread follows the same file for detection, and logs its refusals.
+  let allowlists = new DetectionConfig();
+  const { configFile } = config.detection;
+  const unfollowConfig =
+    config.enforcement.mode !== 'off' && configFile
+      ? followDetectionConfig(configFile, RULES, {
+          loaded: (loaded) => (allowlists = loaded),
+          refused: (error) => {
+            if (!analysis) logger.error({ err: error }, 'detection config refused; enforcement keeps the previous allowlists');
+          },
+        })
+      : undefined;
+  const enforcement =
+    config.enforcement.mode === 'off'
+      ? undefined
+      : new DecisionSource({
+          mode: config.enforcement.mode,
+          policy: { blockMinRisk: config.enforcement.blockMinRisk, ttlMs: config.enforcement.ttlMs },
+          readAlerts: (since) => alertStore.enforceable(since),
+          config: () => allowlists,
+          metrics,
+          logger: logger.child({ component: 'enforcement' }),
+        });
   const detectionLoad = new DetectionLoadMonitor(metrics, logger.child({ component: 'detection' }));
   const onDetection = (detection: Detection) => {
     if (detection.load) detectionLoad.record(detection.load);
@@ -223,6 +250,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   } else if (ingestEnabled) {
     logger.warn('INGEST_TOKEN is not set: POST /v1/ingest/events is off');
   }
+  if (enforcement && config.ingest.token) registerDecisionRoutes(app, { token: config.ingest.token, source: enforcement });
+  else if (enforcement) logger.warn('INGEST_TOKEN is not set: enforcement decisions are logged, but GET /v1/enforcement/decisions is off');
   if (config.features.admin && config.admin.jwtSecret) {
     await registerAdminApi(app, {
       authenticator: new AdminAuthenticator(config.admin.jwtSecret, config.admin.entitledPlans),
@@ -254,6 +283,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       migrate(clickhouse, { tables, eventsTtlDays: config.clickhouse.eventsTtlDays }, logger),
     );
     migrated = true;
+    enforcement?.start();
     if (secretKey) await resealWebhookSecrets(webhookStore, previousSecretKey !== undefined, logger);
     if (!analysis) return;
     // Webhook start-up (the breakers' states, then attempting what is due) is needed for delivery
@@ -338,6 +368,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       await intake?.disconnect();
       await analysis?.close();
       await alerts.stop();
+      unfollowConfig?.();
+      await enforcement?.stop();
       await webhooksStarted; // a start in progress ends before the stop
       await webhooks?.stop(); // after alerts: stores the notifications in hand
       await clickhouse.close();

@@ -199,4 +199,28 @@ export class WorkerMetrics {
       collect: () => gauge.set(state() ? 1 : 0),
     });
   }
+
+  /**
+   * Enforcement (ENFORCEMENT_MODE shadow or enforce): the decisions this replica serves, by action
+   * (every replica serves the same ones), and whether it serves any answer at all.
+   */
+  reportEnforcementDecisions(current: () => { decisions: readonly { action: string }[] } | undefined): void {
+    const decisions: Gauge<'action'> = new Gauge({
+      name: 'security_center_enforcement_decisions',
+      help: 'Keys with an enforcement decision now, by action (throttle, block); in shadow mode, the decisions recorded but not applied',
+      labelNames: ['action'] as const,
+      registers: [this.registry],
+      collect: () => {
+        const counts = { throttle: 0, block: 0 };
+        for (const decision of current()?.decisions ?? []) if (decision.action === 'throttle' || decision.action === 'block') counts[decision.action]++;
+        for (const [action, count] of Object.entries(counts)) decisions.set({ action }, count);
+      },
+    });
+    const fresh: Gauge = new Gauge({
+      name: 'security_center_enforcement_decisions_fresh',
+      help: '1 while the enforcement decisions served are fresh (storage read within 30 s); 0 while there are none to serve, and the fleet lets traffic through',
+      registers: [this.registry],
+      collect: () => fresh.set(current() ? 1 : 0),
+    });
+  }
 }

@@ -10,6 +10,7 @@
  *   "plans": { "enterprise": { "rules": { "velocity_attack": { "thresholdRatio": 2 } } } }
  * }
  */
+import { readFileSync, unwatchFile, watchFile } from 'node:fs';
 import { BlockList, isIP } from 'node:net';
 import { z } from 'zod';
 import { PLANS } from '../events/request-event.ts';
@@ -47,6 +48,8 @@ export type DetectionConfigInput = z.input<typeof detectionConfigSchema>;
 
 class CompiledAllowlist {
   readonly keys: Set<string>;
+  /** The IPs and CIDRs as written. */
+  readonly ips: readonly string[];
   readonly networks = new BlockList();
   /** BlockList.check builds a SocketAddress per call: skip it when no network is listed. */
   private readonly hasNetworks: boolean;
@@ -54,6 +57,7 @@ class CompiledAllowlist {
 
   constructor(input: z.output<typeof allowlistSchema> | undefined) {
     this.keys = new Set(input?.keys ?? []);
+    this.ips = input?.ips ?? [];
     for (const entry of input?.ips ?? []) {
       const [address, bits] = entry.split('/') as [string, string | undefined];
       const family = isIP(address) === 4 ? 'ipv4' : 'ipv6';
@@ -116,6 +120,12 @@ export class DetectionConfig {
     return this.global.keys.has(apiKeyId) || (this.merchantAllowlists.get(merchantId)?.keys.has(apiKeyId) ?? false);
   }
 
+  /** The IPs and CIDRs allowlisted for the merchant's traffic: its own and the global ones. */
+  allowlistedIps(merchantId: string): string[] {
+    const own = this.merchantAllowlists.get(merchantId)?.ips ?? [];
+    return own.length === 0 ? [...this.global.ips] : [...new Set([...this.global.ips, ...own])];
+  }
+
   /** Whether any allowlist lists anything: without one, no event is allowlisted. */
   get hasAllowlists(): boolean {
     return !this.global.isEmpty || [...this.merchantAllowlists.values()].some((allowlist) => !allowlist.isEmpty);
@@ -137,6 +147,28 @@ export class DetectionConfig {
 }
 
 /** What parse needs to know of a rule to check the overrides of it. */
+/**
+ * Reads the file now and again whenever it changes (polled every 2 s, so an edit over NFS or a
+ * ConfigMap's swapped symlink is seen too): `loaded` gets each valid version, `refused` each invalid
+ * one, and the caller keeps the previous config then. Returns what stops following it.
+ */
+export function followDetectionConfig(
+  file: string,
+  rules: readonly TunableRule[],
+  handlers: { loaded(config: DetectionConfig): void; refused(error: Error): void },
+): () => void {
+  const load = () => {
+    try {
+      handlers.loaded(DetectionConfig.parse(readFileSync(file, 'utf8'), rules));
+    } catch (error) {
+      handlers.refused(error instanceof Error ? error : new Error(String(error)));
+    }
+  };
+  load();
+  watchFile(file, { interval: 2_000, persistent: false }, load);
+  return () => unwatchFile(file, load);
+}
+
 export interface TunableRule {
   id: string;
   defaults: Record<string, unknown>;

@@ -4,10 +4,9 @@
  * use one core while the main thread fetches from Kafka and the storage engine inserts on the other.
  * It owns the RecentEventIds of the Kafka path and the detection windows.
  */
-import { readFileSync, watchFile } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { RULES } from '../../rules/index.ts';
-import { DetectionConfig } from '../detect/detection-config.ts';
+import { DetectionConfig, followDetectionConfig } from '../detect/detection-config.ts';
 import { DetectionEngine, ENGINE_ERROR, type EngineFinding } from '../detect/engine.ts';
 import { openGeoLookup } from '../detect/geo.ts';
 import type { RequestEvent } from '../events/request-event.ts';
@@ -21,17 +20,18 @@ const port = parentPort!;
 
 let config = new DetectionConfig();
 const ruleErrors: { ruleId: string; message: string }[] = [];
-function loadConfig(): void {
-  if (!settings.detectionConfigFile) return;
-  try {
-    config = DetectionConfig.parse(readFileSync(settings.detectionConfigFile, 'utf8'), RULES);
-    port.postMessage({ kind: 'log', level: 'info', message: 'detection config loaded', file: settings.detectionConfigFile });
-  } catch (error) {
-    port.postMessage({ kind: 'log', level: 'error', message: `detection config refused, keeping the previous one: ${(error as Error).message}` });
-  }
+if (settings.detectionConfigFile) {
+  const file = settings.detectionConfigFile;
+  followDetectionConfig(file, RULES, {
+    loaded(loaded) {
+      config = loaded;
+      port.postMessage({ kind: 'log', level: 'info', message: 'detection config loaded', file });
+    },
+    refused(error) {
+      port.postMessage({ kind: 'log', level: 'error', message: `detection config refused, keeping the previous one: ${error.message}` });
+    },
+  });
 }
-loadConfig();
-if (settings.detectionConfigFile) watchFile(settings.detectionConfigFile, { interval: 2_000, persistent: false }, loadConfig);
 
 const engine = settings.detection
   ? new DetectionEngine({

@@ -11,7 +11,6 @@
  * is dropped there as a redelivery. Either way, when that cannot be done in time the answer is 503
  * with Retry-After, and a retry of the same events is not counted twice.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import {
   parseRequestEventText,
@@ -22,6 +21,7 @@ import {
   type RequestEvent,
   type TimeRange,
 } from '../events/request-event.ts';
+import { bearerTokenCheck } from '../http/bearer-token.ts';
 import { HttpError, validationError } from '../http/errors.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import { HTTP_SOURCE, serializeEventRow } from '../store/event-store.ts';
@@ -58,7 +58,7 @@ export interface IngestReport {
 const NDJSON_TYPES = ['application/x-ndjson', 'application/ndjson', 'application/jsonl'];
 
 export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOptions): void {
-  const expectedToken = digest(options.token);
+  const authenticate = bearerTokenCheck(options.token, 'ingest token');
   const { publish, buffer, recentIds, metrics } = options;
   const timeoutMs = options.storeTimeoutMs ?? 10_000;
   /**
@@ -97,7 +97,7 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
   }
 
   app.post('/v1/ingest/events', async (request, reply) => {
-    authenticate(request, expectedToken);
+    authenticate(request);
     // With Kafka, storage is the consumer's business: the topic holds the events through its outage.
     if (publish ? overdue > 0 : !buffer.healthy) throw unavailable(publish !== undefined);
     const results = parseBody(request.body, options.maxEvents, options.eventTimes);
@@ -178,19 +178,6 @@ function parseJsonArray(text: string): unknown {
     // Never quote the input: it may hold a secret (see request-event.ts).
     throw validationError([{ path: ['body'], message: 'body starts as a JSON array but is not valid JSON' }]);
   }
-}
-
-function authenticate(request: FastifyRequest, expectedToken: Buffer): void {
-  const header = request.headers.authorization;
-  const match = typeof header === 'string' ? /^Bearer (.+)$/i.exec(header) : null;
-  // Compare digests, so the comparison takes the same time whatever the length of the guess.
-  if (!match || !timingSafeEqual(digest(match[1]!), expectedToken)) {
-    throw new HttpError(401, 'UNAUTHORIZED', 'Missing or invalid ingest token');
-  }
-}
-
-function digest(value: string): Buffer {
-  return createHash('sha256').update(value).digest();
 }
 
 function tooMany(maxEvents: number): HttpError {

@@ -127,6 +127,20 @@ export class AlertStore {
   }
 
   /**
+   * Alerts that may decide enforcement (every merchant's): open or acknowledged, about a key,
+   * recommending rate_limit or block, with evidence seen at or after `since`.
+   */
+  async enforceable(since: Date): Promise<Alert[]> {
+    const rows = await this.db.queryRows(
+      `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL
+        WHERE status IN ('open', 'acknowledged') AND recommended_action IN ('rate_limit', 'block')
+          AND api_key_id IS NOT NULL AND last_seen_at >= {since:DateTime64(3, 'UTC')}`,
+      { since: toClickHouseTime(since.getTime()) },
+    );
+    return rows.map((row) => fromRow(alertRow.parse(row)));
+  }
+
+  /**
    * A page of alerts, newest first, ordered by (createdAt, id), which never change: a page that starts
    * after a cursor sees neither repeats nor gaps while new alerts arrive (they sort before page one).
    */

@@ -1,0 +1,110 @@
+import { describe, expect, it } from 'vitest';
+import { makeAlert } from '../../test/support/admin.ts';
+import type { Alert } from '../alerts/alert.ts';
+import { DetectionConfig } from '../detect/detection-config.ts';
+import { createLogger } from '../logger.ts';
+import { WorkerMetrics } from '../metrics.ts';
+import { DecisionSource } from './decision-source.ts';
+
+const T0 = Date.UTC(2026, 10, 21, 12, 0, 0);
+const MINUTE = 60_000;
+
+/** A source over alerts the test sets (or a failing read), on a clock the test moves. */
+function source(mode: 'shadow' | 'enforce' = 'enforce') {
+  const state = { now: T0, alerts: [] as Alert[], failing: false, since: [] as number[], config: new DetectionConfig() };
+  const lines: { level: number; msg: string; [field: string]: unknown }[] = [];
+  const metrics = new WorkerMetrics({ defaultMetrics: false });
+  const decisions = new DecisionSource({
+    mode,
+    policy: { blockMinRisk: 0.95, ttlMs: 30 * MINUTE },
+    readAlerts: async (since) => {
+      state.since.push(since.getTime());
+      if (state.failing) throw new Error('injected: storage cannot be read');
+      return state.alerts;
+    },
+    config: () => state.config,
+    metrics,
+    logger: createLogger('info', { write: (line: string) => lines.push(JSON.parse(line)) }),
+    staleAfterMs: 30_000,
+    now: () => state.now,
+  });
+  const gauge = async (name: string, action?: string) =>
+    (await metrics.registry.getSingleMetric(name)!.get()).values.find((value) => action === undefined || value.labels.action === action)?.value;
+  return { state, lines, decisions, gauge };
+}
+
+const attack = (apiKeyId: string, overrides: Partial<Alert> = {}) =>
+  makeAlert(0, { merchantId: 'm_1', createdAtMs: T0 - MINUTE, apiKeyId, severity: 'high', riskScore: 0.8, recommendedAction: 'rate_limit', ...overrides });
+
+describe('DecisionSource', () => {
+  it('has no answer until storage was read, then serves the decisions of alerts seen within the TTL', async () => {
+    const { state, decisions, gauge } = source();
+    expect(decisions.current()).toBeUndefined();
+    expect(await gauge('security_center_enforcement_decisions_fresh')).toBe(0);
+    state.alerts = [attack('pk_live_a')];
+    await decisions.refresh();
+    expect(state.since).toEqual([T0 - 30 * MINUTE]);
+    expect(decisions.current()).toMatchObject({ generatedAt: T0, staleAfter: T0 + 30_000, decisions: [{ apiKeyId: 'pk_live_a', action: 'throttle' }] });
+    expect(await gauge('security_center_enforcement_decisions', 'throttle')).toBe(1);
+    expect(await gauge('security_center_enforcement_decisions', 'block')).toBe(0);
+    expect(await gauge('security_center_enforcement_decisions_fresh')).toBe(1);
+  });
+
+  it('keeps serving while reads fail, until the answer is stale: then none (the fleet lets traffic through)', async () => {
+    const { state, decisions, lines } = source();
+    state.alerts = [attack('pk_live_a')];
+    await decisions.refresh();
+    state.failing = true;
+    state.now = T0 + 20_000;
+    await decisions.refresh();
+    await decisions.refresh();
+    expect(decisions.current()?.decisions).toHaveLength(1);
+    state.now = T0 + 30_001;
+    expect(decisions.current()).toBeUndefined();
+    // One warning for the outage, one note for the recovery.
+    state.failing = false;
+    await decisions.refresh();
+    expect(decisions.current()?.generatedAt).toBe(T0 + 30_001);
+    expect(lines.filter((line) => line.level >= 40).map((line) => line.msg.slice(0, 40))).toEqual(['reading enforcement decisions failed; th']);
+    expect(lines.at(-1)?.msg).toBe('enforcement decisions can be read again');
+  });
+
+  it('drops a decision from its answer once it expires, between reads', async () => {
+    const { state, decisions } = source();
+    state.alerts = [attack('pk_live_a', { lastSeenAt: new Date(T0 - 30 * MINUTE + 10_000).toISOString() }), attack('pk_live_b')];
+    await decisions.refresh();
+    expect(decisions.current()?.decisions.map((decision) => decision.apiKeyId)).toEqual(['pk_live_a', 'pk_live_b']);
+    state.now = T0 + 10_000;
+    expect(decisions.current()?.decisions.map((decision) => decision.apiKeyId)).toEqual(['pk_live_b']);
+  });
+
+  it('records each decision as it starts, changes or ends, saying in shadow mode that it is not applied', async () => {
+    const { state, decisions, lines } = source('shadow');
+    const records = () => lines.map((line) => [line.msg, line.apiKeyId, line.action]);
+    const first = attack('pk_live_a');
+    state.alerts = [first];
+    await decisions.refresh();
+    await decisions.refresh();
+    expect(records()).toEqual([['enforcement (shadow, not applied): would throttle key', 'pk_live_a', 'throttle']]);
+    // Escalated to a critical alert of high risk: a block.
+    state.alerts = [{ ...first, severity: 'critical', riskScore: 0.97, recommendedAction: 'block' }];
+    await decisions.refresh();
+    expect(records().at(-1)).toEqual(['enforcement (shadow, not applied): would block key', 'pk_live_a', 'block']);
+    expect(lines.at(-1)).toMatchObject({ mode: 'shadow', previous: 'throttle', alertId: first.id });
+    expect(lines.at(-1)).not.toHaveProperty('exemptIps');
+    // Dismissed (or allowlisted): it ends.
+    state.alerts = [];
+    await decisions.refresh();
+    expect(records().at(-1)).toEqual(['enforcement decision ended', 'pk_live_a', 'block']);
+    expect(lines).toHaveLength(3);
+  });
+
+  it('follows the allowlists as they are reloaded', async () => {
+    const { state, decisions } = source();
+    state.alerts = [attack('pk_live_a')];
+    await decisions.refresh();
+    state.config = DetectionConfig.parse(JSON.stringify({ allowlist: { keys: ['pk_live_a'] } }));
+    await decisions.refresh();
+    expect(decisions.current()?.decisions).toEqual([]);
+  });
+});

@@ -1,0 +1,122 @@
+/**
+ * The enforcement decisions this replica serves to the fleet: every key's decision, derived from the
+ * alerts in storage (which every replica shares, so any replica answers for all keys) and refreshed
+ * every `refreshMs`. Answers come from memory, never wait for storage, and never serve what is
+ * stale: when storage has not answered for `staleAfterMs`, there is no answer (the fleet then lets
+ * traffic through, contracts section 5).
+ *
+ * Decisions are recorded as they change: each one that starts, changes action or ends is logged
+ * (in `shadow` mode too, where nothing is applied: that log is what enforcing would have done).
+ * Every replica derives the same decisions, so every replica logs them.
+ */
+import type { Alert } from '../alerts/alert.ts';
+import type { DetectionConfig } from '../detect/detection-config.ts';
+import type { Logger } from '../logger.ts';
+import type { WorkerMetrics } from '../metrics.ts';
+import { decisionsFor, type EnforcementDecision, type EnforcementPolicy } from './decisions.ts';
+
+export interface DecisionSnapshot {
+  /** When storage was read for these decisions. */
+  generatedAt: number;
+  /** After this, the decisions must not be applied (the fleet lets traffic through). */
+  staleAfter: number;
+  decisions: EnforcementDecision[];
+}
+
+export interface DecisionSourceOptions {
+  mode: 'shadow' | 'enforce';
+  policy: EnforcementPolicy;
+  /** Alerts that may decide: open or acknowledged, recommending rate_limit or block, last seen at or after `since`. */
+  readAlerts(since: Date): Promise<Alert[]>;
+  /** The current allowlists (reloaded without a restart). */
+  config(): DetectionConfig;
+  metrics: WorkerMetrics;
+  logger: Logger;
+  refreshMs?: number;
+  staleAfterMs?: number;
+  now?: () => number;
+}
+
+const REFRESH_MS = 2_000;
+const STALE_AFTER_MS = 30_000;
+
+export class DecisionSource {
+  private snapshot: DecisionSnapshot | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private refreshing: Promise<void> | undefined;
+  private failing = false;
+  private readonly now: () => number;
+  private readonly staleAfterMs: number;
+
+  constructor(private readonly options: DecisionSourceOptions) {
+    this.now = options.now ?? Date.now;
+    this.staleAfterMs = options.staleAfterMs ?? STALE_AFTER_MS;
+    options.metrics.reportEnforcementDecisions(() => this.current());
+  }
+
+  get mode(): 'shadow' | 'enforce' {
+    return this.options.mode;
+  }
+
+  /** Reads the decisions now, then every refreshMs. */
+  start(): void {
+    void this.refresh();
+    this.timer = setInterval(() => void this.refresh(), this.options.refreshMs ?? REFRESH_MS);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    await this.refreshing;
+  }
+
+  /** The decisions as of the last read, without those expired since; undefined when there is none or it is stale. */
+  current(): DecisionSnapshot | undefined {
+    const snapshot = this.snapshot;
+    const now = this.now();
+    if (snapshot === undefined || now > snapshot.staleAfter) return undefined;
+    const live = snapshot.decisions.filter((decision) => Date.parse(decision.expiresAt) > now);
+    return live.length === snapshot.decisions.length ? snapshot : { ...snapshot, decisions: live };
+  }
+
+  /** One read of storage (a read still running is waited for, not doubled); never rejects. */
+  refresh(): Promise<void> {
+    this.refreshing ??= this.read().finally(() => (this.refreshing = undefined));
+    return this.refreshing;
+  }
+
+  private async read(): Promise<void> {
+    const startedAt = this.now();
+    try {
+      const alerts = await this.options.readAlerts(new Date(startedAt - this.options.policy.ttlMs));
+      const decisions = decisionsFor(alerts, this.options.policy, this.options.config(), startedAt);
+      this.record(decisions);
+      this.snapshot = { generatedAt: startedAt, staleAfter: startedAt + this.staleAfterMs, decisions };
+      if (this.failing) this.options.logger.info('enforcement decisions can be read again');
+      this.failing = false;
+    } catch (error) {
+      if (!this.failing) this.options.logger.warn({ err: error }, `reading enforcement decisions failed; they are served until ${this.staleAfterMs / 1000} s old, then none (the fleet lets traffic through)`);
+      this.failing = true;
+    }
+  }
+
+  /** Logs the decisions that started, changed action or ended since the last read. */
+  private record(decisions: readonly EnforcementDecision[]): void {
+    const { logger, mode } = this.options;
+    const before = new Map((this.snapshot?.decisions ?? []).map((decision) => [keyOf(decision), decision]));
+    for (const decision of decisions) {
+      const known = before.get(keyOf(decision));
+      before.delete(keyOf(decision));
+      if (known?.action === decision.action && known.alertId === decision.alertId) continue;
+      const { exemptIps: _exemptIps, ...logged } = decision;
+      logger.info({ mode, ...logged, previous: known?.action }, mode === 'enforce' ? `enforcement: ${decision.action} key` : `enforcement (shadow, not applied): would ${decision.action} key`);
+    }
+    for (const ended of before.values()) {
+      logger.info({ mode, apiKeyId: ended.apiKeyId, merchantId: ended.merchantId, alertId: ended.alertId, action: ended.action }, 'enforcement decision ended');
+    }
+  }
+}
+
+function keyOf(decision: EnforcementDecision): string {
+  return `${decision.merchantId}\u0000${decision.apiKeyId}`;
+}

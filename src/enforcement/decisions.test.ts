@@ -1,0 +1,103 @@
+import { describe, expect, it } from 'vitest';
+import { makeAlert } from '../../test/support/admin.ts';
+import type { Alert } from '../alerts/alert.ts';
+import { DetectionConfig } from '../detect/detection-config.ts';
+import { decisionFor, decisionsFor } from './decisions.ts';
+
+const NOW = Date.UTC(2026, 10, 21, 12, 0, 0);
+const MINUTE = 60_000;
+const POLICY = { blockMinRisk: 0.95, ttlMs: 60 * MINUTE };
+const NO_ALLOWLISTS = new DetectionConfig();
+
+function alert(overrides: Partial<Alert> = {}): Alert {
+  return makeAlert(0, {
+    merchantId: 'm_1',
+    createdAtMs: NOW - 10 * MINUTE,
+    apiKeyId: 'pk_live_a',
+    type: 'velocity_attack',
+    severity: 'high',
+    riskScore: 0.8,
+    recommendedAction: 'rate_limit',
+    title: '4.2x the rate limit for 3 minutes',
+    lastSeenAt: new Date(NOW - MINUTE).toISOString(),
+    ...overrides,
+  });
+}
+
+describe('decisionFor', () => {
+  it('throttles a live rate_limit alert until the TTL after its last evidence', () => {
+    const source = alert();
+    expect(decisionFor(source, POLICY, NO_ALLOWLISTS, NOW)).toEqual({
+      apiKeyId: 'pk_live_a',
+      merchantId: 'm_1',
+      action: 'throttle',
+      reason: 'velocity_attack alert, high, risk 0.8: 4.2x the rate limit for 3 minutes',
+      alertId: source.id,
+      expiresAt: new Date(NOW - MINUTE + 60 * MINUTE).toISOString(),
+      exemptIps: [],
+    });
+  });
+
+  it('blocks only a critical alert at or above the block risk threshold; below it, throttles', () => {
+    const critical = (riskScore: number) => alert({ severity: 'critical', riskScore, recommendedAction: 'block' });
+    expect(decisionFor(critical(0.95), POLICY, NO_ALLOWLISTS, NOW)?.action).toBe('block');
+    expect(decisionFor(critical(0.99), POLICY, NO_ALLOWLISTS, NOW)?.action).toBe('block');
+    const under = decisionFor(critical(0.94), POLICY, NO_ALLOWLISTS, NOW);
+    expect(under?.action).toBe('throttle');
+    expect(under?.reason).toMatch(/block recommended; under the block risk threshold/);
+    // A block recommended by a non-critical alert (a rule may declare one) never blocks.
+    expect(decisionFor(alert({ severity: 'high', riskScore: 0.99, recommendedAction: 'block' }), POLICY, NO_ALLOWLISTS, NOW)?.action).toBe('throttle');
+    expect(decisionFor(critical(0.9), { ...POLICY, blockMinRisk: 0.9 }, NO_ALLOWLISTS, NOW)?.action).toBe('block');
+  });
+
+  it('enforces nothing for monitor and investigate', () => {
+    expect(decisionFor(alert({ recommendedAction: 'monitor' }), POLICY, NO_ALLOWLISTS, NOW)).toBeUndefined();
+    expect(decisionFor(alert({ recommendedAction: 'investigate' }), POLICY, NO_ALLOWLISTS, NOW)).toBeUndefined();
+  });
+
+  it('follows the lifecycle: open and acknowledged enforce, resolved and dismissed do not', () => {
+    expect(decisionFor(alert({ status: 'acknowledged' }), POLICY, NO_ALLOWLISTS, NOW)?.action).toBe('throttle');
+    expect(decisionFor(alert({ status: 'resolved' }), POLICY, NO_ALLOWLISTS, NOW)).toBeUndefined();
+    expect(decisionFor(alert({ status: 'dismissed' }), POLICY, NO_ALLOWLISTS, NOW)).toBeUndefined();
+  });
+
+  it('ends when the TTL has passed since the last evidence', () => {
+    const lastSeenAt = (ms: number) => alert({ lastSeenAt: new Date(ms).toISOString() });
+    expect(decisionFor(lastSeenAt(NOW - 60 * MINUTE + 1), POLICY, NO_ALLOWLISTS, NOW)).toBeDefined();
+    expect(decisionFor(lastSeenAt(NOW - 60 * MINUTE), POLICY, NO_ALLOWLISTS, NOW)).toBeUndefined();
+  });
+
+  it('never enforces an allowlisted key (global or the merchant\'s), and carries the merchant\'s allowlisted IPs', () => {
+    const config = DetectionConfig.parse(
+      JSON.stringify({
+        allowlist: { keys: ['pk_live_global'], ips: ['203.0.113.7'] },
+        merchants: { m_1: { allowlist: { keys: ['pk_live_own'], ips: ['198.51.100.0/24', '203.0.113.7'] } } },
+      }),
+    );
+    expect(decisionFor(alert({ apiKeyId: 'pk_live_global' }), POLICY, config, NOW)).toBeUndefined();
+    expect(decisionFor(alert({ apiKeyId: 'pk_live_own' }), POLICY, config, NOW)).toBeUndefined();
+    // Another merchant's key of the same id is not on m_1's allowlist.
+    expect(decisionFor(alert({ apiKeyId: 'pk_live_own', merchantId: 'm_2' }), POLICY, config, NOW)?.exemptIps).toEqual(['203.0.113.7']);
+    expect(decisionFor(alert(), POLICY, config, NOW)?.exemptIps).toEqual(['203.0.113.7', '198.51.100.0/24']);
+  });
+
+  it('enforces nothing for an alert about an IP alone', () => {
+    expect(decisionFor(alert({ apiKeyId: null, scope: 'ip:203.0.113.9' }), POLICY, NO_ALLOWLISTS, NOW)).toBeUndefined();
+  });
+});
+
+describe('decisionsFor', () => {
+  it('gives each key its strongest decision (block over throttle, then the longest), ordered by merchant and key', () => {
+    const throttleLong = alert({ apiKeyId: 'pk_live_b', lastSeenAt: new Date(NOW).toISOString() });
+    const throttleShort = alert({ apiKeyId: 'pk_live_b', type: 'high_failure_rate', lastSeenAt: new Date(NOW - 30 * MINUTE).toISOString() });
+    const block = alert({ apiKeyId: 'pk_live_a', type: 'bot_traffic', severity: 'critical', riskScore: 0.97, recommendedAction: 'block', lastSeenAt: new Date(NOW - 50 * MINUTE).toISOString() });
+    const throttleA = alert({ apiKeyId: 'pk_live_a' });
+    const otherMerchant = alert({ merchantId: 'm_0', apiKeyId: 'pk_live_b' });
+    const decisions = decisionsFor([throttleShort, throttleA, throttleLong, block, otherMerchant], POLICY, NO_ALLOWLISTS, NOW);
+    expect(decisions.map(({ merchantId, apiKeyId, action, alertId }) => ({ merchantId, apiKeyId, action, alertId }))).toEqual([
+      { merchantId: 'm_0', apiKeyId: 'pk_live_b', action: 'throttle', alertId: otherMerchant.id },
+      { merchantId: 'm_1', apiKeyId: 'pk_live_a', action: 'block', alertId: block.id },
+      { merchantId: 'm_1', apiKeyId: 'pk_live_b', action: 'throttle', alertId: throttleLong.id },
+    ]);
+  });
+});

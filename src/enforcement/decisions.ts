@@ -1,0 +1,98 @@
+/**
+ * Enforcement decisions (contracts section 5), derived from alerts. Pure: the alerts, the policy,
+ * the allowlists and the time in; the decisions out.
+ *
+ * - Only a live alert decides: open or acknowledged (an admin looking into it does not lift it),
+ *   about a key, and seen within the policy's TTL: the decision expires `ttlMs` after the alert's
+ *   last evidence, so an attack that stops is let through again without anyone's action, and one
+ *   that goes on keeps extending it. Resolving or dismissing the alert ends it at once.
+ * - `rate_limit` throttles. `block` blocks only a critical alert whose risk score is at least
+ *   `blockMinRisk`; below that it throttles (the softer of the two, as the rule asked for more).
+ *   `monitor` and `investigate` enforce nothing.
+ * - An allowlisted key is never enforced, whatever its alerts say (the allowlist may have been
+ *   extended after the alert opened). Allowlisted IPs and networks travel with each decision as
+ *   `exemptIps`: the worker decides per key, and only the fleet sees each request's address.
+ * - One decision per key: the strongest of its alerts' (block over throttle, then the one that
+ *   lasts longest), so the fleet applies a single lookup's answer.
+ */
+import type { Alert } from '../alerts/alert.ts';
+import type { DetectionConfig } from '../detect/detection-config.ts';
+
+export type EnforcementAction = 'throttle' | 'block';
+
+/** The wire format of contracts section 5, with the key's merchant and the addresses never to enforce. */
+export interface EnforcementDecision {
+  apiKeyId: string;
+  merchantId: string;
+  action: EnforcementAction;
+  reason: string;
+  alertId: string;
+  /** ISO 8601 UTC. */
+  expiresAt: string;
+  /** IPs and CIDRs allowlisted for the merchant: their requests are let through whatever the decision. */
+  exemptIps: string[];
+}
+
+export interface EnforcementPolicy {
+  /** ENFORCEMENT_BLOCK_MIN_RISK: the lowest risk score of a critical alert that blocks. */
+  blockMinRisk: number;
+  /** ENFORCEMENT_TTL_MINUTES: how long after the alert's last evidence its decision lasts. */
+  ttlMs: number;
+}
+
+/** The alert's decision at `now`, or undefined when it enforces nothing. */
+export function decisionFor(alert: Alert, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision | undefined {
+  if (alert.status !== 'open' && alert.status !== 'acknowledged') return undefined;
+  if (alert.apiKeyId === null || config.isKeyAllowlisted(alert.merchantId, alert.apiKeyId)) return undefined;
+  const expiresAt = Date.parse(alert.lastSeenAt) + policy.ttlMs;
+  if (!(expiresAt > now)) return undefined;
+  const action = actionFor(alert, policy);
+  if (action === undefined) return undefined;
+  return {
+    apiKeyId: alert.apiKeyId,
+    merchantId: alert.merchantId,
+    action,
+    reason: reasonFor(alert, action),
+    alertId: alert.id,
+    expiresAt: new Date(expiresAt).toISOString(),
+    exemptIps: config.allowlistedIps(alert.merchantId),
+  };
+}
+
+/** Every key's decision at `now`: the strongest of its alerts', ordered by merchant and key. */
+export function decisionsFor(alerts: Iterable<Alert>, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision[] {
+  const byKey = new Map<string, EnforcementDecision>();
+  for (const alert of alerts) {
+    const decision = decisionFor(alert, policy, config, now);
+    if (decision === undefined) continue;
+    const key = `${decision.merchantId}\u0000${decision.apiKeyId}`;
+    const known = byKey.get(key);
+    if (known === undefined || stronger(decision, known)) byKey.set(key, decision);
+  }
+  return [...byKey.values()].sort((a, b) => compare(a.merchantId, b.merchantId) || compare(a.apiKeyId, b.apiKeyId));
+}
+
+function actionFor(alert: Alert, policy: EnforcementPolicy): EnforcementAction | undefined {
+  switch (alert.recommendedAction) {
+    case 'rate_limit':
+      return 'throttle';
+    case 'block':
+      return alert.severity === 'critical' && alert.riskScore >= policy.blockMinRisk ? 'block' : 'throttle';
+    default:
+      return undefined;
+  }
+}
+
+function reasonFor(alert: Alert, action: EnforcementAction): string {
+  const base = `${alert.type} alert, ${alert.severity}, risk ${alert.riskScore}: ${alert.title}`;
+  return action === 'throttle' && alert.recommendedAction === 'block' ? `${base} (block recommended; under the block risk threshold, so throttled)` : base;
+}
+
+function stronger(a: EnforcementDecision, b: EnforcementDecision): boolean {
+  if (a.action !== b.action) return a.action === 'block';
+  return a.expiresAt > b.expiresAt;
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}

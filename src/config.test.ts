@@ -24,7 +24,7 @@ describe('loadConfig', () => {
     expect(config.clickhouse.url).toBeUndefined();
     expect(config.clickhouse.dataDir).toBe('./data');
     expect(config.http.port).toBe(8080);
-    expect(config.enforcement.mode).toBe('off');
+    expect(config.enforcement).toEqual({ mode: 'off', blockMinRisk: 0.95, ttlMs: 60 * 60_000 });
     expect(Object.isFrozen(config.clickhouse)).toBe(true);
   });
 

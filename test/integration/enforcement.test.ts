@@ -1,0 +1,111 @@
+/**
+ * Enforcement decisions end to end, on the real ClickHouse engine: an attack posted over HTTP opens
+ * an alert, the alert becomes a decision that any replica serves to the fleet, and the decision ends
+ * when an admin dismisses the alert or the key is allowlisted (the file reloaded without a restart).
+ * Shadow mode records the same decisions without offering them for applying; off serves nothing.
+ */
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ADMIN_ENV, adminCall, token } from '../support/admin.ts';
+import { useEngines } from '../support/engines.ts';
+import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
+
+const MERCHANT = 'm_enforce';
+
+/** One request of an attack tool: a critical bot_traffic alert at once. */
+async function postAttack(url: string, apiKeyId: string): Promise<void> {
+  const event = { eventId: `evt_${randomUUID()}`, timestamp: new Date().toISOString(), merchantId: MERCHANT, plan: 'business', apiKeyId, environment: 'live', ip: '198.51.100.23', userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)', method: 'GET', path: '/v1/verify/sessions/:id', status: 404, responseTimeMs: 12, country: 'DE' };
+  const response = await fetch(`${url}/v1/ingest/events`, { method: 'POST', headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify([event]) });
+  expect(response.status).toBe(202);
+}
+
+async function readDecisions(url: string, query = '', bearer = TEST_INGEST_TOKEN) {
+  const response = await fetch(`${url}/v1/enforcement/decisions${query}`, { headers: bearer ? { authorization: `Bearer ${bearer}` } : {} });
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- shapes are asserted below
+  return { status: response.status, headers: response.headers, body: (await response.json()) as any };
+}
+
+describe('enforcement decisions', () => {
+  const engines = useEngines();
+
+  it('serves a block for a critical attack from every replica, and ends it when the key is allowlisted or the alert dismissed', async () => {
+    const names = testNames('enforce');
+    const blocked = `pk_live_${names.runId}_a`;
+    const dismissed = `pk_live_${names.runId}_b`;
+    const configFile = join(mkdtempSync(join(tmpdir(), 'enforce-')), 'detection.json');
+    writeFileSync(configFile, JSON.stringify({ merchants: { [MERCHANT]: { allowlist: { ips: ['192.0.2.0/24'] } } } }));
+    const extra = { ...ADMIN_ENV, ENFORCEMENT_MODE: 'enforce', ENFORCEMENT_BLOCK_MIN_RISK: '0.9', DETECTION_CONFIG_FILE: configFile };
+    const detecting = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra }));
+    // A second replica on the same storage, which detects none of these events.
+    const other = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra }));
+    try {
+      await postAttack(detecting.url, blocked);
+      await postAttack(detecting.url, dismissed);
+      const decisionsOf = async (url: string) => ((await readDecisions(url)).body.data?.decisions ?? []) as { apiKeyId: string }[];
+      const ours = (decisions: { apiKeyId: string }[]) => decisions.filter((decision) => decision.apiKeyId.includes(names.runId));
+      await waitFor(async () => ours(await decisionsOf(other.url)).length === 2, 'the other replica serves both decisions', 30_000);
+
+      const [alert] = (await detecting.alertStore.loadForDedup(new Date(0))).filter((stored) => stored.apiKeyId === blocked);
+      const answer = await readDecisions(other.url, `?apiKeyId=${blocked}`);
+      expect(answer.status).toBe(200);
+      expect(answer.headers.get('cache-control')).toBe('no-store');
+      expect(answer.body.data).toMatchObject({ mode: 'enforce' });
+      expect(answer.body.data).not.toHaveProperty('shadowDecisions');
+      expect(Date.parse(answer.body.data.staleAfter)).toBeGreaterThan(Date.parse(answer.body.data.generatedAt));
+      expect(answer.body.data.decisions).toEqual([
+        {
+          apiKeyId: blocked,
+          merchantId: MERCHANT,
+          action: 'block',
+          reason: `bot_traffic alert, critical, risk ${alert!.riskScore}: ${alert!.title}`,
+          alertId: alert!.id,
+          expiresAt: new Date(Date.parse(alert!.lastSeenAt) + 60 * 60_000).toISOString(),
+          exemptIps: ['192.0.2.0/24'],
+        },
+      ]);
+
+      // The key allowlisted: no decision, without a restart.
+      writeFileSync(configFile, JSON.stringify({ merchants: { [MERCHANT]: { allowlist: { keys: [blocked], ips: ['192.0.2.0/24'] } } } }));
+      await waitFor(async () => ours(await decisionsOf(other.url)).every((decision) => decision.apiKeyId !== blocked), 'the allowlisted key is let through', 30_000);
+
+      // The other alert dismissed by an admin (on the replica that did not detect it): its decision ends.
+      const [toDismiss] = (await detecting.alertStore.loadForDedup(new Date(0))).filter((stored) => stored.apiKeyId === dismissed);
+      const patch = await adminCall(other.url, await token(MERCHANT, 'admin'), `/alerts/${toDismiss!.id}`, { method: 'PATCH', body: { status: 'dismissed', note: 'our own scanner' } });
+      expect(patch.status).toBe(200);
+      await waitFor(async () => ours(await decisionsOf(detecting.url)).length === 0, 'the dismissed alert enforces nothing', 30_000);
+
+      // The fleet's token only; a bad query is a 400 naming the field.
+      expect((await readDecisions(other.url, '', '')).status).toBe(401);
+      expect((await readDecisions(other.url, '', 'not-the-ingest-token-at-all')).status).toBe(401);
+      const bad = await readDecisions(other.url, '?apiKey=x');
+      expect(bad.status).toBe(400);
+      expect(bad.body.details).toEqual([{ path: ['query', 'apiKey'], message: 'unknown field' }]);
+    } finally {
+      await Promise.all([detecting.stop(), other.stop()]);
+    }
+  });
+
+  it('in shadow mode offers nothing to apply and shows what enforcing would; off, serves nothing', async () => {
+    const names = testNames('shadow');
+    const apiKeyId = `pk_live_${names.runId}`;
+    const shadow = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra: { ENFORCEMENT_MODE: 'shadow' } }));
+    const off = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names }));
+    try {
+      await postAttack(shadow.url, apiKeyId);
+      const shadowOf = async () => ((await readDecisions(shadow.url, `?apiKeyId=${apiKeyId}`)).body.data?.shadowDecisions ?? []) as { action: string }[];
+      await waitFor(async () => (await shadowOf()).length === 1, 'the shadow decision is shown', 30_000);
+      const answer = await readDecisions(shadow.url);
+      expect(answer.body.data).toMatchObject({ mode: 'shadow', decisions: [] });
+      // The default block threshold, 0.95: a critical alert under it is throttled.
+      const [alert] = (await shadow.alertStore.loadForDedup(new Date(0))).filter((stored) => stored.apiKeyId === apiKeyId);
+      expect(alert).toMatchObject({ severity: 'critical', recommendedAction: 'block' });
+      expect((await shadowOf())[0]!.action).toBe(alert!.riskScore >= 0.95 ? 'block' : 'throttle');
+      expect((await readDecisions(off.url)).status).toBe(404);
+    } finally {
+      await Promise.all([shadow.stop(), off.stop()]);
+    }
+  });
+});

@@ -1,6 +1,6 @@
 /**
  * Random requests against every HTTP route of a worker on the real ClickHouse engine (admin API,
- * webhooks, HTTP ingest, health): seeded, so a failure repeats. Values are drawn from the kinds of
+ * webhooks, HTTP ingest, enforcement decisions, health): seeded, so a failure repeats. Values are drawn from the kinds of
  * input that break parsers (empty, huge, control and bidi characters, bad percent-encoding, numbers
  * out of range, prototype keys, dates half valid), mostly under valid tokens and methods so they
  * reach validation and the handlers. No request may get a 5xx, and the worker must stay healthy.
@@ -15,7 +15,7 @@ import { startWorker, type Worker } from '../../src/main.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 import { ADMIN_ENV, token } from '../support/admin.ts';
 import { prng } from '../support/random.ts';
-import { TEST_INGEST_TOKEN, testConfig, testNames } from '../support/worker.ts';
+import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const REQUESTS = 2_000;
 const SEEDS = [11, 12];
@@ -37,6 +37,7 @@ const ROUTES: { path: string; methods: string[] }[] = [
   { path: '/admin/anomaly/webhook/deliveries', methods: ['GET'] },
   { path: '/admin/anomaly/openapi.json', methods: ['GET'] },
   { path: '/v1/ingest/events', methods: ['POST'] },
+  { path: '/v1/enforcement/decisions', methods: ['GET'] },
   { path: '/health', methods: ['GET'] },
   { path: '/ready', methods: ['GET'] },
   { path: '/metrics', methods: ['GET'] },
@@ -55,10 +56,12 @@ describe('HTTP routes under random input', () => {
     const config = testConfig({
       clickhouse,
       names,
-      extra: { ...ADMIN_ENV, ADMIN_RATE_LIMIT_PER_MINUTE: '1000000', WEBHOOK_SECRET_KEY: 'ab'.repeat(32), LOG_LEVEL: 'silent' },
+      extra: { ...ADMIN_ENV, ADMIN_RATE_LIMIT_PER_MINUTE: '1000000', WEBHOOK_SECRET_KEY: 'ab'.repeat(32), ENFORCEMENT_MODE: 'enforce', LOG_LEVEL: 'silent' },
     });
     worker = await startWorker(config, { logger: createLogger('silent') });
     await worker.ready;
+    // Enforcement decisions answer 503 until storage was first read for them: a 5xx meant, not one found.
+    await waitFor(async () => (await fetch(`${worker.url}/v1/enforcement/decisions`, { headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}` } })).status === 200, 'decisions are served', 30_000);
     const roles: AdminRole[] = ['viewer', 'admin', 'operator'];
     bearers = await Promise.all(roles.map((role) => token('m_fuzz', role)));
   });

@@ -8,10 +8,14 @@
  * takes seconds. The clients run in this process, beside the worker, on the same cores: the figures
  * include their own cost.
  * The dashboard is measured with FEATURE_AI_RISK_SCORING on, so it includes the insights' query.
+ * Before the clients start, it times the two reads every replica repeats in the background over
+ * the same alerts: the enforcement decisions' refresh (every 2 s) and the sync of alerts written by
+ * other replicas (every 5 s).
  * Env: BENCH_ALERTS (1000000), BENCH_CLIENTS (50), BENCH_SECONDS (10 per scenario), BENCH_AI (true).
  */
 import { createLogger } from '../src/logger.ts';
 import { startWorker } from '../src/main.ts';
+import type { AlertStore } from '../src/store/alert-store.ts';
 import { tablesIn } from '../src/store/tables.ts';
 import { startClickHouse } from '../test/services/clickhouse.ts';
 import { ADMIN_ENV, token } from '../test/support/admin.ts';
@@ -50,6 +54,27 @@ const SCENARIOS: Scenario[] = [
 
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? Number.NaN;
+}
+
+/** The median of `rounds` timed calls, in ms, after one untimed. */
+async function medianMs(rounds: number, call: () => Promise<unknown>): Promise<number> {
+  await call();
+  const times: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    const started = performance.now();
+    await call();
+    times.push(performance.now() - started);
+  }
+  return percentile(times.sort((a, b) => a - b), 50);
+}
+
+/** The reads each replica repeats on its own, whatever the clients do (as main.ts and alert-service.ts make them). */
+async function timeBackgroundReads(alerts: AlertStore): Promise<void> {
+  const enforcementTtlMs = 60 * 60_000;
+  const syncOverlapMs = 65_000;
+  const enforceable = await medianMs(10, () => alerts.enforceable(new Date(Date.now() - enforcementTtlMs)));
+  const sync = await medianMs(10, () => alerts.changedSince(new Date(Date.now() - syncOverlapMs)));
+  console.log(`background reads over ${ALERTS} alerts (median of 10): enforcement refresh ${enforceable.toFixed(0)} ms (every 2 s), sync with other replicas ${sync.toFixed(0)} ms (every 5 s)`);
 }
 
 async function main(): Promise<void> {
@@ -114,6 +139,8 @@ async function main(): Promise<void> {
       )`);
     const rollupRows = minutes * BUSY_KEYS + minutes * 2 * (MERCHANTS - 1);
     console.log(`loaded ${rollupRows} rollup rows (${DAYS} days) in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+
+    await timeBackgroundReads(worker.alertStore);
 
     const tokens = await Promise.all(Array.from({ length: CLIENTS }, (_, i) => token(BUSY, 'admin', { userId: `bench_${i}` })));
     // Warm up: one round of every scenario, so first-query costs do not count.

@@ -9,11 +9,10 @@
  * (in `shadow` mode too, where nothing is applied: that log is what enforcing would have done).
  * Every replica derives the same decisions, so every replica logs them.
  */
-import type { Alert } from '../alerts/alert.ts';
 import type { DetectionConfig } from '../detect/detection-config.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import { decisionsFor, type EnforcementDecision, type EnforcementPolicy } from './decisions.ts';
+import { decisionsFor, type EnforceableAlert, type EnforcementDecision, type EnforcementPolicy } from './decisions.ts';
 
 export interface DecisionSnapshot {
   /** When storage was read for these decisions. */
@@ -27,7 +26,7 @@ export interface DecisionSourceOptions {
   mode: 'shadow' | 'enforce';
   policy: EnforcementPolicy;
   /** Alerts that may decide: open or acknowledged, recommending rate_limit or block, last seen at or after `since`. */
-  readAlerts(since: Date): Promise<Alert[]>;
+  readAlerts(since: Date): Promise<EnforceableAlert[]>;
   /** The current allowlists (reloaded without a restart). */
   config(): DetectionConfig;
   metrics: WorkerMetrics;

@@ -40,8 +40,11 @@ export interface EnforcementPolicy {
   ttlMs: number;
 }
 
+/** What a decision is derived from: an alert's fields that enforcement reads (AlertStore.enforceable). */
+export type EnforceableAlert = Pick<Alert, 'id' | 'merchantId' | 'apiKeyId' | 'type' | 'severity' | 'riskScore' | 'recommendedAction' | 'status' | 'title' | 'lastSeenAt'>;
+
 /** The alert's decision at `now`, or undefined when it enforces nothing. */
-export function decisionFor(alert: Alert, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision | undefined {
+export function decisionFor(alert: EnforceableAlert, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision | undefined {
   if (alert.status !== 'open' && alert.status !== 'acknowledged') return undefined;
   if (alert.apiKeyId === null || config.isKeyAllowlisted(alert.merchantId, alert.apiKeyId)) return undefined;
   const expiresAt = Date.parse(alert.lastSeenAt) + policy.ttlMs;
@@ -60,7 +63,7 @@ export function decisionFor(alert: Alert, policy: EnforcementPolicy, config: Det
 }
 
 /** Every key's decision at `now`: the strongest of its alerts', ordered by merchant and key. */
-export function decisionsFor(alerts: Iterable<Alert>, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision[] {
+export function decisionsFor(alerts: Iterable<EnforceableAlert>, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision[] {
   const byKey = new Map<string, EnforcementDecision>();
   for (const alert of alerts) {
     const decision = decisionFor(alert, policy, config, now);
@@ -72,7 +75,7 @@ export function decisionsFor(alerts: Iterable<Alert>, policy: EnforcementPolicy,
   return [...byKey.values()].sort((a, b) => compare(a.merchantId, b.merchantId) || compare(a.apiKeyId, b.apiKeyId));
 }
 
-function actionFor(alert: Alert, policy: EnforcementPolicy): EnforcementAction | undefined {
+function actionFor(alert: EnforceableAlert, policy: EnforcementPolicy): EnforcementAction | undefined {
   switch (alert.recommendedAction) {
     case 'rate_limit':
       return 'throttle';
@@ -83,7 +86,7 @@ function actionFor(alert: Alert, policy: EnforcementPolicy): EnforcementAction |
   }
 }
 
-function reasonFor(alert: Alert, action: EnforcementAction): string {
+function reasonFor(alert: EnforceableAlert, action: EnforcementAction): string {
   const base = `${alert.type} alert, ${alert.severity}, risk ${alert.riskScore}: ${alert.title}`;
   return action === 'throttle' && alert.recommendedAction === 'block' ? `${base} (block recommended; under the block risk threshold, so throttled)` : base;
 }

@@ -1,10 +1,14 @@
 /**
  * Alerts in ClickHouse. Every save writes the whole alert with a higher version; reads take the
- * latest (FINAL). Contract: every read is scoped by merchant unless the caller is the engine
- * loading its own state.
+ * latest (FINAL, or the highest version per id). Contract: every read is scoped by merchant unless
+ * the caller is the engine loading its own state, or a replica learning what the others wrote.
+ * The reads every replica repeats in the background (changedSince, enforceable) pick their ids with
+ * a narrow scan first and take the latest version of only those: FINAL on an id filter still merges
+ * every part of the table (measured on 1M alerts: 80-150 ms a read, against 40 ms).
  */
 import { z } from 'zod';
 import type { Alert, HistoryEntry } from '../alerts/alert.ts';
+import type { EnforceableAlert } from '../enforcement/decisions.ts';
 import type { ClickHouse } from './clickhouse.ts';
 import { toClickHouseTime } from './event-store.ts';
 import type { Tables } from './tables.ts';
@@ -39,6 +43,20 @@ const alertRow = z.object({
   ai_insights: z.array(z.string()),
 });
 
+/** The columns enforcement reads (EnforceableAlert). */
+const enforceableRow = alertRow.pick({
+  id: true,
+  merchant_id: true,
+  api_key_id: true,
+  type: true,
+  severity: true,
+  risk_score: true,
+  recommended_action: true,
+  status: true,
+  title: true,
+  last_seen_at: true,
+});
+
 /** ClickHouse DateTime64 text ('2026-11-20 12:00:00.000', UTC) to ISO 8601. */
 function toIso(text: string): string {
   return `${text.replace(' ', 'T')}Z`;
@@ -50,24 +68,30 @@ function historyOf(json: string): HistoryEntry[] {
   return entries.map((entry) => ({ ...entry, note: entry.note ?? null }));
 }
 
-function fromRow(row: z.output<typeof alertRow>): Alert {
+function enforceableFromRow(row: z.output<typeof enforceableRow>): EnforceableAlert {
   return {
     id: row.id,
     merchantId: row.merchant_id,
     apiKeyId: row.api_key_id,
     type: row.type as Alert['type'],
-    scope: row.scope,
     severity: row.severity as Alert['severity'],
     riskScore: Math.round(row.risk_score * 1000) / 1000,
     recommendedAction: row.recommended_action as Alert['recommendedAction'],
     status: row.status as Alert['status'],
     title: row.title,
+    lastSeenAt: toIso(row.last_seen_at),
+  };
+}
+
+function fromRow(row: z.output<typeof alertRow>): Alert {
+  return {
+    ...enforceableFromRow(row),
+    scope: row.scope,
     summary: row.summary,
     evidence: JSON.parse(row.evidence) as Record<string, unknown>,
     ruleId: row.rule_id,
     ruleVersion: row.rule_version,
     firstSeenAt: toIso(row.first_seen_at),
-    lastSeenAt: toIso(row.last_seen_at),
     occurrences: row.occurrences,
     createdAt: toIso(row.created_at),
     updatedAt: toIso(row.updated_at),
@@ -130,14 +154,23 @@ export class AlertStore {
    * Alerts that may decide enforcement (every merchant's): open or acknowledged, about a key,
    * recommending rate_limit or block, with evidence seen at or after `since`.
    */
-  async enforceable(since: Date): Promise<Alert[]> {
+  async enforceable(since: Date): Promise<EnforceableAlert[]> {
+    // Any version seen since then recommending rate_limit or block names the candidates; their
+    // latest versions decide (one that moved on to resolved or monitor drops out here).
     const rows = await this.db.queryRows(
-      `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL
+      `SELECT id, latest.1 AS merchant_id, latest.2 AS api_key_id, latest.3 AS type, latest.4 AS severity, latest.5 AS risk_score,
+              latest.6 AS recommended_action, latest.7 AS status, latest.8 AS title, latest.9 AS last_seen_at
+         FROM (
+           SELECT id, argMax((merchant_id, api_key_id, type, severity, risk_score, recommended_action, status, title, last_seen_at), version) AS latest
+             FROM ${this.tables.alerts}
+            WHERE id IN (SELECT id FROM ${this.tables.alerts}
+                          WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND recommended_action IN ('rate_limit', 'block'))
+            GROUP BY id)
         WHERE status IN ('open', 'acknowledged') AND recommended_action IN ('rate_limit', 'block')
           AND api_key_id IS NOT NULL AND last_seen_at >= {since:DateTime64(3, 'UTC')}`,
       { since: toClickHouseTime(since.getTime()) },
     );
-    return rows.map((row) => fromRow(alertRow.parse(row)));
+    return rows.map((row) => enforceableFromRow(enforceableRow.parse(row)));
   }
 
   /**
@@ -193,10 +226,12 @@ export class AlertStore {
 
   /** Alerts of any merchant written since a time, by any replica (for replicas to learn each other's changes). */
   async changedSince(since: Date): Promise<Alert[]> {
-    // The ids first, without FINAL (one column scanned); then only those alerts are collapsed.
+    // The ids first (one column scanned); then the latest version of only those.
     const rows = await this.db.queryRows(
-      `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL
-        WHERE id IN (SELECT id FROM ${this.tables.alerts} WHERE updated_at >= {since:DateTime64(3, 'UTC')})`,
+      `SELECT * EXCEPT version FROM ${this.tables.alerts}
+        WHERE id IN (SELECT id FROM ${this.tables.alerts} WHERE updated_at >= {since:DateTime64(3, 'UTC')})
+        ORDER BY version DESC, updated_at DESC
+        LIMIT 1 BY id`,
       { since: toClickHouseTime(since.getTime()) },
     );
     return rows.map((row) => fromRow(alertRow.parse(row)));

@@ -3,6 +3,7 @@
  * replica is not written back over by the replica that owns the alert's key, silences the key there,
  * and survives a racing write; a key's new owner continues the alert its previous owner created;
  * a status change is decided on the latest status, wherever it was set, not on a replica's stale copy.
+ * The background reads (changedSince, enforceable) see each alert's latest version only.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,26 +11,29 @@ import { RULES } from '../../rules/index.ts';
 import { AlertManager } from '../../src/alerts/alert-manager.ts';
 import { AlertService } from '../../src/alerts/alert-service.ts';
 import { finding } from '../../src/alerts/test-findings.ts';
+import type { Alert } from '../../src/alerts/alert.ts';
 import type { Severity } from '../../src/detect/types.ts';
 import { createLogger } from '../../src/logger.ts';
 import { WorkerMetrics } from '../../src/metrics.ts';
 import { AlertStore } from '../../src/store/alert-store.ts';
 import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
 import { migrate } from '../../src/store/migrate.ts';
-import { tablesIn } from '../../src/store/tables.ts';
+import { tablesIn, type Tables } from '../../src/store/tables.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import { makeAlert } from '../support/admin.ts';
 import { waitFor } from '../support/worker.ts';
 
 describe('alerts shared by replicas', () => {
   let service: ClickHouseService;
   let db: ClickHouse;
   let store: AlertStore;
+  let tables: Tables;
   const replicas: AlertService[] = [];
 
   beforeAll(async () => {
     service = await startClickHouse();
     db = connectClickHouse({ url: service.url, username: service.username, password: service.password, dataDir: service.dataDir });
-    const tables = tablesIn(service.database);
+    tables = tablesIn(service.database);
     await migrate(db, { tables, eventsTtlDays: 30 }, createLogger('silent'));
     store = new AlertStore(db, tables);
   });
@@ -143,5 +147,54 @@ describe('alerts shared by replicas', () => {
     detect(newOwner, 'pk_moved', 'high');
     await newOwner.flush();
     expect(await storedFor('pk_moved')).toMatchObject({ severity: 'high', occurrences: 2 });
+  });
+
+  it('reads only each alert\'s latest version in the background reads: what changed, and what enforcement may act on', async () => {
+    const now = Date.now();
+    const merchantId = 'm_latest';
+    const live = { merchantId, createdAtMs: now - 600_000, lastSeenAt: new Date(now - 60_000).toISOString(), updatedAt: new Date(now).toISOString() };
+    const versions = (first: Alert, ...later: Partial<Alert>[]) => [first, ...later.map((change) => ({ ...first, ...change }))];
+    const resolved = versions(makeAlert(0, { ...live, apiKeyId: 'pk_resolved', recommendedAction: 'rate_limit' }), { status: 'resolved' });
+    const escalated = versions(makeAlert(1, { ...live, apiKeyId: 'pk_escalated', severity: 'medium', recommendedAction: 'monitor' }), {
+      severity: 'critical',
+      riskScore: 0.97,
+      recommendedAction: 'block',
+      title: 'escalated',
+    });
+    const calmed = versions(makeAlert(2, { ...live, apiKeyId: 'pk_calmed', recommendedAction: 'block' }), { recommendedAction: 'monitor' });
+    const old = versions(makeAlert(3, { ...live, apiKeyId: 'pk_old', recommendedAction: 'rate_limit', lastSeenAt: new Date(now - 7_200_000).toISOString() }));
+    const ipOnly = versions(makeAlert(4, { ...live, apiKeyId: null, recommendedAction: 'block' }));
+    const acknowledged = versions(makeAlert(5, { ...live, apiKeyId: 'pk_acknowledged', recommendedAction: 'rate_limit' }), { status: 'acknowledged' });
+    const histories = [resolved, escalated, calmed, old, ipOnly, acknowledged];
+
+    // Each version its own insert, in order (later versions are higher), as replicas write them; with
+    // merges stopped, every version stays in the table, as it does until a merge collapses it.
+    await db.command(`SYSTEM STOP MERGES ${tables.alerts}`);
+    try {
+      for (const history of histories) for (const version of history) await store.save([version]);
+      const [stored] = await db.queryRows<{ versions: number | string }>(`SELECT count() AS versions FROM ${tables.alerts} WHERE merchant_id = {merchantId:String}`, { merchantId });
+      expect(Number(stored?.versions)).toBe(10);
+
+      const enforceable = (await store.enforceable(new Date(now - 3_600_000))).filter((alert) => alert.merchantId === merchantId);
+      expect(enforceable.map((alert) => alert.apiKeyId).sort()).toEqual(['pk_acknowledged', 'pk_escalated']);
+      expect(enforceable.find((alert) => alert.apiKeyId === 'pk_escalated')).toEqual({
+        id: escalated[0]!.id,
+        merchantId,
+        apiKeyId: 'pk_escalated',
+        type: escalated[0]!.type,
+        severity: 'critical',
+        riskScore: 0.97,
+        recommendedAction: 'block',
+        status: 'open',
+        title: 'escalated',
+        lastSeenAt: live.lastSeenAt,
+      });
+
+      const byId = (a: Alert, b: Alert) => a.id.localeCompare(b.id);
+      const changed = (await store.changedSince(new Date(now - 60_000))).filter((alert) => alert.merchantId === merchantId);
+      expect(changed.sort(byId)).toEqual(histories.map((history) => history.at(-1)!).sort(byId)); // one row per alert, its latest
+    } finally {
+      await db.command(`SYSTEM START MERGES ${tables.alerts}`);
+    }
   });
 });

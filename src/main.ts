@@ -20,7 +20,7 @@ import { windowBudgetFor } from './detect/engine.ts';
 import { HISTORY_MS } from './detect/key-history.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
 import { describeConfig, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
-import { registerDecisionRoutes } from './enforcement/decision-routes.ts';
+import { enforcementAdminRoutes, registerDecisionRoutes } from './enforcement/decision-routes.ts';
 import { DecisionSource } from './enforcement/decision-source.ts';
 import type { RequestEvent } from './events/request-event.ts';
 import { HeldUntilOpen } from './held-until-open.ts';
@@ -264,6 +264,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
           aiInsights: config.features.aiRiskScoring,
         }),
         ...webhookRoutes({ store: webhookStore, policy: webhookPolicy, now: deps.webhooks?.now }),
+        ...enforcementAdminRoutes(enforcement),
       ],
       rateLimitPerMinute: config.admin.rateLimitPerMinute,
       maxBodyBytes: config.admin.maxBodyBytes,

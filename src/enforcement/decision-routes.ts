@@ -1,6 +1,9 @@
 /**
+ * Enforcement decisions over HTTP, both served from memory (DecisionSource): for the API fleet, and
+ * for the admins whose keys they concern.
+ *
  * GET /v1/enforcement/decisions: how the API fleet reads enforcement decisions (contracts section 5),
- * with the fleet's token (`Authorization: Bearer <INGEST_TOKEN>`). Served from memory (DecisionSource).
+ * with the fleet's token (`Authorization: Bearer <INGEST_TOKEN>`).
  *
  *   200 {success:true, data:{mode, generatedAt, staleAfter, decisions:[Decision], shadowDecisions?}}
  *   503 STORAGE_UNAVAILABLE with Retry-After when the decisions are stale or not read yet
@@ -9,15 +12,23 @@
  * so a fleet that reads only it applies nothing, and what enforcing would apply is in
  * `shadowDecisions`. Optional `?apiKeyId=` (and `merchantId=`) narrows the answer to one key.
  * The fleet must let traffic through when this answer is slow, fails, or is past `staleAfter`.
+ *
+ * GET /admin/anomaly/enforcement: the same decisions in the admin API (any role; a merchant's own
+ * keys, an operator's choice of merchant or all), so an admin can tell why a key is throttled or
+ * blocked, or would be in shadow mode, and which alert to resolve or dismiss to end it. With
+ * enforcement off it answers mode `off` and no decisions; while the decisions are stale, 503.
+ * Allowlisted addresses (exemptIps) are left out: the global ones are the operators' business.
  */
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
+import { merchantScope } from '../admin/auth.ts';
+import { defineRoute, type AdminRoute } from '../admin/route.ts';
 import { identifier } from '../admin/schemas.ts';
 import { parseInput } from '../admin/validation.ts';
 import { bearerTokenCheck } from '../http/bearer-token.ts';
 import { HttpError } from '../http/errors.ts';
 import type { DecisionSource } from './decision-source.ts';
-import type { EnforcementDecision } from './decisions.ts';
+import { ENFORCEMENT_ACTIONS, type EnforcementDecision } from './decisions.ts';
 
 export const DECISIONS_PATH = '/v1/enforcement/decisions';
 
@@ -26,18 +37,25 @@ const decisionsQuery = z.strictObject({
   merchantId: identifier.optional(),
 });
 
+/** The decisions about one key or merchant, or all of them (each filter optional). */
+function narrowed(decisions: readonly EnforcementDecision[], filter: { apiKeyId?: string; merchantId?: string }): EnforcementDecision[] {
+  return decisions.filter(
+    (decision) => (filter.apiKeyId === undefined || decision.apiKeyId === filter.apiKeyId) && (filter.merchantId === undefined || decision.merchantId === filter.merchantId),
+  );
+}
+
+function unavailable(): HttpError {
+  return new HttpError(503, 'STORAGE_UNAVAILABLE', 'Enforcement decisions are not available (storage has not been read recently); let traffic through', undefined, { 'retry-after': '2' });
+}
+
 export function registerDecisionRoutes(app: FastifyInstance, options: { token: string; source: DecisionSource }): void {
   const authenticate = bearerTokenCheck(options.token, 'token');
   app.get(DECISIONS_PATH, async (request, reply) => {
     authenticate(request);
     const query = parseInput(decisionsQuery, request.query, 'query');
     const snapshot = options.source.current();
-    if (snapshot === undefined) {
-      throw new HttpError(503, 'STORAGE_UNAVAILABLE', 'Enforcement decisions are not available (storage has not been read recently); let traffic through', undefined, { 'retry-after': '2' });
-    }
-    const wanted = (decision: EnforcementDecision) =>
-      (query.apiKeyId === undefined || decision.apiKeyId === query.apiKeyId) && (query.merchantId === undefined || decision.merchantId === query.merchantId);
-    const decisions = snapshot.decisions.filter(wanted);
+    if (snapshot === undefined) throw unavailable();
+    const decisions = narrowed(snapshot.decisions, query);
     const { mode } = options.source;
     reply.header('cache-control', 'no-store');
     return {
@@ -51,4 +69,52 @@ export function registerDecisionRoutes(app: FastifyInstance, options: { token: s
       },
     };
   });
+}
+
+const adminEnforcementQuery = z.strictObject({
+  apiKeyId: identifier.optional().describe('one key'),
+  merchantId: identifier.optional().describe('operators only: one merchant (default: all)'),
+});
+
+const adminDecisionView = z.object({
+  apiKeyId: z.string(),
+  merchantId: z.string(),
+  action: z.enum(ENFORCEMENT_ACTIONS),
+  reason: z.string().describe('the alert behind it: type, severity, risk and title'),
+  alertId: z.uuid().describe('resolve or dismiss this alert to end the decision'),
+  expiresAt: z.string().describe('when the decision lapses unless the alert is seen again'),
+});
+
+const adminEnforcementView = z.object({
+  mode: z.enum(['off', 'shadow', 'enforce']),
+  applied: z.boolean().describe('whether the API fleet is told to apply these decisions (mode enforce)'),
+  generatedAt: z.string().nullable().describe('when storage was read; null when enforcement is off'),
+  decisions: z.array(adminDecisionView).describe('in shadow mode: what enforcing would apply'),
+});
+
+/** The admin API's view of the decisions; `source` is undefined when ENFORCEMENT_MODE=off. */
+export function enforcementAdminRoutes(source: DecisionSource | undefined): AdminRoute[] {
+  return [
+    defineRoute({
+      method: 'GET',
+      path: '/enforcement',
+      operationId: 'listEnforcementDecisions',
+      summary: 'Keys throttled or blocked now (or that would be, in shadow mode), and the alerts behind them',
+      description:
+        'One decision per key, the strongest of its open or acknowledged alerts; it ends when that alert is resolved ' +
+        'or dismissed, the key is allowlisted, or expiresAt passes without new evidence. 503 while the decisions are stale.',
+      query: adminEnforcementQuery,
+      response: adminEnforcementView,
+      errors: [503],
+      handle: async ({ principal, query, reply }) => {
+        const merchantId = merchantScope(principal, query.merchantId);
+        reply.header('cache-control', 'no-store');
+        if (source === undefined) return { mode: 'off', applied: false, generatedAt: null, decisions: [] };
+        const snapshot = source.current();
+        if (snapshot === undefined) throw unavailable();
+        const decisions = narrowed(snapshot.decisions, { apiKeyId: query.apiKeyId, merchantId }).map(({ exemptIps: _exemptIps, ...decision }) => decision);
+        return { mode: source.mode, applied: source.mode === 'enforce', generatedAt: new Date(snapshot.generatedAt).toISOString(), decisions };
+      },
+    }),
+  ];
 }

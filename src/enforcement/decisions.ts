@@ -18,7 +18,8 @@
 import type { Alert } from '../alerts/alert.ts';
 import type { DetectionConfig } from '../detect/detection-config.ts';
 
-export type EnforcementAction = 'throttle' | 'block';
+export const ENFORCEMENT_ACTIONS = ['throttle', 'block'] as const;
+export type EnforcementAction = (typeof ENFORCEMENT_ACTIONS)[number];
 
 /** The wire format of contracts section 5, with the key's merchant and the addresses never to enforce. */
 export interface EnforcementDecision {

@@ -337,7 +337,7 @@ describe('admin API', () => {
     expect(result.errors ?? []).toEqual([]);
     expect(result.valid).toBe(true);
     const operations = Object.values(document.paths).flatMap((methods) => Object.values(methods).map((op) => op.operationId));
-    expect(operations).toEqual(expect.arrayContaining(['listAlerts', 'getAlert', 'changeAlertStatus', 'getMetrics', 'getDashboard']));
+    expect(operations).toEqual(expect.arrayContaining(['listAlerts', 'getAlert', 'changeAlertStatus', 'getMetrics', 'getDashboard', 'listEnforcementDecisions']));
   });
 
   it('takes a detected attack from the list to resolution', async () => {

@@ -3,6 +3,7 @@
  * an alert, the alert becomes a decision that any replica serves to the fleet, and the decision ends
  * when an admin dismisses the alert or the key is allowlisted (the file reloaded without a restart).
  * Shadow mode records the same decisions without offering them for applying; off serves nothing.
+ * Admins see their own keys' decisions in the admin API, whatever the mode.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -67,6 +68,18 @@ describe('enforcement decisions', () => {
         },
       ]);
 
+      // The merchant's admins (any role) see it, without the allowlisted addresses; other merchants do not.
+      const adminView = await adminCall(other.url, await token(MERCHANT, 'viewer'), '/enforcement');
+      expect(adminView.status).toBe(200);
+      expect(adminView.body.data).toMatchObject({ mode: 'enforce', applied: true });
+      const { exemptIps: _exemptIps, ...withoutExempt } = answer.body.data.decisions[0];
+      expect(ours(adminView.body.data.decisions)).toEqual(expect.arrayContaining([withoutExempt]));
+      expect(ours(adminView.body.data.decisions)).toHaveLength(2);
+      expect((await adminCall(other.url, await token('m_someone_else', 'admin'), '/enforcement')).body.data.decisions).toEqual([]);
+      const operatorView = await adminCall(other.url, await token('m_ops', 'operator'), `/enforcement?merchantId=${MERCHANT}&apiKeyId=${blocked}`);
+      expect(operatorView.body.data.decisions).toEqual([withoutExempt]);
+      expect((await adminCall(other.url, await token(MERCHANT, 'admin'), `/enforcement?merchantId=m_someone_else`)).status).toBe(403);
+
       // The key allowlisted: no decision, without a restart.
       writeFileSync(configFile, JSON.stringify({ merchants: { [MERCHANT]: { allowlist: { keys: [blocked], ips: ['192.0.2.0/24'] } } } }));
       await waitFor(async () => ours(await decisionsOf(other.url)).every((decision) => decision.apiKeyId !== blocked), 'the allowlisted key is let through', 30_000);
@@ -91,8 +104,8 @@ describe('enforcement decisions', () => {
   it('in shadow mode offers nothing to apply and shows what enforcing would; off, serves nothing', async () => {
     const names = testNames('shadow');
     const apiKeyId = `pk_live_${names.runId}`;
-    const shadow = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra: { ENFORCEMENT_MODE: 'shadow' } }));
-    const off = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names }));
+    const shadow = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra: { ...ADMIN_ENV, ENFORCEMENT_MODE: 'shadow' } }));
+    const off = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra: ADMIN_ENV }));
     try {
       await postAttack(shadow.url, apiKeyId);
       const shadowOf = async () => ((await readDecisions(shadow.url, `?apiKeyId=${apiKeyId}`)).body.data?.shadowDecisions ?? []) as { action: string }[];
@@ -104,6 +117,13 @@ describe('enforcement decisions', () => {
       expect(alert).toMatchObject({ severity: 'critical', recommendedAction: 'block' });
       expect((await shadowOf())[0]!.action).toBe(alert!.riskScore >= 0.95 ? 'block' : 'throttle');
       expect((await readDecisions(off.url)).status).toBe(404);
+
+      // Admins see the shadow decision as not applied; with enforcement off, the mode and nothing else.
+      const shadowView = await adminCall(shadow.url, await token(MERCHANT, 'viewer'), `/enforcement?apiKeyId=${apiKeyId}`);
+      expect(shadowView.body.data).toMatchObject({ mode: 'shadow', applied: false, decisions: [{ apiKeyId, alertId: alert!.id, action: (await shadowOf())[0]!.action }] });
+      const offView = await adminCall(off.url, await token(MERCHANT, 'viewer'), '/enforcement');
+      expect(offView.status).toBe(200);
+      expect(offView.body.data).toEqual({ mode: 'off', applied: false, generatedAt: null, decisions: [] });
     } finally {
       await Promise.all([shadow.stop(), off.stop()]);
     }

@@ -35,6 +35,7 @@ const ROUTES: { path: string; methods: string[] }[] = [
   { path: '/admin/anomaly/dashboard', methods: ['GET'] },
   { path: '/admin/anomaly/webhook', methods: ['GET', 'PUT', 'DELETE'] },
   { path: '/admin/anomaly/webhook/deliveries', methods: ['GET'] },
+  { path: '/admin/anomaly/enforcement', methods: ['GET'] },
   { path: '/admin/anomaly/openapi.json', methods: ['GET'] },
   { path: '/v1/ingest/events', methods: ['POST'] },
   { path: '/v1/enforcement/decisions', methods: ['GET'] },

@@ -126,6 +126,9 @@ export class KafkaIntake {
       this.readFailure = undefined; // the batch that kept failing may have gone with its partition
       const owned = event.payload.memberAssignment[options.topic] ?? [];
       options.metrics.assignedPartitions.set(owned.length);
+      // A partition's lag is reported by its owner only: a moved one's last figure would stay behind,
+      // counted twice. Owned ones report again at their next batch (an idle one has none to report).
+      options.metrics.consumerLag.reset();
       this.releasePartitions(new Set(owned));
       // Keys of partitions that moved to another replica are its to watch now.
       options.analysis.keepPartitions(owned).catch(() => undefined);
@@ -174,6 +177,7 @@ export class KafkaIntake {
     if (this.stoppedBy) return;
     this.stoppedBy = error;
     this.options.metrics.assignedPartitions.set(0);
+    this.options.metrics.consumerLag.reset();
     this.options.onStopped?.(error);
   }
 

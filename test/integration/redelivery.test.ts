@@ -29,19 +29,33 @@ describe('redelivery and replicas', () => {
     return row!;
   }
 
+  /** The partitions a worker reports consumer lag for. */
+  async function lagSeries(worker: Worker): Promise<string[]> {
+    const metric = (await worker.metrics.registry.getMetricsAsJSON()).find((m) => m.name === 'security_center_consumer_lag');
+    return (metric?.values ?? []).map((value) => String(value.labels.partition));
+  }
+
   it('two replicas in one group split the partitions and store every event once', async () => {
     const events = Array.from({ length: 20_000 }, (_, i) => makeEvent(i, eventOptions));
+    const messages = events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) }));
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names });
-    const workers = [await engines.startWorker(config), await engines.startWorker(config)];
-    // Produce once the group has settled with both members owning partitions.
+    // The first replica alone takes the first half, from every partition; the second then joins.
+    const workers = [await engines.startWorker(config)];
+    await produceAll(engines.producer, names.topic, messages.slice(0, 10_000), 1000);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the first replica commits the first half', 90_000);
+    workers.push(await engines.startWorker(config));
     await waitForPartitionsSplit(workers);
-    await produceAll(engines.producer, names.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+    await produceAll(engines.producer, names.topic, messages.slice(10_000), 1000);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'both replicas commit to the end', 90_000);
 
     const consumed = await Promise.all(workers.map((worker) => metricTotal(worker, 'security_center_events_consumed_total')));
-    expect(consumed.every((count) => count > 0)).toBe(true); // each replica owned partitions
+    expect(consumed[1]).toBeGreaterThan(0); // the second replica owned partitions
     expect(consumed[0]! + consumed[1]!).toBe(20_000);
     expect(await countRows(workers[0]!)).toEqual({ rows: 20_000, ids: 20_000 });
+    // Each partition's lag is reported by its owner alone: the first replica no longer reports those it gave up.
+    const lagPartitions = await Promise.all(workers.map(async (worker) => lagSeries(worker)));
+    expect(lagPartitions[0]!.length).toBeLessThanOrEqual(await metricTotal(workers[0]!, 'security_center_assigned_partitions'));
+    expect(lagPartitions[0]!.filter((partition) => lagPartitions[1]!.includes(partition))).toEqual([]);
   });
 
   it('skips messages already stored when they are delivered again from an older offset', async () => {

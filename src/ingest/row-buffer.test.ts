@@ -27,4 +27,21 @@ describe('RowBuffer', () => {
     buffer.append('f6');
     expect(buffer.bytes().toString('utf8')).toBe('a1\nc333\nf6\n');
   });
+
+  it('hands its rows to another thread by moving them, however small: its memory is its own, not the shared Buffer pool', () => {
+    const { port1, port2 } = new MessageChannel();
+    try {
+      for (const initialBytes of [8, 1024]) {
+        const buffer = new RowBuffer(initialBytes);
+        buffer.append('a row');
+        const rows = buffer.bytes();
+        // A pooled ArrayBuffer is copied instead (Node 20) or refused (Node 22 and later).
+        port1.postMessage(rows, [rows.buffer as ArrayBuffer]);
+        expect(rows.buffer.byteLength, `initial ${initialBytes} bytes`).toBe(0);
+      }
+    } finally {
+      port1.close();
+      port2.close();
+    }
+  });
 });

@@ -2,6 +2,9 @@
  * Event rows (serializeEventRow lines) accumulated off the JS heap: each row is UTF-8 encoded into a growing Buffer as
  * it arrives, so a flush neither joins tens of thousands of strings nor copies a large string into
  * a Buffer (both showed up as garbage-collector time on the ingest path).
+ * Its memory is never Node's shared Buffer pool (allocUnsafeSlow): the analysis thread hands a
+ * batch's rows to the main thread by transferring their ArrayBuffer, and a pooled one cannot be
+ * transferred (Node 20 silently copies the whole pool; Node 22 and later refuse the message).
  */
 /** Rows [start, end) by byte position in a RowBuffer, `rows` of them. */
 export interface RowRange {
@@ -16,7 +19,7 @@ export class RowBuffer {
   private count = 0;
 
   constructor(initialBytes = 1 << 20) {
-    this.buffer = Buffer.allocUnsafe(initialBytes);
+    this.buffer = Buffer.allocUnsafeSlow(initialBytes);
   }
 
   get rows(): number {
@@ -63,7 +66,7 @@ export class RowBuffer {
   }
 
   private grow(minimum: number): void {
-    const next = Buffer.allocUnsafe(Math.max(minimum, this.buffer.length * 2));
+    const next = Buffer.allocUnsafeSlow(Math.max(minimum, this.buffer.length * 2));
     this.buffer.copy(next, 0, 0, this.length);
     this.buffer = next;
   }

@@ -35,6 +35,7 @@ import { createLogger, type Logger } from './logger.ts';
 import { WorkerMetrics } from './metrics.ts';
 import { AlertStore } from './store/alert-store.ts';
 import { connectClickHouse, type ClickHouse } from './store/clickhouse.ts';
+import { EnforcementHistoryStore } from './store/enforcement-history-store.ts';
 import { EventStore, storableEventTimes } from './store/event-store.ts';
 import { migrate } from './store/migrate.ts';
 import { tablesIn } from './store/tables.ts';
@@ -102,6 +103,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   const store = new EventStore(clickhouse, tables);
   const recentIds = new RecentEventIds(config.ingest.dedupCacheSize);
   const alertStore = new AlertStore(clickhouse, tables);
+  const enforcementHistory = new EnforcementHistoryStore(clickhouse, tables);
   const ingestEnabled = config.features.anomalyDetection;
   // Both ways in refuse events dated where the raw table's TTL cannot reach.
   const eventTimes = storableEventTimes(config.clickhouse.eventsTtlDays);
@@ -183,6 +185,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
           mode: config.enforcement.mode,
           policy: { blockMinRisk: config.enforcement.blockMinRisk, ttlMs: config.enforcement.ttlMs },
           readAlerts: (since) => alertStore.enforceable(since),
+          writeHistory: (records) => enforcementHistory.record(records),
           config: () => allowlists,
           metrics,
           logger: logger.child({ component: 'enforcement' }),
@@ -264,7 +267,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
           aiInsights: config.features.aiRiskScoring,
         }),
         ...webhookRoutes({ store: webhookStore, policy: webhookPolicy, now: deps.webhooks?.now }),
-        ...enforcementAdminRoutes(enforcement),
+        ...enforcementAdminRoutes(enforcement, enforcementHistory),
       ],
       rateLimitPerMinute: config.admin.rateLimitPerMinute,
       maxBodyBytes: config.admin.maxBodyBytes,

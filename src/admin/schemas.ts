@@ -13,7 +13,7 @@ export const identifier = z.string().min(1).max(128);
 
 const storable = (ms: number) => ms >= STORABLE_TIME_MS.min && ms <= STORABLE_TIME_MS.max;
 
-const isoDate = z.iso
+export const isoDate = z.iso
   .datetime({ offset: true, message: 'an ISO 8601 date-time, e.g. 2026-11-20T12:00:00Z' })
   .transform((text) => new Date(text))
   .refine((date) => storable(date.getTime()), 'a date from 1900 to 2299');
@@ -55,7 +55,7 @@ export const cursorParam = z
   })
   .describe('nextCursor of the previous page');
 
-const limitParam = z
+export const limitParam = z
   .string()
   .regex(/^\d{1,4}$/, 'an integer from 1 to 200')
   .transform(Number)
@@ -69,7 +69,7 @@ const merchantIdParam = identifier.optional().describe('operators only: the merc
  * from must not be after to. Zod runs an object's refinements even when a field failed, and then
  * the field still holds its text: each check here looks at dates that parsed, and at nothing else.
  */
-function rangeInOrder(value: { from?: Date; to?: Date }, context: z.RefinementCtx): void {
+export function rangeInOrder(value: { from?: Date; to?: Date }, context: z.RefinementCtx): void {
   if (value.from instanceof Date && value.to instanceof Date && value.from > value.to) {
     context.addIssue({ code: 'custom', path: ['to'], message: 'must not be before from' });
   }

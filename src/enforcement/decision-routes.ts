@@ -18,15 +18,20 @@
  * blocked, or would be in shadow mode, and which alert to resolve or dismiss to end it. With
  * enforcement off it answers mode `off` and no decisions; while the decisions are stale, 503.
  * Allowlisted addresses (exemptIps) are left out: the global ones are the operators' business.
+ *
+ * GET /admin/anomaly/enforcement/history: the decisions in force at some time in a range (default
+ * the last 7 days), from storage, with when each started and ended: what enforcing did, or in
+ * shadow mode would have done, to judge before turning enforcement on. Readable in any mode.
  */
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { merchantScope } from '../admin/auth.ts';
 import { defineRoute, type AdminRoute } from '../admin/route.ts';
-import { identifier } from '../admin/schemas.ts';
+import { identifier, isoDate, limitParam, rangeInOrder } from '../admin/schemas.ts';
 import { parseInput } from '../admin/validation.ts';
 import { bearerTokenCheck } from '../http/bearer-token.ts';
 import { HttpError } from '../http/errors.ts';
+import type { EnforcementHistoryStore } from '../store/enforcement-history-store.ts';
 import type { DecisionSource } from './decision-source.ts';
 import { ENFORCEMENT_ACTIONS, type EnforcementDecision } from './decisions.ts';
 
@@ -42,6 +47,11 @@ function narrowed(decisions: readonly EnforcementDecision[], filter: { apiKeyId?
   return decisions.filter(
     (decision) => (filter.apiKeyId === undefined || decision.apiKeyId === filter.apiKeyId) && (filter.merchantId === undefined || decision.merchantId === filter.merchantId),
   );
+}
+
+/** A decision's identity in the history: one key, one alert, one action. */
+function decisionId(decision: { merchantId: string; apiKeyId: string; alertId: string; action: string }): string {
+  return `${decision.merchantId}\u0000${decision.apiKeyId}\u0000${decision.alertId}\u0000${decision.action}`;
 }
 
 function unavailable(): HttpError {
@@ -92,8 +102,43 @@ const adminEnforcementView = z.object({
   decisions: z.array(adminDecisionView).describe('in shadow mode: what enforcing would apply'),
 });
 
-/** The admin API's view of the decisions; `source` is undefined when ENFORCEMENT_MODE=off. */
-export function enforcementAdminRoutes(source: DecisionSource | undefined): AdminRoute[] {
+const HISTORY_DEFAULT_RANGE_MS = 7 * 24 * 3_600_000;
+const HISTORY_DEFAULT_LIMIT = 50;
+
+const historyQuery = z
+  .strictObject({
+    from: isoDate.optional().describe('default: 7 days before to'),
+    to: isoDate.optional().describe('default: now'),
+    apiKeyId: identifier.optional().describe('one key'),
+    merchantId: identifier.optional().describe('operators only: one merchant (default: all)'),
+    limit: limitParam,
+  })
+  .superRefine(rangeInOrder);
+
+const historyEntryView = z.object({
+  apiKeyId: z.string(),
+  merchantId: z.string(),
+  action: z.enum(ENFORCEMENT_ACTIONS),
+  mode: z.enum(['shadow', 'enforce']).describe('shadow: recorded, not applied'),
+  reason: z.string().describe('the alert behind it: type, severity, risk and title'),
+  alertId: z.uuid(),
+  startedAt: z.string().describe('when a replica first saw the decision'),
+  endedAt: z.string().nullable().describe('when it last ended; null while in force (or when it lapsed while no replica ran)'),
+  expiresAt: z.string().describe('when it was due to lapse as last recorded; new evidence extends a decision in force'),
+  active: z.boolean().nullable().describe('whether it is among the decisions now; null when that is not known (enforcement off or stale)'),
+});
+
+const historyView = z.object({
+  from: z.string(),
+  to: z.string(),
+  entries: z.array(historyEntryView).describe('the latest started first, at most limit (default 50)'),
+});
+
+/**
+ * The admin API's view of the decisions; `source` is undefined when ENFORCEMENT_MODE=off (the
+ * history of earlier decisions stays readable).
+ */
+export function enforcementAdminRoutes(source: DecisionSource | undefined, history: EnforcementHistoryStore): AdminRoute[] {
   return [
     defineRoute({
       method: 'GET',
@@ -114,6 +159,32 @@ export function enforcementAdminRoutes(source: DecisionSource | undefined): Admi
         if (snapshot === undefined) throw unavailable();
         const decisions = narrowed(snapshot.decisions, { apiKeyId: query.apiKeyId, merchantId }).map(({ exemptIps: _exemptIps, ...decision }) => decision);
         return { mode: source.mode, applied: source.mode === 'enforce', generatedAt: new Date(snapshot.generatedAt).toISOString(), decisions };
+      },
+    }),
+    defineRoute({
+      method: 'GET',
+      path: '/enforcement/history',
+      operationId: 'listEnforcementHistory',
+      summary: 'Keys throttled or blocked (or that would have been, in shadow mode) over a range, with when each started and ended',
+      description:
+        'Every decision in force at some time in the range (default the last 7 days), the latest started first. ' +
+        'A decision is one key, one alert and one action: a change of action ends one and starts another.',
+      query: historyQuery,
+      response: historyView,
+      handle: async ({ principal, query, reply }) => {
+        const merchantId = merchantScope(principal, query.merchantId);
+        const to = query.to ?? new Date();
+        const from = query.from ?? new Date(to.getTime() - HISTORY_DEFAULT_RANGE_MS);
+        const entries = await history.list({ from, to, merchantId, apiKeyId: query.apiKeyId, limit: query.limit ?? HISTORY_DEFAULT_LIMIT });
+        // Which of them are in force now, when that is known (enforcement on, decisions fresh).
+        const snapshot = source?.current();
+        const current = new Set(snapshot?.decisions.map(decisionId));
+        reply.header('cache-control', 'no-store');
+        return {
+          from: from.toISOString(),
+          to: to.toISOString(),
+          entries: entries.map((entry) => ({ ...entry, active: snapshot === undefined ? null : entry.mode === source?.mode && current.has(decisionId(entry)) })),
+        };
       },
     }),
   ];

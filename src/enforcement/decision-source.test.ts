@@ -4,6 +4,7 @@ import type { Alert } from '../alerts/alert.ts';
 import { DetectionConfig } from '../detect/detection-config.ts';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
+import type { DecisionRecord } from '../store/enforcement-history-store.ts';
 import { DecisionSource } from './decision-source.ts';
 
 const T0 = Date.UTC(2026, 10, 21, 12, 0, 0);
@@ -11,7 +12,8 @@ const MINUTE = 60_000;
 
 /** A source over alerts the test sets (or a failing read), on a clock the test moves. */
 function source(mode: 'shadow' | 'enforce' = 'enforce') {
-  const state = { now: T0, alerts: [] as Alert[], failing: false, since: [] as number[], config: new DetectionConfig() };
+  const state = { now: T0, alerts: [] as Alert[], failing: false, since: [] as number[], config: new DetectionConfig(), historyFailing: false };
+  const history: DecisionRecord[] = [];
   const lines: { level: number; msg: string; [field: string]: unknown }[] = [];
   const metrics = new WorkerMetrics({ defaultMetrics: false });
   const decisions = new DecisionSource({
@@ -22,6 +24,10 @@ function source(mode: 'shadow' | 'enforce' = 'enforce') {
       if (state.failing) throw new Error('injected: storage cannot be read');
       return state.alerts;
     },
+    writeHistory: async (records) => {
+      if (state.historyFailing) throw new Error('injected: history cannot be written');
+      history.push(...records);
+    },
     config: () => state.config,
     metrics,
     logger: createLogger('info', { write: (line: string) => lines.push(JSON.parse(line)) }),
@@ -30,7 +36,7 @@ function source(mode: 'shadow' | 'enforce' = 'enforce') {
   });
   const gauge = async (name: string, action?: string) =>
     (await metrics.registry.getSingleMetric(name)!.get()).values.find((value) => action === undefined || value.labels.action === action)?.value;
-  return { state, lines, decisions, gauge };
+  return { state, lines, decisions, gauge, history };
 }
 
 const attack = (apiKeyId: string, overrides: Partial<Alert> = {}) =>
@@ -106,5 +112,50 @@ describe('DecisionSource', () => {
     state.config = DetectionConfig.parse(JSON.stringify({ allowlist: { keys: ['pk_live_a'] } }));
     await decisions.refresh();
     expect(decisions.current()?.decisions).toEqual([]);
+  });
+
+  it('writes each decision to the history as it starts and ends; a change of action ends one and starts another', async () => {
+    const { state, decisions, history } = source('shadow');
+    const first = attack('pk_live_a');
+    state.alerts = [first, attack('pk_live_b')];
+    await decisions.refresh();
+    state.now = T0 + 2_000;
+    await decisions.refresh();
+    state.now = T0 + 4_000;
+    state.alerts = [{ ...first, severity: 'critical', riskScore: 0.97, recommendedAction: 'block' }];
+    await decisions.refresh();
+    await decisions.stop();
+    const brief = history.map(({ apiKeyId, action, mode, startedAt, endedAt, alertId }) => ({ apiKeyId, action, mode, startedAt, endedAt, alertId }));
+    expect(brief).toEqual([
+      { apiKeyId: 'pk_live_a', action: 'throttle', mode: 'shadow', startedAt: T0, endedAt: null, alertId: first.id },
+      { apiKeyId: 'pk_live_b', action: 'throttle', mode: 'shadow', startedAt: T0, endedAt: null, alertId: expect.any(String) },
+      { apiKeyId: 'pk_live_a', action: 'throttle', mode: 'shadow', startedAt: T0, endedAt: T0 + 4_000, alertId: first.id },
+      { apiKeyId: 'pk_live_a', action: 'block', mode: 'shadow', startedAt: T0 + 4_000, endedAt: null, alertId: first.id },
+      { apiKeyId: 'pk_live_b', action: 'throttle', mode: 'shadow', startedAt: T0, endedAt: T0 + 4_000, alertId: expect.any(String) },
+    ]);
+    expect(history[3]).toMatchObject({ merchantId: 'm_1', reason: expect.stringContaining('critical, risk 0.97'), expiresAt: new Date(Date.parse(first.lastSeenAt) + 30 * MINUTE).toISOString() });
+    expect(history[0]).not.toHaveProperty('exemptIps');
+  });
+
+  it('keeps serving decisions while the history cannot be written, and writes what it kept once it can', async () => {
+    const { state, decisions, history, lines } = source();
+    state.historyFailing = true;
+    state.alerts = [attack('pk_live_a')];
+    await decisions.refresh();
+    state.now = T0 + 2_000;
+    state.alerts = [];
+    await decisions.refresh();
+    expect(decisions.current()?.decisions).toEqual([]);
+    expect(history).toEqual([]);
+    state.historyFailing = false;
+    state.now = T0 + 4_000;
+    await decisions.refresh();
+    await decisions.stop();
+    expect(history.map(({ apiKeyId, startedAt, endedAt }) => ({ apiKeyId, startedAt, endedAt }))).toEqual([
+      { apiKeyId: 'pk_live_a', startedAt: T0, endedAt: null },
+      { apiKeyId: 'pk_live_a', startedAt: T0, endedAt: T0 + 2_000 },
+    ]);
+    expect(lines.filter((line) => line.level >= 40).map((line) => line.msg)).toEqual(['writing enforcement history failed; its records are kept (up to 10000) and written after the next read']);
+    expect(lines.at(-1)?.msg).toBe('enforcement history can be written again');
   });
 });

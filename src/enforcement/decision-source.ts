@@ -6,12 +6,15 @@
  * traffic through, contracts section 5).
  *
  * Decisions are recorded as they change: each one that starts, changes action or ends is logged
- * (in `shadow` mode too, where nothing is applied: that log is what enforcing would have done).
- * Every replica derives the same decisions, so every replica logs them.
+ * and written to the history (in `shadow` mode too, where nothing is applied: that record is what
+ * enforcing would have done). Every replica derives the same decisions, so every replica logs them;
+ * the history collapses their identical writes. Writing the history never holds up the decisions:
+ * a failed write is kept (up to a bound) and tried again after the next read.
  */
 import type { DetectionConfig } from '../detect/detection-config.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
+import type { DecisionRecord } from '../store/enforcement-history-store.ts';
 import { decisionsFor, type EnforceableAlert, type EnforcementDecision, type EnforcementPolicy } from './decisions.ts';
 
 export interface DecisionSnapshot {
@@ -29,6 +32,8 @@ export interface DecisionSourceOptions {
   readAlerts(since: Date): Promise<EnforceableAlert[]>;
   /** The current allowlists (reloaded without a restart). */
   config(): DetectionConfig;
+  /** Where decisions that start and end are written (EnforcementHistoryStore.record); none: only logged. */
+  writeHistory?: (records: DecisionRecord[]) => Promise<void>;
   metrics: WorkerMetrics;
   logger: Logger;
   refreshMs?: number;
@@ -38,12 +43,19 @@ export interface DecisionSourceOptions {
 
 const REFRESH_MS = 2_000;
 const STALE_AFTER_MS = 30_000;
+/** History records kept while writing them fails; the oldest go first. */
+const MAX_UNWRITTEN = 10_000;
 
 export class DecisionSource {
   private snapshot: DecisionSnapshot | undefined;
   private timer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | undefined;
   private failing = false;
+  /** When this replica saw each key's current decision start, by keyOf. */
+  private readonly startedAt = new Map<string, number>();
+  private unwritten: DecisionRecord[] = [];
+  private writing: Promise<void> | undefined;
+  private historyFailing = false;
   private readonly now: () => number;
   private readonly staleAfterMs: number;
 
@@ -67,6 +79,7 @@ export class DecisionSource {
   async stop(): Promise<void> {
     clearInterval(this.timer);
     await this.refreshing;
+    await this.writing;
   }
 
   /** The decisions as of the last read, without those expired since; undefined when there is none or it is stale. */
@@ -89,29 +102,61 @@ export class DecisionSource {
     try {
       const alerts = await this.options.readAlerts(new Date(startedAt - this.options.policy.ttlMs));
       const decisions = decisionsFor(alerts, this.options.policy, this.options.config(), startedAt);
-      this.record(decisions);
+      this.record(decisions, startedAt);
       this.snapshot = { generatedAt: startedAt, staleAfter: startedAt + this.staleAfterMs, decisions };
       if (this.failing) this.options.logger.info('enforcement decisions can be read again');
       this.failing = false;
+      this.writing ??= this.writeHistory().finally(() => (this.writing = undefined));
     } catch (error) {
       if (!this.failing) this.options.logger.warn({ err: error }, `reading enforcement decisions failed; they are served until ${this.staleAfterMs / 1000} s old, then none (the fleet lets traffic through)`);
       this.failing = true;
     }
   }
 
-  /** Logs the decisions that started, changed action or ended since the last read. */
-  private record(decisions: readonly EnforcementDecision[]): void {
+  /** Logs the decisions that started, changed action or ended since the last read, and queues them for the history. */
+  private record(decisions: readonly EnforcementDecision[], now: number): void {
     const { logger, mode } = this.options;
     const before = new Map((this.snapshot?.decisions ?? []).map((decision) => [keyOf(decision), decision]));
     for (const decision of decisions) {
-      const known = before.get(keyOf(decision));
-      before.delete(keyOf(decision));
+      const key = keyOf(decision);
+      const known = before.get(key);
+      before.delete(key);
       if (known?.action === decision.action && known.alertId === decision.alertId) continue;
       const { exemptIps: _exemptIps, ...logged } = decision;
       logger.info({ mode, ...logged, previous: known?.action }, mode === 'enforce' ? `enforcement: ${decision.action} key` : `enforcement (shadow, not applied): would ${decision.action} key`);
+      // A change of action or alert ends one decision and starts another.
+      if (known) this.queue(known, now);
+      this.startedAt.set(key, now);
+      this.queue(decision, null);
     }
     for (const ended of before.values()) {
       logger.info({ mode, apiKeyId: ended.apiKeyId, merchantId: ended.merchantId, alertId: ended.alertId, action: ended.action }, 'enforcement decision ended');
+      this.queue(ended, now);
+      this.startedAt.delete(keyOf(ended));
+    }
+  }
+
+  private queue(decision: EnforcementDecision, endedAt: number | null): void {
+    if (this.options.writeHistory === undefined) return;
+    const { apiKeyId, merchantId, alertId, action, reason, expiresAt } = decision;
+    const startedAt = this.startedAt.get(keyOf(decision)) ?? endedAt ?? this.now();
+    this.unwritten.push({ merchantId, apiKeyId, alertId, action, mode: this.options.mode, reason, startedAt, endedAt, expiresAt });
+    if (this.unwritten.length > MAX_UNWRITTEN) this.unwritten.splice(0, this.unwritten.length - MAX_UNWRITTEN);
+  }
+
+  /** Writes the queued history records; on failure keeps them for the next try. Never rejects. */
+  private async writeHistory(): Promise<void> {
+    const records = this.unwritten;
+    if (records.length === 0 || this.options.writeHistory === undefined) return;
+    this.unwritten = [];
+    try {
+      await this.options.writeHistory(records);
+      if (this.historyFailing) this.options.logger.info('enforcement history can be written again');
+      this.historyFailing = false;
+    } catch (error) {
+      if (!this.historyFailing) this.options.logger.warn({ err: error }, `writing enforcement history failed; its records are kept (up to ${MAX_UNWRITTEN}) and written after the next read`);
+      this.historyFailing = true;
+      this.unwritten = [...records, ...this.unwritten].slice(-MAX_UNWRITTEN);
     }
   }
 }

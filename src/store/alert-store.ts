@@ -11,7 +11,7 @@ import { z } from 'zod';
 import type { Alert, HistoryEntry } from '../alerts/alert.ts';
 import type { EnforceableAlert } from '../enforcement/decisions.ts';
 import type { ClickHouse } from './clickhouse.ts';
-import { toClickHouseTime } from './event-store.ts';
+import { clickHouseTimeToIso, toClickHouseTime } from './event-store.ts';
 import type { Tables } from './tables.ts';
 
 const COLUMNS = [
@@ -58,11 +58,6 @@ const enforceableRow = alertRow.pick({
   last_seen_at: true,
 });
 
-/** ClickHouse DateTime64 text ('2026-11-20 12:00:00.000', UTC) to ISO 8601. */
-function toIso(text: string): string {
-  return `${text.replace(' ', 'T')}Z`;
-}
-
 /** A stored history; entries stored before every entry carried its note read with `note: null`. */
 function historyOf(json: string): HistoryEntry[] {
   const entries = JSON.parse(json) as (Omit<HistoryEntry, 'note'> & { note?: string | null })[];
@@ -80,7 +75,7 @@ function enforceableFromRow(row: z.output<typeof enforceableRow>): EnforceableAl
     recommendedAction: row.recommended_action as Alert['recommendedAction'],
     status: row.status as Alert['status'],
     title: row.title,
-    lastSeenAt: toIso(row.last_seen_at),
+    lastSeenAt: clickHouseTimeToIso(row.last_seen_at),
   };
 }
 
@@ -92,10 +87,10 @@ function fromRow(row: z.output<typeof alertRow>): Alert {
     evidence: JSON.parse(row.evidence) as Record<string, unknown>,
     ruleId: row.rule_id,
     ruleVersion: row.rule_version,
-    firstSeenAt: toIso(row.first_seen_at),
+    firstSeenAt: clickHouseTimeToIso(row.first_seen_at),
     occurrences: row.occurrences,
-    createdAt: toIso(row.created_at),
-    updatedAt: toIso(row.updated_at),
+    createdAt: clickHouseTimeToIso(row.created_at),
+    updatedAt: clickHouseTimeToIso(row.updated_at),
     history: historyOf(row.history),
     ...(row.ai_insights.length > 0 ? { aiInsights: row.ai_insights } : {}),
   };

@@ -75,6 +75,11 @@ export function toClickHouseTime(epochMs: number): string {
   return cachedSecondText + (millis < 10 ? '00' : millis < 100 ? '0' : '') + millis;
 }
 
+/** ClickHouse DateTime64 text as results carry it ('2026-11-20 12:00:00.000', UTC) to ISO 8601. */
+export function clickHouseTimeToIso(text: string): string {
+  return `${text.replace(' ', 'T')}Z`;
+}
+
 /** Characters TabSeparated must escape in a value: the separators, the escape itself, CR and NUL. */
 const TSV_SPECIAL = /[\t\n\r\\\0]/;
 const TSV_SPECIAL_ALL = /[\t\n\r\\\0]/g;

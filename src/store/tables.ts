@@ -6,6 +6,7 @@ export interface Tables {
   readonly requestRollup1m: string;
   readonly keyNetworks1d: string;
   readonly alerts: string;
+  readonly enforcementHistory: string;
   readonly webhookEndpoints: string;
   readonly webhookMessages: string;
   readonly webhookBreakers: string;
@@ -19,6 +20,7 @@ export function tablesIn(database: string): Tables {
     requestRollup1m: `${database}.request_rollup_1m`,
     keyNetworks1d: `${database}.key_networks_1d`,
     alerts: `${database}.alerts_by_time`,
+    enforcementHistory: `${database}.enforcement_history`,
     webhookEndpoints: `${database}.webhook_endpoints`,
     webhookMessages: `${database}.webhook_messages`,
     webhookBreakers: `${database}.webhook_breakers`,

@@ -3,13 +3,19 @@
  * an alert, the alert becomes a decision that any replica serves to the fleet, and the decision ends
  * when an admin dismisses the alert or the key is allowlisted (the file reloaded without a restart).
  * Shadow mode records the same decisions without offering them for applying; off serves nothing.
- * Admins see their own keys' decisions in the admin API, whatever the mode.
+ * Admins see their own keys' decisions in the admin API, whatever the mode, and their history:
+ * replicas' identical records of one decision collapse into one entry, with when it started and ended.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/logger.ts';
+import { connectClickHouse } from '../../src/store/clickhouse.ts';
+import { EnforcementHistoryStore, type DecisionRecord } from '../../src/store/enforcement-history-store.ts';
+import { migrate } from '../../src/store/migrate.ts';
+import { tablesIn } from '../../src/store/tables.ts';
 import { ADMIN_ENV, adminCall, token } from '../support/admin.ts';
 import { useEngines } from '../support/engines.ts';
 import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
@@ -90,6 +96,27 @@ describe('enforcement decisions', () => {
       expect(patch.status).toBe(200);
       await waitFor(async () => ours(await decisionsOf(detecting.url)).length === 0, 'the dismissed alert enforces nothing', 30_000);
 
+      // The history: both decisions, each one entry although both replicas recorded it, both ended.
+      const historyOf = async (url: string) => {
+        const view = await adminCall(url, await token(MERCHANT, 'viewer'), '/enforcement/history');
+        expect(view.status).toBe(200);
+        return ours(view.body.data.entries) as { apiKeyId: string; endedAt: string | null }[];
+      };
+      await waitFor(async () => ours(await decisionsOf(other.url)).length === 0, 'neither replica enforces them', 30_000);
+      await waitFor(async () => (await historyOf(other.url)).every((entry) => entry.endedAt !== null), 'the ends are recorded', 30_000);
+      // Each replica writes its own sight of the end just after it reads it: both views agree once both landed.
+      await waitFor(async () => JSON.stringify(await historyOf(other.url)) === JSON.stringify(await historyOf(detecting.url)), 'both replicas show the same history', 30_000);
+      const history = await historyOf(other.url);
+      expect(history.map((entry) => entry.apiKeyId).sort()).toEqual([blocked, dismissed]);
+      expect(history.find((entry) => entry.apiKeyId === blocked)).toMatchObject({ alertId: alert!.id, action: 'block', mode: 'enforce', reason: answer.body.data.decisions[0].reason, active: false });
+      for (const entry of history as unknown as { startedAt: string; endedAt: string }[]) {
+        expect(Date.parse(entry.startedAt)).toBeLessThanOrEqual(Date.parse(entry.endedAt));
+      }
+      expect((await adminCall(other.url, await token('m_someone_else', 'admin'), '/enforcement/history')).body.data.entries).toEqual([]);
+      const badRange = await adminCall(other.url, await token(MERCHANT, 'viewer'), '/enforcement/history?from=yesterday');
+      expect(badRange.status).toBe(400);
+      expect(badRange.body.details).toEqual([{ path: ['query', 'from'], message: expect.stringContaining('ISO 8601') }]);
+
       // The fleet's token only; a bad query is a 400 naming the field.
       expect((await readDecisions(other.url, '', '')).status).toBe(401);
       expect((await readDecisions(other.url, '', 'not-the-ingest-token-at-all')).status).toBe(401);
@@ -124,8 +151,52 @@ describe('enforcement decisions', () => {
       const offView = await adminCall(off.url, await token(MERCHANT, 'viewer'), '/enforcement');
       expect(offView.status).toBe(200);
       expect(offView.body.data).toEqual({ mode: 'off', applied: false, generatedAt: null, decisions: [] });
+
+      // The history holds the shadow decision, in force: whether it is active now is known where enforcement runs.
+      const historyAt = async (url: string) => (await adminCall(url, await token(MERCHANT, 'viewer'), `/enforcement/history?apiKeyId=${apiKeyId}`)).body.data.entries;
+      await waitFor(async () => (await historyAt(shadow.url)).length === 1, 'the shadow decision is in the history', 30_000);
+      expect(await historyAt(shadow.url)).toEqual([expect.objectContaining({ apiKeyId, alertId: alert!.id, mode: 'shadow', endedAt: null, active: true })]);
+      expect(await historyAt(off.url)).toEqual([expect.objectContaining({ apiKeyId, mode: 'shadow', endedAt: null, active: null })]);
     } finally {
       await Promise.all([shadow.stop(), off.stop()]);
+    }
+  });
+
+  it('keeps one history entry per decision: the earliest start, and an end only if none came after it', async () => {
+    const service = engines.clickhouse;
+    const db = connectClickHouse({ url: service.url, username: service.username, password: service.password, dataDir: service.dataDir });
+    const tables = tablesIn(`${service.database}`);
+    try {
+      await migrate(db, { tables, eventsTtlDays: 30 }, createLogger('silent'));
+      const store = new EnforcementHistoryStore(db, tables);
+      const merchantId = `m_history_${randomUUID().slice(0, 8)}`;
+      const T = Date.UTC(2026, 10, 20, 12, 0, 0);
+      const MINUTE = 60_000;
+      const record = (apiKeyId: string, alertId: string, startedAt: number, endedAt: number | null): DecisionRecord => ({
+        merchantId, apiKeyId, alertId, action: 'throttle', mode: 'shadow', reason: `reason of ${apiKeyId}`, startedAt, endedAt, expiresAt: new Date(startedAt + 30 * MINUTE).toISOString(),
+      });
+      const [a, b, c] = [randomUUID(), randomUUID(), randomUUID()];
+      // Two replicas saw pk_a start (2 s apart) and end; pk_b ended, then started again; pk_c ended long before the range.
+      await store.record([record('pk_a', a, T, null), record('pk_b', b, T, null), record('pk_c', c, T - 600 * MINUTE, null)]);
+      await store.record([record('pk_a', a, T + 2_000, null), record('pk_c', c, T - 600 * MINUTE, T - 500 * MINUTE)]);
+      await store.record([record('pk_a', a, T, T + 10 * MINUTE), record('pk_a', a, T + 2_000, T + 10 * MINUTE + 1_500), record('pk_b', b, T, T + 5 * MINUTE)]);
+      await store.record([record('pk_b', b, T + 20 * MINUTE, null)]);
+
+      const range = { from: new Date(T - 60 * MINUTE), to: new Date(T + 60 * MINUTE), merchantId, limit: 50 };
+      const entries = await store.list(range);
+      expect(entries.map(({ apiKeyId, startedAt, endedAt, expiresAt }) => ({ apiKeyId, startedAt, endedAt, expiresAt }))).toEqual([
+        { apiKeyId: 'pk_a', startedAt: new Date(T).toISOString(), endedAt: new Date(T + 10 * MINUTE + 1_500).toISOString(), expiresAt: new Date(T + 2_000 + 30 * MINUTE).toISOString() },
+        { apiKeyId: 'pk_b', startedAt: new Date(T).toISOString(), endedAt: null, expiresAt: new Date(T + 50 * MINUTE).toISOString() },
+      ]);
+      expect(entries[0]).toMatchObject({ merchantId, alertId: a, action: 'throttle', mode: 'shadow', reason: 'reason of pk_a' });
+      // pk_a's end is before this range; pk_b is still in force; nothing starts after `to`.
+      expect((await store.list({ ...range, from: new Date(T + 15 * MINUTE) })).map((entry) => entry.apiKeyId)).toEqual(['pk_b']);
+      expect(await store.list({ ...range, to: new Date(T - 1), from: new Date(T - 60 * MINUTE) })).toEqual([]);
+      expect((await store.list({ ...range, apiKeyId: 'pk_a' })).map((entry) => entry.apiKeyId)).toEqual(['pk_a']);
+      expect(await store.list({ ...range, merchantId: 'm_nobody' })).toEqual([]);
+      expect(await store.list({ ...range, limit: 1 })).toHaveLength(1);
+    } finally {
+      await db.close();
     }
   });
 });

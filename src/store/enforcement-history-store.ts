@@ -1,0 +1,136 @@
+/**
+ * Enforcement decisions as they started and ended (migration 008), so admins can see what enforcing
+ * did, or in shadow mode would have done, before and after they turn it on. Every replica writes the
+ * same decisions; the table's aggregation collapses them (the earliest start, the latest start and
+ * end), and reads aggregate again, so they never depend on merges having run.
+ */
+import { z } from 'zod';
+import { ENFORCEMENT_ACTIONS, type EnforcementAction } from '../enforcement/decisions.ts';
+import type { ClickHouse } from './clickhouse.ts';
+import { clickHouseTimeToIso, toClickHouseTime } from './event-store.ts';
+import type { Tables } from './tables.ts';
+
+export type EnforcementMode = 'shadow' | 'enforce';
+
+/** What a decision's records and its history entry share: one key, one alert, one action, in one mode, and why. */
+interface DecisionIdentity {
+  merchantId: string;
+  apiKeyId: string;
+  alertId: string;
+  action: EnforcementAction;
+  mode: EnforcementMode;
+  reason: string;
+}
+
+/** One replica's sight of a decision starting (endedAt null) or ending. */
+export interface DecisionRecord extends DecisionIdentity {
+  /** Epoch ms: when this replica saw the decision start (or first saw it, after its own start). */
+  startedAt: number;
+  /** Epoch ms: when this replica saw it end; null for a start. */
+  endedAt: number | null;
+  /** ISO 8601: when it was due to lapse without new evidence. */
+  expiresAt: string;
+}
+
+/** A decision's history, as every replica saw it. */
+export interface DecisionHistoryEntry extends DecisionIdentity {
+  /** When it first started. */
+  startedAt: string;
+  /** When it last ended; null when it has not ended since it last started (or its end went unseen). */
+  endedAt: string | null;
+  /** When it was due to lapse, as last recorded (new evidence extends a live decision beyond this). */
+  expiresAt: string;
+}
+
+export interface HistoryFilter {
+  /** Decisions in force at some time in [from, to]: started by `to`, not ended before `from`. */
+  from: Date;
+  to: Date;
+  merchantId?: string;
+  apiKeyId?: string;
+  limit: number;
+}
+
+const COLUMNS = ['merchant_id', 'api_key_id', 'alert_id', 'action', 'mode', 'reason', 'first_started_at', 'last_started_at', 'last_ended_at', 'expires_at'] as const;
+
+/** last_ended_at of a row that records no end. */
+const NO_END = 0;
+
+const historyRow = z.object({
+  merchant_id: z.string(),
+  api_key_id: z.string(),
+  alert_id: z.string(),
+  action: z.enum(ENFORCEMENT_ACTIONS),
+  mode: z.enum(['shadow', 'enforce']),
+  reason: z.string(),
+  started_at: z.string(),
+  ended_at: z.string().nullable(),
+  expires_at: z.string(),
+});
+
+export class EnforcementHistoryStore {
+  constructor(
+    private readonly db: ClickHouse,
+    private readonly tables: Tables,
+  ) {}
+
+  async record(records: readonly DecisionRecord[]): Promise<void> {
+    if (records.length === 0) return;
+    const lines = records.map((record) =>
+      JSON.stringify({
+        merchant_id: record.merchantId,
+        api_key_id: record.apiKeyId,
+        alert_id: record.alertId,
+        action: record.action,
+        mode: record.mode,
+        reason: record.reason,
+        first_started_at: toClickHouseTime(record.startedAt),
+        last_started_at: toClickHouseTime(record.startedAt),
+        last_ended_at: toClickHouseTime(record.endedAt ?? NO_END),
+        expires_at: toClickHouseTime(Date.parse(record.expiresAt)),
+      }),
+    );
+    await this.db.insert(this.tables.enforcementHistory, COLUMNS, Buffer.from(`${lines.join('\n')}\n`), 'JSONEachRow');
+  }
+
+  /** Decisions in force at some time in the range, the latest started first. */
+  async list(filter: HistoryFilter): Promise<DecisionHistoryEntry[]> {
+    const rows = await this.db.queryRows(
+      `SELECT merchant_id, api_key_id, alert_id, action, mode, reason, started_at,
+              if(last_ended >= last_started, last_ended, NULL) AS ended_at, expires_at
+         FROM (
+           SELECT merchant_id, api_key_id, toString(alert_id) AS alert_id, action, mode, anyLast(reason) AS reason,
+                  min(first_started_at) AS started_at, max(last_started_at) AS last_started,
+                  max(last_ended_at) AS last_ended, max(expires_at) AS expires_at
+             FROM ${this.tables.enforcementHistory}
+            WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
+              AND ({apiKeyId:String} = '' OR api_key_id = {apiKeyId:String})
+            GROUP BY merchant_id, api_key_id, alert_id, action, mode)
+        WHERE started_at <= {to:DateTime64(3, 'UTC')}
+          AND (last_ended < last_started OR last_ended >= {from:DateTime64(3, 'UTC')})
+        ORDER BY started_at DESC, merchant_id, api_key_id, alert_id, action, mode
+        LIMIT {limit:UInt32}`,
+      {
+        merchantId: filter.merchantId ?? '',
+        apiKeyId: filter.apiKeyId ?? '',
+        from: toClickHouseTime(filter.from.getTime()),
+        to: toClickHouseTime(filter.to.getTime()),
+        limit: filter.limit,
+      },
+    );
+    return rows.map((raw) => {
+      const row = historyRow.parse(raw);
+      return {
+        merchantId: row.merchant_id,
+        apiKeyId: row.api_key_id,
+        alertId: row.alert_id,
+        action: row.action,
+        mode: row.mode,
+        reason: row.reason,
+        startedAt: clickHouseTimeToIso(row.started_at),
+        endedAt: row.ended_at === null ? null : clickHouseTimeToIso(row.ended_at),
+        expiresAt: clickHouseTimeToIso(row.expires_at),
+      };
+    });
+  }
+}

@@ -123,7 +123,7 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       operationId: 'listAlerts',
       summary: 'List alerts, newest first',
       description:
-        'Filters combine with AND; status, severity and type take comma-separated values. Pages are stable: ' +
+        'Filters combine with AND; status, severity, type and recommendedAction take comma-separated values. Pages are stable: ' +
         'pass nextCursor to get the next page; alerts created meanwhile never shift a page.',
       query: listAlertsQuery,
       response: alertPageSchema,
@@ -135,6 +135,7 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
           status: query.status,
           severity: query.severity,
           type: query.type,
+          recommendedAction: query.recommendedAction,
           apiKeyId: query.apiKeyId,
           from: query.from,
           to: query.to,

@@ -80,6 +80,7 @@ export const listAlertsQuery = z
     status: commaList(ALERT_STATUSES).optional(),
     severity: commaList(SEVERITIES).optional(),
     type: commaList(ANOMALY_TYPES).optional(),
+    recommendedAction: commaList(ACTIONS).optional(),
     apiKeyId: identifier.optional(),
     from: isoDate.optional().describe('created at or after'),
     to: isoDate.optional().describe('created at or before'),

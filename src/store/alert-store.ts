@@ -326,6 +326,7 @@ export interface AlertFilter {
   status?: readonly string[];
   severity?: readonly string[];
   type?: readonly string[];
+  recommendedAction?: readonly string[];
   apiKeyId?: string;
   /** Created at or after. */
   from?: Date;
@@ -380,7 +381,7 @@ function filterClause(filter: AlertFilter): { where: string; params: Record<stri
     conditions.push('merchant_id = {merchantId:String}');
     params.merchantId = filter.merchantId;
   }
-  for (const [column, values] of [['status', filter.status], ['severity', filter.severity], ['type', filter.type]] as const) {
+  for (const [column, values] of [['status', filter.status], ['severity', filter.severity], ['type', filter.type], ['recommended_action', filter.recommendedAction]] as const) {
     if (values && values.length > 0) {
       conditions.push(`${column} IN {${column}:Array(String)}`);
       params[column] = values;

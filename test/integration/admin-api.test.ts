@@ -105,6 +105,8 @@ describe('admin API', () => {
       ['severity=critical', (a) => a.severity === 'critical'],
       ['severity=low,high', (a) => a.severity === 'low' || a.severity === 'high'],
       ['type=impossible_travel', (a) => a.type === 'impossible_travel'],
+      ['recommendedAction=rate_limit,block', (a) => a.recommendedAction === 'rate_limit' || a.recommendedAction === 'block'],
+      ['recommendedAction=investigate&type=bot_traffic', (a) => a.recommendedAction === 'investigate' && a.type === 'bot_traffic'],
       [`apiKeyId=pk_live_${M}_3`, (a) => a.apiKeyId === `pk_live_${M}_3`],
       [`from=${seeded[40]!.createdAt}`, (a) => a.createdAt >= seeded[40]!.createdAt],
       [`to=${seeded[100]!.createdAt}`, (a) => a.createdAt <= seeded[100]!.createdAt],

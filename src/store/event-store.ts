@@ -113,13 +113,20 @@ export function serializeEventRow(event: RequestEvent, source: EventSource, sour
 }
 
 /**
- * Settings of every insert into request_events (partitioned by day) and, through its view,
- * request_rollup_1m (by month). An event may carry any time from 2000 to 2100 (a backfill, a
- * producer with a bad clock), so one insert may touch more than the server's
- * max_partitions_per_insert_block (100) partitions. Refused, such an insert would be retried forever
- * with intake paused; past the limit the server logs a warning instead, and the insert is stored.
+ * Settings of every insert into request_events (partitioned by day) and, through its views,
+ * request_rollup_1m (by month) and key_networks_1d.
+ * - An event may carry any time from 2000 to 2100 (a backfill, a producer with a bad clock), so one
+ *   insert may touch more than the server's max_partitions_per_insert_block (100) partitions.
+ *   Refused, such an insert would be retried forever with intake paused; past the limit the server
+ *   logs a warning instead, and the insert is stored.
+ * - optimize_on_insert off: by default the engine runs each table's merge (Replacing, Aggregating)
+ *   over every inserted block before writing it, which finds nothing here: the worker drops a
+ *   repeated eventId before it stores (recent-event-ids.ts), and the views' GROUP BY has already
+ *   aggregated their blocks. Rows that meet later (a redelivery after a restart) still collapse on
+ *   merge, as they always had to across inserts. Measured: 10-12% more rows/s per insert (50k-row
+ *   TabSeparated inserts of 500k events, embedded engine, alternating runs: 169-180k against 150-160k).
  */
-export const EVENT_INSERT_SETTINGS: ClickHouseSettings = { throw_on_max_partitions_per_insert_block: 0 };
+export const EVENT_INSERT_SETTINGS: ClickHouseSettings = { throw_on_max_partitions_per_insert_block: 0, optimize_on_insert: 0 };
 
 /** The rollup's sum columns (002_request_rollup_1m.sql). */
 const ROLLUP_SUMS = ['requests', 'successes', 'client_errors', 'server_errors', 'auth_failures', 'not_found', 'rate_limited', 'response_time_sum'];

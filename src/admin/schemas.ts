@@ -28,32 +28,46 @@ function commaList<const T extends readonly [string, ...string[]]>(values: T) {
     .describe(`one or more of ${values.join(', ')}, comma-separated`);
 }
 
-/** An opaque page position: base64url of [createdAt epoch ms, id]. */
+/** An epoch-ms time a page position may hold (storable, like every date the API takes). */
+export const positionTime = z.number().int().nonnegative().refine(storable);
+
+/**
+ * An opaque page position: base64url of a JSON tuple that `tuple` checks (and may turn into an
+ * object). `param` reads one from a query (anything else is "not a cursor from this API"); `encode`
+ * writes the next page's.
+ */
+export function pageCursor<T extends z.ZodType<unknown, readonly unknown[]>>(tuple: T, maxLength = 200) {
+  return {
+    encode: (position: z.input<T>): string => Buffer.from(JSON.stringify(position)).toString('base64url'),
+    param: z
+      .string()
+      .max(maxLength, 'not a cursor from this API')
+      .regex(/^[A-Za-z0-9_-]+$/, 'not a cursor from this API')
+      .transform((text, context): z.output<T> => {
+        try {
+          return tuple.parse(JSON.parse(Buffer.from(text, 'base64url').toString('utf8')));
+        } catch {
+          context.addIssue({ code: 'custom', message: 'not a cursor from this API' });
+          return z.NEVER;
+        }
+      })
+      .describe('nextCursor of the previous page'),
+  };
+}
+
+/** An alert list's page position: [createdAt epoch ms, id]. */
 export interface Cursor {
   createdAt: number;
   id: string;
 }
 
-const cursorTuple = z.tuple([z.number().int().nonnegative().refine(storable), z.uuid()]);
+const alertCursor = pageCursor(z.tuple([positionTime, z.uuid()]).transform(([createdAt, id]): Cursor => ({ createdAt, id })));
 
 export function encodeCursor(cursor: Cursor): string {
-  return Buffer.from(JSON.stringify([cursor.createdAt, cursor.id])).toString('base64url');
+  return alertCursor.encode([cursor.createdAt, cursor.id]);
 }
 
-export const cursorParam = z
-  .string()
-  .max(200)
-  .regex(/^[A-Za-z0-9_-]+$/, 'not a cursor from this API')
-  .transform((text, context): Cursor => {
-    try {
-      const [createdAt, id] = cursorTuple.parse(JSON.parse(Buffer.from(text, 'base64url').toString('utf8')));
-      return { createdAt, id };
-    } catch {
-      context.addIssue({ code: 'custom', message: 'not a cursor from this API' });
-      return z.NEVER;
-    }
-  })
-  .describe('nextCursor of the previous page');
+export const cursorParam = alertCursor.param;
 
 export const limitParam = z
   .string()

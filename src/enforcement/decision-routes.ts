@@ -21,17 +21,18 @@
  *
  * GET /admin/anomaly/enforcement/history: the decisions in force at some time in a range (default
  * the last 7 days), from storage, with when each started and ended: what enforcing did, or in
- * shadow mode would have done, to judge before turning enforcement on. Readable in any mode.
+ * shadow mode would have done, to judge before turning enforcement on. Readable in any mode; paged
+ * by nextCursor.
  */
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { merchantScope } from '../admin/auth.ts';
 import { defineRoute, type AdminRoute } from '../admin/route.ts';
-import { identifier, isoDate, limitParam, rangeInOrder } from '../admin/schemas.ts';
+import { identifier, isoDate, limitParam, pageCursor, positionTime, rangeInOrder } from '../admin/schemas.ts';
 import { parseInput } from '../admin/validation.ts';
 import { bearerTokenCheck } from '../http/bearer-token.ts';
 import { HttpError } from '../http/errors.ts';
-import type { EnforcementHistoryStore } from '../store/enforcement-history-store.ts';
+import { ENFORCEMENT_MODES, type DecisionHistoryEntry, type EnforcementHistoryStore, type HistoryPosition } from '../store/enforcement-history-store.ts';
 import type { DecisionSource } from './decision-source.ts';
 import { ENFORCEMENT_ACTIONS, type EnforcementDecision } from './decisions.ts';
 
@@ -105,6 +106,18 @@ const adminEnforcementView = z.object({
 const HISTORY_DEFAULT_RANGE_MS = 7 * 24 * 3_600_000;
 const HISTORY_DEFAULT_LIMIT = 50;
 
+/** A history page's position: its last entry's [startedAt epoch ms, merchantId, apiKeyId, alertId, action, mode]. */
+const historyCursor = pageCursor(
+  z
+    .tuple([positionTime, identifier, identifier, z.uuid(), z.enum(ENFORCEMENT_ACTIONS), z.enum(ENFORCEMENT_MODES)])
+    .transform(([startedAt, merchantId, apiKeyId, alertId, action, mode]): HistoryPosition => ({ startedAt, merchantId, apiKeyId, alertId, action, mode })),
+  1_000, // two identifiers of up to 128 characters each
+);
+
+function cursorAfter(entry: DecisionHistoryEntry): string {
+  return historyCursor.encode([Date.parse(entry.startedAt), entry.merchantId, entry.apiKeyId, entry.alertId, entry.action, entry.mode]);
+}
+
 const historyQuery = z
   .strictObject({
     from: isoDate.optional().describe('default: 7 days before to'),
@@ -112,6 +125,7 @@ const historyQuery = z
     apiKeyId: identifier.optional().describe('one key'),
     merchantId: identifier.optional().describe('operators only: one merchant (default: all)'),
     limit: limitParam,
+    cursor: historyCursor.param.optional(),
   })
   .superRefine(rangeInOrder);
 
@@ -119,7 +133,7 @@ const historyEntryView = z.object({
   apiKeyId: z.string(),
   merchantId: z.string(),
   action: z.enum(ENFORCEMENT_ACTIONS),
-  mode: z.enum(['shadow', 'enforce']).describe('shadow: recorded, not applied'),
+  mode: z.enum(ENFORCEMENT_MODES).describe('shadow: recorded, not applied'),
   reason: z.string().describe('the alert behind it: type, severity, risk and title'),
   alertId: z.uuid(),
   startedAt: z.string().describe('when a replica first saw the decision'),
@@ -132,6 +146,7 @@ const historyView = z.object({
   from: z.string(),
   to: z.string(),
   entries: z.array(historyEntryView).describe('the latest started first, at most limit (default 50)'),
+  nextCursor: z.string().nullable().describe('pass as cursor (with the same filters) for the next page; null on the last'),
 });
 
 /**
@@ -175,7 +190,10 @@ export function enforcementAdminRoutes(source: DecisionSource | undefined, histo
         const merchantId = merchantScope(principal, query.merchantId);
         const to = query.to ?? new Date();
         const from = query.from ?? new Date(to.getTime() - HISTORY_DEFAULT_RANGE_MS);
-        const entries = await history.list({ from, to, merchantId, apiKeyId: query.apiKeyId, limit: query.limit ?? HISTORY_DEFAULT_LIMIT });
+        const limit = query.limit ?? HISTORY_DEFAULT_LIMIT;
+        // One more than a page: whether another page follows.
+        const rows = await history.list({ from, to, merchantId, apiKeyId: query.apiKeyId, after: query.cursor, limit: limit + 1 });
+        const entries = rows.slice(0, limit);
         // Which of them are in force now, when that is known (enforcement on, decisions fresh).
         const snapshot = source?.current();
         const current = new Set(snapshot?.decisions.map(decisionId));
@@ -184,6 +202,7 @@ export function enforcementAdminRoutes(source: DecisionSource | undefined, histo
           from: from.toISOString(),
           to: to.toISOString(),
           entries: entries.map((entry) => ({ ...entry, active: snapshot === undefined ? null : entry.mode === source?.mode && current.has(decisionId(entry)) })),
+          nextCursor: rows.length > limit ? cursorAfter(entries[entries.length - 1]!) : null,
         };
       },
     }),

@@ -10,7 +10,8 @@ import type { ClickHouse } from './clickhouse.ts';
 import { clickHouseTimeToIso, toClickHouseTime } from './event-store.ts';
 import type { Tables } from './tables.ts';
 
-export type EnforcementMode = 'shadow' | 'enforce';
+export const ENFORCEMENT_MODES = ['shadow', 'enforce'] as const;
+export type EnforcementMode = (typeof ENFORCEMENT_MODES)[number];
 
 /** What a decision's records and its history entry share: one key, one alert, one action, in one mode, and why. */
 interface DecisionIdentity {
@@ -42,12 +43,28 @@ export interface DecisionHistoryEntry extends DecisionIdentity {
   expiresAt: string;
 }
 
+/**
+ * Where a page of the history ends: its last entry's place in the list's order (started_at
+ * descending, then merchant, key, alert, action and mode), which identifies the entry.
+ */
+export interface HistoryPosition {
+  /** Epoch ms. */
+  startedAt: number;
+  merchantId: string;
+  apiKeyId: string;
+  alertId: string;
+  action: EnforcementAction;
+  mode: EnforcementMode;
+}
+
 export interface HistoryFilter {
   /** Decisions in force at some time in [from, to]: started by `to`, not ended before `from`. */
   from: Date;
   to: Date;
   merchantId?: string;
   apiKeyId?: string;
+  /** Only the entries after this one in the list's order (the next page). */
+  after?: HistoryPosition;
   limit: number;
 }
 
@@ -61,7 +78,7 @@ const historyRow = z.object({
   api_key_id: z.string(),
   alert_id: z.string(),
   action: z.enum(ENFORCEMENT_ACTIONS),
-  mode: z.enum(['shadow', 'enforce']),
+  mode: z.enum(ENFORCEMENT_MODES),
   reason: z.string(),
   started_at: z.string(),
   ended_at: z.string().nullable(),
@@ -93,8 +110,15 @@ export class EnforcementHistoryStore {
     await this.db.insert(this.tables.enforcementHistory, COLUMNS, Buffer.from(`${lines.join('\n')}\n`), 'JSONEachRow');
   }
 
-  /** Decisions in force at some time in the range, the latest started first. */
+  /**
+   * Decisions in force at some time in the range, the latest started first (ties in merchant, key,
+   * alert, action and mode order), from after `filter.after` on. Decisions that start while an
+   * admin pages sort before the first page, so paging neither repeats nor misses an entry; the rare
+   * exception: a replica that writes an earlier start of a decision late moves its entry down, and
+   * the entry may then show twice.
+   */
   async list(filter: HistoryFilter): Promise<DecisionHistoryEntry[]> {
+    const after = filter.after;
     const rows = await this.db.queryRows(
       `SELECT merchant_id, api_key_id, alert_id, action, mode, reason, started_at,
               if(last_ended >= last_started, last_ended, NULL) AS ended_at, expires_at
@@ -108,6 +132,11 @@ export class EnforcementHistoryStore {
             GROUP BY merchant_id, api_key_id, alert_id, action, mode)
         WHERE started_at <= {to:DateTime64(3, 'UTC')}
           AND (last_ended < last_started OR last_ended >= {from:DateTime64(3, 'UTC')})
+          AND ({paged:Bool} = false
+               OR started_at < {afterStarted:DateTime64(3, 'UTC')}
+               OR (started_at = {afterStarted:DateTime64(3, 'UTC')}
+                   AND (merchant_id, api_key_id, alert_id, action, mode)
+                     > ({afterMerchant:String}, {afterKey:String}, {afterAlert:String}, {afterAction:String}, {afterMode:String})))
         ORDER BY started_at DESC, merchant_id, api_key_id, alert_id, action, mode
         LIMIT {limit:UInt32}`,
       {
@@ -116,6 +145,13 @@ export class EnforcementHistoryStore {
         from: toClickHouseTime(filter.from.getTime()),
         to: toClickHouseTime(filter.to.getTime()),
         limit: filter.limit,
+        paged: after !== undefined,
+        afterStarted: toClickHouseTime(after?.startedAt ?? 0),
+        afterMerchant: after?.merchantId ?? '',
+        afterKey: after?.apiKeyId ?? '',
+        afterAlert: after?.alertId ?? '',
+        afterAction: after?.action ?? '',
+        afterMode: after?.mode ?? '',
       },
     );
     return rows.map((raw) => {

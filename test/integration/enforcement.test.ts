@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.ts';
 import { connectClickHouse } from '../../src/store/clickhouse.ts';
-import { EnforcementHistoryStore, type DecisionRecord } from '../../src/store/enforcement-history-store.ts';
+import { EnforcementHistoryStore, type DecisionHistoryEntry, type DecisionRecord } from '../../src/store/enforcement-history-store.ts';
 import { migrate } from '../../src/store/migrate.ts';
 import { tablesIn } from '../../src/store/tables.ts';
 import { ADMIN_ENV, adminCall, token } from '../support/admin.ts';
@@ -116,6 +116,21 @@ describe('enforcement decisions', () => {
       const badRange = await adminCall(other.url, await token(MERCHANT, 'viewer'), '/enforcement/history?from=yesterday');
       expect(badRange.status).toBe(400);
       expect(badRange.body.details).toEqual([{ path: ['query', 'from'], message: expect.stringContaining('ISO 8601') }]);
+      // Pages of one, each from the last one's nextCursor: the same entries, in the same order, each once.
+      const whole = (await adminCall(other.url, await token(MERCHANT, 'viewer'), '/enforcement/history')).body.data.entries;
+      const paged: unknown[] = [];
+      let cursor: string | null = null;
+      do {
+        const page = await adminCall(other.url, await token(MERCHANT, 'viewer'), `/enforcement/history?limit=1${cursor ? `&cursor=${cursor}` : ''}`);
+        expect(page.status).toBe(200);
+        paged.push(...page.body.data.entries);
+        cursor = page.body.data.nextCursor;
+      } while (cursor !== null && paged.length <= whole.length);
+      expect(paged).toEqual(whole);
+      expect(whole.length).toBeGreaterThanOrEqual(2);
+      const badCursor = await adminCall(other.url, await token(MERCHANT, 'viewer'), '/enforcement/history?cursor=bm90LWEtY3Vyc29y');
+      expect(badCursor.status).toBe(400);
+      expect(badCursor.body.details).toEqual([{ path: ['query', 'cursor'], message: 'not a cursor from this API' }]);
 
       // The fleet's token only; a bad query is a 400 naming the field.
       expect((await readDecisions(other.url, '', '')).status).toBe(401);
@@ -195,6 +210,14 @@ describe('enforcement decisions', () => {
       expect((await store.list({ ...range, apiKeyId: 'pk_a' })).map((entry) => entry.apiKeyId)).toEqual(['pk_a']);
       expect(await store.list({ ...range, merchantId: 'm_nobody' })).toEqual([]);
       expect(await store.list({ ...range, limit: 1 })).toHaveLength(1);
+      // After an entry: the next in the list's order, on a tie of start times (pk_a, pk_b) and across them (pk_c).
+      const position = (entry: DecisionHistoryEntry) => ({ ...entry, startedAt: Date.parse(entry.startedAt) });
+      const wider = { ...range, from: new Date(T - 700 * MINUTE) };
+      const all = await store.list(wider);
+      expect(all.map((entry) => entry.apiKeyId)).toEqual(['pk_a', 'pk_b', 'pk_c']);
+      expect((await store.list({ ...wider, after: position(all[0]!) })).map((entry) => entry.apiKeyId)).toEqual(['pk_b', 'pk_c']);
+      expect((await store.list({ ...wider, after: position(all[1]!) })).map((entry) => entry.apiKeyId)).toEqual(['pk_c']);
+      expect(await store.list({ ...wider, after: position(all[2]!) })).toEqual([]);
     } finally {
       await db.close();
     }

@@ -111,7 +111,8 @@ const historyCursor = pageCursor(
   z
     .tuple([positionTime, identifier, identifier, z.uuid(), z.enum(ENFORCEMENT_ACTIONS), z.enum(ENFORCEMENT_MODES)])
     .transform(([startedAt, merchantId, apiKeyId, alertId, action, mode]): HistoryPosition => ({ startedAt, merchantId, apiKeyId, alertId, action, mode })),
-  1_000, // two identifiers of up to 128 characters each
+  // Two identifiers of up to 128 characters, a character up to 6 bytes of JSON (\u0001), in base64url.
+  3_000,
 );
 
 function cursorAfter(entry: DecisionHistoryEntry): string {

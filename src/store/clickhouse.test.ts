@@ -1,12 +1,12 @@
 import { execFile } from 'node:child_process';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createLogger } from '../logger.ts';
 import { connectClickHouse, linePages } from './clickhouse.ts';
 
@@ -166,5 +166,54 @@ describe("the client's own log", () => {
     expect(atError.records.map((record) => record.level)).toEqual([50]);
     const silent = await logOf('silent');
     expect(silent).toMatchObject({ records: [], console: 0 });
+  });
+});
+
+describe('bulk inserts on the embedded engine', () => {
+  // A quote and a backslash in DATA_DIR: the insert names its file in SQL.
+  const dataDir = mkdtempSync(join(tmpdir(), "sc-it's-a\\dir-"));
+  const insertsDir = join(dataDir, 'inserts');
+  const leftover = join(insertsDir, 'insert-killed');
+  mkdirSync(leftover, { recursive: true });
+  writeFileSync(join(leftover, '7'), 'rows of a process killed mid-insert\n');
+  const db = connectClickHouse({ username: 'default', password: '', dataDir });
+  const table = 'bulk_insert_probe';
+  const filesLeft = () => readdirSync(insertsDir).flatMap((dir) => readdirSync(join(insertsDir, dir)).map((file) => `${dir}/${file}`));
+
+  beforeAll(async () => {
+    await db.command(`CREATE TABLE ${table} (id UInt32, text String, ts DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY id`);
+  });
+
+  afterAll(async () => {
+    await db.close();
+    rmSync(dataDir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+  });
+
+  it('removes the insert files an earlier process left behind when it connects', () => {
+    expect(readdirSync(insertsDir)).not.toContain('insert-killed');
+  });
+
+  it('stores every row of a TabSeparated body, escapes included, and keeps no file after', async () => {
+    const body = Buffer.from("1\tplain\t2026-11-21 12:00:00.001\n2\ttab\\there, quote ' and é\t2026-11-21 12:00:00.002\n");
+    await db.insert(table, ['id', 'text', 'ts'], body, 'TabSeparated');
+    expect(await db.queryRows(`SELECT id, text, toString(ts) AS ts FROM ${table} ORDER BY id`)).toEqual([
+      { id: 1, text: 'plain', ts: '2026-11-21 12:00:00.001' },
+      { id: 2, text: "tab\there, quote ' and é", ts: '2026-11-21 12:00:00.002' },
+    ]);
+    expect(filesLeft()).toEqual([]);
+  });
+
+  it("applies an insert's settings to that insert alone", async () => {
+    await db.insert(table, ['id', 'text', 'ts'], Buffer.from('{"id":3,"text":"json","ts":"2026-11-21 12:00:00.003"}\n'), 'JSONEachRow', { optimize_on_insert: 0 });
+    expect(await db.queryRows(`SELECT count() AS rows FROM ${table} WHERE id = 3`)).toEqual([{ rows: 1 }]);
+    const [setting] = await db.queryRows<{ value: number }>(`SELECT getSetting('optimize_on_insert') AS value`);
+    expect(Number(setting?.value)).toBe(1);
+  });
+
+  it("fails with the engine's error on a malformed body, stores none of it and keeps no file", async () => {
+    const body = Buffer.from('4\tfine\t2026-11-21 12:00:00.004\nnot-a-number\tbad\t2026-11-21 12:00:00.005\n');
+    await expect(db.insert(table, ['id', 'text', 'ts'], body, 'TabSeparated')).rejects.toThrow(/not-a-number|Cannot parse/);
+    expect(await db.queryRows(`SELECT count() AS rows FROM ${table} WHERE id = 4`)).toEqual([{ rows: 0 }]);
+    expect(filesLeft()).toEqual([]);
   });
 });

@@ -1,10 +1,13 @@
 /**
  * The ClickHouse connection: a server by URL, or the embedded engine (chdb) under DATA_DIR.
  * Contract: everything goes through one @clickhouse/client instance with the same pinned settings,
- * so code that passes on the embedded engine passes on a server. The one exception is the bulk
- * insert primitive: on the embedded engine it hands the bytes to chdb's native raw insert, because
- * the generic Connection.insert re-parses the body inline in the SQL text at under half the speed
- * (measured: 35-40k vs 80-100k rows/s for 500 B rows on 2 cores).
+ * so code that passes on the embedded engine passes on a server. Bulk inserts differ by engine: a
+ * server gets the bytes over HTTP; the embedded engine reads them from a file under DATA_DIR/inserts
+ * (INSERT ... FROM INFILE), deleted once the insert returns. The engine takes rows from a file
+ * faster, and for less CPU, than inline in the statement, as the client's generic insert and chdb's
+ * own raw insert hand them over. Measured: 500k request events in 50k-row TabSeparated inserts, 2
+ * cores, alternating runs: 254-324k rows/s from a file against 165-190k with the raw insert, at
+ * 4.2-5.5 µs of CPU per row against 6.3-7.1 (the generic insert: 35-40k rows/s).
  * Request events, the bulk of every insert, travel as TabSeparated: the engine parses it about twice
  * as fast as JSONEachRow (measured: 142k vs 75k rows/s for the same 500k rows in 50k-row inserts,
  * embedded engine, 2 cores). Alerts and webhooks, few and nested, stay JSONEachRow.
@@ -12,9 +15,10 @@
  * resident), and on platforms without a chdb build it throws, so a worker with a server URL never
  * loads it. It is a CommonJS package, loaded with require, so connecting stays synchronous.
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import {
   ClickHouseLogLevel,
@@ -106,15 +110,55 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
     clickhouse_settings: PINNED_SETTINGS,
     log: options.logger && clientLog(options.logger, []),
   });
+  const inserts = insertFiles(resolve(options.dataDir, 'inserts'));
   return wrap(client, 'embedded', async (table, columns, body, format, settings) => {
-    await connection.chdb.rawInsert({
-      table,
-      columns: [...columns],
-      format,
-      values: body,
-      settings: { ...PINNED_SETTINGS, ...settings } as Record<string, string | number | boolean>,
-    });
+    const file = await inserts.write(body);
+    try {
+      // The insert's own settings in its SETTINGS clause: the client's clickhouse_settings would be
+      // SET on the engine's session, and stay in force for every later query.
+      await client.command({ query: `INSERT INTO ${table} (${columns.join(', ')}) FROM INFILE ${sqlString(file)}${settingsClause(settings)} FORMAT ${format}` });
+    } finally {
+      await inserts.remove(file);
+    }
   });
+}
+
+/** Directories of insert files this process made (a process may connect more than once). */
+const ownInsertDirs = new Set<string>();
+
+/**
+ * Files for the embedded engine's bulk inserts, in a directory of this connection's own under
+ * `root`. Directories left by an earlier process (killed mid-insert) are removed on connect.
+ */
+function insertFiles(root: string): { write(body: Buffer): Promise<string>; remove(file: string): Promise<void> } {
+  mkdirSync(root, { recursive: true });
+  for (const entry of readdirSync(root)) {
+    const dir = join(root, entry);
+    if (!ownInsertDirs.has(dir)) rmSync(dir, { recursive: true, force: true });
+  }
+  const dir = mkdtempSync(join(root, 'insert-'));
+  ownInsertDirs.add(dir);
+  let sequence = 0;
+  return {
+    async write(body) {
+      const file = join(dir, `${++sequence}`);
+      await writeFile(file, body, { mode: 0o600 });
+      return file;
+    },
+    remove: (file) => rm(file, { force: true }),
+  };
+}
+
+/** A ClickHouse string literal. */
+function sqlString(text: string): string {
+  return `'${text.replace(/[\\']/g, (special) => `\\${special}`)}'`;
+}
+
+/** ` SETTINGS k=v, ...` for an insert statement ('' without any). */
+function settingsClause(settings: ClickHouseSettings | undefined): string {
+  const entries = Object.entries(settings ?? {}).filter(([, value]) => value !== undefined);
+  if (entries.length === 0) return '';
+  return ` SETTINGS ${entries.map(([name, value]) => `${name}=${typeof value === 'string' ? sqlString(value) : Number(value)}`).join(', ')}`;
 }
 
 /** The passwords a client may come to hold: CLICKHOUSE_PASSWORD and the URL's, as given and decoded. */

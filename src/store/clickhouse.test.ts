@@ -176,7 +176,8 @@ describe('bulk inserts on the embedded engine', () => {
   const leftover = join(insertsDir, 'insert-killed');
   mkdirSync(leftover, { recursive: true });
   writeFileSync(join(leftover, '7'), 'rows of a process killed mid-insert\n');
-  const db = connectClickHouse({ username: 'default', password: '', dataDir });
+  // Bodies of 64 bytes or more are read from a file; smaller ones go inline.
+  const db = connectClickHouse({ username: 'default', password: '', dataDir, fileInsertMinBytes: 64 });
   const table = 'bulk_insert_probe';
   const filesLeft = () => readdirSync(insertsDir).flatMap((dir) => readdirSync(join(insertsDir, dir)).map((file) => `${dir}/${file}`));
 
@@ -204,7 +205,9 @@ describe('bulk inserts on the embedded engine', () => {
   });
 
   it("applies an insert's settings to that insert alone", async () => {
-    await db.insert(table, ['id', 'text', 'ts'], Buffer.from('{"id":3,"text":"json","ts":"2026-11-21 12:00:00.003"}\n'), 'JSONEachRow', { optimize_on_insert: 0 });
+    const body = Buffer.from('{"id":3,"text":"json, read from its file","ts":"2026-11-21 12:00:00.003"}\n');
+    expect(body.length).toBeGreaterThanOrEqual(64);
+    await db.insert(table, ['id', 'text', 'ts'], body, 'JSONEachRow', { optimize_on_insert: 0 });
     expect(await db.queryRows(`SELECT count() AS rows FROM ${table} WHERE id = 3`)).toEqual([{ rows: 1 }]);
     const [setting] = await db.queryRows<{ value: number }>(`SELECT getSetting('optimize_on_insert') AS value`);
     expect(Number(setting?.value)).toBe(1);
@@ -215,5 +218,22 @@ describe('bulk inserts on the embedded engine', () => {
     await expect(db.insert(table, ['id', 'text', 'ts'], body, 'TabSeparated')).rejects.toThrow(/not-a-number|Cannot parse/);
     expect(await db.queryRows(`SELECT count() AS rows FROM ${table} WHERE id = 4`)).toEqual([{ rows: 0 }]);
     expect(filesLeft()).toEqual([]);
+  });
+
+  it('reads a body of fileInsertMinBytes or more from its file, and takes a smaller one inline', async () => {
+    // The connection's own directory of insert files replaced by a plain file: no insert file can be written.
+    const [own] = readdirSync(insertsDir);
+    const ownDir = join(insertsDir, own!);
+    rmSync(ownDir, { recursive: true });
+    writeFileSync(ownDir, '');
+    try {
+      await db.insert(table, ['id', 'text', 'ts'], Buffer.from('5\tinline\t2026-11-21 12:00:00.005\n'), 'TabSeparated');
+      const large = Buffer.from('6\tlarge enough to be read from a file, so it fails\t2026-11-21 12:00:00.006\n');
+      await expect(db.insert(table, ['id', 'text', 'ts'], large, 'TabSeparated')).rejects.toThrow(/ENOTDIR/);
+    } finally {
+      rmSync(ownDir);
+      mkdirSync(ownDir);
+    }
+    expect(await db.queryRows(`SELECT id FROM ${table} WHERE id IN (5, 6)`)).toEqual([{ id: 5 }]);
   });
 });

@@ -220,6 +220,14 @@ describe('bulk inserts on the embedded engine', () => {
     expect(filesLeft()).toEqual([]);
   });
 
+  it('makes its directory again when another process removed it', async () => {
+    const [own] = readdirSync(insertsDir);
+    rmSync(join(insertsDir, own!), { recursive: true });
+    await db.insert(table, ['id', 'text', 'ts'], Buffer.from('7\tread from a file in a directory made again\t2026-11-21 12:00:00.007\n'), 'TabSeparated');
+    expect(await db.queryRows(`SELECT id FROM ${table} WHERE id = 7`)).toEqual([{ id: 7 }]);
+    expect(readdirSync(insertsDir)).toEqual([own]);
+  });
+
   it('reads a body of fileInsertMinBytes or more from its file, and takes a smaller one inline', async () => {
     // The connection's own directory of insert files replaced by a plain file: no insert file can be written.
     const [own] = readdirSync(insertsDir);
@@ -229,7 +237,7 @@ describe('bulk inserts on the embedded engine', () => {
     try {
       await db.insert(table, ['id', 'text', 'ts'], Buffer.from('5\tinline\t2026-11-21 12:00:00.005\n'), 'TabSeparated');
       const large = Buffer.from('6\tlarge enough to be read from a file, so it fails\t2026-11-21 12:00:00.006\n');
-      await expect(db.insert(table, ['id', 'text', 'ts'], large, 'TabSeparated')).rejects.toThrow(/ENOTDIR/);
+      await expect(db.insert(table, ['id', 'text', 'ts'], large, 'TabSeparated')).rejects.toThrow(/EEXIST|ENOTDIR/);
     } finally {
       rmSync(ownDir);
       mkdirSync(ownDir);

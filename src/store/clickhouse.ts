@@ -17,7 +17,7 @@
  * loads it. It is a CommonJS package, loaded with require, so connecting stays synchronous.
  */
 import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { rm, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
@@ -144,7 +144,9 @@ const ownInsertDirs = new Set<string>();
 
 /**
  * Files for the embedded engine's bulk inserts, in a directory of this connection's own under
- * `root`. Directories left by an earlier process (killed mid-insert) are removed on connect.
+ * `root`. Directories left by an earlier process (killed mid-insert) are removed on connect; a
+ * directory removed under a live connection (a second process started on the same DATA_DIR by
+ * mistake) is made again at its next insert.
  */
 function insertFiles(root: string): { write(body: Buffer): Promise<string>; remove(file: string): Promise<void> } {
   mkdirSync(root, { recursive: true });
@@ -157,6 +159,7 @@ function insertFiles(root: string): { write(body: Buffer): Promise<string>; remo
   let sequence = 0;
   return {
     async write(body) {
+      await mkdir(dir, { recursive: true });
       const file = join(dir, `${++sequence}`);
       await writeFile(file, body, { mode: 0o600 });
       return file;

@@ -21,7 +21,9 @@
  * Note: windows start empty, so keys served from two regions report impossible travel while their
  * second region is new (the engine warms its windows from storage at start; this bench does not).
  * Env: BENCH_EVENTS (1000000), BENCH_KEYS (10000), BENCH_BATCH (1000), BENCH_RATE (1000 events/s),
- * BENCH_EVALUATE_EVERY (1: keys are judged after every batch; N: N batches are handed over as one).
+ * BENCH_EVALUATE_EVERY (1: keys are judged after every batch; N: N batches are handed over as one),
+ * BENCH_HOT_SHARE (0.01: the share of all events that go to the five velocity keys; 0.1 at
+ * BENCH_RATE=10000 is five keys attacking at 200 requests/s each).
  */
 import { DetectionConfig } from '../src/detect/detection-config.ts';
 import { DetectionEngine, type AnyRule, type EngineFinding } from '../src/detect/engine.ts';
@@ -37,6 +39,8 @@ const BATCH = Number(process.env.BENCH_BATCH ?? 1000);
 const RATE = Number(process.env.BENCH_RATE ?? 1000);
 /** Evaluate dirty keys after every Nth batch (1 = after every batch, as specified). */
 const EVALUATE_EVERY = Math.max(1, Number(process.env.BENCH_EVALUATE_EVERY ?? 1));
+/** The share of events sent by the five velocity keys. */
+const HOT_SHARE = Number(process.env.BENCH_HOT_SHARE ?? 0.01);
 const START = Date.UTC(2026, 10, 20, 12, 0, 0);
 /** The engine's wall clock: the end of the traffic's event time, whatever today's date (events dated ahead of it are left out). */
 const CLOCK = START + Math.ceil(EVENTS / RATE) * 1000;
@@ -77,8 +81,8 @@ function generate(): Generated {
   const regionOf = new Uint8Array(EVENTS);
   const keyNames = Array.from({ length: KEYS }, (_, k) => `pk_live_${k.toString(36).padStart(6, '0')}`);
   for (let i = 0; i < EVENTS; i++) {
-    // 1% of events go to the five velocity keys (about 2x their limit each); the rest are uniform.
-    const key = random() < 0.01 ? Math.floor(random() * 5) : Math.floor(random() * KEYS);
+    // HOT_SHARE of events (1%: about 2x their limit each) go to the five velocity keys; the rest are uniform.
+    const key = random() < HOT_SHARE ? Math.floor(random() * 5) : Math.floor(random() * KEYS);
     const abuse = abuseOf(key);
     const home = key % REGIONS.length;
     let region = key % 50 === 49 && random() < 0.5 ? (home + 3) % REGIONS.length : home;
@@ -212,7 +216,7 @@ function main(): void {
   console.log(
     `input: ${EVENTS.toLocaleString('en')} events, ${KEYS.toLocaleString('en')} keys, ${averageBytes} bytes of JSON on average, ` +
       `${RATE} events/s (${((RATE * 60) / KEYS).toFixed(1)} per key per minute) over ${spanMinutes.toFixed(1)} min of event time; ` +
-      `batches of ${BATCH}, touched keys judged every ${EVALUATE_EVERY} batch(es); engine window ${WINDOW_MS / 60_000} min ` +
+      `batches of ${BATCH}, ${HOT_SHARE * 100}% of events from the five velocity keys, touched keys judged every ${EVALUATE_EVERY} batch(es); engine window ${WINDOW_MS / 60_000} min ` +
       `(generated in ${((performance.now() - generateStarted) / 1000).toFixed(1)} s)`,
   );
 

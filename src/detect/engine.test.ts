@@ -4,7 +4,7 @@ import { RULES } from '../../rules/index.ts';
 import { prng } from '../../test/support/random.ts';
 import { PLACES } from '../../rules/fixtures.ts';
 import { DetectionConfig } from './detection-config.ts';
-import { capWithin, DetectionEngine, HISTORY_ENTRIES_PER_KEY, HISTORY_ENTRY_WEIGHT, KEY_WEIGHT, MIN_EVENTS_PER_KEY, type AnyRule, type EngineLoad } from './engine.ts';
+import { capWithin, DetectionEngine, HISTORY_ENTRIES_PER_KEY, HISTORY_ENTRY_WEIGHT, KEY_WEIGHT, MIN_EVENTS_PER_KEY, REJUDGE_MS, type AnyRule, type EngineLoad } from './engine.ts';
 import { eventIdHash } from './event-id-hashes.ts';
 import type { GeoLookup } from './geo.ts';
 
@@ -142,7 +142,7 @@ describe('DetectionEngine', () => {
     for (let b = 1; b <= 256; b++) detection.process([event(0, { merchantId: 'm_2', eventId: `m2e${b}`, timestamp: T0 + 100_000 + b * 100 })], T0 + 100_000 + b * 100, 1);
     // m_1's state went idle and was dropped; m_2 goes on with its window (256 events in the last minute).
     expect(detection.trackedKeys).toBe(1);
-    const findings = detection.process([event(0, { merchantId: 'm_2', eventId: 'm2e-next', timestamp: T0 + 125_700 })], T0 + 125_700, 1);
+    const findings = detection.process([event(0, { merchantId: 'm_2', eventId: 'm2e-next', timestamp: T0 + 126_200 })], T0 + 126_200, 1);
     expect(findings.map((f) => [f.merchantId, f.finding.evidence.count])).toEqual([['m_2', 257]]);
   });
 
@@ -212,6 +212,80 @@ describe('DetectionEngine', () => {
     expect(detection.process([event(6, server)], T0 + 6000).map((f) => f.finding.evidence.count)).toEqual([4]);
   });
 
+  describe('a rule that keeps finding the same key', () => {
+    /** countingRule, counting its evaluations; a second rule that never finds anything, counting its own. */
+    function watched() {
+      const calls = { counting: 0, other: 0 };
+      const counting: AnyRule = { ...countingRule, evaluate: (window, params, now) => (calls.counting++, countingRule.evaluate(window, params, now)) };
+      const other: AnyRule = { ...countingRule, id: 'bot_traffic', defaults: { min: 1e9 }, evaluate: (window, params, now) => (calls.other++, countingRule.evaluate(window, params, now)) };
+      return { calls, rules: [counting, other] };
+    }
+    /** One event of `apiKeyId` at `at` ms after T0, judged as of then, on partition 0. */
+    const at = (detection: DetectionEngine, ms: number, apiKeyId = 'pk_live_a') =>
+      detection.process([event(0, { apiKeyId, eventId: `${apiKeyId}_${ms}`, ip: '203.0.113.7', timestamp: T0 + ms })], T0 + ms, 0);
+    const countOf = (findings: ReturnType<DetectionEngine['process']>, ruleId = 'velocity_attack') =>
+      findings.filter((f) => f.ruleId === ruleId && f.finding.apiKeyId === 'pk_live_a').map((f) => f.finding.evidence.count);
+
+    it('judges it again at most every REJUDGE_MS, each other rule as before', () => {
+      const { calls, rules } = watched();
+      const { detection } = engine(rules);
+      at(detection, 0);
+      at(detection, 100);
+      // The third event completes the evidence: found at once.
+      expect(countOf(at(detection, 200))).toEqual([3]);
+      expect(calls.counting).toBe(3);
+      // Batches every 100 ms: the rule waits REJUDGE_MS after its finding; the other rule judges every batch.
+      for (let ms = 300; ms < 200 + REJUDGE_MS; ms += 100) expect(countOf(at(detection, ms))).toEqual([]);
+      expect(calls.counting).toBe(3);
+      expect(calls.other).toBe(3 + (REJUDGE_MS - 100) / 100);
+      // The wait is over: every event that arrived meanwhile is in the finding.
+      expect(countOf(at(detection, 200 + REJUDGE_MS))).toEqual([3 + REJUDGE_MS / 100]);
+      expect(calls.counting).toBe(4);
+    });
+
+    it('judges what arrived during the wait once it is over, without new events of the key', () => {
+      const { detection } = engine();
+      at(detection, 0);
+      at(detection, 100);
+      expect(countOf(at(detection, 200))).toEqual([3]);
+      expect(countOf(at(detection, 300))).toEqual([]);
+      // pk_live_a gets nothing more; another key's batch on its partition, after the wait, judges it.
+      const later = at(detection, 200 + REJUDGE_MS, 'pk_live_b');
+      expect(countOf(later)).toEqual([4]);
+      // Judged once: the next batch does not report it again.
+      expect(countOf(at(detection, 300 + REJUDGE_MS, 'pk_live_b'))).toEqual([]);
+    });
+
+    it('leaves a waiting key to batches of its own partition, and forgets it with the partition', () => {
+      const { calls, rules } = watched();
+      const { detection } = engine(rules);
+      for (const ms of [0, 100, 200, 300]) at(detection, ms);
+      expect(calls.counting).toBe(3);
+      const onPartition1 = (ms: number) => detection.process([event(0, { apiKeyId: 'pk_live_z', eventId: `z${ms}`, timestamp: T0 + ms })], T0 + ms, 1);
+      // The wait is over, but partition 1's batches (another clock) leave pk_live_a alone.
+      expect(countOf(onPartition1(1_000))).toEqual([]);
+      expect(calls.counting).toBe(4); // pk_live_z's own
+      detection.keepPartitions(new Set([1]));
+      // Partition 0 is gone, and pk_live_a with it: a new batch on it does not judge the forgotten key.
+      expect(countOf(at(detection, 1_200, 'pk_live_b'))).toEqual([]);
+      expect(calls.counting).toBe(5); // pk_live_b's own
+    });
+
+    it('does not wait after an evaluation that found nothing, nor for a batch judged as of an earlier time', () => {
+      const { calls, rules } = watched();
+      const { detection } = engine([rules[0]!]);
+      for (const ms of [0, 100]) at(detection, ms);
+      expect(countOf(at(detection, 200))).toEqual([3]);
+      // 61 s on: the window holds one event, nothing found, so the next one is judged at once.
+      expect(countOf(at(detection, 61_200))).toEqual([]);
+      at(detection, 61_300);
+      expect(countOf(at(detection, 61_400))).toEqual([3]);
+      // A batch judged as of an earlier time than the finding (another clock) is not held back.
+      expect(countOf(detection.process([event(0, { eventId: 'older', ip: '203.0.113.7', timestamp: T0 + 61_350 })], T0 + 61_350, 0))).toEqual([4]);
+      expect(calls.counting).toBe(7);
+    });
+  });
+
   describe('memory budget', () => {
     /** `count` events of one key, all inside the 60 s window, ending at `end`. */
     const burst = (apiKeyId: string, count: number, end = T0 + 50_000) =>
@@ -227,9 +301,10 @@ describe('DetectionEngine', () => {
       const busyKept = 1_800 - 200 - 21 * KEY_WEIGHT;
       expect(load).toMatchObject({ windowEvents: 200 + busyKept, trackedKeys: 21, eventsPerKeyCap: busyKept, shedEvents: 3_000 - busyKept, forgottenKeys: 0 });
       // The next batch sees the busy key's newest events only, and every small key's ten.
-      const findings = detection.process([event(0, { apiKeyId: 'pk_live_busy', eventId: 'next', ip: '203.0.113.7', timestamp: T0 + 50_001 })], T0 + 50_001);
+      // (Each key fired at T0 + 50 s: the next look is REJUDGE_MS later.)
+      const findings = detection.process([event(0, { apiKeyId: 'pk_live_busy', eventId: 'next', ip: '203.0.113.7', timestamp: T0 + 50_600 })], T0 + 50_600);
       expect(counts(findings)).toEqual({ pk_live_busy: busyKept });
-      expect(counts(detection.process([event(0, { apiKeyId: 'pk_live_small3', eventId: 'x', ip: '203.0.113.7', timestamp: T0 + 50_002 })], T0 + 50_002))).toEqual({ pk_live_small3: 11 });
+      expect(counts(detection.process([event(0, { apiKeyId: 'pk_live_small3', eventId: 'x', ip: '203.0.113.7', timestamp: T0 + 50_700 })], T0 + 50_700))).toEqual({ pk_live_small3: 11 });
     });
 
     it('forgets the keys seen least recently when capping windows is not enough', () => {
@@ -241,8 +316,8 @@ describe('DetectionEngine', () => {
       expect(trackedKeys + forgottenKeys).toBe(100);
       expect(trackedKeys).toBe(Math.floor(900 / (3 + KEY_WEIGHT)));
       // The most recent keys are the ones kept: pk_live_99 has its three events, pk_live_0 none.
-      expect(counts(detection.process([event(0, { apiKeyId: 'pk_live_99', eventId: 'n99', ip: '203.0.113.7', timestamp: T0 + 11_001 })], T0 + 11_001))).toEqual({ pk_live_99: 4 });
-      expect(counts(detection.process([event(0, { apiKeyId: 'pk_live_0', eventId: 'n0', ip: '203.0.113.7', timestamp: T0 + 11_002 })], T0 + 11_002))).toEqual({});
+      expect(counts(detection.process([event(0, { apiKeyId: 'pk_live_99', eventId: 'n99', ip: '203.0.113.7', timestamp: T0 + 11_600 })], T0 + 11_600))).toEqual({ pk_live_99: 4 });
+      expect(counts(detection.process([event(0, { apiKeyId: 'pk_live_0', eventId: 'n0', ip: '203.0.113.7', timestamp: T0 + 11_700 })], T0 + 11_700))).toEqual({});
     });
 
     it('lets the cap grow back once the windows are well under budget', () => {

@@ -139,6 +139,17 @@ export const MAX_IDLE_HISTORIES = 200_000;
 /** A screen that threw: its tally can no longer be trusted, so the rule evaluates the window every time. */
 const BROKEN = Symbol('broken screen');
 
+/**
+ * A rule that found something for a key is judged again for that key at most this often (by the
+ * times batches are judged as of), however many batches bring it events meanwhile; what arrives in
+ * between is judged once the interval is over, with or without more events. Under attack a key is
+ * in nearly every batch (dozens a second at full speed), and a firing rule reads the key's whole
+ * window each time, up to maxEventsPerKey events: without this, detection's cost would grow with
+ * the attack's rate times the batches' rate, just when it must keep up. A first finding is never
+ * delayed; a repeat (occurrences, lastSeenAt, a higher severity) is, by at most this.
+ */
+export const REJUDGE_MS = 500;
+
 interface KeyState {
   merchantId: string;
   apiKeyId: string;
@@ -160,6 +171,13 @@ interface KeyState {
   thinnedBefore: number;
   /** The networks and places of the key's last days. */
   history: KeyHistory;
+  /**
+   * Per rule, once one has found something for the key (undefined before): the time the key was
+   * last judged as of when the rule found something, -Infinity when its last evaluation found nothing.
+   */
+  firedAt: number[] | undefined;
+  /** Per rule: events arrived while the rule was waiting out REJUDGE_MS, so it is to be judged once that is over. */
+  deferred: boolean[] | undefined;
 }
 
 /** An idle key's history, with the partition its events arrive on. */
@@ -216,6 +234,8 @@ export class DetectionEngine {
   private readonly partitionClocks = new Map<number, number>();
   /** The detection config the windows were last brought in line with (followConfig). */
   private config: DetectionConfig | undefined;
+  /** Keys with a rule waiting out REJUDGE_MS with events it has not judged (KeyState.deferred). */
+  private readonly deferredKeys = new Set<KeyState>();
   ruleErrors = 0;
 
   constructor(private readonly options: EngineOptions) {
@@ -279,6 +299,7 @@ export class DetectionEngine {
       this.take(state);
       this.judge(state, now, findings);
     }
+    this.judgeDeferred(partition, now, findings);
     if (now > (this.partitionClocks.get(partition) ?? -Infinity)) this.partitionClocks.set(partition, now);
     if (++this.batches % SWEEP_EVERY_BATCHES === 0) this.dropIdleKeys();
     this.keepWithinBudget();
@@ -372,6 +393,7 @@ export class DetectionEngine {
   /** Drops a key's window; its history is kept for when it returns, unless `keepHistory` is false. */
   private forget(keys: Map<string, KeyState>, key: string, state: KeyState, keepHistory = true): void {
     keys.delete(key);
+    this.deferredKeys.delete(state);
     this.windowEvents -= state.window.size;
     if (keepHistory && state.history.size > 0) this.keepIdle(keyRef(state.merchantId, state.apiKeyId), { history: state.history, partition: state.partition });
     else state.history.release();
@@ -577,6 +599,8 @@ export class DetectionEngine {
       arrived: [],
       thinnedBefore: -Infinity,
       history: idle?.history ?? new KeyHistory(this.historyEntries),
+      firedAt: undefined,
+      deferred: undefined,
     };
     keys.set(key, state);
     return state;
@@ -622,20 +646,62 @@ export class DetectionEngine {
     this.thinnedEvents += removed.length;
   }
 
-  /** Every rule whose screen says it may fire reads the key's window. */
-  private judge(state: KeyState, now: number, findings: EngineFinding[]): void {
+  /**
+   * Every rule whose screen says it may fire reads the key's window; a rule that found something
+   * less than REJUDGE_MS ago waits (judgeDeferred). With `deferredOnly`, only the rules that waited.
+   */
+  private judge(state: KeyState, now: number, findings: EngineFinding[], deferredOnly = false): void {
     this.refreshParams(state);
     let window: KeyWindow | undefined;
     for (let r = 0; r < this.rules.length; r++) {
+      if (deferredOnly && state.deferred?.[r] !== true) continue;
+      if (state.firedAt !== undefined && !this.judgeable(state, state.firedAt[r]!, r, now)) continue;
       const rule = this.rules[r]!;
       const tally = state.tallies[r];
-      if (tally !== undefined && tally !== BROKEN && !this.screen(state, r, tally, now)) continue;
+      if (tally !== undefined && tally !== BROKEN && !this.screen(state, r, tally, now)) {
+        if (state.firedAt !== undefined) state.firedAt[r] = -Infinity;
+        continue;
+      }
       window ??= { merchantId: state.merchantId, apiKeyId: state.apiKeyId, plan: state.plan, events: state.window.toArray(), history: state.history };
+      let found = false;
       try {
-        for (const finding of rule.evaluate(window, state.params[r], now)) findings.push({ merchantId: state.merchantId, ruleId: rule.id, finding });
+        for (const finding of rule.evaluate(window, state.params[r], now)) {
+          findings.push({ merchantId: state.merchantId, ruleId: rule.id, finding });
+          found = true;
+        }
       } catch (error) {
         this.ruleError(rule.id, error);
       }
+      if (found) (state.firedAt ??= this.rules.map(() => -Infinity))[r] = now;
+      else if (state.firedAt !== undefined) state.firedAt[r] = -Infinity;
+    }
+  }
+
+  /**
+   * Whether rule r may judge the key now: not while it waits out REJUDGE_MS after a finding (then
+   * the key is marked for judgeDeferred). A `now` earlier than the finding's (another partition's
+   * clock, a batch of older events) does not wait.
+   */
+  private judgeable(state: KeyState, firedAt: number, r: number, now: number): boolean {
+    if (!(now >= firedAt && now < firedAt + REJUDGE_MS)) {
+      if (state.deferred !== undefined) state.deferred[r] = false;
+      return true;
+    }
+    (state.deferred ??= this.rules.map(() => false))[r] = true;
+    this.deferredKeys.add(state);
+    return false;
+  }
+
+  /**
+   * The keys of this batch's partition whose rules waited out REJUDGE_MS with events they had not
+   * judged: judged now if the wait is over, even without new events (so the last of an attack is
+   * judged too); a key still waiting stays marked.
+   */
+  private judgeDeferred(partition: number, now: number, findings: EngineFinding[]): void {
+    for (const state of this.deferredKeys) {
+      if (state.partition !== partition) continue;
+      this.judge(state, now, findings, true);
+      if (!state.deferred!.includes(true)) this.deferredKeys.delete(state);
     }
   }
 

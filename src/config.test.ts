@@ -46,6 +46,31 @@ describe('loadConfig', () => {
     expect(config.kafka?.dlqTopic).toBe('api.request-metadata.dlq');
   });
 
+  it('refuses Kafka and ClickHouse settings that would only fail once the worker runs, each named', () => {
+    const problemsOf = (environment: NodeJS.ProcessEnv) => {
+      try {
+        loadConfig(environment);
+        return [];
+      } catch (error) {
+        return (error as ConfigError).problems;
+      }
+    };
+    // The two topics alike would feed dead letters back to the consumer, for ever; the defaults too.
+    expect(problemsOf({ KAFKA_TOPIC: 'events', KAFKA_DLQ_TOPIC: 'events' })).toEqual([expect.stringMatching(/^KAFKA_TOPIC, KAFKA_DLQ_TOPIC: must differ/)]);
+    expect(problemsOf({ KAFKA_TOPIC: 'api.request-metadata.dlq' })).toEqual([expect.stringMatching(/^KAFKA_TOPIC, KAFKA_DLQ_TOPIC/)]);
+    expect(problemsOf({ KAFKA_SESSION_TIMEOUT_MS: '6000', KAFKA_HEARTBEAT_INTERVAL_MS: '20000' })).toEqual([expect.stringMatching(/^KAFKA_HEARTBEAT_INTERVAL_MS: must be lower/)]);
+    expect(problemsOf({ KAFKA_HEARTBEAT_INTERVAL_MS: '30000' })).toHaveLength(1); // against the default session timeout
+    expect(problemsOf({ KAFKA_BROKERS: '127.0.0.1' })).toEqual(['KAFKA_BROKERS.0: each broker must be host:port']);
+    expect(problemsOf({ KAFKA_BROKERS: ' , ' })).toEqual(['KAFKA_BROKERS: lists no broker (leave it unset for no Kafka)']);
+    expect(problemsOf({ CLICKHOUSE_URL: 'ftp://clickhouse:8123' })).toEqual(['CLICKHOUSE_URL: must be an http:// or https:// URL']);
+    expect(problemsOf({ CLICKHOUSE_URL: 'localhost:8123' })).toEqual(['CLICKHOUSE_URL: must be an http:// or https:// URL']);
+    // All at once, with another problem.
+    const all = problemsOf({ PORT: 'abc', CLICKHOUSE_URL: 'ftp://x', KAFKA_BROKERS: 'k', KAFKA_TOPIC: 't', KAFKA_DLQ_TOPIC: 't', KAFKA_HEARTBEAT_INTERVAL_MS: '59000' });
+    expect(all.map((problem) => problem.split(':')[0])).toEqual(['PORT', 'KAFKA_BROKERS.0', 'CLICKHOUSE_URL', 'KAFKA_TOPIC, KAFKA_DLQ_TOPIC', 'KAFKA_HEARTBEAT_INTERVAL_MS']);
+    // What is right stays accepted: brokers by name, IPv4 and bracketed IPv6; https with credentials.
+    expect(loadConfig({ KAFKA_BROKERS: 'kafka-1.internal:9092,10.0.0.5:9093,[2001:db8::5]:9094', CLICKHOUSE_URL: 'https://u:p@ch.example.com:8443' }).kafka?.brokers).toHaveLength(3);
+  });
+
   it('reads the analysis thread\'s heap limit and the detection windows\' budget, unset by default', () => {
     expect(loadConfig({}).detection).toMatchObject({ maxHeapMb: undefined, maxWindowEvents: undefined });
     expect(loadConfig({ DETECTION_MAX_HEAP_MB: '512', DETECTION_MAX_WINDOW_EVENTS: '250000' }).detection).toMatchObject({ maxHeapMb: 512, maxWindowEvents: 250_000 });

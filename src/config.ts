@@ -105,7 +105,10 @@ const envSchema = z
     FEATURE_AI_RISK_SCORING: envBoolean(false),
     ADMIN_ENABLED: envBoolean(false),
 
-    KAFKA_BROKERS: commaList.optional(),
+    // host:port each; a list without one is a mistake, not a way to turn Kafka off (leave it unset).
+    KAFKA_BROKERS: commaList
+      .pipe(z.array(z.string().regex(/^[^\s:/]+:\d{1,5}$|^\[[0-9A-Fa-f:.]+\]:\d{1,5}$/, 'each broker must be host:port')).min(1, 'lists no broker (leave it unset for no Kafka)'))
+      .optional(),
     KAFKA_CLIENT_ID: z.string().min(1).default('security-center-worker'),
     KAFKA_GROUP_ID: z.string().min(1).default('security-center-worker'),
     KAFKA_TOPIC: z.string().min(1).default('api.request-metadata'),
@@ -125,7 +128,7 @@ const envSchema = z
     KAFKA_SASL_USERNAME: z.string().max(1024).optional(),
     KAFKA_SASL_PASSWORD: z.string().max(4096).optional(),
 
-    CLICKHOUSE_URL: z.url().optional(),
+    CLICKHOUSE_URL: z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' }).optional(),
     CLICKHOUSE_USER: z.string().default('default'),
     CLICKHOUSE_PASSWORD: z.string().default(''),
     CLICKHOUSE_DATABASE: identifier.default('security_center'),
@@ -172,6 +175,16 @@ function crossFieldProblems(source: NodeJS.ProcessEnv): string[] {
   if (adminEnabled && !source.ADMIN_JWT_SECRET) problems.push('ADMIN_JWT_SECRET: is required when ADMIN_ENABLED=true');
   if (!source.ONCALL_WEBHOOK_URL !== !source.ONCALL_WEBHOOK_SECRET) {
     problems.push('ONCALL_WEBHOOK_URL, ONCALL_WEBHOOK_SECRET: set both or neither');
+  }
+  // The worker consumes one and produces dead letters to the other: one topic would feed its dead letters back to itself.
+  // (Each setting as the schema reads it, its default included; one it refuses is reported there.)
+  const setting = <K extends keyof typeof envSchema.shape>(name: K) => envSchema.shape[name].safeParse(source[name]).data;
+  if (setting('KAFKA_TOPIC') === setting('KAFKA_DLQ_TOPIC')) problems.push('KAFKA_TOPIC, KAFKA_DLQ_TOPIC: must differ (dead letters would be consumed again, for ever)');
+  // kafkajs refuses a heartbeat interval not below the session timeout, but only once the consumer joins.
+  const heartbeat = setting('KAFKA_HEARTBEAT_INTERVAL_MS');
+  const sessionTimeout = setting('KAFKA_SESSION_TIMEOUT_MS');
+  if (heartbeat !== undefined && sessionTimeout !== undefined && heartbeat >= sessionTimeout) {
+    problems.push('KAFKA_HEARTBEAT_INTERVAL_MS: must be lower than KAFKA_SESSION_TIMEOUT_MS (a third of it or less is usual)');
   }
   const kafkaSsl = isTrueWord(source.KAFKA_SSL);
   if (source.KAFKA_SSL_CA_FILE && !kafkaSsl) problems.push('KAFKA_SSL_CA_FILE: is used only with KAFKA_SSL=true; set it too');

@@ -38,8 +38,55 @@ async function server(options: Partial<HttpIngestOptions> = {}) {
     const response = await app.inject({ method: 'POST', url: '/v1/ingest/events', headers: { authorization: `Bearer ${TOKEN}` }, payload: events });
     return { status: response.statusCode, headers: response.headers, text: response.body, body: response.json() };
   };
-  return { post, stored, detected, metrics };
+  return { app, post, stored, detected, metrics };
 }
+
+describe('HTTP ingest: the request', () => {
+  const send = async ({ app }: Awaited<ReturnType<typeof server>>, payload: string | Buffer, contentType: string, authorization?: string) => {
+    const response = await app.inject({ method: 'POST', url: '/v1/ingest/events', headers: { 'content-type': contentType, ...(authorization && { authorization }) }, payload });
+    return { status: response.statusCode, body: response.json() as { error?: { code: string }; data?: { accepted: number } } };
+  };
+
+  it('checks the token before it reads the body: 401 whatever the body, never 400, 413 or 415', async () => {
+    const app = await server();
+    const bodies: [string, string | Buffer][] = [
+      ['malformed JSON', '{bad'],
+      ['an unknown content type', '<events/>'],
+      ['a body over the limit', Buffer.alloc(2 << 20, 'a')],
+    ];
+    for (const [what, payload] of bodies) {
+      const contentType = what === 'an unknown content type' ? 'application/xml' : 'application/json';
+      for (const authorization of [undefined, 'Bearer not-the-token']) {
+        const answer = await send(app, payload, contentType, authorization);
+        expect({ what, status: answer.status, code: answer.body.error?.code }).toEqual({ what, status: 401, code: 'UNAUTHORIZED' });
+      }
+    }
+    // With the token, the same bodies get what they deserve.
+    expect((await send(app, '{bad', 'application/json', `Bearer ${TOKEN}`)).status).toBe(400);
+    expect((await send(app, '<events/>', 'application/xml', `Bearer ${TOKEN}`)).status).toBe(415);
+    expect((await send(app, Buffer.alloc(2 << 20, 'a'), 'application/json', `Bearer ${TOKEN}`)).status).toBe(413);
+    expect(app.stored).toEqual([]);
+  });
+
+  it('refuses a JSON string, which is not NDJSON however it reads', async () => {
+    const app = await server();
+    const answer = await send(app, JSON.stringify(JSON.stringify(event(0))), 'application/json; charset=utf-8', `Bearer ${TOKEN}`);
+    expect(answer.status).toBe(400);
+    expect(JSON.stringify(answer.body)).toContain('expected a JSON array of events, one event object, or NDJSON');
+    expect(app.stored).toEqual([]);
+    // The same text as NDJSON is one event.
+    expect((await send(app, JSON.stringify(event(0)), 'application/x-ndjson', `Bearer ${TOKEN}`)).body.data).toMatchObject({ accepted: 1 });
+  });
+
+  it('reads a JSON array after a byte-order mark whatever the content type says', async () => {
+    const app = await server();
+    for (const [i, contentType] of ['text/plain', 'application/x-ndjson', 'application/json'].entries()) {
+      const answer = await send(app, `\uFEFF${JSON.stringify([event(10 + i)])}`, contentType, `Bearer ${TOKEN}`);
+      expect({ contentType, status: answer.status, accepted: answer.body.data?.accepted }).toEqual({ contentType, status: 202, accepted: 1 });
+    }
+    expect(app.stored).toHaveLength(3);
+  });
+});
 
 describe('HTTP ingest with Kafka (publish)', () => {
   it('answers each event as without Kafka, and publishes the accepted ones instead of storing and detecting them here', async () => {

@@ -96,11 +96,12 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     return settleWithin(buffer.add({ lines }), timeoutMs, (listener) => buffer.onOutage(listener));
   }
 
-  app.post('/v1/ingest/events', async (request, reply) => {
-    authenticate(request);
+  // The token is checked before the body is read: a caller without it gets 401, whatever it sent,
+  // and never has the worker read and parse up to INGEST_MAX_BODY_BYTES.
+  app.post('/v1/ingest/events', { onRequest: async (request) => authenticate(request) }, async (request, reply) => {
     // With Kafka, storage is the consumer's business: the topic holds the events through its outage.
     if (publish ? overdue > 0 : !buffer.healthy) throw unavailable(publish !== undefined);
-    const results = parseBody(request.body, options.maxEvents, options.eventTimes);
+    const results = parseBody(request.body, isJsonType(request.headers['content-type']), options.maxEvents, options.eventTimes);
     const report: IngestReport = { accepted: 0, rejected: 0, duplicates: 0, errors: [] };
     const accepted: RequestEvent[] = [];
     const inRequest = new Set<string>();
@@ -149,13 +150,19 @@ async function settleWithin(done: Promise<void>, timeoutMs: number, onOutage?: (
   }
 }
 
-function parseBody(body: unknown, maxEvents: number, times: TimeRange): ParseResult[] {
+/** Whether the body was read as JSON (application/json): a string then is a JSON string, not NDJSON text. */
+function isJsonType(contentType: string | undefined): boolean {
+  return contentType !== undefined && /^\s*application\/json\s*(;|$)/i.test(contentType);
+}
+
+function parseBody(body: unknown, readAsJson: boolean, maxEvents: number, times: TimeRange): ParseResult[] {
   let results: ParseResult[];
-  if (typeof body === 'string' && body.trimStart().startsWith('[')) {
-    // A JSON array sent as NDJSON or text/plain: read as the array it is, not as one bad line.
-    body = parseJsonArray(body);
+  if (typeof body === 'string' && !readAsJson && body.trimStart().startsWith('[')) {
+    // A JSON array sent as NDJSON or text/plain: read as the array it is, not as one bad line (a
+    // byte-order mark before it too, which trimStart takes off and JSON.parse refuses).
+    body = parseJsonArray(body.trimStart());
   }
-  if (typeof body === 'string') {
+  if (typeof body === 'string' && !readAsJson) {
     const lines = body.split('\n').filter((line) => line.trim().length > 0);
     if (lines.length > maxEvents) throw tooMany(maxEvents);
     results = lines.map((line) => parseRequestEventText(line.trim(), times));

@@ -130,7 +130,7 @@ const messageColumns = {
 };
 const messageRow = z.object({ ...messageColumns, body: z.string() });
 const deliveryRow = z.object(messageColumns);
-const pendingRow = messageRow.extend({ due_at: time, registered_endpoint_id: z.string(), registered_url: z.string(), registered_secret: z.string() });
+const pendingRow = messageRow.extend({ due_at: time, registered_endpoint_id: z.string(), registered_url: z.string(), registered_secret: z.string(), registered_since: time });
 
 const breakerRow = z.object({
   endpoint_id: z.string(),
@@ -278,27 +278,30 @@ export class WebhookStore {
   /**
    * Pending messages in the order the reader may attempt them (due or not: the caller learns when
    * the next one is), leaving out the ones it is already working on. One page, bodies included,
-   * each with its merchant's endpoint as registered now (for merchant messages).
+   * each with its merchant's endpoint as registered now (for merchant messages), unless that was
+   * registered after the message was created.
    */
   async pendingMessages(limit: number, exclude: readonly string[], reader: PendingReader): Promise<PendingMessage[]> {
     const rows = await this.db.queryRows(
-      `SELECT m.*, e.endpoint_id AS registered_endpoint_id, e.url AS registered_url, e.secret AS registered_secret
+      `SELECT m.*, e.endpoint_id AS registered_endpoint_id, e.url AS registered_url, e.secret AS registered_secret, e.created_at AS registered_since
          FROM (SELECT ${READ_COLUMNS}, body,
                       if(owner IN ('', {owner:String}), next_attempt_at, next_attempt_at + toIntervalMillisecond({adoptAfterMs:UInt32})) AS due_at
                  FROM ${this.tables.webhookMessages} FINAL
                 WHERE status = 'pending' AND id NOT IN {exclude:Array(UUID)}
                 ORDER BY due_at, id
                 LIMIT {limit:UInt32}) AS m
-         LEFT JOIN (SELECT merchant_id, endpoint_id, url, secret
+         LEFT JOIN (SELECT merchant_id, endpoint_id, url, secret, created_at
                       FROM ${this.tables.webhookEndpoints} FINAL
                      WHERE deleted = 0) AS e ON m.merchant_id = e.merchant_id
         ORDER BY m.due_at, m.id`,
       { exclude: [...exclude], limit, owner: reader.owner, adoptAfterMs: reader.adoptAfterMs },
     );
     return rows.map((row) => {
-      const { due_at, registered_endpoint_id, registered_url, registered_secret, ...message } = pendingRow.parse(row);
+      const { due_at, registered_endpoint_id, registered_url, registered_secret, registered_since, ...message } = pendingRow.parse(row);
       const parsed = { ...toMessage(message), dueAt: due_at };
-      return parsed.destination === 'merchant' && registered_url
+      // A registration made after the message (the endpoint was removed, then registered again; a
+      // replacement keeps its createdAt) does not take it: removing the endpoint cancelled it.
+      return parsed.destination === 'merchant' && registered_url && registered_since <= parsed.createdAt
         ? {
             ...parsed,
             endpoint: {

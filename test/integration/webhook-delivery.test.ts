@@ -94,9 +94,11 @@ describe('webhook delivery', () => {
     return testAlert(Date.now(), { id: randomUUID(), merchantId, apiKeyId: `pk_live_${merchantId}_${index}` });
   }
 
+  /** As PUT /admin/anomaly/webhook does: a replacement keeps the registration's createdAt. */
   async function registerEndpoint(store: WebhookStore, merchantId: string, url: string, now: number): Promise<string> {
     const secret = `whsec_${merchantId}_${randomUUID()}`;
-    await store.putEndpoint({ merchantId, endpointId: randomUUID(), url, secret, createdBy: 'test', createdAt: now, updatedAt: now });
+    const createdAt = (await store.endpoint(merchantId))?.createdAt ?? now;
+    await store.putEndpoint({ merchantId, endpointId: randomUUID(), url, secret, createdBy: 'test', createdAt, updatedAt: now });
     return secret;
   }
 
@@ -270,18 +272,25 @@ describe('webhook delivery', () => {
     const h = await startDispatcher({ now: clock.now });
     await registerEndpoint(h.store, 'm_moves', `${receiver.origin}${base}/old`, t0);
     await registerEndpoint(h.store, 'm_leaves', `${receiver.origin}${base}/old-leaves`, t0);
+    await registerEndpoint(h.store, 'm_returns', `${receiver.origin}${base}/old-returns`, t0);
     h.dispatcher.notify(alert('m_moves'));
     h.dispatcher.notify(alert('m_leaves'));
-    await waitFor(async () => (await deliveries(h.store)).filter((d) => d.attempts === 1).length === 2, 'first attempts', 10_000);
+    h.dispatcher.notify(alert('m_returns'));
+    await waitFor(async () => (await deliveries(h.store)).filter((d) => d.attempts === 1).length === 3, 'first attempts', 10_000);
 
     const newSecret = await registerEndpoint(h.store, 'm_moves', `${receiver.origin}${base}/new`, t0 + 1);
     expect(await h.store.removeEndpoint('m_leaves', t0 + 1)).toBe(true);
+    // Removed, then registered again before the retry: the removal cancelled the message all the same.
+    expect(await h.store.removeEndpoint('m_returns', t0 + 1)).toBe(true);
+    await registerEndpoint(h.store, 'm_returns', `${receiver.origin}${base}/new-returns`, t0 + 2);
     clock.set(t0 + MINUTE);
     await waitFor(async () => (await deliveries(h.store)).every((d) => d.status !== 'pending'), 'both final', 10_000);
 
     const byMerchant = Object.fromEntries((await deliveries(h.store)).map((d) => [d.merchantId, d]));
     expect(byMerchant.m_moves).toMatchObject({ status: 'delivered', attempts: 2, target: `${receiver.origin}${base}/new` });
     expect(byMerchant.m_leaves).toMatchObject({ status: 'cancelled', attempts: 1, lastOutcome: 'cancelled' });
+    expect(byMerchant.m_returns).toMatchObject({ status: 'cancelled', attempts: 1, lastOutcome: 'cancelled' });
+    expect(receiver.received.filter((request) => request.path === `${base}/new-returns`)).toHaveLength(0);
     const moved = receiver.received.filter((request) => request.path === `${base}/new`);
     expect(moved).toHaveLength(1);
     expect(verifyWebhook({ secret: newSecret, rawBody: moved[0]!.rawBody, headers: moved[0]!.headers, now: t0 + MINUTE }).id).toBe(byMerchant.m_moves!.id);

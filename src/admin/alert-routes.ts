@@ -28,7 +28,9 @@ import {
   merchantQuery,
   metricsQuery,
   metricsSchema,
+  MAX_METRICS_RANGE_MS,
   patchAlertBody,
+  rangeWithDefaults,
 } from './schemas.ts';
 
 export interface AlertRoutesDeps {
@@ -213,11 +215,8 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       handle: async ({ principal, query }) => {
         const merchantId = merchantScope(principal, query.merchantId);
         const key = `metrics\u0000${cacheScope(merchantId)}\u0000${query.from?.getTime() ?? ''}\u0000${query.to?.getTime() ?? ''}`;
-        return deps.cache.get(key, () => {
-          const to = query.to ?? new Date(now());
-          const from = query.from ?? new Date(to.getTime() - DEFAULT_METRICS_RANGE_MS);
-          return metrics({ from, to, merchantId });
-        });
+        const range = rangeWithDefaults(query, now(), DEFAULT_METRICS_RANGE_MS, MAX_METRICS_RANGE_MS);
+        return deps.cache.get(key, () => metrics({ ...range, merchantId }));
       },
     }),
 

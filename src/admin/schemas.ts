@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { ALERT_STATUSES } from '../alerts/alert.ts';
 import { ACTIONS, ANOMALY_TYPES, SEVERITIES } from '../detect/types.ts';
+import { validationError } from '../http/errors.ts';
 import { STORABLE_TIME_MS } from '../store/event-store.ts';
 
 /** Merchant and key ids, any text as request events carry them (1..128 characters); values are bound, never spliced into SQL. */
@@ -87,6 +88,23 @@ export function rangeInOrder(value: { from?: Date; to?: Date }, context: z.Refin
   if (value.from instanceof Date && value.to instanceof Date && value.from > value.to) {
     context.addIssue({ code: 'custom', path: ['to'], message: 'must not be before from' });
   }
+}
+
+/**
+ * A query's range with its defaults filled in (to: now; from: `defaultSpanMs` before to), checked
+ * as a whole: a bound given alone may be out of order with the other's default (from tomorrow, to
+ * now), or the two too far apart, which the schema, seeing one bound, could not tell. 400 naming
+ * the field given.
+ */
+export function rangeWithDefaults(query: { from?: Date; to?: Date }, now: number, defaultSpanMs: number, maxSpanMs = Infinity): { from: Date; to: Date } {
+  const to = query.to ?? new Date(now);
+  const from = query.from ?? new Date(to.getTime() - defaultSpanMs);
+  const named = query.from ? 'from' : 'to';
+  if (from > to) throw validationError([{ path: ['query', named], message: query.from ? 'must not be after to (default: now)' : 'must not be before from' }], 'Invalid query');
+  if (to.getTime() - from.getTime() > maxSpanMs) {
+    throw validationError([{ path: ['query', 'from'], message: `the range may span at most ${Math.round(maxSpanMs / 86_400_000)} days (to defaults to now)` }], 'Invalid query');
+  }
+  return { from, to };
 }
 
 export const listAlertsQuery = z

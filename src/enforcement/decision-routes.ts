@@ -28,7 +28,7 @@ import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { merchantScope } from '../admin/auth.ts';
 import { defineRoute, type AdminRoute } from '../admin/route.ts';
-import { identifier, isoDate, limitParam, pageCursor, positionTime, rangeInOrder } from '../admin/schemas.ts';
+import { identifier, isoDate, limitParam, pageCursor, positionTime, rangeInOrder, rangeWithDefaults } from '../admin/schemas.ts';
 import { parseInput } from '../admin/validation.ts';
 import { bearerTokenCheck } from '../http/bearer-token.ts';
 import { HttpError } from '../http/errors.ts';
@@ -189,8 +189,7 @@ export function enforcementAdminRoutes(source: DecisionSource | undefined, histo
       response: historyView,
       handle: async ({ principal, query, reply }) => {
         const merchantId = merchantScope(principal, query.merchantId);
-        const to = query.to ?? new Date();
-        const from = query.from ?? new Date(to.getTime() - HISTORY_DEFAULT_RANGE_MS);
+        const { from, to } = rangeWithDefaults(query, Date.now(), HISTORY_DEFAULT_RANGE_MS);
         const limit = query.limit ?? HISTORY_DEFAULT_LIMIT;
         // One more than a page: whether another page follows.
         const rows = await history.list({ from, to, merchantId, apiKeyId: query.apiKeyId, after: query.cursor, limit: limit + 1 });

@@ -128,6 +128,20 @@ export function serializeEventRow(event: RequestEvent, source: EventSource, sour
  */
 export const EVENT_INSERT_SETTINGS: ClickHouseSettings = { throw_on_max_partitions_per_insert_block: 0, optimize_on_insert: 0 };
 
+/** The rollup's minute is a DateTime: seconds since 1970 in 32 bits, up to 2106-02-07T06:28:15Z. */
+const ROLLUP_MINUTES_MS = { min: 0, max: 4_294_967_295_000 } as const;
+
+/**
+ * A range as the rollup's queries bind it, within the times its minutes can hold (a bound beyond
+ * them would be wrapped around by the comparison, and match the wrong rows); undefined when the
+ * range lies wholly outside them (no traffic can be there).
+ */
+function rollupSpan(range: { from: Date; to: Date }): { from: string; to: string } | undefined {
+  const from = Math.max(range.from.getTime(), ROLLUP_MINUTES_MS.min);
+  const to = Math.min(range.to.getTime(), ROLLUP_MINUTES_MS.max);
+  return from <= to ? { from: toClickHouseTime(from), to: toClickHouseTime(to) } : undefined;
+}
+
 /** The rollup's sum columns (002_request_rollup_1m.sql). */
 const ROLLUP_SUMS = ['requests', 'successes', 'client_errors', 'server_errors', 'auth_failures', 'not_found', 'rate_limited', 'response_time_sum'];
 
@@ -381,12 +395,13 @@ export class EventStore {
 
   /** Traffic totals from the per-minute rollups (never raw events); merchantId undefined = all. */
   async trafficTotals(range: { from: Date; to: Date; merchantId?: string }): Promise<TrafficTotals> {
-    const rows = await this.db.queryRows(
+    const span = rollupSpan(range);
+    const rows = !span ? [] : await this.db.queryRows(
       `SELECT sum(requests) AS requests, sum(successes) AS successes, uniqMerge(unique_ips) AS unique_ips
          FROM ${this.tables.requestRollup1m}
         WHERE minute >= toStartOfMinute({from:DateTime64(3, 'UTC')}) AND minute <= {to:DateTime64(3, 'UTC')}
           AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})`,
-      { from: toClickHouseTime(range.from.getTime()), to: toClickHouseTime(range.to.getTime()), merchantId: range.merchantId ?? '' },
+      { ...span, merchantId: range.merchantId ?? '' },
     );
     const totals = trafficRow.parse(rows[0] ?? { requests: 0, successes: 0, unique_ips: 0 });
     return {
@@ -403,19 +418,15 @@ export class EventStore {
    */
   async trafficTrend(range: { from: Date; to: Date; merchantId?: string; bucketSeconds: number }): Promise<TrafficPoint[]> {
     const bucketMs = range.bucketSeconds * 1000;
-    const rows = await this.db.queryRows(
+    const span = rollupSpan(range);
+    const rows = !span ? [] : await this.db.queryRows(
       `SELECT toUnixTimestamp(toStartOfInterval(minute, INTERVAL {bucket:UInt32} SECOND)) AS t,
               sum(requests) AS requests, sum(successes) AS successes
          FROM ${this.tables.requestRollup1m}
         WHERE minute >= toStartOfMinute({from:DateTime64(3, 'UTC')}) AND minute <= {to:DateTime64(3, 'UTC')}
           AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
         GROUP BY t`,
-      {
-        from: toClickHouseTime(range.from.getTime()),
-        to: toClickHouseTime(range.to.getTime()),
-        merchantId: range.merchantId ?? '',
-        bucket: range.bucketSeconds,
-      },
+      { ...span, merchantId: range.merchantId ?? '', bucket: range.bucketSeconds },
     );
     const byBucket = new Map(rows.map((raw) => {
       const row = trendRow.parse(raw);

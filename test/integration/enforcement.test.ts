@@ -116,6 +116,10 @@ describe('enforcement decisions', () => {
       const badRange = await adminCall(other.url, await token(MERCHANT, 'viewer'), '/enforcement/history?from=yesterday');
       expect(badRange.status).toBe(400);
       expect(badRange.body.details).toEqual([{ path: ['query', 'from'], message: expect.stringContaining('ISO 8601') }]);
+      // A from given alone is checked against to's default, now.
+      const fromTomorrow = await adminCall(other.url, await token(MERCHANT, 'viewer'), `/enforcement/history?from=${new Date(Date.now() + 86_400_000).toISOString()}`);
+      expect(fromTomorrow.status).toBe(400);
+      expect(fromTomorrow.body.details).toEqual([{ path: ['query', 'from'], message: 'must not be after to (default: now)' }]);
       // Pages of one, each from the last one's nextCursor: the same entries, in the same order, each once.
       const whole = (await adminCall(other.url, await token(MERCHANT, 'viewer'), '/enforcement/history')).body.data.entries;
       const paged: unknown[] = [];

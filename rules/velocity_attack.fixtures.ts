@@ -38,6 +38,35 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'medium', evidence: { minutesOver: 2, observedRequestsPerMinute: 200, sustainedRatio: 1.67 } },
   },
   {
+    // The evidence counts the over minutes' counted events only: the quiet minute's address, and the
+    // address and user agent of the 503s within an over minute, are left out.
+    name: 'a flood from three addresses in two networks and two countries names each, from the over minutes alone',
+    kind: 'positive',
+    window: keyWindow([
+      ...perMinute([30], FIVE_MINUTES_AGO, { ip: '192.0.2.99', country: 'FR' }),
+      ...perMinute([200, 200], T0 - 4 * MINUTE).map((spec, i) => ({
+        ...spec,
+        ...[{ ip: '203.0.113.7', country: 'US' }, { ip: '203.0.113.8', country: 'US' }, { ip: '198.51.100.5', country: 'DE' }][i % 3],
+        userAgent: i % 50 === 0 ? 'curl/8.7.1' : 'python-requests/2.32.3',
+      })),
+      ...perMinute([10], T0 - 4 * MINUTE, { ip: '192.0.2.98', status: 503, userAgent: 'retrying-sdk/1.0' }),
+    ]),
+    now: NOW,
+    expect: {
+      findings: 1,
+      severity: 'high',
+      evidence: {
+        minutesOver: 2,
+        distinctIps: 3,
+        ips: ['203.0.113.7', '203.0.113.8', '198.51.100.5'],
+        distinctNetworks: 2,
+        networks: ['203.0.113.0/24', '198.51.100.0/24'],
+        countries: ['US', 'DE'],
+        userAgents: ['curl/8.7.1', 'python-requests/2.32.3'],
+      },
+    },
+  },
+  {
     name: 'a flood the rate limiter answers with 429 still counts: 200 requests/min for five minutes is high',
     kind: 'positive',
     window: keyWindow(perMinute([200, 200, 200, 200, 200], FIVE_MINUTES_AGO).map((spec, i) => ({ ...spec, status: i % 200 < 60 ? 201 : 429 }))),

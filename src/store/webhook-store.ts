@@ -159,6 +159,14 @@ export interface DeliveryQuery {
   after?: { createdAt: number; id: string };
 }
 
+/**
+ * How far apart two replicas' clocks may be: a merchant's first endpoint, registered through one
+ * replica, may look a little younger than a message another made for it at once. Such a message
+ * is not taken for one made before a removal (pendingMessages): cancelling a critical alert's
+ * notification would be the worse mistake.
+ */
+const REPLICA_CLOCK_SKEW_MS = 5_000;
+
 /** What a sealed secret is bound to: its merchant and endpoint. */
 function secretRow(merchantId: string, endpointId: string): string {
   return `${merchantId}\u0000${endpointId}`;
@@ -301,7 +309,7 @@ export class WebhookStore {
       const parsed = { ...toMessage(message), dueAt: due_at };
       // A registration made after the message (the endpoint was removed, then registered again; a
       // replacement keeps its createdAt) does not take it: removing the endpoint cancelled it.
-      return parsed.destination === 'merchant' && registered_url && registered_since <= parsed.createdAt
+      return parsed.destination === 'merchant' && registered_url && registered_since <= parsed.createdAt + REPLICA_CLOCK_SKEW_MS
         ? {
             ...parsed,
             endpoint: {

@@ -198,6 +198,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   const detectionWindowMs = Math.max(...RULES.map((rule) => rule.windowMs));
   const storeRows = (body: Buffer) => store.insertRows(body);
 
+  // Built now, started last (see `ready` below): with Kafka, posts go to the topic from the start,
+  // and are consumed once the consumer starts.
   let intake: KafkaIntake | undefined;
   let stopRequested = false;
   const buffer = new EventBuffer({
@@ -225,7 +227,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     // With KAFKA_BROKERS set, a worker whose consumer does not run (yet) takes in nothing: not ready.
     notReadyReason: () =>
       analysis?.failureReason ??
-      (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : (intake?.notReadyReason ?? startingUp)),
+      (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : (startingUp ?? intake?.notReadyReason)),
   });
   // Events posted (without Kafka) before detection has started are judged once it has: earlier, the
   // open alerts are not loaded (a finding would open a second alert) and the windows not warmed (a
@@ -235,6 +237,38 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     analysis?.detect(events).then(onDetection, (error: unknown) => logger.error({ err: error }, 'detection failed'));
   });
   const heldEventIds = new Set<string>();
+  // At most a budget's worth of a partition's events, the newest, of the plans detection evaluates,
+  // read and handed over a page at a time (a million events at once would hold about a gigabyte of
+  // the analysis thread's heap). Then the networks the partition's keys were seen from over the days
+  // detection remembers (a few rows per key and network), so that a key's habits outlive a restart.
+  const warm = async (analysis: AnalysisThread, topic: string, partition: number, heartbeat?: () => Promise<void>) => {
+    await store.recentEvents(
+      { since: new Date(Date.now() - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) },
+      async (events) => {
+        await analysis.warm(heldEventIds.size > 0 ? events.filter((event) => !heldEventIds.has(event.eventId)) : events, partition);
+        await heartbeat?.();
+      },
+    );
+    await store.networkSightings({ since: new Date(Date.now() - HISTORY_MS), topic, partition, plans: config.admin.entitledPlans }, async (sightings) => {
+      await analysis.recall(sightings, partition);
+      await heartbeat?.();
+    });
+  };
+  if (config.kafka && analysis) {
+    const kafkaConfig = config.kafka;
+    intake = new KafkaIntake({
+      kafka: createKafka(kafkaConfig, logger),
+      ...kafkaConfig,
+      store,
+      analysis,
+      onDetection,
+      warmPartition: (partition, heartbeat) => warm(analysis, kafkaConfig.topic, partition, heartbeat),
+      buffer,
+      onStopped: (error) => deps.onFatal?.(error),
+      metrics,
+      logger: logger.child({ component: 'kafka' }),
+    });
+  }
   if (analysis && config.ingest.token) {
     registerHttpIngest(app, {
       token: config.ingest.token,
@@ -245,7 +279,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       metrics,
       // With Kafka, posted events go through the topic as the fleet's do: the replica that owns a
       // key's partition stores and detects all of its events, and drops a retry sent elsewhere.
-      publish: config.kafka ? (events) => (intake ? intake.publish(events) : Promise.reject(new Error('kafka intake not started yet'))) : undefined,
+      publish: intake && ((events) => intake!.publish(events)),
       onAccepted: (events) => {
         for (const held of postedForDetection.take(events)) heldEventIds.add(held.eventId);
       },
@@ -297,53 +331,22 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     webhooksStarted = webhooks && retryUntilDone('starting webhooks', logger, abort.signal, () => webhooks.start()).catch(() => undefined);
     // Without the open alerts (and recent dismissals), a finding would open a second alert where
     // one is open, and a dismissed pattern would not stay quiet: not ready until they are loaded,
-    // and the Kafka consumer starts only then (events posted before then wait: postedForDetection).
+    // and the Kafka consumer starts only then (events posted before then wait: with Kafka in the
+    // topic, without it in postedForDetection).
     startingUp = 'open alerts not loaded yet';
     await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(config.detection.suppressionMs), () => {
       startingUp = 'storage unavailable: cannot load the open alerts (retrying)';
     });
     startingUp = 'detection starting';
     await analysis.ready;
-    // At most a budget's worth of a partition's events, the newest, of the plans detection
-    // evaluates, read and handed over a page at a time (a million events at once would hold about
-    // a gigabyte of this thread's heap).
-    // Then the networks the partition's keys were seen from over the days detection remembers (a few
-    // rows per key and network), so that a key's habits outlive a restart.
-    const warm = async (topic: string, partition: number, heartbeat?: () => Promise<void>) => {
-      await store.recentEvents(
-        { since: new Date(Date.now() - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) },
-        async (events) => {
-          await analysis.warm(heldEventIds.size > 0 ? events.filter((event) => !heldEventIds.has(event.eventId)) : events, partition);
-          await heartbeat?.();
-        },
-      );
-      await store.networkSightings({ since: new Date(Date.now() - HISTORY_MS), topic, partition, plans: config.admin.entitledPlans }, async (sightings) => {
-        await analysis.recall(sightings, partition);
-        await heartbeat?.();
-      });
-    };
     // Events posted over HTTP and stored directly (without Kafka) belong to no partition: every
     // replica warms them. Like a partition's, a failed warm-up is not fatal: those windows start empty.
-    await warm('', -1).catch((error: unknown) => logger.warn({ err: error }, 'detection warm-up of HTTP events failed; their windows start empty'));
+    await warm(analysis, '', -1).catch((error: unknown) => logger.warn({ err: error }, 'detection warm-up of HTTP events failed; their windows start empty'));
     const { released, dropped } = postedForDetection.open();
     heldEventIds.clear();
     if (released + dropped > 0) logger.info({ events: released, notJudged: dropped }, 'events posted during start-up handed to detection');
-    if (config.kafka) {
-      const kafkaConfig = config.kafka;
-      intake = new KafkaIntake({
-        kafka: createKafka(kafkaConfig, logger),
-        ...kafkaConfig,
-        store,
-        analysis,
-        onDetection,
-        warmPartition: async (partition, heartbeat) => {
-          await warm(kafkaConfig.topic, partition, heartbeat);
-        },
-        buffer,
-        onStopped: (error) => deps.onFatal?.(error),
-        metrics,
-        logger: logger.child({ component: 'kafka' }),
-      });
+    if (intake) {
+      startingUp = undefined; // the consumer's start says why it is not consuming yet (intake.notReadyReason)
       await retryUntilDone('starting kafka intake', logger, abort.signal, () => intake!.start());
     }
   })().then(() => {

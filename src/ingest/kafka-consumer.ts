@@ -76,6 +76,8 @@ export class KafkaIntake {
   private readonly consumer: Consumer;
   /** Dead letters, and events posted over HTTP (publish). */
   private readonly producer: Producer;
+  /** The producer's connection, made by the first of start() and publish(); cleared when it fails, to be tried again. */
+  private producerConnection: Promise<void> | undefined;
   private readonly deadLetterQueue: KafkaDeadLetterQueue;
   /** Highest offset per partition known to be stored or handed to the buffer, for skipping redeliveries. */
   private readonly handedOff = new Map<number, number>();
@@ -146,7 +148,7 @@ export class KafkaIntake {
 
   async start(): Promise<void> {
     try {
-      await this.producer.connect();
+      await this.connectProducer();
       await this.consumer.connect();
       await this.consumer.subscribe({ topic: this.options.topic, fromBeginning: this.options.fromBeginning });
       await this.consumer.run({
@@ -206,11 +208,22 @@ export class KafkaIntake {
 
   /** Leaves the group. Settle and drain the buffer first: commits need group membership. */
   async disconnect(): Promise<void> {
-    if (!this.running) return;
+    const wasRunning = this.running;
     this.running = false;
-    await this.consumer.disconnect();
-    await this.producer.disconnect();
-    this.options.logger.info('kafka intake stopped');
+    if (wasRunning) await this.consumer.disconnect();
+    // The producer may be connected without the consumer: by a post during start-up.
+    const connection = this.producerConnection;
+    this.producerConnection = undefined;
+    if (connection && (await connection.then(() => true, () => false))) await this.producer.disconnect();
+    if (wasRunning) this.options.logger.info('kafka intake stopped');
+  }
+
+  private connectProducer(): Promise<void> {
+    this.producerConnection ??= this.producer.connect().catch((error: unknown) => {
+      this.producerConnection = undefined;
+      throw error;
+    });
+    return this.producerConnection;
   }
 
   sendDeadLetters(records: readonly DeadLetter[]): Promise<void> {
@@ -221,9 +234,11 @@ export class KafkaIntake {
    * Produces events posted over HTTP to the input topic, keyed by apiKeyId as the fleet's producers
    * key theirs, so that the replica that owns the key's partition stores and detects them with the
    * key's other events. Resolves once all in-sync replicas have them. The producer is idempotent (its
-   * retries add no copies) and retries until the brokers take them.
+   * retries add no copies) and retries until the brokers take them. Needs no consumer: posts are
+   * taken while the worker starts, and consumed once it has.
    */
-  publish(events: readonly RequestEvent[]): Promise<void> {
+  async publish(events: readonly RequestEvent[]): Promise<void> {
+    await this.connectProducer();
     return sendInRequests(this.producer, this.options.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })));
   }
 

@@ -3,8 +3,9 @@
  * with reads failing at the storage boundary: a worker whose open alerts cannot be loaded would
  * open a second alert where one is open, so it answers 503 saying so until they are loaded; a
  * webhook dispatcher that cannot start holds back neither intake nor readiness (it is needed for
- * delivery only, and is retried beside them). Events posted meanwhile (without Kafka) are stored and
- * judged once detection has started, so they continue the open alert instead of opening a second.
+ * delivery only, and is retried beside them). Events posted meanwhile are taken: without Kafka stored
+ * and judged once detection has started, so they continue the open alert instead of opening a
+ * second; with Kafka produced to the topic, and stored and judged once the consumer has started.
  */
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
@@ -32,6 +33,15 @@ function failingReads(marker: string, failing: () => boolean) {
     },
   });
   return { reads, wrapClickHouse };
+}
+
+/** An attack tool's request: a critical bot_traffic alert at once. */
+function attackToolRequest(apiKeyId: string) {
+  return { eventId: `evt_${randomUUID()}`, timestamp: new Date().toISOString(), merchantId: 'm_posted', plan: 'business', apiKeyId, environment: 'live', ip: '198.51.100.23', userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)', method: 'GET', path: '/v1/verify/sessions/:id', status: 404, responseTimeMs: 12, country: 'DE' };
+}
+
+function postEvents(url: string, events: readonly unknown[]): Promise<Response> {
+  return fetch(`${url}/v1/ingest/events`, { method: 'POST', headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(events) });
 }
 
 describe('/ready while start-up steps are retried', () => {
@@ -63,12 +73,7 @@ describe('/ready while start-up steps are retried', () => {
   it('without Kafka, judges events posted while the open alerts cannot be loaded once they are: the open alert goes on, no second one opens', async () => {
     const names = testNames('startposted');
     const apiKeyId = `pk_live_${names.runId}`;
-    // An attack tool's request: a critical bot_traffic alert at once.
-    const postAttack = async (url: string) => {
-      const event = { eventId: `evt_${randomUUID()}`, timestamp: new Date().toISOString(), merchantId: 'm_posted', plan: 'business', apiKeyId, environment: 'live', ip: '198.51.100.23', userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)', method: 'GET', path: '/v1/verify/sessions/:id', status: 404, responseTimeMs: 12, country: 'DE' };
-      const response = await fetch(`${url}/v1/ingest/events`, { method: 'POST', headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify([event]) });
-      expect(response.status).toBe(202);
-    };
+    const postAttack = async (url: string) => expect((await postEvents(url, [attackToolRequest(apiKeyId)])).status).toBe(202);
     const alertsOfKey = async (worker: Worker) => (await worker.alertStore.loadForDedup(new Date(0))).filter((alert) => alert.apiKeyId === apiKeyId);
 
     const first = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names }));
@@ -91,6 +96,37 @@ describe('/ready while start-up steps are retried', () => {
       expect(alerts.map((alert) => ({ id: alert.id, occurrences: alert.occurrences }))).toEqual([{ id: opened!.id, occurrences: 2 }]);
     } finally {
       await second.stop();
+    }
+  });
+
+  it('with Kafka, takes posts while the open alerts cannot be loaded, and stores and judges them from the topic once start-up is done', async () => {
+    const names = testNames('startpostedkafka');
+    const apiKeyId = `pk_live_${names.runId}`;
+    let unreadable = true;
+    const { reads, wrapClickHouse } = failingReads("WHERE status IN ('open', 'acknowledged') OR updated_at", () => unreadable);
+    const worker = await start(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names }), { wrapClickHouse });
+    try {
+      await waitFor(() => reads.failed >= 1, 'the worker cannot load the open alerts', 60_000);
+      const response = await postEvents(worker.url, [attackToolRequest(apiKeyId)]);
+      expect(response.status).toBe(202);
+      expect(await readiness(worker.url)).toEqual({ status: 503, reason: 'storage unavailable: cannot load the open alerts (retrying)' });
+
+      unreadable = false;
+      await worker.ready;
+      const alertsOfKey = async () => (await worker.alertStore.loadForDedup(new Date(0))).filter((alert) => alert.apiKeyId === apiKeyId);
+      await waitFor(async () => (await alertsOfKey()).length === 1, 'the posted event is judged once consumed', 60_000);
+      expect(await alertsOfKey()).toEqual([expect.objectContaining({ type: 'bot_traffic', occurrences: 1 })]);
+      const stored = async () =>
+        (
+          await worker.clickhouse.queryRows<{ rows: number; fromTopic: number }>(
+            `SELECT count() AS rows, countIf(source_topic = {topic:String}) AS fromTopic FROM ${engines.clickhouse.database}.request_events WHERE api_key_id = {key:String}`,
+            { topic: names.topic, key: apiKeyId },
+          )
+        )[0]!;
+      await waitFor(async () => (await stored()).rows > 0, 'the posted event is stored', 30_000);
+      expect(await stored()).toEqual({ rows: 1, fromTopic: 1 });
+    } finally {
+      await worker.stop();
     }
   });
 

@@ -328,4 +328,16 @@ describe('admin API security', () => {
     expect(limited.headers.get('ratelimit-remaining')).toBe('0');
     expect((await call(await fresh(A, 'viewer'), '/alerts')).status).toBe(200);
   });
+
+  it('counts requests whose body cannot be read, and refuses them over the limit before reading it', async () => {
+    const busy = await fresh(A, 'operator');
+    const target = `/alerts/${alertsOfA[0]!.id}`;
+    const statuses: number[] = [];
+    for (let i = 0; i < RATE_LIMIT; i++) statuses.push((await call(busy, target, { method: 'PATCH', rawBody: '{"status": ' })).status);
+    expect(new Set(statuses)).toEqual(new Set([400]));
+    // Over the limit, a body too large to read gets 429, not the 400 reading it would give.
+    const limited = await call(busy, target, { method: 'PATCH', rawBody: `{"note":"${'x'.repeat(100_000)}"}` });
+    expect(limited.status).toBe(429);
+    expect(limited.body).toMatchObject({ error: { code: 'RATE_LIMITED' } });
+  });
 });

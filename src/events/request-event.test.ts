@@ -109,6 +109,38 @@ describe('request event schema', () => {
     expect(result.ok && result.event.userAgent.length).toBe(MAX_USER_AGENT_LENGTH);
   });
 
+  it('cuts a user agent where the cut leaves no secret-looking token and no half of a character', () => {
+    const userAgentOf = (value: object) => {
+      const result = parseRequestEventValue(value);
+      return result.ok ? result.event.userAgent : `rejected: ${result.rejection.reason}`;
+    };
+    // The Slovak locale of an in-app browser, cut to `sk_S`, which would read as a secret.
+    const head = `Mozilla/5.0 (iPhone) ${'x'.repeat(MAX_USER_AGENT_LENGTH - 4 - 27)} FBLC/`;
+    expect(head).toHaveLength(MAX_USER_AGENT_LENGTH - 4);
+    const cut = userAgentOf({ ...valid, userAgent: `${head}sk_SK;FBAV/400` });
+    expect(cut).toBe(head);
+    // What is stored (or published to the topic) reads back as the same event.
+    const again = parseRequestEventText(JSON.stringify({ ...valid, userAgent: cut }));
+    expect(again.ok && again.event.userAgent).toBe(cut);
+    // An emoji across the limit goes whole, not its first half.
+    const emoji = `${'a'.repeat(MAX_USER_AGENT_LENGTH - 1)}\u{1F600}tail`;
+    expect(userAgentOf({ ...valid, userAgent: emoji })).toBe('a'.repeat(MAX_USER_AGENT_LENGTH - 1));
+    // An ordinary cut is left as it is, inside its token.
+    expect(userAgentOf({ ...valid, userAgent: `${head}FBAV/400` })).toBe(`${head}FBAV`);
+  });
+
+  it('measures an event in UTF-8 bytes, in raw text and as an item of a JSON array', () => {
+    // 30,000 three-byte characters: under the limit in UTF-16 units, 90 kB in UTF-8.
+    const wide = { ...valid, path: `/v1/${'\u20AC'.repeat(30_000)}` };
+    expect(parseRequestEventText(JSON.stringify(wide))).toMatchObject({ ok: false, rejection: { reason: 'too_large' } });
+    expect(parseRequestEventValue(wide)).toMatchObject({ ok: false, rejection: { reason: 'too_large' } });
+    // Too large as an item of an array too, which was never checked for size.
+    expect(parseRequestEventValue({ ...valid, padding: 'x'.repeat(70_000) })).toMatchObject({ ok: false, rejection: { reason: 'too_large' } });
+    // 20,000 of them (60 kB) are within it: the path is then refused by its own rule, not for size.
+    const narrow = { ...valid, path: `/v1/${'\u20AC'.repeat(20_000)}` };
+    expect(parseRequestEventText(JSON.stringify(narrow))).toMatchObject({ ok: false, rejection: { reason: 'validation_failed' } });
+  });
+
   it.each([
     ['not json', 'invalid_json'],
     ['[1,2]', 'not_an_object'],

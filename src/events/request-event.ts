@@ -70,11 +70,27 @@ export interface RequestEvent {
   country?: string;
 }
 
+/**
+ * A user agent cut to MAX_USER_AGENT_LENGTH characters, never inside a surrogate pair. A cut can make
+ * a benign token look like a secret (the Slovak locale `sk_SK` cut to `sk_S`): the event would then
+ * be refused wherever it is read again (from the topic, with Kafka). The cut token goes instead.
+ */
+function cutUserAgent(userAgent: string): string {
+  let end = MAX_USER_AGENT_LENGTH;
+  if (isHighSurrogate(userAgent.charCodeAt(end - 1))) end--;
+  const cut = userAgent.slice(0, end);
+  return containsSecret(cut) ? cut.replace(/[A-Za-z0-9_%\\-]+$/, '') : cut;
+}
+
+function isHighSurrogate(code: number): boolean {
+  return code >= 0xd800 && code <= 0xdbff;
+}
+
 /** Normalizes zod's output in place (it is a fresh object already): one allocation less per event. */
 function normalizeEvent(input: z.output<typeof requestEventSchema>): RequestEvent {
   const event = input as unknown as RequestEvent;
   if (typeof input.timestamp !== 'number') event.timestamp = epochMsOf(input.timestamp);
-  if (input.userAgent.length > MAX_USER_AGENT_LENGTH) event.userAgent = input.userAgent.slice(0, MAX_USER_AGENT_LENGTH);
+  if (input.userAgent.length > MAX_USER_AGENT_LENGTH) event.userAgent = cutUserAgent(input.userAgent);
   event.method = input.method.toUpperCase();
   // A null optional field is an absent one (rare: the common case, commonEvent, builds a fresh object).
   if (input.rateLimitPerMinute === null) delete event.rateLimitPerMinute;
@@ -119,7 +135,7 @@ export function commonEvent(value: Record<string, unknown>): RequestEvent | unde
     apiKeyId,
     environment,
     ip,
-    userAgent: userAgent.length > MAX_USER_AGENT_LENGTH ? userAgent.slice(0, MAX_USER_AGENT_LENGTH) : userAgent,
+    userAgent: userAgent.length > MAX_USER_AGENT_LENGTH ? cutUserAgent(userAgent) : userAgent,
     method: method.toUpperCase(),
     path,
     status,
@@ -209,9 +225,7 @@ export type ParseResult = { ok: true; event: RequestEvent } | { ok: false; rejec
 /** Parses and validates one event from its raw JSON text (a Kafka value or an NDJSON line), dated within `times`. */
 export function parseRequestEventText(text: string, times: TimeRange = EVENT_TIME_RANGE): ParseResult {
   if (text.length === 0) return reject('empty', [{ path: [], message: 'empty message' }]);
-  if (text.length > MAX_EVENT_BYTES) {
-    return reject('too_large', [{ path: [], message: `event larger than ${MAX_EVENT_BYTES} bytes` }]);
-  }
+  if (isTooLarge(text)) return tooLarge();
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -227,26 +241,39 @@ export function parseRequestEventText(text: string, times: TimeRange = EVENT_TIM
   return validateRequestEvent(value, times);
 }
 
-/** Validates an already-parsed value (HTTP JSON array items), dated within `times`. */
+/** Validates an already-parsed value (HTTP JSON array items), dated within `times`; its size is that of its JSON. */
 export function parseRequestEventValue(value: unknown, times: TimeRange = EVENT_TIME_RANGE): ParseResult {
   if (value !== null && typeof value === 'object') {
-    const refused = secretCheck(value);
+    const refused = secretCheck(value, { checkSize: true });
     if (refused) return refused;
   }
   return validateRequestEvent(value, times);
 }
 
+/** Whether the text is over MAX_EVENT_BYTES in UTF-8. */
+function isTooLarge(text: string): boolean {
+  // A string's UTF-16 length is at most its UTF-8 size, and at least a third of it: bytes are
+  // counted only in between, which the events of ordinary traffic never reach.
+  return text.length > MAX_EVENT_BYTES || (text.length > MAX_EVENT_BYTES / 3 && Buffer.byteLength(text) > MAX_EVENT_BYTES);
+}
+
+function tooLarge(): ParseResult {
+  return reject('too_large', [{ path: [], message: `event larger than ${MAX_EVENT_BYTES} bytes` }]);
+}
+
 /**
  * The secret check of a parsed value, whose strings have their JSON escapes resolved. Refuses too a
- * value too deeply nested to serialize (it could not be an event anyway).
+ * value too deeply nested to serialize (it could not be an event anyway), and with `checkSize` one
+ * whose JSON is over MAX_EVENT_BYTES.
  */
-function secretCheck(value: unknown): ParseResult | undefined {
+function secretCheck(value: unknown, { checkSize = false } = {}): ParseResult | undefined {
   let text: string;
   try {
     text = JSON.stringify(value) ?? '';
   } catch {
     return reject('validation_failed', [{ path: [], message: 'event is nested too deeply' }]);
   }
+  if (checkSize && isTooLarge(text)) return tooLarge();
   if (!containsSecret(text)) return undefined;
   const refused = rejectSecret(value);
   if (!refused.ok) refused.rejection.redactedPayload = redactSecrets(text);

@@ -300,7 +300,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
           cache: new ResponseCache(config.admin.cacheTtlMs),
           aiInsights: config.features.aiRiskScoring,
         }),
-        ...webhookRoutes({ store: webhookStore, policy: webhookPolicy, now: deps.webhooks?.now }),
+        ...webhookRoutes({ store: webhookStore, policy: webhookPolicy, metrics, now: deps.webhooks?.now }),
         ...enforcementAdminRoutes(enforcement, enforcementHistory),
       ],
       rateLimitPerMinute: config.admin.rateLimitPerMinute,

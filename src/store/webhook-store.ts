@@ -167,6 +167,9 @@ export interface DeliveryQuery {
  */
 const REPLICA_CLOCK_SKEW_MS = 5_000;
 
+/** Why a merchant's message was cancelled: its endpoint was removed. */
+export const ENDPOINT_REMOVED = 'the merchant endpoint was removed';
+
 /** What a sealed secret is bound to: its merchant and endpoint. */
 function secretRow(merchantId: string, endpointId: string): string {
   return `${merchantId}\u0000${endpointId}`;
@@ -195,14 +198,33 @@ export class WebhookStore {
     }
   }
 
-  /** Removes a merchant's endpoint (blanking its secret); false when it had none. */
-  async removeEndpoint(merchantId: string, at: number): Promise<boolean> {
+  /**
+   * Removes a merchant's endpoint (blanking its secret) and cancels the pending messages to it, so
+   * the delivery log says so at once; undefined when it had none. An attempt in flight meanwhile
+   * still records its outcome, later; a retry it schedules is cancelled when due (pendingMessages
+   * finds no endpoint for it).
+   */
+  async removeEndpoint(merchantId: string, at: number): Promise<{ cancelledMessages: number } | undefined> {
     const current = await this.endpoint(merchantId);
-    if (!current) return false;
+    if (!current) return undefined;
     await this.insert(this.tables.webhookEndpoints, ENDPOINT_COLUMNS, [
       this.endpointLine({ ...current, storedSecret: '', updatedAt: at }, true),
     ]);
-    return true;
+    const rows = await this.db.queryRows(
+      `SELECT ${READ_COLUMNS}, body
+         FROM ${this.tables.webhookMessages} FINAL
+        WHERE merchant_id = {merchantId:String} AND destination = 'merchant' AND status = 'pending'`,
+      { merchantId },
+    );
+    const cancelled = rows.map((row): WebhookMessage => ({
+      ...toMessage(messageRow.parse(row)),
+      status: 'cancelled',
+      lastOutcome: 'cancelled',
+      lastError: ENDPOINT_REMOVED,
+      updatedAt: at,
+    }));
+    await this.saveMessages(cancelled);
+    return { cancelledMessages: cancelled.length };
   }
 
   /**

@@ -26,7 +26,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { toWireAlert, type Alert } from '../alerts/alert.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import type { BreakerState, Destination, PendingMessage, WebhookEndpoint, WebhookMessage, WebhookStore } from '../store/webhook-store.ts';
+import { ENDPOINT_REMOVED, type BreakerState, type Destination, type PendingMessage, type WebhookEndpoint, type WebhookMessage, type WebhookStore } from '../store/webhook-store.ts';
 import { CircuitBreakers } from './breaker.ts';
 import { sendWebhook, type AttemptResult, type SendOptions } from './sender.ts';
 import type { TargetPolicy } from './target-policy.ts';
@@ -367,7 +367,7 @@ export class WebhookDispatcher {
     }
     const target = this.targetOf(message);
     if (!target) {
-      const reason = message.destination === 'oncall' ? 'the on-call endpoint is no longer configured' : 'the merchant endpoint was removed';
+      const reason = message.destination === 'oncall' ? 'the on-call endpoint is no longer configured' : ENDPOINT_REMOVED;
       return this.conclude(message, 'cancelled', 'cancelled', reason, now);
     }
     let result: AttemptReport;

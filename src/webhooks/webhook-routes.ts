@@ -16,12 +16,15 @@ import { merchantScope, type AdminPrincipal } from '../admin/auth.ts';
 import { defineRoute, type AdminRoute } from '../admin/route.ts';
 import { cursorParam, encodeCursor, identifier } from '../admin/schemas.ts';
 import { HttpError, validationError } from '../http/errors.ts';
+import type { WorkerMetrics } from '../metrics.ts';
 import { DESTINATIONS, MESSAGE_STATUSES, type WebhookEndpoint, type WebhookStore } from '../store/webhook-store.ts';
 import { BlockedTargetError, checkTarget, type TargetPolicy } from './target-policy.ts';
 
 export interface WebhookRouteDeps {
   store: WebhookStore;
   policy: TargetPolicy;
+  /** Counts the messages a removal cancels, as the dispatcher counts the ones it cancels. */
+  metrics?: Pick<WorkerMetrics, 'webhookMessages'>;
   now?: () => number;
 }
 
@@ -145,9 +148,9 @@ export function webhookRoutes(deps: WebhookRouteDeps): AdminRoute[] {
       response: z.object({ deleted: z.literal(true) }),
       errors: [404],
       async handle({ principal, query }) {
-        if (!(await deps.store.removeEndpoint(singleMerchant(principal, query.merchantId), now()))) {
-          throw new HttpError(404, 'NOT_FOUND', 'No webhook endpoint is registered');
-        }
+        const removed = await deps.store.removeEndpoint(singleMerchant(principal, query.merchantId), now());
+        if (!removed) throw new HttpError(404, 'NOT_FOUND', 'No webhook endpoint is registered');
+        deps.metrics?.webhookMessages.inc({ destination: 'merchant', status: 'cancelled' }, removed.cancelledMessages);
         return { deleted: true as const };
       },
     }),

@@ -282,10 +282,16 @@ describe('webhook delivery', () => {
     await waitFor(async () => (await deliveries(h.store)).filter((d) => d.attempts === 1).length === 4, 'first attempts', 10_000);
 
     const newSecret = await registerEndpoint(h.store, 'm_moves', `${receiver.origin}${base}/new`, t0 + 1);
-    expect(await h.store.removeEndpoint('m_leaves', t0 + 1)).toBe(true);
-    // Removed, then registered again before the retry: the removal cancelled the message all the
-    // same (a registration within a few seconds of the message might be the replicas' clocks apart).
-    expect(await h.store.removeEndpoint('m_returns', t0 + 1)).toBe(true);
+    // The removal cancels the pending message at once: the log shows it before its retry is due.
+    expect(await h.store.removeEndpoint('m_leaves', t0 + 1)).toEqual({ cancelledMessages: 1 });
+    expect((await deliveries(h.store, 'm_leaves'))[0]).toMatchObject({ status: 'cancelled', lastOutcome: 'cancelled', lastError: 'the merchant endpoint was removed', updatedAt: t0 + 1 });
+    // Removed while an attempt was in flight, whose retry is recorded after the removal, then
+    // registered again before that retry: the removal still cancels it (a registration within a few
+    // seconds of the message might be the replicas' clocks apart).
+    const [inFlight] = (await h.store.pendingMessages(10, [], { owner: 'test', adoptAfterMs: 0 })).filter((message) => message.merchantId === 'm_returns');
+    expect(await h.store.removeEndpoint('m_returns', t0 + 1)).toEqual({ cancelledMessages: 1 });
+    const { endpoint: _endpoint, dueAt: _dueAt, ...retry } = inFlight!;
+    await h.store.saveMessages([{ ...retry, updatedAt: t0 + 2 }]);
     await registerEndpoint(h.store, 'm_returns', `${receiver.origin}${base}/new-returns`, t0 + 10_000);
     clock.set(t0 + MINUTE);
     await waitFor(async () => (await deliveries(h.store)).every((d) => d.status !== 'pending'), 'both final', 10_000);

@@ -334,7 +334,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     // and the Kafka consumer starts only then (events posted before then wait: with Kafka in the
     // topic, without it in postedForDetection).
     startingUp = 'open alerts not loaded yet';
-    await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(config.detection.suppressionMs), () => {
+    await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(), () => {
       startingUp = 'storage unavailable: cannot load the open alerts (retrying)';
     });
     startingUp = 'detection starting';

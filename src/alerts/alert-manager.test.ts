@@ -55,6 +55,20 @@ describe('AlertManager', () => {
     expect(down.alert).toMatchObject({ severity: 'critical', title: 'critical finding' });
   });
 
+  it('places the risk score by each finding in its own band: a weaker repeat does not raise a critical alert\'s', () => {
+    const { alerts } = manager();
+    const critical = alerts.apply('m_1', rule, { ...finding('critical'), confidence: 0.1 }).alert!;
+    expect(critical.riskScore).toBeCloseTo(0.91, 3);
+    // A medium finding sure of itself (the top of the medium band) is still a medium finding.
+    const weaker = alerts.apply('m_1', rule, { ...finding('medium', T0 + 1_000), confidence: 1 });
+    expect(weaker).toMatchObject({ change: 'updated', alert: { severity: 'critical', riskScore: critical.riskScore } });
+    // A stronger critical finding raises it; an escalation is placed in the new band by its own confidence.
+    expect(alerts.apply('m_1', rule, { ...finding('critical', T0 + 2_000), confidence: 0.5 }).alert!.riskScore).toBeCloseTo(0.95, 3);
+    const { alerts: other } = manager();
+    other.apply('m_1', rule, { ...finding('medium'), confidence: 1 });
+    expect(other.apply('m_1', rule, { ...finding('high', T0 + 1_000), confidence: 0 }).alert).toMatchObject({ severity: 'high', riskScore: 0.7 });
+  });
+
   it('does not count the same evidence twice: a finding no newer than the alert is stale', () => {
     const { alerts, advance } = manager();
     alerts.apply('m_1', rule, finding('medium', T0 + 30_000));
@@ -119,6 +133,41 @@ describe('AlertManager', () => {
     // An ordinary request made the rule judge the window, which still holds the old events.
     expect(alerts.apply('m_1', rule, finding('critical', T0 + 10_000))).toEqual({ alert: undefined, change: 'stale' });
     expect(alerts.apply('m_1', rule, finding('critical', T0 + 120_000))).toEqual({ alert: undefined, change: 'stale' });
+  });
+});
+
+describe('AlertManager over days', () => {
+  it('forgets resolved and dismissed alerts after a day, as a start would not load them: a later recurrence opens a new alert', () => {
+    const { alerts, advance } = manager();
+    const resolved = alerts.apply('m_1', rule, finding('high')).alert!;
+    admin(alerts, resolved, ['acknowledged', 'resolved'], T0 + 60_000);
+    const dismissed = alerts.apply('m_1', rule, finding('high', T0, 'pk_live_b')).alert!;
+    admin(alerts, dismissed, ['dismissed'], T0 + 60_000);
+    const open = alerts.apply('m_1', rule, finding('high', T0, 'pk_live_c')).alert!;
+    expect(alerts.closedAlertMemoryMs).toBe(24 * 3_600_000);
+
+    advance(23 * 3_600_000);
+    expect(alerts.forgetClosed()).toBe(0);
+    advance(2 * 3_600_000);
+    expect(alerts.forgetClosed()).toBe(2);
+    const later = T0 + 25 * 3_600_000;
+    const recurred = alerts.apply('m_1', rule, finding('high', later));
+    expect(recurred).toMatchObject({ change: 'created', alert: { status: 'open', occurrences: 1 } });
+    expect(recurred.alert!.id).not.toBe(resolved.id);
+    expect(alerts.apply('m_1', rule, finding('high', later, 'pk_live_b'))).toMatchObject({ change: 'created' });
+    // An open alert is never forgotten, however old.
+    expect(alerts.apply('m_1', rule, finding('high', later, 'pk_live_c'))).toMatchObject({ change: 'updated', alert: { id: open.id, occurrences: 2 } });
+  });
+
+  it('remembers a dismissal for the suppression period when that is longer than a day', () => {
+    const week = 7 * 24 * 3_600_000;
+    let now = T0;
+    const alerts = new AlertManager({ suppressionMs: week, now: () => now });
+    const dismissed = alerts.apply('m_1', rule, finding('high')).alert!;
+    admin(alerts, dismissed, ['dismissed'], T0);
+    now += week - 60_000;
+    expect(alerts.forgetClosed()).toBe(0);
+    expect(alerts.apply('m_1', rule, finding('critical', now)).change).toBe('suppressed');
   });
 });
 

@@ -27,6 +27,14 @@ export interface AlertManagerOptions {
   newId?: () => string;
 }
 
+/**
+ * How long a resolved or dismissed alert is remembered for deduplication at least (longer when the
+ * suppression period is): a recurrence within it reopens the alert (or is suppressed), a later one
+ * opens a new alert. Start-up loads this much (AlertService.start), and a running replica forgets
+ * what is older (forgetClosed), so replicas decide alike whenever they started, in bounded memory.
+ */
+export const CLOSED_ALERT_MEMORY_MS = 24 * 3_600_000;
+
 export function dedupKey(merchantId: string, type: string, scope: string): string {
   return `${merchantId}\u0000${type}\u0000${scope}`;
 }
@@ -46,6 +54,24 @@ export class AlertManager {
   constructor(private readonly options: AlertManagerOptions) {
     this.now = options.now ?? Date.now;
     this.newId = options.newId ?? randomUUID;
+  }
+
+  /** How long resolved and dismissed alerts are remembered (CLOSED_ALERT_MEMORY_MS, or the suppression period if longer). */
+  get closedAlertMemoryMs(): number {
+    return Math.max(this.options.suppressionMs, CLOSED_ALERT_MEMORY_MS);
+  }
+
+  /** Forgets the resolved and dismissed alerts last changed longer ago than closedAlertMemoryMs, as a start would not load them; how many. */
+  forgetClosed(): number {
+    const before = this.now() - this.closedAlertMemoryMs;
+    let forgotten = 0;
+    for (const [key, alert] of this.byKey) {
+      if ((alert.status === 'resolved' || alert.status === 'dismissed') && Date.parse(alert.updatedAt) < before) {
+        this.byKey.delete(key);
+        forgotten++;
+      }
+    }
+    return forgotten;
   }
 
   /** Loads alerts from storage at start-up (the latest per dedup key wins). */
@@ -105,7 +131,9 @@ export class AlertManager {
       const updated: Alert = this.withInsights({
         ...existing,
         severity,
-        riskScore: Math.max(existing.riskScore, riskScore(severity, finding.confidence)),
+        // The finding's confidence places it within its own severity's band: a weaker repeat's
+        // confidence says nothing about where in the alert's higher band it belongs.
+        riskScore: Math.max(existing.riskScore, riskScore(finding.severity, finding.confidence)),
         recommendedAction: rule.actions[severity],
         title: severityRank(finding.severity) >= severityRank(existing.severity) ? finding.title : existing.title,
         summary: severityRank(finding.severity) >= severityRank(existing.severity) ? finding.summary : existing.summary,

@@ -34,7 +34,7 @@ function unstartedService(onCritical?: AlertServiceHooks['onCritical'], stored: 
 /** A started service (the open alerts loaded: none). */
 async function service(onCritical: AlertServiceHooks['onCritical']) {
   const started = unstartedService(onCritical);
-  await started.alerts.start(3_600_000);
+  await started.alerts.start();
   return started;
 }
 
@@ -98,7 +98,7 @@ describe('AlertService before the open alerts are loaded', () => {
     later('critical', 'pk_a');
     later('high', 'pk_b');
     expect(manager.current(open!)).toBe(open); // nothing applied yet
-    await alerts.start(3_600_000);
+    await alerts.start();
     await alerts.flush();
     const continued = saved.find((alert) => alert.apiKeyId === 'pk_a');
     expect(continued?.id).toBe(open!.id);
@@ -116,7 +116,7 @@ describe('AlertService before the open alerts are loaded', () => {
     const findings = Array.from({ length: MAX_HELD_FINDINGS + 5 }, (_, i) => ({ merchantId: 'm_1', ruleId: 'velocity_attack' as const, finding: finding('low', `pk_${i}`) }));
     alerts.handle({ findings: findings.slice(0, 3), ruleErrors: [] });
     alerts.handle({ findings: findings.slice(3), ruleErrors: [] });
-    await alerts.start(3_600_000);
+    await alerts.start();
     await alerts.flush();
     const keys = new Set(saved.map((alert) => alert.apiKeyId));
     expect(keys.size).toBe(MAX_HELD_FINDINGS);
@@ -142,7 +142,7 @@ describe('AlertService.stop', () => {
       } as unknown as AlertStore;
       const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
       const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
-      await alerts.start(3_600_000);
+      await alerts.start();
       await vi.advanceTimersByTimeAsync(5_000);
       expect(reads).toEqual(['changedSince']);
 
@@ -218,7 +218,7 @@ function memoryStore(...alerts: Alert[]) {
 describe('AlertService status changes and failed or slow writes', () => {
   const newService = async (store: AlertStore) => {
     const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => Date.now() }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
-    await alerts.start(3_600_000);
+    await alerts.start();
     return alerts;
   };
   const acknowledge = { to: 'acknowledged', actor: 'admin@m_1' } as const;
@@ -288,6 +288,33 @@ describe('AlertService status changes and failed or slow writes', () => {
       await alerts.stop();
     } finally {
       vi.useRealTimers();
+    }
+  });
+});
+
+describe('AlertService memory of closed alerts', () => {
+  it('loads the closed alerts as far back as the manager remembers them, and forgets older ones at each sync', async () => {
+    let now = T0;
+    const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => now });
+    const loadedSince: number[] = [];
+    const resolvedAt = T0 - 3_600_000;
+    const store = {
+      save: async () => undefined,
+      getMany: async () => [],
+      loadForDedup: async (since: Date) => (loadedSince.push(since.getTime()), [testAlert(resolvedAt, { status: 'resolved', updatedAt: new Date(resolvedAt).toISOString() })]),
+      changedSince: async () => [],
+    } as unknown as AlertStore;
+    const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
+    const startedAt = Date.now();
+    await alerts.start();
+    try {
+      expect(loadedSince).toHaveLength(1);
+      expect(Math.abs(loadedSince[0]! - (startedAt - 24 * 3_600_000))).toBeLessThan(5_000);
+      now = resolvedAt + 24 * 3_600_000 + 1;
+      await alerts.syncWithStore();
+      expect(manager.forgetClosed()).toBe(0); // the sync forgot it already
+    } finally {
+      await alerts.stop();
     }
   });
 });

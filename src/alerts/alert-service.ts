@@ -1,6 +1,7 @@
 /**
  * Turns the engine's findings into stored alerts. Contract: findings are applied in the order they
- * arrive; changed alerts are written to ClickHouse within about a tenth of a second, and a failed
+ * arrive; new, escalated and reopened alerts are written to ClickHouse within about a tenth of a
+ * second, a repeat's counters (occurrences, lastSeenAt) within 5 seconds, and a failed
  * write is retried (the latest state of each alert wins) until it succeeds or the service stops.
  * An admin's change is different: it is answered once stored, and a failed write is not retried but
  * reported (the admin sees it fail, and the change is not made behind their back).
@@ -77,10 +78,10 @@ export class AlertService {
     this.rules = new Map(rules.map((rule) => [rule.id, { id: rule.id, version: rule.version, actions: rule.actions }]));
   }
 
-  /** Loads what deduplication must know (open alerts, recent dismissals and resolutions). */
-  async start(suppressionMs: number): Promise<void> {
+  /** Loads what deduplication must know (open alerts, recent dismissals and resolutions: AlertManager.closedAlertMemoryMs). */
+  async start(): Promise<void> {
     const startedAt = Date.now();
-    this.manager.load(await this.store.loadForDedup(new Date(startedAt - Math.max(suppressionMs, 24 * 3_600_000))));
+    this.manager.load(await this.store.loadForDedup(new Date(startedAt - this.manager.closedAlertMemoryMs)));
     this.syncedUpTo = startedAt;
     this.syncTimer = setInterval(() => this.inBackground(this.syncWithStore()), SYNC_INTERVAL_MS);
     this.syncTimer.unref();
@@ -88,8 +89,12 @@ export class AlertService {
     if (dropped > 0) this.logger.warn({ held: released, dropped }, 'more findings arrived before the open alerts were loaded than are held; the rest were dropped');
   }
 
-  /** Learns the alerts other replicas wrote since the last time (a failed read is tried again next time). */
+  /**
+   * Learns the alerts other replicas wrote since the last time (a failed read is tried again next
+   * time), and forgets the closed alerts a start would not load.
+   */
   async syncWithStore(): Promise<void> {
+    this.manager.forgetClosed();
     const startedAt = Date.now();
     try {
       for (const stored of await this.store.changedSince(new Date(this.syncedUpTo - SYNC_OVERLAP_MS))) this.manager.sync(stored);

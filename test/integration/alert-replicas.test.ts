@@ -46,7 +46,7 @@ describe('alerts shared by replicas', () => {
 
   async function replica(): Promise<AlertService> {
     const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000 }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
-    await alerts.start(3_600_000);
+    await alerts.start();
     replicas.push(alerts);
     return alerts;
   }

@@ -85,6 +85,7 @@ export interface Worker {
 }
 
 export async function startWorker(config: Config, deps: WorkerDeps = {}): Promise<Worker> {
+  if (config.detection.configFile) checkDetectionConfigFile(config.detection.configFile);
   const logger = deps.logger ?? createLogger(config.logLevel);
   // The detection windows are held to a budget that fits the analysis thread's heap
   // (DETECTION_MAX_HEAP_MB, else V8's default limit, which the thread shares).
@@ -386,6 +387,19 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   return { app, url, clickhouse, store, alertStore, webhookStore, webhooks, metrics, ready, stop };
 }
 
+/**
+ * A detection config file that cannot be read or is invalid stops the start, as an invalid setting
+ * does (ConfigError): started without it, allowlisted keys and addresses would alert, and be
+ * throttled or blocked. Once running, a bad edit is refused and the previous file's content stays.
+ */
+function checkDetectionConfigFile(file: string): void {
+  try {
+    DetectionConfig.parse(readFileSync(file, 'utf8'), RULES);
+  } catch (error) {
+    throw new ConfigError([`DETECTION_CONFIG_FILE: ${error instanceof Error ? error.message : String(error)}`]);
+  }
+}
+
 /** Retries a start-up step with backoff (a server may come up after the worker does); `onFailure` hears of each failed attempt. */
 async function retryUntilDone(what: string, logger: Logger, signal: AbortSignal, step: () => Promise<unknown>, onFailure?: () => void): Promise<void> {
   for (let attempt = 1; ; attempt++) {
@@ -469,6 +483,10 @@ async function main(): Promise<void> {
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   main().catch((error: unknown) => {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`${error.message}\n`);
+      process.exit(2);
+    }
     process.stderr.write(`fatal: ${error instanceof Error ? error.stack : String(error)}\n`);
     process.exit(1);
   });

@@ -11,6 +11,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { ConfigError } from '../../src/config.ts';
 import { createLogger } from '../../src/logger.ts';
 import { connectClickHouse } from '../../src/store/clickhouse.ts';
 import { EnforcementHistoryStore, type DecisionHistoryEntry, type DecisionRecord } from '../../src/store/enforcement-history-store.ts';
@@ -144,6 +145,22 @@ describe('enforcement decisions', () => {
       expect(bad.body.details).toEqual([{ path: ['query', 'apiKey'], message: 'unknown field' }]);
     } finally {
       await Promise.all([detecting.stop(), other.stop()]);
+    }
+  });
+
+  it('does not start with a detection config file it cannot use: without its allowlists, allowlisted keys would be enforced', async () => {
+    const names = testNames('enforce_badfile');
+    const dir = mkdtempSync(join(tmpdir(), 'enforce-'));
+    const invalid = join(dir, 'invalid.json');
+    writeFileSync(invalid, JSON.stringify({ allowlist: { keys: ['pk_live_monitoring'] }, plans: { business: { rules: { velocity_attack: {} } } }, rule: {} }));
+    for (const [file, problem] of [
+      [join(dir, 'missing.json'), /DETECTION_CONFIG_FILE: ENOENT/],
+      [invalid, /DETECTION_CONFIG_FILE: invalid detection config: .*rule/],
+    ] as const) {
+      const config = testConfig({ clickhouse: engines.clickhouse, names, extra: { ENFORCEMENT_MODE: 'enforce', DETECTION_CONFIG_FILE: file } });
+      const started = engines.startWorker(config);
+      await expect(started).rejects.toBeInstanceOf(ConfigError);
+      await expect(started).rejects.toThrow(problem);
     }
   });
 

@@ -163,7 +163,8 @@ export function enforcementAdminRoutes(source: DecisionSource | undefined, histo
       summary: 'Keys throttled or blocked now (or that would be, in shadow mode), and the alerts behind them',
       description:
         'One decision per key, the strongest of its open or acknowledged alerts; it ends when that alert is resolved ' +
-        'or dismissed, the key is allowlisted, or expiresAt passes without new evidence. 503 while the decisions are stale.',
+        'or dismissed, the key is allowlisted, or expiresAt passes without new evidence (another live alert of the key ' +
+        'then decides). 503 while the decisions are stale.',
       query: adminEnforcementQuery,
       response: adminEnforcementView,
       errors: [503],

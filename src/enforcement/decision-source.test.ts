@@ -56,6 +56,17 @@ describe('DecisionSource', () => {
     expect(await gauge('security_center_enforcement_decisions_fresh')).toBe(1);
   });
 
+  it('serves a key\'s next strongest decision when its strongest expires before the next read', async () => {
+    const { state, decisions } = source();
+    const block = attack('pk_live_a', { severity: 'critical', riskScore: 0.97, recommendedAction: 'block', lastSeenAt: new Date(T0 - 30 * MINUTE + 10_000).toISOString() });
+    const throttle = attack('pk_live_a', { type: 'high_failure_rate', lastSeenAt: new Date(T0).toISOString() });
+    state.alerts = [block, throttle];
+    await decisions.refresh();
+    expect(decisions.current()?.decisions).toEqual([expect.objectContaining({ action: 'block', alertId: block.id })]);
+    state.now = T0 + 10_001; // the block expired; no read since
+    expect(decisions.current()?.decisions).toEqual([expect.objectContaining({ action: 'throttle', alertId: throttle.id })]);
+  });
+
   it('keeps serving while reads fail, until the answer is stale: then none (the fleet lets traffic through)', async () => {
     const { state, decisions, lines } = source();
     state.alerts = [attack('pk_live_a')];
@@ -135,6 +146,27 @@ describe('DecisionSource', () => {
     ]);
     expect(history[3]).toMatchObject({ merchantId: 'm_1', reason: expect.stringContaining('critical, risk 0.97'), expiresAt: new Date(Date.parse(first.lastSeenAt) + 30 * MINUTE).toISOString() });
     expect(history[0]).not.toHaveProperty('exemptIps');
+  });
+
+  it('dates an end seen late when it happened: at the decision\'s expiry, or when the last answer went stale', async () => {
+    const { state, decisions, history } = source();
+    const lapsing = attack('pk_live_a', { lastSeenAt: new Date(T0 - 30 * MINUTE + 5_000).toISOString() });
+    const dismissed = attack('pk_live_b', { lastSeenAt: new Date(T0).toISOString() });
+    state.alerts = [lapsing, dismissed];
+    await decisions.refresh();
+    // Storage fails for a minute; meanwhile one decision expires and the other's alert is dismissed.
+    state.failing = true;
+    state.now = T0 + 2_000;
+    await decisions.refresh();
+    state.failing = false;
+    state.alerts = [];
+    state.now = T0 + MINUTE;
+    await decisions.refresh();
+    await decisions.stop();
+    expect(history.filter((record) => record.endedAt !== null).map(({ apiKeyId, endedAt }) => ({ apiKeyId, endedAt }))).toEqual([
+      { apiKeyId: 'pk_live_a', endedAt: T0 + 5_000 }, // its expiry
+      { apiKeyId: 'pk_live_b', endedAt: T0 + 30_000 }, // nothing was served after the answer went stale
+    ]);
   });
 
   it('keeps serving decisions while the history cannot be written, and writes what it kept once it can', async () => {

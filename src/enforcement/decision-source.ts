@@ -15,7 +15,7 @@ import type { DetectionConfig } from '../detect/detection-config.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { DecisionRecord } from '../store/enforcement-history-store.ts';
-import { decisionsFor, type EnforceableAlert, type EnforcementDecision, type EnforcementPolicy } from './decisions.ts';
+import { alertDecisions, strongestPerKey, type EnforceableAlert, type EnforcementDecision, type EnforcementPolicy } from './decisions.ts';
 
 export interface DecisionSnapshot {
   /** When storage was read for these decisions. */
@@ -23,6 +23,11 @@ export interface DecisionSnapshot {
   /** After this, the decisions must not be applied (the fleet lets traffic through). */
   staleAfter: number;
   decisions: EnforcementDecision[];
+}
+
+/** A read's decisions, with every alert's: when a key's strongest expires before the next read, the next strongest takes its place. */
+interface ReadSnapshot extends DecisionSnapshot {
+  candidates: EnforcementDecision[];
 }
 
 export interface DecisionSourceOptions {
@@ -47,7 +52,7 @@ const STALE_AFTER_MS = 30_000;
 const MAX_UNWRITTEN = 10_000;
 
 export class DecisionSource {
-  private snapshot: DecisionSnapshot | undefined;
+  private snapshot: ReadSnapshot | undefined;
   private timer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | undefined;
   private failing = false;
@@ -87,8 +92,9 @@ export class DecisionSource {
     const snapshot = this.snapshot;
     const now = this.now();
     if (snapshot === undefined || now > snapshot.staleAfter) return undefined;
-    const live = snapshot.decisions.filter((decision) => Date.parse(decision.expiresAt) > now);
-    return live.length === snapshot.decisions.length ? snapshot : { ...snapshot, decisions: live };
+    const { candidates: _candidates, ...served } = snapshot;
+    if (snapshot.decisions.every((decision) => isLive(decision, now))) return served;
+    return { ...served, decisions: strongestPerKey(snapshot.candidates.filter((decision) => isLive(decision, now))) };
   }
 
   /** One read of storage (a read still running is waited for, not doubled); never rejects. */
@@ -101,9 +107,10 @@ export class DecisionSource {
     const startedAt = this.now();
     try {
       const alerts = await this.options.readAlerts(new Date(startedAt - this.options.policy.ttlMs));
-      const decisions = decisionsFor(alerts, this.options.policy, this.options.config(), startedAt);
+      const candidates = alertDecisions(alerts, this.options.policy, this.options.config(), startedAt);
+      const decisions = strongestPerKey(candidates);
       this.record(decisions, startedAt);
-      this.snapshot = { generatedAt: startedAt, staleAfter: startedAt + this.staleAfterMs, decisions };
+      this.snapshot = { generatedAt: startedAt, staleAfter: startedAt + this.staleAfterMs, decisions, candidates };
       if (this.failing) this.options.logger.info('enforcement decisions can be read again');
       this.failing = false;
       this.writing ??= this.writeHistory().finally(() => (this.writing = undefined));
@@ -117,6 +124,10 @@ export class DecisionSource {
   private record(decisions: readonly EnforcementDecision[], now: number): void {
     const { logger, mode } = this.options;
     const before = new Map((this.snapshot?.decisions ?? []).map((decision) => [keyOf(decision), decision]));
+    // A decision seen to end now may have ended earlier: at its expiry, or (after failed reads) when
+    // the last answer went stale and nothing was served any more.
+    const servedUntil = Math.min(now, this.snapshot?.staleAfter ?? now);
+    const endOf = (decision: EnforcementDecision) => Math.min(servedUntil, Date.parse(decision.expiresAt));
     for (const decision of decisions) {
       const key = keyOf(decision);
       const known = before.get(key);
@@ -125,13 +136,13 @@ export class DecisionSource {
       const { exemptIps: _exemptIps, ...logged } = decision;
       logger.info({ mode, ...logged, previous: known?.action }, mode === 'enforce' ? `enforcement: ${decision.action} key` : `enforcement (shadow, not applied): would ${decision.action} key`);
       // A change of action or alert ends one decision and starts another.
-      if (known) this.queue(known, now);
+      if (known) this.queue(known, endOf(known));
       this.startedAt.set(key, now);
       this.queue(decision, null);
     }
     for (const ended of before.values()) {
       logger.info({ mode, apiKeyId: ended.apiKeyId, merchantId: ended.merchantId, alertId: ended.alertId, action: ended.action }, 'enforcement decision ended');
-      this.queue(ended, now);
+      this.queue(ended, endOf(ended));
       this.startedAt.delete(keyOf(ended));
     }
   }
@@ -159,6 +170,10 @@ export class DecisionSource {
       this.unwritten = [...records, ...this.unwritten].slice(-MAX_UNWRITTEN);
     }
   }
+}
+
+function isLive(decision: EnforcementDecision, now: number): boolean {
+  return Date.parse(decision.expiresAt) > now;
 }
 
 function keyOf(decision: EnforcementDecision): string {

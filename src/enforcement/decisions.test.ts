@@ -100,4 +100,20 @@ describe('decisionsFor', () => {
       { merchantId: 'm_1', apiKeyId: 'pk_live_b', action: 'throttle', alertId: throttleLong.id },
     ]);
   });
+
+  it('decides a tie (same action and expiry) by alert id, whatever order storage returns the alerts in', () => {
+    const seen = new Date(NOW - MINUTE).toISOString();
+    const first = alert({ id: '00000000-0000-4000-8000-00000000000a', type: 'velocity_attack', lastSeenAt: seen });
+    const second = alert({ id: '00000000-0000-4000-8000-00000000000b', type: 'high_failure_rate', lastSeenAt: seen });
+    for (const order of [[first, second], [second, first]]) {
+      expect(decisionsFor(order, POLICY, NO_ALLOWLISTS, NOW).map((decision) => decision.alertId)).toEqual([first.id]);
+    }
+  });
+
+  it('says why a block recommendation is throttled: under the risk threshold, or not critical', () => {
+    const reason = (overrides: Partial<Alert>) => decisionFor(alert({ recommendedAction: 'block', ...overrides }), { ...POLICY, blockMinRisk: 0.5 }, NO_ALLOWLISTS, NOW)?.reason;
+    expect(reason({ severity: 'critical', riskScore: 0.45 })).toMatch(/\(block recommended; under the block risk threshold, so throttled\)$/);
+    expect(reason({ severity: 'high', riskScore: 0.89 })).toMatch(/\(block recommended; only a critical alert blocks, so throttled\)$/);
+    expect(reason({ severity: 'critical', riskScore: 0.95 })).not.toMatch(/recommended/);
+  });
 });

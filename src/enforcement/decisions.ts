@@ -13,7 +13,8 @@
  *   extended after the alert opened). Allowlisted IPs and networks travel with each decision as
  *   `exemptIps`: the worker decides per key, and only the fleet sees each request's address.
  * - One decision per key: the strongest of its alerts' (block over throttle, then the one that
- *   lasts longest), so the fleet applies a single lookup's answer.
+ *   lasts longest, then the lowest alert id), so the fleet applies a single lookup's answer. When
+ *   it expires, the next strongest takes its place (DecisionSource.current).
  */
 import type { Alert } from '../alerts/alert.ts';
 import type { DetectionConfig } from '../detect/detection-config.ts';
@@ -63,17 +64,30 @@ export function decisionFor(alert: EnforceableAlert, policy: EnforcementPolicy, 
   };
 }
 
-/** Every key's decision at `now`: the strongest of its alerts', ordered by merchant and key. */
-export function decisionsFor(alerts: Iterable<EnforceableAlert>, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision[] {
-  const byKey = new Map<string, EnforcementDecision>();
+/** Every alert's decision at `now` (a key may have several; strongestPerKey picks its one). */
+export function alertDecisions(alerts: Iterable<EnforceableAlert>, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision[] {
+  const decisions: EnforcementDecision[] = [];
   for (const alert of alerts) {
     const decision = decisionFor(alert, policy, config, now);
-    if (decision === undefined) continue;
+    if (decision !== undefined) decisions.push(decision);
+  }
+  return decisions;
+}
+
+/** Each key's strongest decision, ordered by merchant and key. */
+export function strongestPerKey(decisions: Iterable<EnforcementDecision>): EnforcementDecision[] {
+  const byKey = new Map<string, EnforcementDecision>();
+  for (const decision of decisions) {
     const key = `${decision.merchantId}\u0000${decision.apiKeyId}`;
     const known = byKey.get(key);
     if (known === undefined || stronger(decision, known)) byKey.set(key, decision);
   }
   return [...byKey.values()].sort((a, b) => compare(a.merchantId, b.merchantId) || compare(a.apiKeyId, b.apiKeyId));
+}
+
+/** Every key's decision at `now`: the strongest of its alerts', ordered by merchant and key. */
+export function decisionsFor(alerts: Iterable<EnforceableAlert>, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision[] {
+  return strongestPerKey(alertDecisions(alerts, policy, config, now));
 }
 
 function actionFor(alert: EnforceableAlert, policy: EnforcementPolicy): EnforcementAction | undefined {
@@ -89,12 +103,15 @@ function actionFor(alert: EnforceableAlert, policy: EnforcementPolicy): Enforcem
 
 function reasonFor(alert: EnforceableAlert, action: EnforcementAction): string {
   const base = `${alert.type} alert, ${alert.severity}, risk ${alert.riskScore}: ${alert.title}`;
-  return action === 'throttle' && alert.recommendedAction === 'block' ? `${base} (block recommended; under the block risk threshold, so throttled)` : base;
+  if (action !== 'throttle' || alert.recommendedAction !== 'block') return base;
+  return `${base} (block recommended; ${alert.severity === 'critical' ? 'under the block risk threshold' : 'only a critical alert blocks'}, so throttled)`;
 }
 
+/** Block over throttle, then the later expiry; then the alert id, so that a tie is decided alike on every read. */
 function stronger(a: EnforcementDecision, b: EnforcementDecision): boolean {
   if (a.action !== b.action) return a.action === 'block';
-  return a.expiresAt > b.expiresAt;
+  if (a.expiresAt !== b.expiresAt) return a.expiresAt > b.expiresAt;
+  return a.alertId < b.alertId;
 }
 
 function compare(a: string, b: string): number {

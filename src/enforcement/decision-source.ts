@@ -25,11 +25,6 @@ export interface DecisionSnapshot {
   decisions: EnforcementDecision[];
 }
 
-/** A read's decisions, with every alert's: when a key's strongest expires before the next read, the next strongest takes its place. */
-interface ReadSnapshot extends DecisionSnapshot {
-  candidates: EnforcementDecision[];
-}
-
 export interface DecisionSourceOptions {
   mode: 'shadow' | 'enforce';
   policy: EnforcementPolicy;
@@ -52,7 +47,9 @@ const STALE_AFTER_MS = 30_000;
 const MAX_UNWRITTEN = 10_000;
 
 export class DecisionSource {
-  private snapshot: ReadSnapshot | undefined;
+  private snapshot: DecisionSnapshot | undefined;
+  /** Every alert's decision as of the snapshot: when a key's strongest expires before the next read, the next strongest takes its place. */
+  private candidates: EnforcementDecision[] = [];
   private timer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | undefined;
   private failing = false;
@@ -92,9 +89,8 @@ export class DecisionSource {
     const snapshot = this.snapshot;
     const now = this.now();
     if (snapshot === undefined || now > snapshot.staleAfter) return undefined;
-    const { candidates: _candidates, ...served } = snapshot;
-    if (snapshot.decisions.every((decision) => isLive(decision, now))) return served;
-    return { ...served, decisions: strongestPerKey(snapshot.candidates.filter((decision) => isLive(decision, now))) };
+    if (snapshot.decisions.every((decision) => isLive(decision, now))) return snapshot;
+    return { ...snapshot, decisions: strongestPerKey(this.candidates.filter((decision) => isLive(decision, now))) };
   }
 
   /** One read of storage (a read still running is waited for, not doubled); never rejects. */
@@ -110,7 +106,8 @@ export class DecisionSource {
       const candidates = alertDecisions(alerts, this.options.policy, this.options.config(), startedAt);
       const decisions = strongestPerKey(candidates);
       this.record(decisions, startedAt);
-      this.snapshot = { generatedAt: startedAt, staleAfter: startedAt + this.staleAfterMs, decisions, candidates };
+      this.snapshot = { generatedAt: startedAt, staleAfter: startedAt + this.staleAfterMs, decisions };
+      this.candidates = candidates;
       if (this.failing) this.options.logger.info('enforcement decisions can be read again');
       this.failing = false;
       this.writing ??= this.writeHistory().finally(() => (this.writing = undefined));

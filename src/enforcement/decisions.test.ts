@@ -2,12 +2,15 @@ import { describe, expect, it } from 'vitest';
 import { makeAlert } from '../../test/support/admin.ts';
 import type { Alert } from '../alerts/alert.ts';
 import { DetectionConfig } from '../detect/detection-config.ts';
-import { decisionFor, decisionsFor } from './decisions.ts';
+import { alertDecisions, decisionFor, strongestPerKey, type EnforceableAlert } from './decisions.ts';
 
 const NOW = Date.UTC(2026, 10, 21, 12, 0, 0);
 const MINUTE = 60_000;
 const POLICY = { blockMinRisk: 0.95, ttlMs: 60 * MINUTE };
 const NO_ALLOWLISTS = new DetectionConfig();
+
+/** Every key's decision at NOW: the strongest of its alerts'. */
+const decisionsFor = (alerts: EnforceableAlert[]) => strongestPerKey(alertDecisions(alerts, POLICY, NO_ALLOWLISTS, NOW));
 
 function alert(overrides: Partial<Alert> = {}): Alert {
   return makeAlert(0, {
@@ -86,14 +89,14 @@ describe('decisionFor', () => {
   });
 });
 
-describe('decisionsFor', () => {
+describe('strongestPerKey of alertDecisions', () => {
   it('gives each key its strongest decision (block over throttle, then the longest), ordered by merchant and key', () => {
     const throttleLong = alert({ apiKeyId: 'pk_live_b', lastSeenAt: new Date(NOW).toISOString() });
     const throttleShort = alert({ apiKeyId: 'pk_live_b', type: 'high_failure_rate', lastSeenAt: new Date(NOW - 30 * MINUTE).toISOString() });
     const block = alert({ apiKeyId: 'pk_live_a', type: 'bot_traffic', severity: 'critical', riskScore: 0.97, recommendedAction: 'block', lastSeenAt: new Date(NOW - 50 * MINUTE).toISOString() });
     const throttleA = alert({ apiKeyId: 'pk_live_a' });
     const otherMerchant = alert({ merchantId: 'm_0', apiKeyId: 'pk_live_b' });
-    const decisions = decisionsFor([throttleShort, throttleA, throttleLong, block, otherMerchant], POLICY, NO_ALLOWLISTS, NOW);
+    const decisions = decisionsFor([throttleShort, throttleA, throttleLong, block, otherMerchant]);
     expect(decisions.map(({ merchantId, apiKeyId, action, alertId }) => ({ merchantId, apiKeyId, action, alertId }))).toEqual([
       { merchantId: 'm_0', apiKeyId: 'pk_live_b', action: 'throttle', alertId: otherMerchant.id },
       { merchantId: 'm_1', apiKeyId: 'pk_live_a', action: 'block', alertId: block.id },
@@ -106,7 +109,7 @@ describe('decisionsFor', () => {
     const first = alert({ id: '00000000-0000-4000-8000-00000000000a', type: 'velocity_attack', lastSeenAt: seen });
     const second = alert({ id: '00000000-0000-4000-8000-00000000000b', type: 'high_failure_rate', lastSeenAt: seen });
     for (const order of [[first, second], [second, first]]) {
-      expect(decisionsFor(order, POLICY, NO_ALLOWLISTS, NOW).map((decision) => decision.alertId)).toEqual([first.id]);
+      expect(decisionsFor(order).map((decision) => decision.alertId)).toEqual([first.id]);
     }
   });
 

@@ -85,11 +85,6 @@ export function strongestPerKey(decisions: Iterable<EnforcementDecision>): Enfor
   return [...byKey.values()].sort((a, b) => compare(a.merchantId, b.merchantId) || compare(a.apiKeyId, b.apiKeyId));
 }
 
-/** Every key's decision at `now`: the strongest of its alerts', ordered by merchant and key. */
-export function decisionsFor(alerts: Iterable<EnforceableAlert>, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision[] {
-  return strongestPerKey(alertDecisions(alerts, policy, config, now));
-}
-
 function actionFor(alert: EnforceableAlert, policy: EnforcementPolicy): EnforcementAction | undefined {
   switch (alert.recommendedAction) {
     case 'rate_limit':

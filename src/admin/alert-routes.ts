@@ -85,8 +85,11 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
 
   async function dashboard(range: keyof typeof DASHBOARD_RANGES, merchantId: string | undefined) {
     const { rangeMs, bucketSeconds } = DASHBOARD_RANGES[range];
+    // The range ends with the bucket in progress and starts on a bucket's start, so every point of
+    // the trends but the last is a whole bucket (a first point cut short would read as a drop).
+    const bucketMs = bucketSeconds * 1000;
     const to = new Date(now());
-    const from = new Date(to.getTime() - rangeMs);
+    const from = new Date(Math.ceil(to.getTime() / bucketMs) * bucketMs - rangeMs);
     const [summary, trend, topKeys, recent, seen] = await Promise.all([
       metrics({ from, to, merchantId }),
       deps.eventStore.trafficTrend({ from, to, merchantId, bucketSeconds }),
@@ -197,6 +200,8 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
           throw validationError([{ path: ['body', 'note'], message: 'a note is required to dismiss an alert' }]);
         }
         if (!outcome.ok) throw new HttpError(409, 'INVALID_TRANSITION', `This alert cannot move to ${body.status} from its current status`);
+        // The counts and recent alerts cached for the dashboard no longer hold (on this replica).
+        deps.cache.invalidate(outcome.alert.merchantId);
         return wire(outcome.alert);
       },
     }),
@@ -207,16 +212,16 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       operationId: 'getMetrics',
       summary: 'Traffic and alert counts over a range (default: the last 24 h)',
       description:
-        'Traffic comes from the per-minute rollups. activeAlerts and criticalAlerts count the alerts open or ' +
+        'Traffic comes from the per-minute rollups, each minute counted in the range its start falls in, [from, to). activeAlerts and criticalAlerts count the alerts open or ' +
         'acknowledged now; alertsByType and alertsBySeverity count the alerts created in the range. ' +
-        'Answers are shared for a few seconds (ADMIN_CACHE_TTL_MS).',
+        'Answers are shared for a few seconds (ADMIN_CACHE_TTL_MS); a status change drops its merchant\'s.',
       query: metricsQuery,
       response: metricsSchema,
       handle: async ({ principal, query }) => {
         const merchantId = merchantScope(principal, query.merchantId);
-        const key = `metrics\u0000${cacheScope(merchantId)}\u0000${query.from?.getTime() ?? ''}\u0000${query.to?.getTime() ?? ''}`;
+        const key = `metrics\u0000${query.from?.getTime() ?? ''}\u0000${query.to?.getTime() ?? ''}`;
         const range = rangeWithDefaults(query, now(), DEFAULT_METRICS_RANGE_MS, MAX_METRICS_RANGE_MS);
-        return deps.cache.get(key, () => metrics({ ...range, merchantId }));
+        return deps.cache.get(merchantId, key, () => metrics({ ...range, merchantId }));
       },
     }),
 
@@ -226,27 +231,20 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       operationId: 'getDashboard',
       summary: 'Metrics, traffic and success trends, riskiest keys, recent alerts and AI insights for a range',
       description:
-        'Trends have one point per minute for 1h, per 15 minutes for 24h and per hour for 7d; a point without ' +
+        'Trends have one point per minute for 1h, per 15 minutes for 24h and per hour for 7d, from a bucket\'s start ' +
+        '(metrics.from) to the bucket in progress, the only one not whole; a point without ' +
         'requests has successRate null (no rate, not 0%). ' +
         'recentAlerts are the 10 newest alerts created in the range. ' +
         'With FEATURE_AI_RISK_SCORING on, aiInsights names the attack patterns across the alerts seen in the range ' +
         '(fixed rules over their evidence, no trained model); off, it is empty. ' +
-        'Answers are shared for a few seconds (ADMIN_CACHE_TTL_MS).',
+        'Answers are shared for a few seconds (ADMIN_CACHE_TTL_MS); a status change drops its merchant\'s.',
       query: dashboardQuery,
       response: dashboardSchema,
       handle: async ({ principal, query }) => {
         const range = query.range ?? '24h';
         const merchantId = merchantScope(principal, query.merchantId);
-        return deps.cache.get(`dashboard\u0000${cacheScope(merchantId)}\u0000${range}`, () => dashboard(range, merchantId));
+        return deps.cache.get(merchantId, `dashboard\u0000${range}`, () => dashboard(range, merchantId));
       },
     }),
   ];
-}
-
-/**
- * A cache key's merchant part: quoted, so that no merchant id (a token's claim is free text) can
- * equal an operator's all-merchants view.
- */
-function cacheScope(merchantId: string | undefined): string {
-  return merchantId === undefined ? 'all' : JSON.stringify(merchantId);
 }

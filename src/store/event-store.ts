@@ -393,13 +393,17 @@ export class EventStore {
     };
   }
 
-  /** Traffic totals from the per-minute rollups (never raw events); merchantId undefined = all. */
+  /**
+   * Traffic totals from the per-minute rollups (never raw events); merchantId undefined = all.
+   * A minute counts in the range its start falls in, [from, to): so ranges that meet share no minute,
+   * and a range ending now includes the minute in progress.
+   */
   async trafficTotals(range: { from: Date; to: Date; merchantId?: string }): Promise<TrafficTotals> {
     const span = rollupSpan(range);
     const rows = !span ? [] : await this.db.queryRows(
       `SELECT sum(requests) AS requests, sum(successes) AS successes, uniqMerge(unique_ips) AS unique_ips
          FROM ${this.tables.requestRollup1m}
-        WHERE minute >= toStartOfMinute({from:DateTime64(3, 'UTC')}) AND minute <= {to:DateTime64(3, 'UTC')}
+        WHERE minute >= {from:DateTime64(3, 'UTC')} AND minute < {to:DateTime64(3, 'UTC')}
           AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})`,
       { ...span, merchantId: range.merchantId ?? '' },
     );
@@ -414,7 +418,9 @@ export class EventStore {
 
   /**
    * Requests and successes per bucket from the per-minute rollups, oldest first, with empty buckets
-   * filled in as zeros so a chart has one point per bucket.
+   * filled in as zeros so a chart has one point per bucket: those starting in [floor(from), to).
+   * Minutes count as in trafficTotals, so the points add up to its requests over a range whose from
+   * starts a bucket.
    */
   async trafficTrend(range: { from: Date; to: Date; merchantId?: string; bucketSeconds: number }): Promise<TrafficPoint[]> {
     const bucketMs = range.bucketSeconds * 1000;
@@ -423,7 +429,7 @@ export class EventStore {
       `SELECT toUnixTimestamp(toStartOfInterval(minute, INTERVAL {bucket:UInt32} SECOND)) AS t,
               sum(requests) AS requests, sum(successes) AS successes
          FROM ${this.tables.requestRollup1m}
-        WHERE minute >= toStartOfMinute({from:DateTime64(3, 'UTC')}) AND minute <= {to:DateTime64(3, 'UTC')}
+        WHERE minute >= {from:DateTime64(3, 'UTC')} AND minute < {to:DateTime64(3, 'UTC')}
           AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
         GROUP BY t`,
       { ...span, merchantId: range.merchantId ?? '', bucket: range.bucketSeconds },
@@ -433,7 +439,7 @@ export class EventStore {
       return [row.t * 1000, row] as const;
     }));
     const points: TrafficPoint[] = [];
-    for (let t = Math.floor(range.from.getTime() / bucketMs) * bucketMs; t <= range.to.getTime(); t += bucketMs) {
+    for (let t = Math.floor(range.from.getTime() / bucketMs) * bucketMs; t < range.to.getTime(); t += bucketMs) {
       const row = byBucket.get(t);
       points.push({ t, requests: row?.requests ?? 0, successes: row?.successes ?? 0 });
     }

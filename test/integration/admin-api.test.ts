@@ -261,7 +261,10 @@ describe('admin API', () => {
     const data = dashboard.body.data;
     expect(data.range).toBe('1h');
     expect(data.metrics.totalRequests).toBe(240);
-    expect(data.trafficTrend.length).toBeGreaterThanOrEqual(60);
+    // The range starts on a bucket's start: 60 points, each a whole minute but the last (in progress).
+    expect(data.trafficTrend).toHaveLength(60);
+    expect(data.trafficTrend[0].t).toBe(data.metrics.from);
+    expect(Date.parse(data.metrics.from) % MINUTE).toBe(0);
     expect(data.trafficTrend.reduce((sum: number, point: { requests: number }) => sum + point.requests, 0)).toBe(240);
     const step = Date.parse(data.trafficTrend[1].t) - Date.parse(data.trafficTrend[0].t);
     expect(step).toBe(MINUTE);
@@ -288,7 +291,56 @@ describe('admin API', () => {
 
     const week = (await call('/dashboard?range=7d', {}, bearer)).body.data;
     expect(Date.parse(week.trafficTrend[1].t) - Date.parse(week.trafficTrend[0].t)).toBe(60 * MINUTE);
-    expect(week.trafficTrend.length).toBeGreaterThanOrEqual(168);
+    expect(week.trafficTrend).toHaveLength(168);
+    expect(week.trafficTrend[0].t).toBe(week.metrics.from);
+    expect(Date.parse(week.metrics.from) % (60 * MINUTE)).toBe(0);
+    const today = (await call('/dashboard?range=24h', {}, bearer)).body.data;
+    expect(today.trafficTrend).toHaveLength(96);
+    expect(Date.parse(today.metrics.from) % (15 * MINUTE)).toBe(0);
+    expect(today.trafficTrend.reduce((sum: number, point: { requests: number }) => sum + point.requests, 0)).toBe(240);
+  });
+
+  it('counts each minute of traffic in the range its start falls in, so ranges that meet share none', async () => {
+    const merchantId = `${M}_edges`;
+    const hour = 60 * MINUTE;
+    const base = Math.floor(Date.now() / hour) * hour - 2 * hour;
+    const at = (ms: number) => new Date(ms).toISOString();
+    const event = (i: number, timestamp: number) => ({
+      eventId: `evt_${names.runId}_edge_${i}`, timestamp: at(timestamp), merchantId, plan: 'free', apiKeyId: `pk_live_${merchantId}`,
+      environment: 'live', ip: '203.0.113.9', userAgent: 'okhttp/4.12.0', method: 'GET', path: '/v1/verify/sessions', status: 200, responseTimeMs: 20,
+    });
+    // One request half a minute before the hour, one half a minute after.
+    expect(await ingest([event(0, base - 30_000), event(1, base + 30_000)])).toBe(202);
+    const bearer = await token(merchantId, 'viewer');
+    const requests = async (from: number, to: number) => {
+      const response = await call(`/metrics?from=${at(from)}&to=${at(to)}`, {}, bearer);
+      expect(response.status).toBe(200);
+      return response.body.data.totalRequests;
+    };
+    expect([await requests(base - hour, base), await requests(base, base + hour)]).toEqual([1, 1]);
+    expect(await requests(base - hour, base + hour)).toBe(2);
+    // Bounds inside a minute: the minute belongs to the range its start falls in.
+    expect(await requests(base - hour, base - 40_000)).toBe(1);
+    expect(await requests(base - 40_000, base + hour)).toBe(1);
+    expect(await requests(base + 10_000, base + hour)).toBe(0);
+  });
+
+  it('shows an alert\'s status change in metrics and the dashboard at once, though their answers are cached', async () => {
+    const merchantId = `${M}_cached`;
+    const critical = makeAlert(5, { merchantId, createdAtMs: Date.now() - 2 * MINUTE, severity: 'critical', type: 'bot_traffic', riskScore: 0.97 });
+    await worker.alertStore.save([critical]);
+    const bearer = await token(merchantId, 'admin');
+    const operator = await token('ops', 'operator');
+    const summary = async () => {
+      const [metrics, dashboard, everyone] = await Promise.all([call('/metrics', {}, bearer), call('/dashboard?range=1h', {}, bearer), call(`/metrics`, {}, operator)]);
+      return { ...metrics.body.data, recent: dashboard.body.data.recentAlerts.map((alert: Alert) => alert.status), everyoneCritical: everyone.body.data.criticalAlerts };
+    };
+    const before = await summary();
+    expect(before).toMatchObject({ activeAlerts: 1, criticalAlerts: 1, recent: ['open'] });
+    expect((await call(`/alerts/${critical.id}`, { method: 'PATCH', body: { status: 'acknowledged' } }, bearer)).status).toBe(200);
+    expect((await call(`/alerts/${critical.id}`, { method: 'PATCH', body: { status: 'resolved' } }, bearer)).status).toBe(200);
+    const after = await summary();
+    expect(after).toMatchObject({ activeAlerts: 0, criticalAlerts: 0, recent: ['resolved'], everyoneCritical: before.everyoneCritical - 1 });
   });
 
   it('lists as the dashboard\'s recentAlerts only the merchant\'s alerts created in the range', async () => {

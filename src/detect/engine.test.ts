@@ -511,6 +511,32 @@ describe('DetectionEngine with the rules of rules/', () => {
     if (maxWindowEvents !== undefined) expect(screened.load.shedEvents).toBeGreaterThan(0);
   });
 
+  it('judges a backlog batch a minute at a time, so attacks early in it alert as they would have live', () => {
+    const MINUTE = 60_000;
+    const at = (t: number, i: number, overrides: Partial<RequestEvent> = {}) => event(i, { timestamp: t, ip: '100.0.7.7', ...overrides });
+    // A partition catching up on 20 minutes in one fetch: 3 minutes of key A at 300 a minute
+    // (limit 60), one sqlmap request from key B, 100 requests of key C answered 401, then ordinary
+    // traffic of other keys up to minute 20, the batch in offset order (a few events late).
+    const batch: RequestEvent[] = [];
+    let i = 0;
+    for (let m = 0; m < 3; m++) for (let j = 0; j < 300; j++) batch.push(at(T0 + m * MINUTE + j * 200, i++, { apiKeyId: 'pk_live_flood' }));
+    batch.push(at(T0 + 4 * MINUTE, i++, { apiKeyId: 'pk_live_tool', userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)' }));
+    for (let j = 0; j < 100; j++) batch.push(at(T0 + 5 * MINUTE + j * 100, i++, { apiKeyId: 'pk_live_guess', status: 401 }));
+    for (let m = 0; m <= 20; m++) batch.push(at(T0 + m * MINUTE, i++, { apiKeyId: `pk_live_quiet_${m}` }));
+    batch.push(at(T0 + 2 * MINUTE, i++, { apiKeyId: 'pk_live_late' }));
+    const plain = () => new DetectionEngine({ rules: [...RULES], entitledPlans: ['business'], geo, config: () => new DetectionConfig(), clock: WALL_CLOCK });
+    const detection = plain();
+    const fired = detection.processBatch(batch, WALL_CLOCK()).map((finding) => `${finding.ruleId} ${finding.finding.apiKeyId}`);
+    expect(new Set(fired)).toEqual(new Set(['velocity_attack pk_live_flood', 'bot_traffic pk_live_tool', 'high_failure_rate pk_live_guess']));
+    // A batch within a minute is judged once, as process() judges it.
+    const live = plain();
+    const tool = [at(T0, 0, { apiKeyId: 'pk_live_tool', userAgent: 'Nikto/2.5.0' }), at(T0 + 30_000, 1)];
+    const once = plain().process(tool, T0 + 10_000);
+    expect(once.map((finding) => finding.ruleId)).toEqual(['bot_traffic']);
+    expect(live.processBatch(tool, T0 + 10_000)).toEqual(once);
+    expect(live.processBatch([], T0)).toEqual([]);
+  });
+
   it('keeps the screens right when a reloaded allowlist takes events out of a window', () => {
     let config = new DetectionConfig();
     const make = (rules: AnyRule[]) => new DetectionEngine({ rules, entitledPlans: ['business'], geo, config: () => config, clock: WALL_CLOCK });

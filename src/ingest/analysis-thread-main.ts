@@ -47,16 +47,15 @@ const engine = settings.detection
   : undefined;
 
 /**
- * Rules judge windows as of the newest event in the batch (never later than the clock), so a
- * consumer catching up on a backlog still sees the attacks in it. An event dated far ahead does not
- * move `now` past the clock, and the engine keeps it out of the windows (admission.ts).
+ * Rules judge windows as of the batch's events (never later than the clock), a minute of event time
+ * at a time, so a consumer catching up on a backlog still sees the attacks in it (processBatch). An
+ * event dated far ahead does not move `now` past the clock, and the engine keeps it out of the
+ * windows (admission.ts).
  */
 function detect(events: readonly RequestEvent[], partition: number): EngineFinding[] {
   if (!engine || events.length === 0) return [];
-  let newest = 0;
-  for (const event of events) if (event.timestamp > newest) newest = event.timestamp;
   try {
-    return engine.process(events, Math.min(Date.now(), newest), partition);
+    return engine.processBatch(events, Date.now(), partition);
   } catch (error) {
     // Rules are isolated inside the engine; this is the engine itself. Detection fails open: the
     // batch's events are still stored, and the failure is counted and logged like a rule's.

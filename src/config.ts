@@ -5,7 +5,7 @@
  * A setting left blank (`PORT=`, as a compose file or a shell may leave it) is an unset one.
  */
 import { X509Certificate } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFileSync, readSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { rootCertificates } from 'node:tls';
 import { z } from 'zod';
@@ -78,6 +78,61 @@ const pemCertificatesFile = z
     return { path, pem };
   });
 
+/** The bytes that open a MaxMind DB's metadata section (0xABCDEF, then "MaxMind.com"). */
+const MMDB_METADATA_MARKER = Buffer.from('abcdef4d61784d696e642e636f6d', 'hex');
+/** The metadata section, marker included, lies in a MaxMind DB's last 128 KiB (MaxMind DB format, version 2). */
+const MMDB_METADATA_MAX_BYTES = 128 * 1024 + MMDB_METADATA_MARKER.length;
+
+/**
+ * A MaxMind DB file (GEOIP_CITY_DB), checked now, cheaply: readable, and its last 128 KiB hold the
+ * metadata marker every MaxMind DB has. Otherwise the analysis thread's `maxmind` reader would fail
+ * only once detection starts, after the migrations, and the worker would exit 1 (and be restarted, for ever).
+ * Only the file's end is read: a city database is 60 MB or more. Its path is quoted in errors.
+ */
+const maxMindDbFile = z
+  .string()
+  .trim()
+  .min(1)
+  .superRefine((path, ctx) => {
+    let tail: Buffer;
+    let fd: number | undefined;
+    try {
+      fd = openSync(path, 'r');
+      const { size } = fstatSync(fd);
+      tail = Buffer.alloc(Math.min(size, MMDB_METADATA_MAX_BYTES));
+      for (let read = 0, got = -1; read < tail.length && got !== 0; read += got) {
+        got = readSync(fd, tail, read, tail.length - read, size - tail.length + read);
+      }
+    } catch (error) {
+      ctx.addIssue({ code: 'custom', message: `cannot read ${path} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})` });
+      return;
+    } finally {
+      if (fd !== undefined) closeSync(fd);
+    }
+    if (tail.lastIndexOf(MMDB_METADATA_MARKER) < 0) {
+      ctx.addIssue({ code: 'custom', message: `${path} is not a MaxMind DB (.mmdb; a .gz or .tar.gz download must be unpacked first)` });
+    }
+  });
+
+/** KAFKA_BROKERS' entries: host:port, the host a name, an IPv4 address or a bracketed IPv6 one. */
+const KAFKA_BROKER = /^(?:[^\s:/]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/;
+
+/**
+ * CLICKHOUSE_URL: the server's origin only. @clickhouse/client reads a path as the database (beside
+ * CLICKHOUSE_DATABASE), `ch_*` query parameters as settings over the pinned ones, other parameters as
+ * client options, and credentials over CLICKHOUSE_USER and CLICKHOUSE_PASSWORD. No part of the URL is
+ * quoted in an error: it may hold a password.
+ */
+const clickHouseUrl = z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' }).pipe(z.string().superRefine((value, ctx) => {
+  const url = new URL(value);
+  const problem = (message: string) => ctx.addIssue({ code: 'custom', message });
+  if (url.username || url.password) problem('must not carry credentials: set CLICKHOUSE_USER and CLICKHOUSE_PASSWORD instead');
+  if (url.pathname !== '/' && url.pathname !== '') problem('must not have a path (the client would take it for the database): set CLICKHOUSE_DATABASE instead');
+  if (url.search || url.hash || /[?#]/.test(value)) {
+    problem('must not have a query string or fragment (the client would read them as settings and options over the worker\'s own): use CLICKHOUSE_DATABASE, CLICKHOUSE_USER and CLICKHOUSE_PASSWORD');
+  }
+}));
+
 /**
  * The CAs TLS is to trust with a CA file's PEM (KAFKA_SSL_CA_FILE, WEBHOOK_CA_FILE): Node's bundled
  * ones and the file's. A `ca` given to TLS replaces the bundled CAs: the extra ones go beside them.
@@ -107,7 +162,20 @@ const envSchema = z
 
     // host:port each; a list without one is a mistake, not a way to turn Kafka off (leave it unset).
     KAFKA_BROKERS: commaList
-      .pipe(z.array(z.string().regex(/^[^\s:/]+:\d{1,5}$|^\[[0-9A-Fa-f:.]+\]:\d{1,5}$/, 'each broker must be host:port')).min(1, 'lists no broker (leave it unset for no Kafka)'))
+      .pipe(
+        z
+          .array(
+            z
+              .string()
+              .regex(KAFKA_BROKER, 'each broker must be host:port')
+              // (An entry that is not host:port at all is reported by the regex alone.)
+              .refine((broker) => {
+                const port = KAFKA_BROKER.exec(broker)?.[1];
+                return port === undefined || (Number(port) >= 1 && Number(port) <= 65535);
+              }, 'each broker\'s port must be 1 to 65535'),
+          )
+          .min(1, 'lists no broker (leave it unset for no Kafka)'),
+      )
       .optional(),
     KAFKA_CLIENT_ID: z.string().min(1).default('security-center-worker'),
     KAFKA_GROUP_ID: z.string().min(1).default('security-center-worker'),
@@ -128,7 +196,7 @@ const envSchema = z
     KAFKA_SASL_USERNAME: z.string().max(1024).optional(),
     KAFKA_SASL_PASSWORD: z.string().max(4096).optional(),
 
-    CLICKHOUSE_URL: z.url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' }).optional(),
+    CLICKHOUSE_URL: clickHouseUrl.optional(),
     CLICKHOUSE_USER: z.string().default('default'),
     CLICKHOUSE_PASSWORD: z.string().default(''),
     CLICKHOUSE_DATABASE: identifier.default('security_center'),
@@ -138,15 +206,20 @@ const envSchema = z
     STORE_FLUSH_ROWS: envInt(50_000, 1, 1_000_000),
     STORE_FLUSH_INTERVAL_MS: envInt(1_000, 10, 60_000),
     STORE_MAX_BUFFERED_ROWS: envInt(200_000, 1, 10_000_000),
-    DEDUP_CACHE_SIZE: envInt(200_000, 0, 10_000_000),
+    // Fewer would forget an eventId before a re-published copy arrives (0 would drop none), and count it twice.
+    DEDUP_CACHE_SIZE: envInt(200_000, 1_000, 10_000_000),
 
-    INGEST_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
+    // Trimmed: HTTP trims header values, so a token ending in a newline (a secret file written by echo)
+    // would never match. Not so the HMAC keys below (ADMIN_JWT_SECRET, ONCALL_WEBHOOK_SECRET): they
+    // are shared byte for byte with other systems.
+    INGEST_TOKEN: z.string().trim().min(16, 'must be at least 16 characters').optional(),
     INGEST_MAX_BODY_BYTES: envInt(5 * 1024 * 1024, 1024, 100 * 1024 * 1024),
     INGEST_MAX_EVENTS: envInt(10_000, 1, 1_000_000),
 
     DETECTION_CONFIG_FILE: z.string().min(1).optional(),
-    GEOIP_CITY_DB: z.string().min(1).optional(),
-    ALERT_SUPPRESSION_MINUTES: envInt(60, 0, 60 * 24 * 30),
+    GEOIP_CITY_DB: maxMindDbFile.optional(),
+    // At least a minute: with 0 a dismissed alert's pattern would open a new alert at once.
+    ALERT_SUPPRESSION_MINUTES: envInt(60, 1, 60 * 24 * 30),
     DETECTION_MAX_HEAP_MB: z.coerce.number().int().min(64).max(1_048_576).optional(),
     DETECTION_MAX_WINDOW_EVENTS: z.coerce.number().int().min(1_000).max(1_000_000_000).optional(),
 

@@ -41,10 +41,13 @@ const MAX_TOKEN_LENGTH = 4096;
 export class AdminAuthenticator {
   private readonly key: Uint8Array;
   private readonly entitledPlans: ReadonlySet<string>;
+  /** The 403 PLAN_UPGRADE_REQUIRED message, naming the plans that are entitled (ENTITLED_PLANS). */
+  private readonly upgradeMessage: string;
 
   constructor(secret: string, entitledPlans: readonly string[]) {
     this.key = new TextEncoder().encode(secret);
     this.entitledPlans = new Set(entitledPlans);
+    this.upgradeMessage = planUpgradeMessage([...this.entitledPlans]);
   }
 
   /** Verifies the bearer token of a request; throws HttpError 401 or 403. */
@@ -64,12 +67,19 @@ export class AdminAuthenticator {
     if (!claims.success) throw unauthorized('Token lacks the claims sub, merchantId, plan and role');
     const { sub, merchantId, plan, role } = claims.data;
     if (!this.entitledPlans.has(plan)) {
-      throw new HttpError(403, 'PLAN_UPGRADE_REQUIRED', 'The Security Center is available on the Business and Enterprise plans');
+      throw new HttpError(403, 'PLAN_UPGRADE_REQUIRED', this.upgradeMessage);
     }
     // A well-signed token whose role is none of ours is authenticated but not authorized.
     if (!isAdminRole(role)) throw new HttpError(403, 'FORBIDDEN', 'The token\'s role has no access to the Security Center');
     return { userId: sub, merchantId, plan, role, tokenId: createHash('sha256').update(token).digest('base64url').slice(0, 22) };
   }
+}
+
+/** "The Security Center is available on the Business and Enterprise plans", for the plans given (in their order). */
+export function planUpgradeMessage(plans: readonly string[]): string {
+  const names = plans.map((plan) => plan.charAt(0).toUpperCase() + plan.slice(1));
+  const list = names.length > 1 ? `${names.slice(0, -1).join(', ')} and ${names.at(-1)}` : (names[0] ?? '');
+  return `The Security Center is available on the ${list} plan${names.length > 1 ? 's' : ''}`;
 }
 
 function isAdminRole(role: string): role is AdminRole {

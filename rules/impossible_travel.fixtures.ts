@@ -132,4 +132,45 @@ export const fixtures: Fixture[] = [
     // Ashburn and Dublin (yesterday) were known before the hop.
     expect: { findings: 1, severity: 'high', evidence: { to: { city: 'Tokyo' }, knownLocations: 2 } },
   },
+  {
+    name: 'after an idle hour the attacker comes first: Moscow, then the key\'s own Ashburn, then Moscow again is travel',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        { at: T0 - 9 * MINUTE, ...at('moscow') },
+        { at: T0 - 7 * MINUTE, ...at('ashburn') },
+        { at: T0 - 5 * MINUTE, ...at('moscow') },
+        { at: T0 - 3 * MINUTE, ...at('ashburn') },
+      ],
+      { history: spread(60, T0 - DAY - 60 * MINUTE, 60 * MINUTE, at('ashburn')) },
+    ),
+    now: T0,
+    // Moscow came first, from nowhere the key was seen: the hop into it from Ashburn is the attack.
+    expect: { findings: 1, severity: 'high', evidence: { from: { city: 'Ashburn' }, to: { city: 'Moscow' }, impossibleHops: 1, knownLocations: 1 } },
+  },
+  {
+    name: 'the attacker first after an idle hour, the key\'s own Ashburn back 10 minutes later, then Moscow again is travel',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...spread(5, T0 - 25 * MINUTE, 5 * MINUTE, at('moscow')),
+        ...spread(10, T0 - 15 * MINUTE, 10 * MINUTE, at('ashburn')),
+        { at: T0 - 3 * MINUTE, ...at('ashburn') },
+        { at: T0 - 2 * MINUTE, ...at('moscow') },
+      ],
+      { history: spread(60, T0 - DAY - 60 * MINUTE, 60 * MINUTE, at('ashburn')) },
+    ),
+    now: T0,
+    // Moscow was seen before the recent part, but only before the key's own traffic resumed: still new.
+    expect: { findings: 1, severity: 'high', evidence: { from: { city: 'Ashburn' }, to: { city: 'Moscow' }, impossibleHops: 1 } },
+  },
+  {
+    name: 'after an idle night the key\'s second region answers first: Dublin, then Ashburn, both used yesterday, is not travel',
+    kind: 'negative',
+    window: keyWindow(spread(8, T0 - 9 * MINUTE, 8 * MINUTE, (i) => at(i % 2 === 0 ? 'dublin' : 'ashburn')), {
+      history: spread(60, T0 - DAY - 60 * MINUTE, 60 * MINUTE, (i) => at(i % 2 === 0 ? 'ashburn' : 'dublin')),
+    }),
+    now: T0,
+    expect: { findings: 0 },
+  },
 ];

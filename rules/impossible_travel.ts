@@ -6,12 +6,13 @@
  *   and adjusted distance > minDistanceKm (500).
  * Only hops that ended in the last recentMinutes are judged (older ones were judged by earlier
  * evaluations); the rest of the window is the key's memory of places: a hop INTO a place the key was
- * already seen at (the same or a neighbouring one-degree cell, within about 100-200 km) is a
- * multi-region deployment alternating between known sites, not travel. Places the key was seen at
- * before the window, in the last days the engine remembers (KeyWindow.history), are known too: a
- * region that serves only in European hours, or a daily job, is not new when it wakes. So a key
- * served from us-east and eu-west never alerts; a key that suddenly also appears in a third, far
- * place alerts when that place is new.
+ * already known at (the same or a neighbouring one-degree cell, within about 100-200 km) is a
+ * multi-region deployment alternating between known sites, not travel. Known: the places the key was
+ * seen at before the window, in the last days the engine remembers (KeyWindow.history), so a region
+ * that serves only in European hours, or a daily job, is not new when it wakes; and the places the
+ * key reached in the window from a known one. So a key served from us-east and eu-west never alerts;
+ * a key that suddenly also appears in a third, far place alerts when that place is new, also when
+ * that place's request came first after the key was idle.
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the impossible hops span at least criticalCountries countries.
  */
@@ -125,9 +126,16 @@ export const rule: RuleDefinition<Params, Tally> = {
     }
     if (!candidates) return [];
 
-    // Keep only hops into a place the key had not been seen at before the hop.
+    // Keep only hops into a place the key was not known at before the hop. Known: the places of the
+    // key's history (before the window), and a place the key arrived at from a known one (a possible
+    // move, or an impossible hop: reported here, or by an earlier evaluation). The window's first
+    // place counts as arrived at from a known one when the window starts in the middle of the key's
+    // traffic (its first event within recentMinutes of the window's start) or the key has no history.
+    // Not after the key was idle: then the first request may be the attacker's, and taken as known it
+    // would make every later hop into it (the key's own site, then the attacker again) look like
+    // alternation between the key's sites.
     const hops: Hop[] = [];
-    /** Per hop kept: how many places (cells) the key had been seen at before it, its origin included. */
+    /** Per hop kept: how many places (cells) the key was known at before it, its origin included. */
     const knownBefore: number[] = [];
     const known = new Set<number>();
     for (const geo of window.history?.placesBefore(windowStart) ?? []) known.add(cellOf(geo));
@@ -135,16 +143,24 @@ export const rule: RuleDefinition<Params, Tally> = {
     let next = 0;
     let start = first;
     while (start > 0 && events[start - 1]!.timestamp >= windowStart) start--;
+    let atKnownPlace = known.size === 0 || events[start]!.timestamp < windowStart + params.recentMinutes * MINUTE;
     for (let i = start; i < events.length && next < candidates.length; i++) {
+      const geo = events[i]!.geo;
+      if (!geo) continue;
       if (i === candidates[next]!.index) {
         const hop = candidates[next++]!.hop;
         if (!nearKnown(known, hop.to.geo)) {
           hops.push(hop);
           knownBefore.push(known.size);
         }
+        atKnownPlace = true;
+      } else if (geo === lastGeo) {
+        continue; // the previous event's place, known or not as it was
+      } else {
+        atKnownPlace ||= nearKnown(known, geo);
       }
-      const geo = events[i]!.geo;
-      if (geo && geo !== lastGeo) known.add(cellOf((lastGeo = geo)));
+      lastGeo = geo;
+      if (atKnownPlace) known.add(cellOf(geo));
     }
     if (hops.length === 0) return [];
 
@@ -244,9 +260,11 @@ export const rule: RuleDefinition<Params, Tally> = {
       }
     },
     // A finding needs a recent hop (two geolocated events since the window start, at different points)
-    // into a point not seen before the hop: a point also seen in a whole minute between the window
-    // start and the recent part was known before any recent hop into it.
-    mayFire(tally, params, now) {
+    // into a point not known before the hop. With no history, a point also seen in a whole minute
+    // between the window start and the recent part was known before any recent hop into it. With a
+    // history, a point of the window may be unknown (reached only from the window's first place), so
+    // that holds only when every point of the window is near a place of the history: then none is new.
+    mayFire(tally, params, now, history) {
       const windowStart = now - params.windowMinutes * MINUTE;
       const recentStart = now - params.recentMinutes * MINUTE;
       if (tally.unplaceable > 0 || !(recentStart >= windowStart)) return true;
@@ -259,6 +277,10 @@ export const rule: RuleDefinition<Params, Tally> = {
       for (const place of tally.places.values()) {
         if (place.newest >= recentStart && !seenIn(place.minutes, firstWholeMinute, lastWholeMinute)) return true;
       }
+      const before = history?.placesBefore(windowStart) ?? [];
+      if (before.length === 0) return false;
+      const known = new Set(before.map(cellOf));
+      for (const place of tally.places.values()) if (place.newest >= windowStart && !nearKnown(known, place)) return true;
       return false;
     },
   },
@@ -315,7 +337,7 @@ function cellOf(geo: GeoPoint): number {
 }
 
 /** Whether the key was seen in this cell or one next to it. */
-function nearKnown(known: Set<number>, geo: GeoPoint): boolean {
+function nearKnown(known: Set<number>, geo: { latitude: number; longitude: number }): boolean {
   const lat = Math.round(geo.latitude);
   const lon = Math.round(geo.longitude);
   for (let dLat = -1; dLat <= 1; dLat++) {

@@ -204,7 +204,7 @@ describe('rule screens', () => {
     const findings = rule.evaluate(fixture.window, params, fixture.now);
     const { events } = fixture.window;
     const verdicts = [tallyOf(screen, events), tallyOf(screen, shuffled(events)), tallyOf(screen, events, earlier(events))].map((tally) =>
-      screen.mayFire(tally, params, fixture.now),
+      screen.mayFire(tally, params, fixture.now, fixture.window.history),
     );
     if (findings.length > 0) expect(verdicts).toEqual([true, true, true]);
     // The same window judges the same way, however its events arrived.

@@ -738,7 +738,7 @@ export class DetectionEngine {
   /** A screen's verdict on a key; a screen that throws is set aside for the key, and the rule evaluates. */
   private screen(state: KeyState, r: number, tally: unknown, now: number): boolean {
     try {
-      return this.rules[r]!.screen!.mayFire(tally, state.params[r], now);
+      return this.rules[r]!.screen!.mayFire(tally, state.params[r], now, state.history);
     } catch (error) {
       this.screenFailed(state, r, error);
       return true;

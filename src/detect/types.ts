@@ -118,8 +118,8 @@ export interface RuleScreen<P, T> {
   add(tally: T, event: WindowEvent): void;
   /** An event leaves the window (usually its oldest). */
   remove(tally: T, event: WindowEvent): void;
-  /** False only when evaluate would find nothing. */
-  mayFire(tally: T, params: P, now: number): boolean;
+  /** False only when evaluate would find nothing; history is the window's (KeyWindow.history). */
+  mayFire(tally: T, params: P, now: number, history?: KeyHistoryView): boolean;
 }
 
 export interface RuleDefinition<P extends Record<string, number | string | boolean | readonly string[]> = Record<string, number>, T = unknown> {

@@ -16,7 +16,7 @@
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the impossible hops span at least criticalCountries countries.
  */
-import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
+import { addToMinutes, removeFromMinutes, seenInMinutes } from '../src/detect/tallies.ts';
 import type { Finding, GeoPoint, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
@@ -52,11 +52,9 @@ interface Place {
   longitude: number;
   events: number;
   newest: number;
-  minutes: MinuteRing;
+  /** [minute, events, ...] in minute order (tallies.ts): a flood from a new place every event costs a few numbers each. */
+  minutes: number[];
 }
-
-/** Places remember this many minutes: an hour's window and its edges. */
-const RING_MINUTES = 64;
 
 /** The screen's tally: the window's geolocated points. */
 interface Tally {
@@ -236,13 +234,12 @@ export const rule: RuleDefinition<Params, Tally> = {
       }
       let place = placeOf(tally, geo);
       if (!place) {
-        place = { latitude: geo.latitude, longitude: geo.longitude, events: 0, newest: -Infinity, minutes: new MinuteRing(RING_MINUTES, [0]) };
+        place = { latitude: geo.latitude, longitude: geo.longitude, events: 0, newest: -Infinity, minutes: [] };
         tally.places.set(placeKey(geo), (tally.last = place));
       }
       place.events++;
       if (event.timestamp > place.newest) place.newest = event.timestamp;
-      const at = place.minutes.claim(event.timestamp);
-      if (at !== FORGOTTEN) place.minutes.add(at, 0, 1);
+      addToMinutes(place.minutes, event.timestamp);
     },
     remove(tally, event) {
       const geo = event.geo;
@@ -252,8 +249,7 @@ export const rule: RuleDefinition<Params, Tally> = {
         return;
       }
       const place = placeOf(tally, geo)!;
-      const at = place.minutes.find(minuteOf(event.timestamp));
-      if (at >= 0) place.minutes.add(at, 0, -1);
+      removeFromMinutes(place.minutes, event.timestamp);
       if (--place.events === 0) {
         tally.places.delete(placeKey(geo));
         tally.last = undefined;
@@ -275,7 +271,7 @@ export const rule: RuleDefinition<Params, Tally> = {
       const firstWholeMinute = Math.ceil(windowStart / MINUTE);
       const lastWholeMinute = Math.floor(recentStart / MINUTE) - 1;
       for (const place of tally.places.values()) {
-        if (place.newest >= recentStart && !seenIn(place.minutes, firstWholeMinute, lastWholeMinute)) return true;
+        if (place.newest >= recentStart && !seenInMinutes(place.minutes, firstWholeMinute, lastWholeMinute)) return true;
       }
       const before = history?.placesBefore(windowStart) ?? [];
       if (before.length === 0) return false;
@@ -296,15 +292,6 @@ function placeOf(tally: Tally, geo: GeoPoint): Place | undefined {
 
 function placeKey(geo: GeoPoint): string {
   return `${geo.latitude},${geo.longitude}`;
-}
-
-/** Whether events fell in a minute from `first` to `last` (inclusive); a minute the ring forgot counts as not seen. */
-function seenIn(minutes: MinuteRing, first: number, last: number): boolean {
-  for (let minute = first; minute <= last; minute++) {
-    const at = minutes.find(minute);
-    if (at !== NO_EVENTS && at !== FORGOTTEN && minutes.get(at, 0) > 0) return true;
-  }
-  return false;
 }
 
 function measure(from: Hop['from'], to: Hop['to'], defaultAccuracyKm: number): Hop {

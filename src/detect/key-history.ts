@@ -87,9 +87,13 @@ export class KeyHistory implements KeyHistoryView {
   }
 
   placesBefore(before: number): GeoPoint[] {
-    this.endRun();
+    // Read without ending the current run (a screen reads it on most judgements of keys seen at two
+    // places): the run's place takes its first time from the run, where a late event may have moved it.
     const geos: GeoPoint[] = [];
-    for (const place of this.places.values()) if (place.first < before) geos.push(place.geo);
+    for (const place of this.places.values()) {
+      const first = place === this.runPlace && this.runFirst < place.first ? this.runFirst : place.first;
+      if (first < before) geos.push(place.geo);
+    }
     return geos;
   }
 

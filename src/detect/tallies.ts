@@ -166,23 +166,13 @@ interface SeenValue extends ValueTally {
 export class ValueMinutes<V> extends DistinctValues<V, SeenValue> {
   override add(value: V, timestamp: number): SeenValue {
     const tally = super.add(value, timestamp);
-    const minute = minuteOf(timestamp);
-    const minutes = tally.minutes;
-    let at = minutes.length - 2;
-    while (at >= 0 && minutes[at]! > minute) at -= 2; // a late event: walk back to its minute
-    if (at >= 0 && minutes[at] === minute) minutes[at + 1]!++;
-    else minutes.splice(at + 2, 0, minute, 1);
+    addToMinutes(tally.minutes, timestamp);
     return tally;
   }
 
   override remove(value: V, timestamp: number): SeenValue | undefined {
     const tally = super.remove(value, timestamp);
-    if (!tally) return tally;
-    const minute = minuteOf(timestamp);
-    const minutes = tally.minutes;
-    let at = 0;
-    while (at < minutes.length && minutes[at]! < minute) at += 2; // usually the first: the oldest event leaves
-    if (minutes[at] === minute && --minutes[at + 1]! === 0) minutes.splice(at, 2);
+    if (tally) removeFromMinutes(tally.minutes, timestamp);
     return tally;
   }
 
@@ -194,4 +184,30 @@ export class ValueMinutes<V> extends DistinctValues<V, SeenValue> {
   protected override newTally(timestamp: number): SeenValue {
     return { events: 1, newest: timestamp, minutes: [] };
   }
+}
+
+/**
+ * Counts an event in a list of the clock minutes something was seen in, [minute, events, ...] in
+ * minute order: a few numbers for a few minutes, where a MinuteRing holds its whole span.
+ */
+export function addToMinutes(minutes: number[], timestamp: number): void {
+  const minute = minuteOf(timestamp);
+  let at = minutes.length - 2;
+  while (at >= 0 && minutes[at]! > minute) at -= 2; // a late event: walk back to its minute
+  if (at >= 0 && minutes[at] === minute) minutes[at + 1]!++;
+  else minutes.splice(at + 2, 0, minute, 1);
+}
+
+/** Takes an event out of such a list; a minute left without events goes. */
+export function removeFromMinutes(minutes: number[], timestamp: number): void {
+  const minute = minuteOf(timestamp);
+  let at = 0;
+  while (at < minutes.length && minutes[at]! < minute) at += 2; // usually the first: the oldest event leaves
+  if (minutes[at] === minute && --minutes[at + 1]! === 0) minutes.splice(at, 2);
+}
+
+/** Whether such a list has events in a minute from `first` to `last` (inclusive). */
+export function seenInMinutes(minutes: readonly number[], first: number, last: number): boolean {
+  for (let at = 0; at < minutes.length && minutes[at]! <= last; at += 2) if (minutes[at]! >= first) return true;
+  return false;
 }

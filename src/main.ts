@@ -45,10 +45,23 @@ import { parseSecretKey, SecretBox } from './webhooks/secret-box.ts';
 import { targetPolicy, type Resolver } from './webhooks/target-policy.ts';
 import { webhookRoutes } from './webhooks/webhook-routes.ts';
 
+/**
+ * How long stop() may take: the process entry exits after 30 s regardless. Each step that waits on
+ * Kafka or storage has a deadline within it (the step after one cut short runs all the same), so
+ * that the consumer leaves its group and every component is stopped in time.
+ */
+const STOP_BUDGET_MS = 27_000;
+/** Of the budget, the most the HTTP server's close and the hand-off of fetched batches may each wait; the buffer's drain has its own 10 s. */
+const STOP_STEP_MS = 5_000;
+const BUFFER_STOP_MS = 12_000;
+
 /** Most events posted during start-up that wait for detection; later ones are stored but not judged. */
 const MAX_EVENTS_HELD_FOR_DETECTION = 50_000;
 
 const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
+
+/** Inserts serialized event rows; the signal aborts the insert at the buffer's stop deadline (event-buffer.ts). */
+type StoreRows = (body: Buffer, signal?: AbortSignal) => Promise<void>;
 
 export interface WorkerDeps {
   logger?: Logger;
@@ -57,7 +70,7 @@ export interface WorkerDeps {
   /** Wraps the storage connection, so tests inject faults into its reads at the storage boundary. */
   wrapClickHouse?(clickhouse: ClickHouse): ClickHouse;
   /** Wraps the storage write, so tests inject faults at the storage boundary. */
-  wrapStoreRows?(storeRows: (body: Buffer) => Promise<void>): (body: Buffer) => Promise<void>;
+  wrapStoreRows?(storeRows: StoreRows): StoreRows;
   /** Webhook test hooks: a clock to move, a resolver, faster polling and timeouts. */
   webhooks?: { resolve?: Resolver } & Pick<
     WebhookDispatcherOptions,
@@ -197,7 +210,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     alerts.handle(detection);
   };
   const detectionWindowMs = Math.max(...RULES.map((rule) => rule.windowMs));
-  const storeRows = (body: Buffer) => store.insertRows(body);
+  const storeRows: StoreRows = (body, signal) => store.insertRows(body, signal);
 
   // Built now, started last (see `ready` below): with Kafka, posts go to the topic from the start,
   // and are consumed once the consumer starts.
@@ -212,6 +225,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     onRecovery: () => {
       if (!stopRequested) intake?.resume(); // storage back while draining at shutdown: intake stays paused
     },
+    deadLetterTopic: config.kafka?.dlqTopic,
     metrics,
     logger: logger.child({ component: 'buffer' }),
   });
@@ -219,7 +233,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   let migrated = false;
   /** Once storage is migrated, the start-up step not done yet (see `ready` below); undefined once start-up is done. */
   let startingUp: string | undefined = 'start-up not finished';
-  metrics.reportStorageUp(() => migrated && buffer.healthy);
+  metrics.reportStorageUp(() => migrated && buffer.storageUp);
   const app = createHttpServer({
     logger,
     metrics,
@@ -228,7 +242,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     // With KAFKA_BROKERS set, a worker whose consumer does not run (yet) takes in nothing: not ready.
     notReadyReason: () =>
       analysis?.failureReason ??
-      (!migrated ? 'storage not migrated yet' : !buffer.healthy ? 'storage unavailable' : (startingUp ?? intake?.notReadyReason)),
+      (!migrated ? 'storage not migrated yet' : (buffer.unhealthyReason ?? startingUp ?? intake?.notReadyReason)),
   });
   // Events posted (without Kafka) before detection has started are judged once it has: earlier, the
   // open alerts are not loaded (a finding would open a second alert) and the windows not warmed (a
@@ -368,19 +382,29 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       stopRequested = true;
       logger.info('stopping');
       abort.abort();
+      const stopBy = Date.now() + STOP_BUDGET_MS;
+      /** Waits for a step until it ends, `capMs` passes or the budget runs out; a step cut short is logged, and the stop goes on. */
+      const within = async (what: string, step: Promise<unknown> | undefined, capMs = Number.POSITIVE_INFINITY) => {
+        const ms = Math.max(0, Math.min(capMs, stopBy - Date.now()));
+        const inTime = await Promise.race([Promise.resolve(step).then(() => true), sleep(ms, false, { ref: false })]);
+        if (!inTime) {
+          step?.catch((error: unknown) => logger.error({ err: error }, `${what} failed`));
+          logger.error({ step: what, waitedMs: ms }, 'shutdown step did not finish in time; going on');
+        }
+      };
       await ready.catch(() => undefined);
-      await app.close(); // no new requests; in-flight ones finish
-      intake?.pause();
-      await intake?.settle(); // batches fetched before the pause reach the buffer
-      await buffer.stop(); // stores what is in hand and commits it while still in the group
-      await intake?.disconnect();
-      await analysis?.close();
-      await alerts.stop();
+      await within('closing the HTTP server', app.close(), STOP_STEP_MS); // no new requests; in-flight ones finish
+      intake?.stopFetching(); // a batch still waiting on storage gives up: Kafka delivers it again to the next owner
+      await within('handing fetched batches to the buffer', intake?.settle(), STOP_STEP_MS); // batches fetched before the pause reach the buffer
+      await within('draining the buffer', buffer.stop(), BUFFER_STOP_MS); // stores what is in hand and commits it while still in the group
+      await intake?.disconnect(); // leaves the group, within its own deadline (5 s)
+      await within('closing the analysis thread', analysis?.close());
+      await within('stopping alerts', alerts.stop());
       unfollowConfig?.();
-      await enforcement?.stop();
-      await webhooksStarted; // a start in progress ends before the stop
-      await webhooks?.stop(); // after alerts: stores the notifications in hand
-      await clickhouse.close();
+      await within('stopping enforcement', enforcement?.stop());
+      await within('starting webhooks', webhooksStarted); // a start in progress ends before the stop
+      await within('stopping webhooks', webhooks?.stop()); // after alerts: stores the notifications in hand
+      await within('closing storage', clickhouse.close());
       logger.info('stopped');
     })());
 

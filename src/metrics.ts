@@ -75,7 +75,7 @@ export class WorkerMetrics {
   });
   readonly consumerLag = new Gauge({
     name: 'security_center_consumer_lag',
-    help: 'Messages between the last consumed offset and the high watermark, per partition',
+    help: 'Messages of a partition this replica owns not yet stored and committed: its end (high watermark) minus the group\'s committed offset; read from the brokers every 5 s, so it keeps growing while intake is paused (a storage outage)',
     labelNames: ['topic', 'partition'] as const,
     registers: [this.registry],
   });

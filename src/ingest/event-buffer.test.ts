@@ -4,11 +4,24 @@ import { WorkerMetrics } from '../metrics.ts';
 import type { DeadLetter } from './dead-letter.ts';
 import { EventBuffer, type OffsetMark } from './event-buffer.ts';
 
-function buffer(options: { flushRows?: number; flushIntervalMs?: number; failures?: number; storeGate?: Promise<void> } = {}) {
+interface BufferTestOptions {
+  flushRows?: number;
+  flushIntervalMs?: number;
+  failures?: number;
+  storeGate?: Promise<void>;
+  /** Replaces the store (after the gate and the counted failures). */
+  storeRows?: (body: Buffer, signal: AbortSignal) => Promise<void>;
+  /** Dead letters fail to be produced while this says so. */
+  deadLettersFail?: () => boolean;
+  deadLetterTopic?: string;
+}
+
+function buffer(options: BufferTestOptions = {}) {
   const stored: string[][] = [];
   const deadLetters: DeadLetter[] = [];
   const commits: OffsetMark[][] = [];
   const events: string[] = [];
+  const logs: { msg: string; level: number }[] = [];
   let failuresLeft = options.failures ?? 0;
   const eventBuffer = new EventBuffer({
     flushRows: options.flushRows ?? 3,
@@ -16,19 +29,25 @@ function buffer(options: { flushRows?: number; flushIntervalMs?: number; failure
     maxBufferedRows: 100,
     retryInitialMs: 1,
     retryMaxMs: 5,
-    storeRows: async (body) => {
+    storeRows: async (body, signal) => {
       await options.storeGate;
       if (failuresLeft-- > 0) {
         events.push('store failed');
         throw new Error('injected');
       }
+      if (options.storeRows) return options.storeRows(body, signal);
       events.push('stored');
       stored.push(body.toString('utf8').trim().split('\n'));
     },
     sendDeadLetters: async (records) => {
+      if (options.deadLettersFail?.()) {
+        events.push('dead letters failed');
+        throw new Error('injected: the topic refuses');
+      }
       events.push('dead letters sent');
       deadLetters.push(...records);
     },
+    deadLetterTopic: options.deadLetterTopic,
     commit: async (offsets) => {
       events.push('committed');
       commits.push([...offsets]);
@@ -36,9 +55,18 @@ function buffer(options: { flushRows?: number; flushIntervalMs?: number; failure
     onOutage: () => events.push('outage'),
     onRecovery: () => events.push('recovery'),
     metrics: new WorkerMetrics({ defaultMetrics: false }),
-    logger: createLogger('silent'),
+    logger: createLogger('info', { write: (line: string) => logs.push(JSON.parse(line) as { msg: string; level: number }) }),
   });
-  return { eventBuffer, stored, commits, events, deadLetters };
+  return { eventBuffer, stored, commits, events, deadLetters, logs };
+}
+
+/** Waits until `condition` holds, polling every millisecond or so. */
+async function until(condition: () => boolean): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
 }
 
 function deadLetterOf(partition: number): DeadLetter {
@@ -160,5 +188,136 @@ describe('EventBuffer', () => {
     await eventBuffer.stop(50);
     await expect(durable).rejects.toThrow();
     expect(commits).toEqual([]);
+  });
+  it('a flush retried after its partitions moved stores none of their rows and commits none of their offsets', async () => {
+    // Storage is down while a rebalance gives partition 1 to another replica, which stores it from
+    // the committed offset: the retry once storage is back must leave it out. The attempt running at
+    // the rebalance keeps its body whole (it is a view of the flush's rows).
+    let storageDown = true;
+    let releaseNow: (() => void) | undefined;
+    const attempts: { before: string; after: string }[] = [];
+    const { eventBuffer, stored, commits, deadLetters, events } = buffer({
+      flushRows: 1000,
+      storeRows: async (body) => {
+        const before = body.toString('utf8');
+        releaseNow?.(); // the rebalance lands while this attempt runs
+        releaseNow = undefined;
+        attempts.push({ before, after: body.toString('utf8') });
+        if (storageDown) throw new Error('injected: storage down');
+        stored.push(body.toString('utf8').trim().split('\n'));
+      },
+    });
+    const mark = (partition: number, offset: number) => ({ topic: 't', partition, offset });
+    void eventBuffer.add({ lines: ['p0 a'], deadLetters: [deadLetterOf(0)], offsets: [mark(0, 2)] });
+    void eventBuffer.add({ lines: ['p1 a', 'p1 b'], deadLetters: [deadLetterOf(1)], offsets: [mark(1, 3)] });
+    void eventBuffer.add({ lines: ['http'] });
+    void eventBuffer.add({ lines: ['p0 b'], offsets: [mark(0, 4)] });
+    let droppedFromWaiting: number | undefined;
+    releaseNow = () => (droppedFromWaiting = eventBuffer.releasePartitions('t', new Set([0])));
+    const drained = eventBuffer.drain();
+    await until(() => attempts.length >= 2);
+    storageDown = false;
+    await drained;
+
+    expect(droppedFromWaiting).toBe(0); // nothing waited: all was in flight
+    expect(attempts[0]).toEqual({ before: 'p0 a\np1 a\np1 b\nhttp\np0 b\n', after: 'p0 a\np1 a\np1 b\nhttp\np0 b\n' });
+    expect(attempts.slice(1).every((attempt) => attempt.before === 'p0 a\nhttp\np0 b\n')).toBe(true);
+    expect(stored).toEqual([['p0 a', 'http', 'p0 b']]);
+    expect(commits).toEqual([[mark(0, 4)]]);
+    // Its dead letters went before the rows, at the first attempt: sent is sent.
+    expect(deadLetters.map((record) => record.source.partition)).toEqual([0, 1]);
+    expect(events.filter((event) => event === 'recovery')).toHaveLength(1);
+  });
+
+  it('a flush whose dead letters keep failing sends none of partitions it lost, and commits only the others', async () => {
+    let topicDown = true;
+    const { eventBuffer, stored, commits, deadLetters, events } = buffer({ flushRows: 1000, deadLettersFail: () => topicDown });
+    const mark = (partition: number, offset: number) => ({ topic: 't', partition, offset });
+    void eventBuffer.add({ lines: ['p0 a'], deadLetters: [deadLetterOf(0)], offsets: [mark(0, 2)] });
+    void eventBuffer.add({ lines: ['p1 a'], deadLetters: [deadLetterOf(1)], offsets: [mark(1, 2)] });
+    void eventBuffer.add({ deadLetters: [deadLetterOf(2)], offsets: [mark(2, 7)] }); // a batch of dead letters only
+    const drained = eventBuffer.drain();
+    await until(() => events.includes('dead letters failed'));
+    eventBuffer.releasePartitions('t', new Set([0]));
+    topicDown = false;
+    await drained;
+    expect(deadLetters.map((record) => record.source.partition)).toEqual([0]);
+    expect(stored).toEqual([['p0 a']]);
+    expect(commits).toEqual([[mark(0, 2)]]);
+  });
+
+  it('a flush of partitions all lost meanwhile stores and commits nothing, and recovers', async () => {
+    let storageDown = true;
+    let attempts = 0;
+    const { eventBuffer, stored, commits } = buffer({
+      flushRows: 1,
+      storeRows: async (body) => {
+        attempts++;
+        if (storageDown) throw new Error('injected: storage down');
+        stored.push(body.toString('utf8').trim().split('\n'));
+      },
+    });
+    const durable = eventBuffer.add({ lines: ['p1 a'], offsets: [{ topic: 't', partition: 1, offset: 5 }] });
+    await until(() => attempts > 0);
+    eventBuffer.releasePartitions('t', new Set());
+    storageDown = false;
+    await durable;
+    expect(stored).toEqual([]);
+    expect(commits).toEqual([]);
+    expect(eventBuffer.healthy).toBe(true);
+  });
+
+  it('gives up at the stop deadline on an insert that hangs, aborting it, and commits nothing', async () => {
+    let signalSeen: AbortSignal | undefined;
+    const { eventBuffer, commits } = buffer({
+      flushRows: 1,
+      storeRows: (_body, signal) => {
+        signalSeen = signal;
+        return new Promise<void>(() => undefined); // a black-holed server: never answers
+      },
+    });
+    const durable = eventBuffer.add({ lines: ['{"a":1}'], offsets: [{ topic: 't', partition: 0, offset: 1 }] });
+    await until(() => signalSeen !== undefined);
+    const started = Date.now();
+    await eventBuffer.stop(100);
+    expect(Date.now() - started).toBeLessThan(1_000);
+    expect(signalSeen?.aborted).toBe(true);
+    await expect(durable).rejects.toThrow();
+    expect(commits).toEqual([]);
+  }, 5_000);
+
+  it('reports failing dead letters as the dead-letter topic failing, not storage, and holds the offsets', async () => {
+    let topicDown = true;
+    const { eventBuffer, stored, commits, events, logs } = buffer({ flushRows: 1, deadLettersFail: () => topicDown, deadLetterTopic: 'requests.dlq' });
+    const durable = eventBuffer.add({ lines: ['{"a":1}'], deadLetters: [deadLetterOf(0)], offsets: [{ topic: 't', partition: 0, offset: 2 }] });
+    await until(() => events.filter((event) => event === 'dead letters failed').length >= 2);
+    expect(eventBuffer.healthy).toBe(false);
+    expect(eventBuffer.failure).toBe('dead letters');
+    expect(eventBuffer.storageUp).toBe(true);
+    expect(eventBuffer.unhealthyReason).toMatch(/dead-letter topic.*requests\.dlq/);
+    expect(eventBuffer.unhealthyReason).not.toMatch(/storage/);
+    const errors = logs.filter((line) => line.level >= 50).map((line) => line.msg);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatch(/dead letters to requests\.dlq failed/);
+    expect(errors[0]).not.toMatch(/storing/);
+    expect(stored).toEqual([]);
+    expect(commits).toEqual([]);
+    expect(events.filter((event) => event === 'outage')).toHaveLength(1);
+
+    topicDown = false;
+    await durable;
+    expect(events.slice(-4)).toEqual(['dead letters sent', 'stored', 'recovery', 'committed']);
+    expect(eventBuffer.healthy).toBe(true);
+    expect(eventBuffer.unhealthyReason).toBeUndefined();
+  });
+
+  it('reports a failing insert as storage unavailable', async () => {
+    const { eventBuffer, events } = buffer({ flushRows: 1, failures: Number.POSITIVE_INFINITY });
+    void eventBuffer.add({ lines: ['{"a":1}'], offsets: [{ topic: 't', partition: 0, offset: 1 }] });
+    await until(() => events.includes('store failed'));
+    expect(eventBuffer.failure).toBe('storage');
+    expect(eventBuffer.storageUp).toBe(false);
+    expect(eventBuffer.unhealthyReason).toBe('storage unavailable');
+    await eventBuffer.stop(10);
   });
 });

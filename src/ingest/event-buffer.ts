@@ -11,8 +11,10 @@
  * committed. The order of the first two matters: a restarted consumer skips every offset up to the
  * highest one stored (kafka-consumer.ts), so a dead letter still unsent when its flush's rows were
  * stored would be lost by a crash at that moment. A failed flush is retried with backoff until it succeeds or the buffer is stopped;
- * meanwhile `healthy` is false, onOutage has been called once (the consumer pauses), and nothing is
- * committed. add() resolves when its rows are durable.
+ * meanwhile `healthy` is false (`failure` says whether storage or the dead-letter topic fails),
+ * onOutage has been called once (the consumer pauses), and nothing is committed. Partitions lost in
+ * a rebalance while a flush is retried leave it between two attempts (releasePartitions). At stop's
+ * deadline the attempt in flight is aborted and given up. add() resolves when its rows are durable.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../logger.ts';
@@ -43,8 +45,11 @@ export interface EventBufferOptions {
   flushIntervalMs: number;
   /** add() callers wait (waitForCapacity) while this many rows are waiting for the next flush. */
   maxBufferedRows: number;
-  storeRows(body: Buffer): Promise<void>;
+  /** Stores rows; `signal` aborts when the buffer gives up on the insert (stop's deadline). */
+  storeRows(body: Buffer, signal: AbortSignal): Promise<void>;
   sendDeadLetters(records: readonly DeadLetter[]): Promise<void>;
+  /** The topic sendDeadLetters produces to, named when it fails. */
+  deadLetterTopic?: string;
   commit(offsets: readonly OffsetMark[]): Promise<void>;
   onOutage?(): void;
   onRecovery?(): void;
@@ -54,9 +59,29 @@ export interface EventBufferOptions {
   retryMaxMs?: number;
 }
 
+type Source = { topic: string; partition: number };
+
 /** Whether a Kafka source (HTTP ingest has partition -1) is a partition of `topic` no longer owned. */
-function isLost(source: { topic: string; partition: number }, topic: string, owned: ReadonlySet<number>): boolean {
+function isLost(source: Source, topic: string, owned: ReadonlySet<number>): boolean {
   return source.topic === topic && source.partition >= 0 && !owned.has(source.partition);
+}
+
+function partitionKey(source: Source): string {
+  return `${source.topic}\u0000${source.partition}`;
+}
+
+/** What a flush failing to be stored fails at: producing its dead letters, or storing its rows. */
+export type FlushFailure = 'dead letters' | 'storage';
+
+/** Rejects with an AbortError as soon as `signal` aborts, leaving `work` to settle unobserved. */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  work.catch(() => undefined); // given up on: its failure is nobody's to report
+  if (signal.aborted) return Promise.reject(new DOMException('given up at the stop deadline', 'AbortError'));
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new DOMException('given up at the stop deadline', 'AbortError'));
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
 }
 
 class PendingFlush {
@@ -67,6 +92,11 @@ class PendingFlush {
   partitionRows: (RowRange & { topic: string; partition: number })[] = [];
   firstAddedAt = 0;
   endsBacklog = false;
+  /**
+   * Partitions (partitionKey) lost in a rebalance while this flush was being stored: their rows and
+   * dead letters not yet sent leave it before its next attempt (dropLost), never during one.
+   */
+  readonly lostPartitions = new Set<string>();
   readonly durable: Promise<void>;
   resolve!: () => void;
   reject!: (error: Error) => void;
@@ -91,7 +121,37 @@ class PendingFlush {
   /** Drops the offsets, rows and dead letters of partitions of `topic` not owned; returns the rows dropped. */
   release(topic: string, owned: ReadonlySet<number>): number {
     this.releaseOffsets(topic, owned);
-    const lost = (source: { topic: string; partition: number }) => isLost(source, topic, owned);
+    return this.drop((source) => isLost(source, topic, owned));
+  }
+
+  /**
+   * For a flush being stored: drops the offsets of partitions of `topic` not owned at once (nothing
+   * reads them before the commit), and marks those partitions for dropLost; returns the rows marked.
+   */
+  markLost(topic: string, owned: ReadonlySet<number>): number {
+    this.releaseOffsets(topic, owned);
+    let rows = 0;
+    for (const range of this.partitionRows) {
+      if (isLost(range, topic, owned)) {
+        this.lostPartitions.add(partitionKey(range));
+        rows += range.rows;
+      }
+    }
+    for (const record of this.deadLetters) if (isLost(record.source, topic, owned)) this.lostPartitions.add(partitionKey(record.source));
+    return rows;
+  }
+
+  /** Drops the rows and dead letters of partitions marked lost; returns how many of each. */
+  dropLost(): { rows: number; deadLetters: number } {
+    if (this.lostPartitions.size === 0) return { rows: 0, deadLetters: 0 };
+    const deadLettersBefore = this.deadLetters.length;
+    const rows = this.drop((source) => this.lostPartitions.has(partitionKey(source)));
+    this.lostPartitions.clear();
+    return { rows, deadLetters: deadLettersBefore - this.deadLetters.length };
+  }
+
+  /** Drops the rows and dead letters of the sources `lost` says; returns the rows dropped. */
+  private drop(lost: (source: Source) => boolean): number {
     this.deadLetters = this.deadLetters.filter((record) => !lost(record.source));
     const dropped = this.partitionRows.filter(lost);
     if (dropped.length === 0) return 0;
@@ -119,15 +179,37 @@ export class EventBuffer {
   private readonly stopController = new AbortController();
   private capacityWaiters: (() => void)[] = [];
   private readonly outageListeners = new Set<() => void>();
-  private _healthy = true;
+  /** What the flush in hand fails at, until it succeeds. */
+  private _failure: FlushFailure | undefined;
   /** Whether the last insert was a full one (STORE_FLUSH_ROWS rows): intake was behind. */
   private lastFlushWasFull = false;
 
   constructor(private readonly options: EventBufferOptions) {}
 
-  /** False while stores are failing. */
+  /** False while flushes are failing: storage, or the dead-letter topic (see `failure`). */
   get healthy(): boolean {
-    return this._healthy;
+    return this._failure === undefined;
+  }
+
+  /** What flushes are failing at, while they are. */
+  get failure(): FlushFailure | undefined {
+    return this._failure;
+  }
+
+  /** False while inserts into storage (ClickHouse) are failing; a failing dead-letter topic leaves it true. */
+  get storageUp(): boolean {
+    return this._failure !== 'storage';
+  }
+
+  /** Why flushes are not going through, for `/ready`; undefined while they are. */
+  get unhealthyReason(): string | undefined {
+    if (this._failure === 'storage') return 'storage unavailable';
+    if (this._failure === 'dead letters') return `dead-letter topic unavailable: cannot produce dead letters to ${this.deadLetterTopic}`;
+    return undefined;
+  }
+
+  private get deadLetterTopic(): string {
+    return this.options.deadLetterTopic ?? 'the dead-letter topic';
   }
 
   /** Calls the listener when an outage begins; returns a function that removes it. */
@@ -177,11 +259,13 @@ export class EventBuffer {
    * Their offsets were not committed, so their new owner reads and stores those messages again;
    * stored here too, they would be counted twice, and committing their old offsets here could move
    * the new owner's committed offset back. Rows and dead letters waiting for the next flush are
-   * dropped; a flush already being stored keeps its rows but commits no offset of those partitions.
-   * Returns how many rows it dropped.
+   * dropped. A flush already being stored commits no offset of those partitions; its rows of them
+   * (and dead letters not sent yet) leave it before its next attempt if the one running fails (a
+   * storage outage: the new owner may store them meanwhile), while the attempt running keeps them.
+   * Returns how many rows it dropped from those waiting.
    */
   releasePartitions(topic: string, owned: ReadonlySet<number>): number {
-    this.inFlight?.releaseOffsets(topic, owned);
+    this.inFlight?.markLost(topic, owned);
     const dropped = this.pending.release(topic, owned);
     this.options.metrics.bufferedRows.set(this.pending.rows.rows);
     return dropped;
@@ -216,9 +300,14 @@ export class EventBuffer {
     const drained = this.drain().then(() => true);
     const inTime = await Promise.race([drained, sleep(deadlineMs, false, { ref: false })]);
     this.stopped = true;
+    // Cuts a retry's sleep short and gives up on the insert (or dead-letter send) in flight: its
+    // offsets are not committed, so its rows are delivered again.
     this.stopController.abort();
     clearTimeout(this.timer);
-    if (!inTime) this.options.logger.error({ rows: this.pending.rows.rows }, 'buffer stopped before its rows were stored');
+    if (!inTime) {
+      const rows = this.pending.rows.rows + (this.inFlight?.rows.rows ?? 0);
+      this.options.logger.error({ rows }, 'buffer stopped before its rows were stored');
+    }
     this.pending.reject(new Error('event buffer stopped before the rows were stored'));
     for (const wake of this.capacityWaiters.splice(0)) wake();
     await this.flushLoop?.catch(() => undefined);
@@ -283,41 +372,61 @@ export class EventBuffer {
   private async flushWithRetry(flush: PendingFlush): Promise<void> {
     const { metrics, logger } = this.options;
     const started = performance.now();
-    const rowCount = flush.rows.rows;
-    const body = flush.rows.bytes();
-    let rowsStored = rowCount === 0;
-    let deadLettersSent = flush.deadLetters.length === 0;
+    const signal = this.stopController.signal;
+    let rowsStored = false;
+    let deadLettersSent = false;
     for (let attempt = 1; ; attempt++) {
+      // Between attempts, never during one: an attempt's body is a view of the flush's rows.
+      const dropped = flush.dropLost();
+      if (dropped.rows > 0 || dropped.deadLetters > 0) {
+        logger.info(dropped, 'dropped rows of a retried flush whose partitions moved to another replica');
+      }
+      const rowCount = flush.rows.rows;
+      if (rowCount === 0) rowsStored = true;
+      if (flush.deadLetters.length === 0) deadLettersSent = true;
+      let stage: FlushFailure = 'dead letters';
       try {
         if (!deadLettersSent) {
-          await this.options.sendDeadLetters(flush.deadLetters);
+          await untilAborted(this.options.sendDeadLetters(flush.deadLetters), signal);
           deadLettersSent = true;
           for (const record of flush.deadLetters) metrics.eventsDeadLettered.inc({ reason: record.reason });
         }
+        stage = 'storage';
         if (!rowsStored) {
-          await this.options.storeRows(body);
+          await untilAborted(this.options.storeRows(flush.rows.bytes(), signal), signal);
           rowsStored = true;
           metrics.eventsStored.inc(rowCount);
         }
         break;
       } catch (error) {
+        if (signal.aborted) throw error; // given up at the stop deadline, not a failure of storage
         metrics.flushFailures.inc();
-        if (this._healthy) {
-          this._healthy = false;
-          logger.error({ err: error, rows: rowCount }, 'storing a flush failed; pausing intake and retrying');
-          this.options.onOutage?.();
-          for (const listener of this.outageListeners) listener();
+        if (this._failure !== stage) {
+          const wasHealthy = this._failure === undefined;
+          this._failure = stage;
+          if (stage === 'storage') {
+            logger.error({ err: error, rows: rowCount }, 'storing a flush failed; pausing intake and retrying');
+          } else {
+            logger.error(
+              { err: error, deadLetters: flush.deadLetters.length, topic: this.options.deadLetterTopic },
+              `producing dead letters to ${this.deadLetterTopic} failed; pausing intake and retrying (nothing is committed until they are produced)`,
+            );
+          }
+          if (wasHealthy) {
+            this.options.onOutage?.();
+            for (const listener of this.outageListeners) listener();
+          }
         }
         if (this.stopped) throw error;
         const backoff = Math.min(this.options.retryMaxMs ?? 5_000, (this.options.retryInitialMs ?? 100) * 2 ** (attempt - 1));
         // Jitter keeps replicas from retrying in lockstep against a recovering server.
-        await sleep(backoff * (0.5 + Math.random() / 2), undefined, { signal: this.stopController.signal }).catch(() => undefined);
+        await sleep(backoff * (0.5 + Math.random() / 2), undefined, { signal }).catch(() => undefined);
         if (this.stopped) throw error;
       }
     }
-    if (!this._healthy) {
-      this._healthy = true;
-      logger.info('storage is back; resuming intake');
+    if (this._failure) {
+      logger.info(this._failure === 'storage' ? 'storage is back; resuming intake' : `dead letters are produced to ${this.deadLetterTopic} again; resuming intake`);
+      this._failure = undefined;
       this.options.onRecovery?.();
     }
     metrics.flushDuration.observe((performance.now() - started) / 1000);

@@ -1,7 +1,8 @@
 /**
  * The kafkajs client: TLS and SASL as configured, its own logs to pino at warn and above. The
- * intake's consumer and its producer (dead letters, and HTTP-ingested events) are both made from
- * this one client, so they reach the brokers with the same settings.
+ * intake's consumer, its producer (dead letters, and HTTP-ingested events) and its admin client (the
+ * consumer lag's reads) are all made from this one client, so they reach the brokers with the same
+ * settings.
  */
 import { Kafka, logLevel, type KafkaConfig, type LogEntry, type Message, type Producer, type SASLOptions } from 'kafkajs';
 import { withBundledCas, type Config } from '../config.ts';

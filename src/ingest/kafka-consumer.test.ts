@@ -1,5 +1,5 @@
 import type { Batch, EachBatchPayload, Kafka, KafkaMessage, ProducerRecord } from 'kafkajs';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { makeEvent } from '../../test/support/events.ts';
 import { parseRequestEventText, parseRequestEventValue, type RequestEvent } from '../events/request-event.ts';
 import { createLogger } from '../logger.ts';
@@ -34,13 +34,21 @@ describe('BacklogWatch', () => {
 });
 
 describe('KafkaIntake', () => {
-  /** An intake over a stand-in consumer: the test hands it batches of partition 0 as kafkajs would. */
-  async function intakeWithBatches() {
+  /**
+   * An intake over a stand-in consumer: the test hands it batches of partition 0 as kafkajs would.
+   * `brokers` is what the stand-in admin client reads: partition 0's end and the group's committed offset.
+   */
+  async function intakeWithBatches(brokers = { end: 0, committed: -1 }, lagIntervalMs = 20) {
     let eachBatch: ((payload: EachBatchPayload) => Promise<void>) | undefined;
     let onJoin: ((event: unknown) => void) | undefined;
     const analysed: number[][] = [];
     const made: string[] = [];
     const sent: ProducerRecord[] = [];
+    /** The pause state of the stand-in consumer group, and the calls that set it. */
+    const group = { paused: false, calls: [] as string[], leave: async () => undefined as void };
+    /** Set to a promise that does not settle to make storage reads hang (a black-holed server). */
+    const storage: { hang?: Promise<never> } = {};
+    const buffer = { healthy: true, add: () => Promise.resolve(), waitForCapacity: async () => undefined, releasePartitions: () => 0 };
     const metrics = new WorkerMetrics({ defaultMetrics: false });
     const consumer = {
       events: { GROUP_JOIN: 'join', CRASH: 'crash' },
@@ -52,11 +60,22 @@ describe('KafkaIntake', () => {
       run: async (options: { eachBatch: (payload: EachBatchPayload) => Promise<void> }) => {
         eachBatch = options.eachBatch;
       },
+      pause: () => (group.calls.push('pause'), (group.paused = true)),
+      resume: () => (group.calls.push('resume'), (group.paused = false)),
+      commitOffsets: async () => undefined,
+      disconnect: () => group.leave(),
+    };
+    const admin = {
+      connect: async () => undefined,
+      disconnect: async () => undefined,
+      fetchTopicOffsets: async () => [{ partition: 0, offset: String(brokers.end), high: String(brokers.end), low: '0' }],
+      fetchOffsets: async () => [{ topic: 't', partitions: [{ partition: 0, offset: String(brokers.committed), metadata: null }] }],
     };
     const intake = new KafkaIntake({
       kafka: {
         consumer: () => (made.push('consumer'), consumer),
-        producer: () => (made.push('producer'), { connect: async () => undefined, send: async (record: ProducerRecord) => (sent.push(record), []) }),
+        producer: () => (made.push('producer'), { connect: async () => undefined, disconnect: async () => undefined, send: async (record: ProducerRecord) => (sent.push(record), []) }),
+        admin: () => (made.push('admin'), admin),
       } as unknown as Kafka,
       topic: 't',
       dlqTopic: 't.dlq',
@@ -67,7 +86,7 @@ describe('KafkaIntake', () => {
       maxWaitMs: 100,
       // Nothing stored yet when the partition is assigned; the rows of offsets 0-99 once they are.
       store: {
-        storedOffsets: async () => new Map(analysed.length > 0 ? [[0, 99]] : []),
+        storedOffsets: async () => (await storage.hang, new Map(analysed.length > 0 ? [[0, 99]] : [])),
         eventIdsAtFirstStoredOffset: async () => ({ offset: 0, eventIds: ['evt_0'] }),
         repairViews: async () => ({ rollup: 0, keyNetworks: 0 }),
       } as unknown as EventStore,
@@ -79,12 +98,14 @@ describe('KafkaIntake', () => {
         keepPartitions: async () => ({ findings: [], ruleErrors: [] }),
       } as unknown as AnalysisThread,
       onDetection: () => undefined,
-      buffer: { add: () => Promise.resolve(), waitForCapacity: async () => undefined, releasePartitions: () => 0 } as unknown as EventBuffer,
+      buffer: buffer as unknown as EventBuffer,
       metrics,
       logger: createLogger('silent'),
+      lagIntervalMs,
     });
+    const join = () => onJoin!({ payload: { memberAssignment: { t: [0] } } });
+    join();
     await intake.start();
-    onJoin!({ payload: { memberAssignment: { t: [0] } } });
     /** Hands the intake a batch of these offsets (each message an event `evt_<prefix><offset>`) and waits until it took it. */
     const deliver = async (offsets: number[], highWatermark: number, prefix: string) => {
       const messages = offsets.map((offset) => ({ offset: String(offset), value: Buffer.from(JSON.stringify({ eventId: `evt_${prefix}${offset}` })) }) as KafkaMessage);
@@ -100,11 +121,82 @@ describe('KafkaIntake', () => {
       await eachBatch!({ batch, resolveOffset: () => undefined, heartbeat: async () => undefined, isRunning: () => true, isStale: () => false } as unknown as EachBatchPayload);
       await intake.settle();
     };
-    return { intake, deliver, analysed, made, sent, metrics };
+    return { intake, deliver, analysed, made, sent, metrics, group, buffer, join, storage };
   }
 
-  it('makes its consumer and its dead-letter producer from the one client it is given, with its TLS and SASL settings', async () => {
-    expect((await intakeWithBatches()).made.sort()).toEqual(['consumer', 'producer']);
+  it('makes its consumer, its dead-letter producer and its admin client from the one client it is given, with its TLS and SASL settings', async () => {
+    expect((await intakeWithBatches()).made.sort()).toEqual(['admin', 'consumer', 'producer']);
+  });
+
+  /** The consumer lag the intake reports for partition 0, or undefined when it reports none. */
+  async function lagOf(metrics: WorkerMetrics): Promise<number | undefined> {
+    return (await metrics.consumerLag.get()).values.find((value) => value.labels.partition === 0)?.value;
+  }
+
+  it('reports the lag as the partition\'s end minus the committed offset, read from the brokers while no batch comes (paused for an outage)', async () => {
+    const brokers = { end: 500, committed: 200 };
+    const { intake, metrics } = await intakeWithBatches(brokers);
+    await vi.waitFor(async () => expect(await lagOf(metrics)).toBe(300));
+    intake.pause(); // storage is out: no batch comes, messages keep arriving
+    brokers.end = 2_500;
+    await vi.waitFor(async () => expect(await lagOf(metrics)).toBe(2_300));
+    // Storage back: what is stored is committed, and the lag follows at once.
+    intake.resume();
+    await intake.commit([{ topic: 't', partition: 0, offset: 2_500 }]);
+    expect(await lagOf(metrics)).toBe(0);
+    await intake.disconnect();
+  });
+
+  it('counts a partition without a committed offset from its start (fromBeginning), and a batch updates the end at once', async () => {
+    const { deliver, metrics, intake } = await intakeWithBatches({ end: 100, committed: -1 }, 60_000); // read at the join only
+    await vi.waitFor(async () => expect(await lagOf(metrics)).toBe(100));
+    await deliver(range(0, 100), 400, ''); // consumed, not committed yet: 400 behind the commit
+    expect(await lagOf(metrics)).toBe(400);
+    await intake.disconnect();
+  });
+
+  it('pauses again the consumer group kafkajs makes anew after a crash, while storage is out', async () => {
+    const { intake, group, buffer, join } = await intakeWithBatches();
+    buffer.healthy = false;
+    intake.pause(); // the buffer's onOutage
+    expect(group.paused).toBe(true);
+    // kafkajs restarts after a retriable crash with a new consumer group, not paused, and joins with it.
+    group.paused = false;
+    join();
+    expect(group.paused).toBe(true);
+    // Storage back: resumed; a later join leaves it fetching.
+    buffer.healthy = true;
+    intake.resume();
+    join();
+    expect(group.paused).toBe(false);
+  });
+
+  it('at shutdown, gives up a batch waiting on a storage read, and leaves the group within its deadline', async () => {
+    const { intake, deliver, analysed, storage, group } = await intakeWithBatches();
+    storage.hang = new Promise<never>(() => undefined);
+    let delivered = false;
+    const delivering = deliver(range(0, 10), 10, '').then(() => (delivered = true));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(delivered).toBe(false); // kafkajs would wait for it before leaving the group
+    intake.stopFetching();
+    await delivering;
+    expect(analysed).toEqual([]); // nothing of it handed off, so nothing committed
+    // The consumer's own leaving hangs too: disconnect goes on after its deadline.
+    group.leave = () => new Promise<never>(() => undefined);
+    const started = Date.now();
+    await intake.disconnect(200);
+    expect(Date.now() - started).toBeLessThan(1_000);
+  });
+
+  it('does not fetch again after a rejoin once stopping, nor resume when storage comes back then', async () => {
+    const { intake, group, join } = await intakeWithBatches();
+    intake.stopFetching();
+    expect(group.paused).toBe(true);
+    group.paused = false;
+    join();
+    expect(group.paused).toBe(true);
+    intake.resume(); // storage back during the drain
+    expect(group.paused).toBe(true);
   });
 
   it('publishes events posted over HTTP to its topic, keyed by API key, acknowledged by all in-sync replicas, as the consumer reads them back', async () => {

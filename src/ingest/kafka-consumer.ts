@@ -6,11 +6,17 @@
  * (at-least-once). A message at or below the highest offset already stored for its partition is a
  * redelivery and is skipped, so a restart does not count anything twice, unless those stored offsets
  * are an earlier incarnation's of the topic (see readStoredOffset). A storage outage pauses the
- * topic and commits nothing until storage is back. On shutdown the owner pauses intake, drains the
- * shared EventBuffer (which commits through this intake), then disconnects.
+ * topic and commits nothing until storage is back. On shutdown the owner stops fetching (a batch
+ * still waiting on storage gives up), drains the shared EventBuffer (which commits through this
+ * intake), then disconnects, within a deadline.
+ *
+ * Consumer lag (security_center_consumer_lag) is, per partition this replica owns, the partition's
+ * end (high watermark) minus the group's committed offset: the messages not yet stored and
+ * committed. It is read from the brokers every few seconds, paused or not, so that it keeps growing
+ * through a storage outage, and updated in between by each batch and commit.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Batch, Consumer, EachBatchPayload, Kafka, KafkaMessage, Producer } from 'kafkajs';
+import type { Admin, Batch, Consumer, EachBatchPayload, Kafka, KafkaMessage, Producer } from 'kafkajs';
 import type { RequestEvent } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
@@ -42,6 +48,8 @@ export interface KafkaIntakeOptions {
   onStopped?(error: Error): void;
   metrics: WorkerMetrics;
   logger: Logger;
+  /** How often the consumer lag of the owned partitions is read from the brokers (LAG_INTERVAL_MS by default). */
+  lagIntervalMs?: number;
 }
 
 /**
@@ -70,6 +78,12 @@ export class BacklogWatch {
 
 /** Fetched batches allowed to wait for the analysis thread before the consumer waits too. */
 const MAX_BATCHES_IN_FLIGHT = 16;
+
+/** How often the consumer lag of the owned partitions is read from the brokers, fetching or paused. */
+export const LAG_INTERVAL_MS = 5_000;
+
+/** How long disconnect() waits for the consumer to leave its group (and the producer to close) before going on without. */
+export const DISCONNECT_DEADLINE_MS = 5_000;
 
 export class KafkaIntake {
   private readonly buffer: EventBuffer;
@@ -104,6 +118,21 @@ export class KafkaIntake {
   private notConsuming: string | undefined = 'kafka consumer starting: connecting to the brokers';
   /** Partitions whose stored offsets were found to be an earlier incarnation's of the topic, reported once each. */
   private readonly staleReported = new Set<number>();
+  /** Whether the topic is to be paused (by the owner, for an outage or the shutdown): a consumer group kafkajs makes anew is paused again. */
+  private pauseWanted = false;
+  /** Aborted by stopFetching(): batches waiting on storage give up, and nothing more is handed off. */
+  private readonly stopping = new AbortController();
+  /** Reads partition ends and committed offsets for the lag; connected on first use. */
+  private readonly admin: Admin;
+  private adminConnection: Promise<void> | undefined;
+  private lagTimer: NodeJS.Timeout | undefined;
+  private lagReading: Promise<void> | undefined;
+  private lagReadAgain = false;
+  /** Counts assignments (GROUP_JOIN), so that a lag read begun before one is not applied after it. */
+  private assignment = 0;
+  /** Per owned partition: its end (high watermark) and the offset committed for it, as last known. */
+  private readonly partitionEnds = new Map<number, number>();
+  private readonly committedOffsets = new Map<number, number>();
 
   constructor(private readonly options: KafkaIntakeOptions) {
     const { kafka, logger } = options;
@@ -117,10 +146,16 @@ export class KafkaIntake {
       retry: { retries: 10 },
     });
     this.producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    this.admin = kafka.admin();
     this.deadLetterQueue = new KafkaDeadLetterQueue(this.producer, options.dlqTopic);
     this.buffer = options.buffer;
     // A new assignment may bring partitions another replica stored into: read their progress again.
     this.consumer.on(this.consumer.events.GROUP_JOIN, (event) => {
+      // After a crash kafkajs restarts with a consumer group of its own, which is not paused (the
+      // pause state lives in the group object): pause it again before its first fetch, which follows
+      // this event, if storage is still out or the worker is stopping. A consumer started during an
+      // outage is paused here too. (Listeners run synchronously from kafkajs's join.)
+      if (this.pausedNow) this.tryConsumer(() => this.consumer.pause([{ topic: options.topic }]));
       this.notConsuming = undefined;
       this.storedOffsets = new Map();
       this.warmups = new Map();
@@ -129,9 +164,13 @@ export class KafkaIntake {
       const owned = event.payload.memberAssignment[options.topic] ?? [];
       options.metrics.assignedPartitions.set(owned.length);
       // A partition's lag is reported by its owner only: a moved one's last figure would stay behind,
-      // counted twice. Owned ones report again at their next batch (an idle one has none to report).
+      // counted twice. Owned ones are read again at once.
+      this.assignment++;
       options.metrics.consumerLag.reset();
+      this.partitionEnds.clear();
+      this.committedOffsets.clear();
       this.releasePartitions(new Set(owned));
+      this.readLagSoon();
       // Keys of partitions that moved to another replica are its to watch now.
       options.analysis.keepPartitions(owned).catch(() => undefined);
       logger.info({ assignment: event.payload.memberAssignment }, 'kafka partitions assigned');
@@ -161,6 +200,13 @@ export class KafkaIntake {
       throw error;
     }
     this.running = true;
+    // Storage may have gone out, or come back, since the join paused it or not (pause() and resume()
+    // do not reach a consumer that is not running yet).
+    const topics = [{ topic: this.options.topic }];
+    this.tryConsumer(() => (this.pausedNow ? this.consumer.pause(topics) : this.consumer.resume(topics)));
+    if (this.stopping.signal.aborted) return; // stopped while starting: disconnect() follows
+    this.lagTimer = setInterval(() => this.readLagSoon(), this.options.lagIntervalMs ?? LAG_INTERVAL_MS);
+    this.lagTimer.unref();
     this.options.logger.info({ topic: this.options.topic, groupId: this.options.groupId }, 'kafka intake started');
   }
 
@@ -179,18 +225,41 @@ export class KafkaIntake {
     if (this.stoppedBy) return;
     this.stoppedBy = error;
     this.options.metrics.assignedPartitions.set(0);
+    clearInterval(this.lagTimer);
+    this.assignment++; // a lag read in progress is not applied
     this.options.metrics.consumerLag.reset();
     this.options.onStopped?.(error);
   }
 
   /** Stops fetching (partitions stay assigned, so offsets can still be committed). */
   pause(): void {
-    // kafkajs throws when the consumer is not running (not started yet, or crashed and restarting).
+    this.pauseWanted = true;
+    // kafkajs throws when the consumer is not running (not started yet, or crashed and restarting):
+    // the next GROUP_JOIN pauses it then.
     if (this.running) this.tryConsumer(() => this.consumer.pause([{ topic: this.options.topic }]));
   }
 
   resume(): void {
+    if (this.stopping.signal.aborted) return; // stopping: paused for good
+    this.pauseWanted = false;
     if (this.running) this.tryConsumer(() => this.consumer.resume([{ topic: this.options.topic }]));
+  }
+
+  /** Whether the topic is to be paused now: by the owner (an outage, the shutdown), or for a failed batch. */
+  private get pausedNow(): boolean {
+    return this.pauseWanted || !this.buffer.healthy || this.failure !== undefined;
+  }
+
+  /**
+   * At shutdown, before the buffer drains: pauses for good, and a batch still waiting on storage (how
+   * far its partition is stored, its detection warm-up) gives up at once, handing nothing to the
+   * buffer. Its offsets are not committed, so Kafka delivers it again to the next owner; and the
+   * consumer, no longer held by it, can leave its group at once.
+   */
+  stopFetching(): void {
+    this.stopping.abort();
+    clearInterval(this.lagTimer);
+    this.pause();
   }
 
   private tryConsumer(action: () => void): void {
@@ -206,16 +275,99 @@ export class KafkaIntake {
     await this.chain.catch(() => undefined);
   }
 
-  /** Leaves the group. Settle and drain the buffer first: commits need group membership. */
-  async disconnect(): Promise<void> {
+  /**
+   * Leaves the group. Settle and drain the buffer first: commits need group membership. Waits at most
+   * `deadlineMs` (kafkajs waits for the batch in progress before it leaves; stopFetching() makes one
+   * waiting on storage give up), then goes on without: the group moves the partitions after the
+   * session timeout then.
+   */
+  async disconnect(deadlineMs = DISCONNECT_DEADLINE_MS): Promise<void> {
+    this.stopFetching();
     const wasRunning = this.running;
     this.running = false;
-    if (wasRunning) await this.consumer.disconnect();
-    // The producer may be connected without the consumer: by a post during start-up.
-    const connection = this.producerConnection;
-    this.producerConnection = undefined;
-    if (connection && (await connection.then(() => true, () => false))) await this.producer.disconnect();
+    const leaving = (async () => {
+      if (wasRunning) await this.consumer.disconnect();
+      // The producer may be connected without the consumer: by a post during start-up.
+      const connection = this.producerConnection;
+      this.producerConnection = undefined;
+      const admin = this.adminConnection;
+      this.adminConnection = undefined;
+      await Promise.all([
+        connection && connection.then(() => this.producer.disconnect(), () => undefined),
+        admin && admin.then(() => this.admin.disconnect(), () => undefined),
+      ]);
+    })();
+    const inTime = await Promise.race([leaving.then(() => true), sleep(deadlineMs, false, { ref: false })]);
+    if (!inTime) {
+      leaving.catch((error: unknown) => this.options.logger.warn({ err: error }, 'disconnecting from kafka failed'));
+      this.options.logger.error({ deadlineMs }, 'kafka intake did not disconnect in time; going on without (its partitions move after the session timeout)');
+      return;
+    }
     if (wasRunning) this.options.logger.info('kafka intake stopped');
+  }
+
+  /** Resolves to undefined as soon as stopFetching() is called, else as `promise` does. */
+  private unlessStopping<T>(promise: Promise<T>): Promise<T | undefined> {
+    const { signal } = this.stopping;
+    promise.catch(() => undefined); // no longer awaited once stopping
+    if (signal.aborted) return Promise.resolve(undefined);
+    return new Promise<T | undefined>((resolve, reject) => {
+      const stop = () => resolve(undefined);
+      signal.addEventListener('abort', stop, { once: true });
+      promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', stop));
+    });
+  }
+
+  /** Reads the lag of the owned partitions now (after the read in progress, if one is). */
+  private readLagSoon(): void {
+    if (this.lagReading) {
+      this.lagReadAgain = true;
+      return;
+    }
+    this.lagReading = this.readLag()
+      .catch((error: unknown) => this.options.logger.debug({ err: error }, 'reading consumer lag failed'))
+      .finally(() => {
+        this.lagReading = undefined;
+        if (this.lagReadAgain) {
+          this.lagReadAgain = false;
+          this.readLagSoon();
+        }
+      });
+  }
+
+  /** The owned partitions' ends and committed offsets, from the brokers: two requests, beside the consumer's. */
+  private async readLag(): Promise<void> {
+    const { topic, groupId, fromBeginning } = this.options;
+    const owned = this.owned;
+    const assignment = this.assignment;
+    if (owned.size === 0 || this.stopping.signal.aborted || this.stoppedBy) return;
+    this.adminConnection ??= this.admin.connect().catch((error: unknown) => {
+      this.adminConnection = undefined;
+      throw error;
+    });
+    await this.adminConnection;
+    const [ends, groupOffsets] = await Promise.all([this.admin.fetchTopicOffsets(topic), this.admin.fetchOffsets({ groupId, topics: [topic] })]);
+    if (assignment !== this.assignment || this.stopping.signal.aborted) return; // rebalanced meanwhile: read again by then
+    const committed = new Map((groupOffsets.find((entry) => entry.topic === topic)?.partitions ?? []).map((entry) => [entry.partition, Number(entry.offset)]));
+    for (const { partition, high, low } of ends) {
+      if (!owned.has(partition)) continue;
+      const offset = committed.get(partition) ?? -1;
+      // Nothing committed yet: the consumer starts at the partition's start or end. Committed below
+      // the start (removed by retention): it starts at the start.
+      const from = offset >= 0 ? offset : fromBeginning ? Number(low) : Number(high);
+      this.partitionEnds.set(partition, Number(high));
+      // A commit of this replica's that landed after this read's answer was made is not undone.
+      this.committedOffsets.set(partition, Math.max(from, Number(low), this.committedOffsets.get(partition) ?? -1));
+      this.reportLag(partition);
+    }
+  }
+
+  /** Sets a partition's lag from its last known end and committed offset. */
+  private reportLag(partition: number): void {
+    const end = this.partitionEnds.get(partition);
+    const committed = this.committedOffsets.get(partition);
+    if (end === undefined || committed === undefined || !this.owned.has(partition)) return;
+    this.options.metrics.consumerLag.set({ topic: this.options.topic, partition }, Math.max(0, end - committed));
   }
 
   private connectProducer(): Promise<void> {
@@ -245,20 +397,27 @@ export class KafkaIntake {
   async commit(offsets: readonly OffsetMark[]): Promise<void> {
     if (offsets.length === 0) return;
     await this.consumer.commitOffsets(offsets.map((mark) => ({ ...mark, offset: String(mark.offset) })));
+    for (const { topic, partition, offset } of offsets) {
+      if (topic !== this.options.topic || !this.owned.has(partition)) continue;
+      this.committedOffsets.set(partition, offset);
+      this.reportLag(partition);
+    }
   }
 
   private async handleBatch({ batch, resolveOffset, heartbeat, isRunning, isStale }: EachBatchPayload): Promise<void> {
     // A failed validation stops intake before anything after it can be committed.
     if (this.failure) throw this.failure;
-    if (!isRunning() || isStale() || batch.isEmpty()) return;
+    if (!isRunning() || isStale() || batch.isEmpty() || this.stopping.signal.aborted) return;
     const started = performance.now();
     const { topic, partition } = batch;
     const { metrics } = this.options;
-    const alreadyStored = await this.skipUpToWhenReadable(batch, { heartbeat, isRunning, isStale });
-    await this.warmup(partition, heartbeat);
+    // Stopping meanwhile: the batch is left to the next owner (nothing of it is committed).
+    const alreadyStored = await this.unlessStopping(this.skipUpToWhenReadable(batch, { heartbeat, isRunning, isStale }));
+    if (alreadyStored === undefined) return;
+    if ((await this.unlessStopping(this.warmup(partition, heartbeat).then(() => true))) === undefined) return;
     // Lost in a rebalance meanwhile: its messages are the new owner's, and validating them here would
     // make this replica take them for repeats if the partition came back.
-    if (!this.owned.has(partition) || isStale() || !isRunning()) return;
+    if (!this.owned.has(partition) || isStale() || !isRunning() || this.stopping.signal.aborted) return;
     const fresh = batch.messages.filter((message) => Number(message.offset) > alreadyStored);
     const redelivered = batch.messages.length - fresh.length;
     const analysis = fresh.length > 0 ? this.options.analysis.analyzeBatch(topic, partition, fresh) : undefined;
@@ -269,10 +428,11 @@ export class KafkaIntake {
     resolveOffset(batch.lastOffset()); // moves the fetch position on; the commit waits for storage
     metrics.eventsConsumed.inc({ source: 'kafka' }, batch.messages.length);
     if (redelivered > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, redelivered);
-    const lag = Math.max(0, Number(batch.highWatermark) - lastOffset - 1);
-    metrics.consumerLag.set({ topic, partition }, lag);
+    this.partitionEnds.set(partition, Number(batch.highWatermark));
+    this.reportLag(partition);
     const mark: OffsetMark = { topic, partition, offset: lastOffset + 1 };
-    const endsBacklog = this.backlog.note(partition, lag);
+    // Messages left behind this batch (not the lag, which counts those not yet committed too).
+    const endsBacklog = this.backlog.note(partition, Math.max(0, Number(batch.highWatermark) - lastOffset - 1));
 
     this.batchesInFlight++;
     const step = this.chain.then(async () => {
@@ -289,6 +449,12 @@ export class KafkaIntake {
     this.chain.catch(() => undefined);
     step.catch((error: Error) => {
       if (this.failure) return;
+      // Stopping: the analysis thread may be closed before a batch's turn (settle() has a deadline).
+      // Nothing of it or after it is committed; the next owner reads it again.
+      if (this.stopping.signal.aborted) {
+        this.options.logger.info({ err: error }, 'a batch was not analysed before the shutdown');
+        return;
+      }
       this.failure = error;
       this.pause();
       this.options.logger.error({ err: error }, 'analysing a batch failed; intake stopped, nothing after it is committed');
@@ -296,7 +462,7 @@ export class KafkaIntake {
       this.stopFor(new Error(`analysing a batch failed: ${error.message}`));
     });
     // Bound the batches waiting for validation; then the usual storage backpressure.
-    if (this.batchesInFlight > MAX_BATCHES_IN_FLIGHT) await this.settle();
+    if (this.batchesInFlight > MAX_BATCHES_IN_FLIGHT) await this.unlessStopping(this.settle());
     await heartbeat();
     await this.buffer.waitForCapacity(heartbeat);
   }
@@ -367,8 +533,9 @@ export class KafkaIntake {
       } catch (error) {
         if (!this.readFailure) this.options.logger.error({ err: error, partition }, 'reading how far a partition is stored failed; retrying');
         this.readFailure = error as Error;
-        if (!payload.isRunning() || payload.isStale()) throw error;
-        await sleep(Math.min(5_000, 100 * 2 ** attempt));
+        if (!payload.isRunning() || payload.isStale() || this.stopping.signal.aborted) throw error;
+        await sleep(Math.min(5_000, 100 * 2 ** attempt), undefined, { signal: this.stopping.signal }).catch(() => undefined);
+        if (this.stopping.signal.aborted) throw error;
         await payload.heartbeat();
       }
     }

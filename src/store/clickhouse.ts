@@ -77,8 +77,12 @@ export interface ClickHouse {
   /**
    * Inserts rows (one per line, in `format`, values in `columns` order) into a table; `settings`
    * apply to this insert (and the materialized views it feeds) on top of the pinned ones.
+   * `signal` gives up on it: a server's request is aborted (the server may still have stored the
+   * rows if it had the whole body); the embedded engine's native write cannot be stopped, so the
+   * promise settles early (an inline insert) or the signal is ignored (an insert from a file, whose
+   * file must outlive the write). Either way the caller cannot tell whether the rows landed.
    */
-  insert(table: string, columns: readonly string[], body: Buffer, format: RowFormat, settings?: ClickHouseSettings): Promise<void>;
+  insert(table: string, columns: readonly string[], body: Buffer, format: RowFormat, settings?: ClickHouseSettings, signal?: AbortSignal): Promise<void>;
   /** Runs a query and returns its rows (JSONEachRow). */
   queryRows<T = Record<string, unknown>>(query: string, params?: Record<string, unknown>): Promise<T[]>;
   /**
@@ -102,11 +106,12 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
       request_timeout: 60_000,
       log: options.logger && clientLog(options.logger, secretsOf(options)),
     });
-    return wrap(client, 'server', async (table, columns, body, format, settings) => {
+    return wrap(client, 'server', async (table, columns, body, format, settings, signal) => {
       const result = await client.exec({
         query: `INSERT INTO ${table} (${columns.join(', ')}) FORMAT ${format}`,
         values: Readable.from([body], { objectMode: false }),
         clickhouse_settings: settings,
+        abort_signal: signal,
       });
       result.stream.resume();
     });
@@ -123,11 +128,13 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
   });
   const inserts = insertFiles(resolve(options.dataDir, 'inserts'));
   const fileInsertMinBytes = options.fileInsertMinBytes ?? FILE_INSERT_MIN_BYTES;
-  return wrap(client, 'embedded', async (table, columns, body, format, settings) => {
+  return wrap(client, 'embedded', async (table, columns, body, format, settings, signal) => {
     if (body.length < fileInsertMinBytes) {
-      await connection.chdb.rawInsert({ table, columns: [...columns], format, values: body, settings: { ...PINNED_SETTINGS, ...settings } as Record<string, string | number | boolean> });
+      // Aborted, it settles at once; the native write still runs to its end (the body stays pinned).
+      await connection.chdb.rawInsert({ table, columns: [...columns], format, values: body, settings: { ...PINNED_SETTINGS, ...settings } as Record<string, string | number | boolean>, signal });
       return;
     }
+    // No signal here: settled early, the finally below would delete the file the engine still reads.
     const file = await inserts.write(body);
     try {
       // The insert's own settings in its SETTINGS clause: the client's clickhouse_settings would be
@@ -241,7 +248,7 @@ function wrap(
   return {
     client,
     kind,
-    insert: (table, columns, body, format, settings) => (body.length === 0 ? Promise.resolve() : insert(table, columns, body, format, settings)),
+    insert: (table, columns, body, format, settings, signal) => (body.length === 0 ? Promise.resolve() : insert(table, columns, body, format, settings, signal)),
     async queryRows<T>(query: string, params?: Record<string, unknown>) {
       const result = await client.query({ query, query_params: params, format: 'JSONEachRow' });
       return result.json<T>();

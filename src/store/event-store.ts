@@ -231,9 +231,12 @@ export class EventStore {
     private readonly tables: Tables,
   ) {}
 
-  /** Inserts pre-serialized rows (serializeEventRow lines, each ending in '\n'). */
-  insertRows(body: Buffer): Promise<void> {
-    return this.db.insert(this.tables.requestEvents, REQUEST_EVENT_COLUMNS, body, 'TabSeparated', EVENT_INSERT_SETTINGS);
+  /**
+   * Inserts pre-serialized rows (serializeEventRow lines, each ending in '\n'). `signal` gives up on
+   * the insert (ClickHouse.insert says how far it is cancelled).
+   */
+  insertRows(body: Buffer, signal?: AbortSignal): Promise<void> {
+    return this.db.insert(this.tables.requestEvents, REQUEST_EVENT_COLUMNS, body, 'TabSeparated', EVENT_INSERT_SETTINGS, signal);
   }
 
   /**

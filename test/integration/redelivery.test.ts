@@ -3,7 +3,8 @@
  * after a crash between store and commit) are not stored twice; two replicas in one consumer group
  * split the partitions and store every event once between them; events stored without their views'
  * rows (a kill between the commits of one insert) are added to the views when redelivered; a
- * replica that loses partitions in a rebalance does not store the rows of them it still held.
+ * replica that loses partitions in a rebalance does not store the rows of them it still held, nor,
+ * when its flush of them is being retried through a storage outage, the rows of that flush.
  */
 import { describe, expect, it } from 'vitest';
 import type { Worker } from '../../src/main.ts';
@@ -167,6 +168,47 @@ describe('redelivery and replicas', () => {
     const totals = await second.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) });
     expect(totals.requests).toBe(4_000);
     expect(await metricTotal(second, 'security_center_events_stored_total')).toBeGreaterThan(0); // it took partitions over
+  });
+
+  it('a replica retrying a flush through a storage outage does not store the rows of partitions it lost meanwhile', async () => {
+    // Storage fails for the first replica alone while it holds a flush of every partition; a second
+    // replica joins, takes partitions over from their committed offsets (the start) and stores
+    // them. When storage comes back, the first one's retry must leave those partitions' rows out:
+    // raw rows would collapse on merge, but the rollup would count them twice for good.
+    const own = testNames('outagemove');
+    const startMs = Date.UTC(2026, 10, 20, 19, 0, 0);
+    const events = Array.from({ length: 4_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
+    await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+    const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own });
+    let outage = true;
+    let failedWrites = 0;
+    const first = await engines.startWorker(config, {
+      wrapStoreRows: (storeRows) => async (body) => {
+        if (outage) {
+          failedWrites++;
+          throw new Error('injected: this replica cannot store');
+        }
+        return storeRows(body);
+      },
+    });
+    await waitFor(
+      async () => failedWrites >= 2 && (await metricTotal(first, 'security_center_events_consumed_total')) > 0,
+      'the first replica read events and retries storing them',
+      60_000,
+    );
+
+    const second = await engines.startWorker(config);
+    await waitForPartitionsSplit([first, second]);
+    await waitFor(async () => (await metricTotal(second, 'security_center_events_stored_total')) > 0, 'the second replica stores the partitions it took over', 60_000);
+    outage = false;
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the two replicas commit to the end', 90_000);
+    await waitFor(async () => (await metricTotal(first, 'security_center_events_stored_total')) > 0, 'the first replica stores its partitions once storage is back', 30_000);
+
+    expect(await countRows(first, own.topic)).toEqual({ rows: 4_000, ids: 4_000 });
+    const totals = await first.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) });
+    expect(totals.requests).toBe(4_000);
+    const stored = await Promise.all([first, second].map((worker) => metricTotal(worker, 'security_center_events_stored_total')));
+    expect(stored[0]! + stored[1]!).toBe(4_000);
   });
 
   it('a partition that moves away and comes back before its new owner stored anything loses nothing', async () => {

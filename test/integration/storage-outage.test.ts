@@ -95,4 +95,45 @@ describe('storage outage', () => {
     );
     expect(stored).toEqual({ rows: 3_000, ids: 3_000 });
   });
+  it('a worker stopped while an insert hangs stops within the drain deadline, and the next one stores every event once', async () => {
+    // A black-holed server: the insert does not answer before the client's request timeout (60 s;
+    // 30 s here), unless aborted, as the client's is. The buffer aborts it at its 10 s drain
+    // deadline and commits nothing of it; the events are delivered again to the next worker.
+    const { clickhouse, producer } = engines;
+    const own = testNames('hanging');
+    const startMs = Date.UTC(2026, 10, 20, 16, 0, 0);
+    const events = Array.from({ length: 1_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 100 }));
+    const config = testConfig({ brokers: engines.brokers, clickhouse, names: own });
+    let inserts = 0;
+    let aborted = 0;
+    const worker = await engines.startWorker(config, {
+      wrapStoreRows: () => (_body: Buffer, signal?: AbortSignal) => {
+        inserts++;
+        return new Promise<void>((_resolve, reject) => {
+          const timeout = setTimeout(() => reject(new Error('injected: request timeout')), 30_000).unref();
+          signal?.addEventListener('abort', () => {
+            aborted++;
+            clearTimeout(timeout);
+            reject(new Error('injected: insert aborted'));
+          });
+        });
+      },
+    });
+    await produceAll(producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+    await waitFor(() => inserts >= 1, 'an insert is in flight', 30_000);
+    const started = Date.now();
+    await worker.stop();
+    const took = Date.now() - started;
+    expect(took).toBeLessThan(10_000 + 5_000);
+    expect(aborted).toBe(1); // the insert in flight was given up on, not left to run on
+    expect(await committedTotal(kafka, own.groupId, own.topic)).toBe(0);
+
+    const next = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the next worker commits to the end', 60_000);
+    const [stored] = await next.clickhouse.queryRows<{ rows: number; ids: number }>(
+      `SELECT count() AS rows, uniqExact(event_id) AS ids FROM ${clickhouse.database}.request_events WHERE source_topic = {topic:String}`,
+      { topic: own.topic },
+    );
+    expect(stored).toEqual({ rows: 1_000, ids: 1_000 });
+  });
 });

@@ -53,6 +53,11 @@ const commaList = z
 
 const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[^-]+-----END CERTIFICATE-----/g;
 
+/** Why a setting's file cannot be read: its path and the error's code (ENOENT, EACCES), never its contents. */
+function cannotRead(path: string, error: unknown): string {
+  return `cannot read ${path} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`;
+}
+
 /** A file of PEM certificates, read now: its path and its text. Paths are quoted in errors, contents never. */
 const pemCertificatesFile = z
   .string()
@@ -63,7 +68,7 @@ const pemCertificatesFile = z
     try {
       pem = readFileSync(path, 'utf8');
     } catch (error) {
-      ctx.addIssue({ code: 'custom', message: `cannot read ${path} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})` });
+      ctx.addIssue({ code: 'custom', message: cannotRead(path, error) });
       return z.NEVER;
     }
     const certificates = pem.match(PEM_CERTIFICATE) ?? [];
@@ -104,7 +109,7 @@ const maxMindDbFile = z
         got = readSync(fd, tail, read, tail.length - read, size - tail.length + read);
       }
     } catch (error) {
-      ctx.addIssue({ code: 'custom', message: `cannot read ${path} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})` });
+      ctx.addIssue({ code: 'custom', message: cannotRead(path, error) });
       return;
     } finally {
       if (fd !== undefined) closeSync(fd);

@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { getHeapStatistics } from 'node:v8';
 import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { doneWithin } from './deadlines.ts';
 import type { FastifyInstance } from 'fastify';
 import { RULES } from '../rules/index.ts';
 import { registerAdminApi } from './admin/admin-api.ts';
@@ -386,7 +387,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       /** Waits for a step until it ends, `capMs` passes or the budget runs out; a step cut short is logged, and the stop goes on. */
       const within = async (what: string, step: Promise<unknown> | undefined, capMs = Number.POSITIVE_INFINITY) => {
         const ms = Math.max(0, Math.min(capMs, stopBy - Date.now()));
-        const inTime = await Promise.race([Promise.resolve(step).then(() => true), sleep(ms, false, { ref: false })]);
+        const inTime = await doneWithin(Promise.resolve(step), ms);
         if (!inTime) {
           step?.catch((error: unknown) => logger.error({ err: error }, `${what} failed`));
           logger.error({ step: what, waitedMs: ms }, 'shutdown step did not finish in time; going on');

@@ -17,6 +17,7 @@
  * deadline the attempt in flight is aborted and given up. add() resolves when its rows are durable.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { doneWithin, unlessAborted } from '../deadlines.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { DeadLetter } from './dead-letter.ts';
@@ -74,14 +75,10 @@ function partitionKey(source: Source): string {
 export type FlushFailure = 'dead letters' | 'storage';
 
 /** Rejects with an AbortError as soon as `signal` aborts, leaving `work` to settle unobserved. */
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
-  work.catch(() => undefined); // given up on: its failure is nobody's to report
-  if (signal.aborted) return Promise.reject(new DOMException('given up at the stop deadline', 'AbortError'));
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(new DOMException('given up at the stop deadline', 'AbortError'));
-    signal.addEventListener('abort', onAbort, { once: true });
-    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
+/** Waits for `work`; an AbortError once the stop deadline aborts `signal`, whether or not `work` is done. */
+async function untilAborted(work: Promise<unknown>, signal: AbortSignal): Promise<void> {
+  await unlessAborted(work, signal);
+  if (signal.aborted) throw new DOMException('given up at the stop deadline', 'AbortError');
 }
 
 class PendingFlush {
@@ -297,8 +294,7 @@ export class EventBuffer {
    * were not committed, so Kafka delivers them again to the next owner).
    */
   async stop(deadlineMs = 10_000): Promise<void> {
-    const drained = this.drain().then(() => true);
-    const inTime = await Promise.race([drained, sleep(deadlineMs, false, { ref: false })]);
+    const inTime = await doneWithin(this.drain(), deadlineMs);
     this.stopped = true;
     // Cuts a retry's sleep short and gives up on the insert (or dead-letter send) in flight: its
     // offsets are not committed, so its rows are delivered again.

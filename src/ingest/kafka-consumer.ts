@@ -16,6 +16,7 @@
  * through a storage outage, and updated in between by each batch and commit.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { doneWithin, unlessAborted } from '../deadlines.ts';
 import type { Admin, Batch, Consumer, EachBatchPayload, Kafka, KafkaMessage, Producer } from 'kafkajs';
 import type { RequestEvent } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
@@ -297,7 +298,7 @@ export class KafkaIntake {
         admin && admin.then(() => this.admin.disconnect(), () => undefined),
       ]);
     })();
-    const inTime = await Promise.race([leaving.then(() => true), sleep(deadlineMs, false, { ref: false })]);
+    const inTime = await doneWithin(leaving, deadlineMs);
     if (!inTime) {
       leaving.catch((error: unknown) => this.options.logger.warn({ err: error }, 'disconnecting from kafka failed'));
       this.options.logger.error({ deadlineMs }, 'kafka intake did not disconnect in time; going on without (its partitions move after the session timeout)');
@@ -308,14 +309,7 @@ export class KafkaIntake {
 
   /** Resolves to undefined as soon as stopFetching() is called, else as `promise` does. */
   private unlessStopping<T>(promise: Promise<T>): Promise<T | undefined> {
-    const { signal } = this.stopping;
-    promise.catch(() => undefined); // no longer awaited once stopping
-    if (signal.aborted) return Promise.resolve(undefined);
-    return new Promise<T | undefined>((resolve, reject) => {
-      const stop = () => resolve(undefined);
-      signal.addEventListener('abort', stop, { once: true });
-      promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', stop));
-    });
+    return unlessAborted(promise, this.stopping.signal);
   }
 
   /** Reads the lag of the owned partitions now (after the read in progress, if one is). */

@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ACTIONS, ANOMALY_TYPES, SEVERITIES, type Finding, type KeyWindow, type RuleDefinition, type WindowEvent } from '../src/detect/types.ts';
 import { keyWindow, MINUTE, spread, T0, type EventSpec, type RuleFixture } from './fixtures.ts';
 import { RULES } from './index.ts';
+import { DetectionConfig } from '../src/detect/detection-config.ts';
 import { networkOf } from './network.ts';
 import { rule as credentialSharing } from './credential_sharing.ts';
 import { prng } from '../test/support/random.ts';
@@ -143,9 +144,13 @@ describe('rule catalogue', () => {
     expect(new Set(fixtures.map((f) => f.name)).size).toBe(fixtures.length);
   });
 
-  it.each(rules.map((rule) => ({ id: rule.id, rule })))('$id overrides only parameters it declares', ({ id, rule }) => {
+  it.each(rules.map((rule) => ({ id: rule.id, rule })))('$id overrides only parameters it declares, within their ranges', ({ id, rule }) => {
+    const asOverride = (params: object) => () => DetectionConfig.parse(JSON.stringify({ plans: { business: { rules: { [id]: params } } } }), RULES);
+    // The detection config checks an override's range by its name (…Share, …Minutes): the defaults must pass it too.
+    expect(asOverride(rule.defaults)).not.toThrow();
     for (const fixture of fixturesByRule.get(id) ?? []) {
       for (const name of Object.keys(fixture.params ?? {})) expect(Object.keys(rule.defaults), fixture.name).toContain(name);
+      expect(asOverride(fixture.params ?? {}), fixture.name).not.toThrow();
     }
   });
 });

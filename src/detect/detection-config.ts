@@ -175,7 +175,24 @@ export interface TunableRule {
   windowMs: number;
 }
 
-/** Every override that names an unknown plan, rule or parameter, has the wrong type, or asks for more history than the engine keeps. */
+/**
+ * What is wrong with a numeric parameter's value, by the naming convention every rule follows: a
+ * count, threshold or distance is never negative, a `…Share` is a fraction (0.5 is half: 50 would
+ * never fire), a `…Minutes` is a whole number of minutes, and a window is at most the history the
+ * engine keeps (a longer one would be cut short without a word).
+ */
+function numberProblem(name: string, value: number, historyMinutes: number): string | undefined {
+  if (name.endsWith('Minutes')) {
+    if (!Number.isInteger(value) || value < 1) return 'must be a whole number of minutes, at least 1';
+    if (name === 'windowMinutes' && value > historyMinutes) return `at most ${historyMinutes} (the engine keeps ${historyMinutes} minutes of history)`;
+    return undefined;
+  }
+  if (value < 0) return 'must not be negative';
+  if (name.endsWith('Share') && value > 1) return `must be a share from 0 to 1 (0.5 is half), not ${value}`;
+  return undefined;
+}
+
+/** Every override that names an unknown plan, rule or parameter, has the wrong type, or a value out of its range. */
 function overrideProblems(input: z.output<typeof detectionConfigSchema>, rules: readonly TunableRule[]): string[] {
   const byId = new Map(rules.map((rule) => [rule.id, rule]));
   // The engine keeps the longest rule window for every key; a longer windowMinutes would be cut short without a word.
@@ -200,7 +217,10 @@ function overrideProblems(input: z.output<typeof detectionConfigSchema>, rules: 
         const fallback = rule.defaults[name];
         if (!(name in rule.defaults)) problems.push(`${path}.${name}: unknown parameter (parameters: ${Object.keys(rule.defaults).join(', ')})`);
         else if (typeof value !== typeof fallback) problems.push(`${path}.${name}: must be a ${typeof fallback}, like its default ${JSON.stringify(fallback)}`);
-        else if (name === 'windowMinutes' && (value as number) > historyMinutes) problems.push(`${path}.${name}: at most ${historyMinutes} (the engine keeps ${historyMinutes} minutes of history)`);
+        else if (typeof value === 'number') {
+          const outOfRange = numberProblem(name, value, historyMinutes);
+          if (outOfRange) problems.push(`${path}.${name}: ${outOfRange}`);
+        }
       }
     }
   }

@@ -398,10 +398,15 @@ describe('DetectionEngine', () => {
     expect(parse({ plans: { buisness: { rules: {} } } })).toThrow(/plans\.buisness: unknown plan/);
     expect(parse({ plans: { business: { rules: { velocity_attack: { thresholdRatio: '3' } } } } })).toThrow(/plans\.business\.rules\.velocity_attack\.thresholdRatio: must be a number/);
     expect(parse({ plans: { business: { rules: { credential_sharing: { windowMinutes: 120 } } } } })).toThrow(/windowMinutes: at most 60/);
+    // Values no rule could mean: a percentage for a share, a negative count, a fraction of a minute.
+    expect(parse({ merchants: { m_1: { rules: { high_failure_rate: { thresholdShare: 50 } } } } })).toThrow(/high_failure_rate\.thresholdShare: must be a share from 0 to 1 \(0\.5 is half\), not 50/);
+    expect(parse({ merchants: { m_1: { rules: { high_failure_rate: { minRequests: -1 } } } } })).toThrow(/minRequests: must not be negative/);
+    expect(parse({ merchants: { m_1: { rules: { credential_sharing: { intervalMinutes: 2.5 } } } } })).toThrow(/intervalMinutes: must be a whole number of minutes/);
+    expect(parse({ merchants: { m_1: { rules: { velocity_attack: { windowMinutes: 0 } } } } })).toThrow(/windowMinutes: must be a whole number of minutes, at least 1/);
     // Every problem at once, so one edit fixes the file.
     expect(parse({ plans: { buisness: {} }, merchants: { m_1: { rules: { velocity: {}, velocity_attack: { x: 1 } } } } })).toThrow(/buisness.*; .*velocity: unknown rule.*; .*velocity_attack\.x: unknown/);
     // What the rules accept still loads, and is merged.
-    const config = DetectionConfig.parse(JSON.stringify({ plans: { enterprise: { rules: { velocity_attack: { thresholdRatio: 2, windowMinutes: 60 } } } } }), RULES);
+    const config = DetectionConfig.parse(JSON.stringify({ plans: { enterprise: { rules: { velocity_attack: { thresholdRatio: 2, windowMinutes: 60 }, high_failure_rate: { thresholdShare: 1, minRequests: 0 } } } } }), RULES);
     expect(config.parameters('velocity_attack', RULES[0]!.defaults, 'enterprise', 'm_1')).toMatchObject({ thresholdRatio: 2, windowMinutes: 60 });
   });
 });

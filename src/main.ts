@@ -37,7 +37,7 @@ import { WorkerMetrics } from './metrics.ts';
 import { AlertStore } from './store/alert-store.ts';
 import { connectClickHouse, type ClickHouse } from './store/clickhouse.ts';
 import { EnforcementHistoryStore } from './store/enforcement-history-store.ts';
-import { EventStore, storableEventTimes } from './store/event-store.ts';
+import { EventStore, HTTP_SOURCE, storableEventTimes } from './store/event-store.ts';
 import { migrate } from './store/migrate.ts';
 import { tablesIn } from './store/tables.ts';
 import { WebhookStore } from './store/webhook-store.ts';
@@ -58,6 +58,9 @@ const BUFFER_STOP_MS = 12_000;
 
 /** Most events posted during start-up that wait for detection; later ones are stored but not judged. */
 const MAX_EVENTS_HELD_FOR_DETECTION = 50_000;
+
+/** How far back a start recalls the ids of posted events, so that a client's retry across a restart is a duplicate (clients retry within minutes). */
+const RECALL_POSTED_IDS_MS = 60 * 60_000;
 
 const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
@@ -285,8 +288,25 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       logger: logger.child({ component: 'kafka' }),
     });
   }
+  // Without Kafka, posted events are stored with HTTP_SOURCE: the ids of those the previous process
+  // stored are recalled once storage is migrated (with Kafka, a retry is produced again and the
+  // consumer's stored offsets cannot tell it apart: see the README). A failed read fails open.
+  let postedIdsRecalled: () => void = () => {};
+  const recalled = config.kafka ? undefined : new Promise<void>((resolve) => (postedIdsRecalled = resolve));
+  const recallPostedIds = async () => {
+    try {
+      const ids = await store.recentEventIds(HTTP_SOURCE, new Date(Date.now() - RECALL_POSTED_IDS_MS), Math.ceil(config.ingest.dedupCacheSize / 2));
+      for (const id of ids) recentIds.checkAndAdd(id);
+      logger.info({ eventIds: ids.length }, 'recalled the ids of recently posted events');
+    } catch (error) {
+      logger.warn({ err: error }, 'cannot read the ids of recently posted events: a retry of one stored before this start is counted twice');
+    } finally {
+      postedIdsRecalled();
+    }
+  };
   if (analysis && config.ingest.token) {
     registerHttpIngest(app, {
+      recalled,
       token: config.ingest.token,
       maxEvents: config.ingest.maxEvents,
       eventTimes,
@@ -337,6 +357,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       migrate(clickhouse, { tables, eventsTtlDays: config.clickhouse.eventsTtlDays }, logger),
     );
     migrated = true;
+    if (recalled) void recallPostedIds();
     enforcement?.start();
     if (secretKey) await resealWebhookSecrets(webhookStore, previousSecretKey !== undefined, logger);
     if (!analysis) return;

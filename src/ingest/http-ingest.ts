@@ -46,6 +46,12 @@ export interface HttpIngestOptions {
   storeTimeoutMs?: number;
   /** Receives the accepted events (for detection), before the response waits for storage; not called with `publish`. */
   onAccepted?(events: RequestEvent[]): void;
+  /**
+   * Settles once `recentIds` holds the ids stored before this process started (see
+   * EventStore.recentEventIds): until then a retry of a post the previous process stored cannot be
+   * told from a new post, so a post waits for it (up to storeTimeoutMs, then 503).
+   */
+  recalled?: Promise<void>;
 }
 
 export interface IngestReport {
@@ -59,7 +65,7 @@ const NDJSON_TYPES = ['application/x-ndjson', 'application/ndjson', 'application
 
 export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOptions): void {
   const authenticate = bearerTokenCheck(options.token, 'ingest token');
-  const { publish, buffer, recentIds, metrics } = options;
+  const { publish, buffer, recentIds, metrics, recalled } = options;
   const timeoutMs = options.storeTimeoutMs ?? 10_000;
   /**
    * Posts whose events the brokers had not acknowledged by their deadline and still have not: while
@@ -101,6 +107,7 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
   app.post('/v1/ingest/events', { onRequest: async (request) => authenticate(request) }, async (request, reply) => {
     // With Kafka, storage is the consumer's business: the topic holds the events through its outage.
     if (publish ? overdue > 0 : !buffer.healthy) throw unavailable(publish !== undefined);
+    if (recalled && (await settleWithin(recalled, timeoutMs)) === 'timeout') throw stillStarting();
     const results = parseBody(request.body, isJsonType(request.headers['content-type']), options.maxEvents, options.eventTimes);
     const report: IngestReport = { accepted: 0, rejected: 0, duplicates: 0, errors: [] };
     const accepted: RequestEvent[] = [];
@@ -192,6 +199,10 @@ function tooMany(maxEvents: number): HttpError {
 }
 
 /** 503 with Retry-After: the same code whichever way events are stored, so clients retry alike. */
+function stillStarting(): HttpError {
+  return new HttpError(503, 'STORAGE_UNAVAILABLE', 'Storage has not yet said which events were stored before this worker started; retry later', undefined, { 'retry-after': '5' });
+}
+
 function unavailable(viaKafka: boolean): HttpError {
   const message = viaKafka ? 'Kafka did not acknowledge the events; retry later' : 'Storage is unavailable; retry later';
   return new HttpError(503, 'STORAGE_UNAVAILABLE', message, undefined, { 'retry-after': '5' });

@@ -450,6 +450,27 @@ export class EventStore {
   }
 
   /**
+   * The eventIds of one source (topic and partition; HTTP_SOURCE for events posted without Kafka)
+   * stored since a time, the newest `limit` of them, oldest first. A worker that starts remembers
+   * these, so that a client retrying a post the previous process stored (its answer lost in the
+   * restart) is told it is a duplicate rather than counted twice by the rollup.
+   */
+  async recentEventIds(source: { topic: string; partition: number }, since: Date, limit: number): Promise<string[]> {
+    const rows = await this.db.queryRows<{ event_id: string }>(
+      `SELECT event_id FROM (
+         SELECT event_id, received_at
+           FROM ${this.tables.requestEvents}
+          WHERE source_topic = {topic:String} AND source_partition = {partition:Int32}
+            AND received_at >= {since:DateTime64(3, 'UTC')}
+          ORDER BY received_at DESC
+          LIMIT {limit:UInt64})
+       ORDER BY received_at`,
+      { topic: source.topic, partition: source.partition, since: toClickHouseTime(since.getTime()), limit },
+    );
+    return rows.map((row) => row.event_id);
+  }
+
+  /**
    * Raw events since a time, each eventId once (duplicates not yet merged away are collapsed here):
    * the newest `limit` of them, handed to `onPage` oldest first in pages of at most `pageSize`,
    * each page awaited before the next is read. Detection warms its windows from this; topic and

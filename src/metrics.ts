@@ -55,7 +55,12 @@ export class WorkerMetrics {
   });
   readonly flushFailures = new Counter({
     name: 'security_center_store_flush_failures_total',
-    help: 'Failed attempts to store a flush (each is retried with backoff)',
+    help: 'Failed attempts to store a flush\'s rows (each is retried with backoff)',
+    registers: [this.registry],
+  });
+  readonly deadLetterFailures = new Counter({
+    name: 'security_center_dead_letter_failures_total',
+    help: 'Failed attempts to produce a flush\'s dead letters to the dead-letter topic (each is retried with backoff)',
     registers: [this.registry],
   });
   /** Whether storage is up (migrated, and the last write succeeded): read at every scrape. */

@@ -23,6 +23,7 @@ function buffer(options: BufferTestOptions = {}) {
   const events: string[] = [];
   const logs: { msg: string; level: number }[] = [];
   let failuresLeft = options.failures ?? 0;
+  const metrics = new WorkerMetrics({ defaultMetrics: false });
   const eventBuffer = new EventBuffer({
     flushRows: options.flushRows ?? 3,
     flushIntervalMs: options.flushIntervalMs ?? 60_000,
@@ -54,10 +55,10 @@ function buffer(options: BufferTestOptions = {}) {
     },
     onOutage: () => events.push('outage'),
     onRecovery: () => events.push('recovery'),
-    metrics: new WorkerMetrics({ defaultMetrics: false }),
+    metrics,
     logger: createLogger('info', { write: (line: string) => logs.push(JSON.parse(line) as { msg: string; level: number }) }),
   });
-  return { eventBuffer, stored, commits, events, deadLetters, logs };
+  return { eventBuffer, stored, commits, events, deadLetters, logs, metrics };
 }
 
 /** Waits until `condition` holds, polling every millisecond or so. */
@@ -288,7 +289,7 @@ describe('EventBuffer', () => {
 
   it('reports failing dead letters as the dead-letter topic failing, not storage, and holds the offsets', async () => {
     let topicDown = true;
-    const { eventBuffer, stored, commits, events, logs } = buffer({ flushRows: 1, deadLettersFail: () => topicDown, deadLetterTopic: 'requests.dlq' });
+    const { eventBuffer, stored, commits, events, logs, metrics } = buffer({ flushRows: 1, deadLettersFail: () => topicDown, deadLetterTopic: 'requests.dlq' });
     const durable = eventBuffer.add({ lines: ['{"a":1}'], deadLetters: [deadLetterOf(0)], offsets: [{ topic: 't', partition: 0, offset: 2 }] });
     await until(() => events.filter((event) => event === 'dead letters failed').length >= 2);
     expect(eventBuffer.healthy).toBe(false);
@@ -303,6 +304,9 @@ describe('EventBuffer', () => {
     expect(stored).toEqual([]);
     expect(commits).toEqual([]);
     expect(events.filter((event) => event === 'outage')).toHaveLength(1);
+    // Counted as the topic's failures: storage's counter, which its alerts watch, stays at 0.
+    expect((await metrics.deadLetterFailures.get()).values[0]?.value).toBeGreaterThanOrEqual(2);
+    expect((await metrics.flushFailures.get()).values[0]?.value ?? 0).toBe(0);
 
     topicDown = false;
     await durable;

@@ -396,7 +396,7 @@ export class EventBuffer {
         break;
       } catch (error) {
         if (signal.aborted) throw error; // given up at the stop deadline, not a failure of storage
-        metrics.flushFailures.inc();
+        (stage === 'storage' ? metrics.flushFailures : metrics.deadLetterFailures).inc();
         if (this._failure !== stage) {
           const wasHealthy = this._failure === undefined;
           this._failure = stage;

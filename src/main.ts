@@ -208,6 +208,11 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
           metrics,
           logger: logger.child({ component: 'enforcement' }),
         });
+  if (enforcement && !analysis) {
+    // A deliberate topology (replicas that serve decisions beside those that detect), but not what an
+    // operator who turned detection off to silence it may expect: ENFORCEMENT_MODE is the switch.
+    logger.warn({ setting: 'ENFORCEMENT_MODE', mode: config.enforcement.mode }, 'FEATURE_ANOMALY_DETECTION is off, but enforcement serves the decisions of the alerts stored; set ENFORCEMENT_MODE=off to stop it');
+  }
   const detectionLoad = new DetectionLoadMonitor(metrics, logger.child({ component: 'detection' }));
   const onDetection = (detection: Detection) => {
     if (detection.load) detectionLoad.record(detection.load);

@@ -12,6 +12,8 @@
  * - An allowlisted key is never enforced, whatever its alerts say (the allowlist may have been
  *   extended after the alert opened). Allowlisted IPs and networks travel with each decision as
  *   `exemptIps`: the worker decides per key, and only the fleet sees each request's address.
+ *   Allowlisted user agents are not exempt: the client chooses its user agent, so exempting one
+ *   would let whoever holds a blocked key through by sending it.
  * - One decision per key: the strongest of its alerts' (block over throttle, then the one that
  *   lasts longest, then the lowest alert id), so the fleet applies a single lookup's answer. When
  *   it expires, the next strongest takes its place (DecisionSource.current).

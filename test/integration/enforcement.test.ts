@@ -169,6 +169,11 @@ describe('enforcement decisions', () => {
     const apiKeyId = `pk_live_${names.runId}`;
     const shadow = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra: { ...ADMIN_ENV, ENFORCEMENT_MODE: 'shadow' } }));
     const off = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra: ADMIN_ENV }));
+    // Detection off does not turn enforcement off (ENFORCEMENT_MODE does): it serves the stored alerts' decisions, and says so.
+    const warnings: string[] = [];
+    const notDetecting = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra: { ENFORCEMENT_MODE: 'shadow', FEATURE_ANOMALY_DETECTION: 'false' } }), {
+      logger: createLogger('warn', { write: (line: string) => warnings.push(JSON.parse(line).msg) }),
+    });
     try {
       await postAttack(shadow.url, apiKeyId);
       const shadowOf = async () => ((await readDecisions(shadow.url, `?apiKeyId=${apiKeyId}`)).body.data?.shadowDecisions ?? []) as { action: string }[];
@@ -180,6 +185,8 @@ describe('enforcement decisions', () => {
       expect(alert).toMatchObject({ severity: 'critical', recommendedAction: 'block' });
       expect((await shadowOf())[0]!.action).toBe(alert!.riskScore >= 0.95 ? 'block' : 'throttle');
       expect((await readDecisions(off.url)).status).toBe(404);
+      await waitFor(async () => ((await readDecisions(notDetecting.url, `?apiKeyId=${apiKeyId}`)).body.data?.shadowDecisions ?? []).length === 1, 'a replica without detection serves the decision', 30_000);
+      expect(warnings).toContainEqual(expect.stringMatching(/FEATURE_ANOMALY_DETECTION is off, but enforcement serves the decisions of the alerts stored; set ENFORCEMENT_MODE=off/));
 
       // Admins see the shadow decision as not applied; with enforcement off, the mode and nothing else.
       const shadowView = await adminCall(shadow.url, await token(MERCHANT, 'viewer'), `/enforcement?apiKeyId=${apiKeyId}`);
@@ -194,7 +201,7 @@ describe('enforcement decisions', () => {
       expect(await historyAt(shadow.url)).toEqual([expect.objectContaining({ apiKeyId, alertId: alert!.id, mode: 'shadow', endedAt: null, active: true })]);
       expect(await historyAt(off.url)).toEqual([expect.objectContaining({ apiKeyId, mode: 'shadow', endedAt: null, active: null })]);
     } finally {
-      await Promise.all([shadow.stop(), off.stop()]);
+      await Promise.all([shadow.stop(), off.stop(), notDetecting.stop()]);
     }
   });
 

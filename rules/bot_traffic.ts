@@ -223,6 +223,7 @@ export const rule: RuleDefinition<Params, Tally> = {
       if (verdict.category !== 'attack_tool') tally.automationPaths!.remove(event.path, event.timestamp);
       else if (--tally.attackEvents === 0) tally.newestAttack = -Infinity;
     },
+    entries: (tally) => tally.automationPaths?.size ?? 0,
     // An attack tool in the window fires at once; automation needs its distinct paths since the window
     // start, which are at most the automation paths of the whole window.
     mayFire(tally, params, now) {

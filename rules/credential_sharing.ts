@@ -214,6 +214,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     create: () => new ValueMinutes<string>(),
     add: (networks, event) => networks.add(event.network, event.timestamp),
     remove: (networks, event) => networks.remove(event.network, event.timestamp),
+    entries: (networks) => networks.size,
     // evaluate's test, with at most its recent networks (those seen since the recent interval began)
     // against at least its baseline: a busy key that always calls from many networks (edge functions,
     // several regions) has its window read only when its recent networks outnumber its usual ones.

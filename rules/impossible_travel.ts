@@ -255,6 +255,7 @@ export const rule: RuleDefinition<Params, Tally> = {
         tally.last = undefined;
       }
     },
+    entries: (tally) => tally.places.size,
     // A finding needs a recent hop (two geolocated events since the window start, at different points)
     // into a point not known before the hop. With no history, a point also seen in a whole minute
     // between the window start and the recent part was known before any recent hop into it. With a

@@ -123,6 +123,11 @@ export class WorkerMetrics {
     help: 'Networks and places of the last 7 days that detection remembers for all keys, with a window or idle (about 110 bytes each, counted against the memory budget)',
     registers: [this.registry],
   });
+  readonly detectionTallyEntries = new Gauge({
+    name: 'security_center_detection_tally_entries',
+    help: 'Distinct networks, places and paths the rules\' running tallies hold for the keys with a window (about a window event\'s memory each, counted against the memory budget)',
+    registers: [this.registry],
+  });
   readonly detectionEventsPerKeyCap = new Gauge({
     name: 'security_center_detection_events_per_key_cap',
     help: 'Events a key may keep in its window: lower than usual while the windows are over their memory budget',

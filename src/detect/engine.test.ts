@@ -4,7 +4,7 @@ import { RULES } from '../../rules/index.ts';
 import { prng } from '../../test/support/random.ts';
 import { PLACES } from '../../rules/fixtures.ts';
 import { DetectionConfig } from './detection-config.ts';
-import { capWithin, DetectionEngine, HISTORY_ENTRIES_PER_KEY, HISTORY_ENTRY_WEIGHT, KEY_WEIGHT, MIN_EVENTS_PER_KEY, REJUDGE_MS, type AnyRule, type EngineLoad } from './engine.ts';
+import { capWithin, DetectionEngine, HISTORY_ENTRIES_PER_KEY, HISTORY_ENTRY_WEIGHT, KEY_WEIGHT, MIN_EVENTS_PER_KEY, REJUDGE_MS, TALLY_ENTRIES_PER_KEY, TALLY_ENTRY_WEIGHT, type AnyRule, type EngineLoad } from './engine.ts';
 import { eventIdHash } from './event-id-hashes.ts';
 import type { GeoLookup } from './geo.ts';
 
@@ -41,10 +41,15 @@ const countingRule: AnyRule = {
       : [],
 };
 
-/** What the memory budget bounds, from the engine's load: windows, keys, and history entries beyond HISTORY_ENTRIES_PER_KEY per history. */
+/** What the memory budget bounds, from the engine's load: windows, keys, history entries beyond HISTORY_ENTRIES_PER_KEY per history, tally entries beyond TALLY_ENTRIES_PER_KEY per key. */
 function budgetCost(load: EngineLoad): number {
   const histories = load.trackedKeys + load.idleHistories;
-  return load.windowEvents + KEY_WEIGHT * load.trackedKeys + HISTORY_ENTRY_WEIGHT * Math.max(0, load.historyEntries - HISTORY_ENTRIES_PER_KEY * histories);
+  return (
+    load.windowEvents +
+    KEY_WEIGHT * load.trackedKeys +
+    HISTORY_ENTRY_WEIGHT * Math.max(0, load.historyEntries - HISTORY_ENTRIES_PER_KEY * histories) +
+    TALLY_ENTRY_WEIGHT * Math.max(0, load.tallyEntries - TALLY_ENTRIES_PER_KEY * load.trackedKeys)
+  );
 }
 
 const throwingRule: AnyRule = { ...countingRule, id: 'bot_traffic', evaluate: () => { throw new Error('boom'); } };
@@ -369,6 +374,31 @@ describe('DetectionEngine', () => {
       expect(detection.load.idleHistories).toBe(50);
     });
 
+    it('counts the rules\' tally entries against the budget: a botnet sending every request from a new network and place stays within it', () => {
+      // Every address its own network, at its own point on the map.
+      const everywhere: GeoLookup = {
+        lookup: (ip) => {
+          const [a, b, c] = ip.split('.').map(Number) as [number, number, number];
+          return { latitude: -60 + ((b * 256 + c) % 1200) / 10, longitude: -170 + a + Math.floor((b * 256 + c) / 1200) / 10, accuracyKm: 20, country: 'US' };
+        },
+      };
+      const budget = 4_000;
+      const detection = new DetectionEngine({ rules: [...RULES], entitledPlans: ['business'], geo: everywhere, config: () => new DetectionConfig(), maxWindowEvents: budget, clock: WALL_CLOCK });
+      for (let b = 0; b < 20; b++) {
+        const batch = Array.from({ length: 500 }, (_, j) => {
+          const n = b * 500 + j;
+          return event(n, { apiKeyId: `pk_live_bot${n % 5}`, ip: `${11 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}.7`, timestamp: T0 + n * 100 });
+        });
+        detection.process(batch, T0 + (b * 500 + 499) * 100);
+        expect(budgetCost(detection.load)).toBeLessThanOrEqual(budget);
+      }
+      // The tallies hold about two entries per window event (a network and a place), which the windows make room for.
+      const { windowEvents, tallyEntries, shedEvents } = detection.load;
+      expect(tallyEntries).toBeGreaterThan(windowEvents);
+      expect(windowEvents).toBeLessThan(budget / 2);
+      expect(shedEvents).toBeGreaterThan(0);
+    });
+
     it('finds the highest cap that fits', () => {
       expect(capWithin([1_000, 500, 50], 700, 5_000)).toBe(325);
       expect(capWithin([1_000, 500, 50], 10_000, 5_000)).toBe(5_000);
@@ -498,8 +528,10 @@ describe('DetectionEngine with the rules of rules/', () => {
     [7, 2_500],
   ])('finds exactly what evaluating every rule on every window finds (traffic %i, budget %s)', (seed, maxWindowEvents) => {
     const screened = engineWith([...RULES], maxWindowEvents);
+    // Every window read, every time: the screens keep their tallies (whose entries count against
+    // the budget alike, so both engines shed the same events) but never say no.
     const unscreened = engineWith(
-      RULES.map(({ screen: _screen, ...rule }) => rule as AnyRule),
+      RULES.map((rule) => ({ ...rule, screen: { ...rule.screen, mayFire: () => true } }) as AnyRule),
       maxWindowEvents,
     );
     const fired = new Set<string>();

@@ -95,6 +95,22 @@ const BYTES_PER_HISTORY_ENTRY = 110;
  */
 export const HISTORY_ENTRY_WEIGHT = BYTES_PER_HISTORY_ENTRY / BYTES_PER_WINDOW_EVENT;
 
+/**
+ * The distinct values each tracked key's tallies hold outside the budget's count (RuleScreen.entries:
+ * networks, places, paths), an ordinary key's: one network, one place, and a spare. KEY_WEIGHT covers
+ * them; beyond them, each counts as TALLY_ENTRY_WEIGHT events.
+ */
+export const TALLY_ENTRIES_PER_KEY = 3;
+
+/**
+ * A tally entry against the budget, in events. Measured with a flood of 10 keys whose every event
+ * came from a new network, or a new place, or both: 280-440 B an entry, with its Map entry and
+ * minutes, so 1.5 window events with room. Uncounted, such a flood (a botnet on a few keys) held
+ * 1,180 B per window event against the 300 the budget assumes: 3.5 times the budget, which is
+ * half the heap, so the analysis thread ran out of heap.
+ */
+export const TALLY_ENTRY_WEIGHT = 1.5;
+
 /** The default memory budget for a heap of `heapMb` MiB: windows may take half of it. */
 export function windowBudgetFor(heapMb: number): number {
   return Math.floor((heapMb * 1024 * 1024) / 2 / BYTES_PER_WINDOW_EVENT);
@@ -120,6 +136,8 @@ export interface EngineLoad {
   historyEntries: number;
   /** Idle keys' histories dropped to stay within the budget (not those dropped for their age or the idle count cap). */
   shedHistories: number;
+  /** Distinct values held by the rules' tallies of all tracked keys (beyond TALLY_ENTRIES_PER_KEY per key, counted against the budget). */
+  tallyEntries: number;
 }
 
 const MINUTE = 60_000;
@@ -164,6 +182,8 @@ interface KeyState {
   partition: number;
   /** Per rule (same index as the rules): its screen's tally, undefined without a screen, or BROKEN. */
   tallies: unknown[];
+  /** The entries its tallies held when last counted (countTallyEntries), part of the engine's tallyEntries. */
+  tallyEntries: number;
   /** Per rule: its parameters for this key, merged under paramsConfig for paramsPlan. */
   params: unknown[];
   paramsConfig: DetectionConfig | undefined;
@@ -228,6 +248,8 @@ export class DetectionEngine {
   private eventsPerKeyCap: number;
   /** Events in all windows together. */
   private windowEvents = 0;
+  /** The distinct values all tracked keys' tallies hold (each key's as last counted). */
+  private tallyEntries = 0;
   private shedEvents = 0;
   private forgottenKeys = 0;
   private shedHistories = 0;
@@ -266,6 +288,7 @@ export class DetectionEngine {
       idleHistories: this.idleHistories.size,
       historyEntries: this.historyEntries.entries,
       shedHistories: this.shedHistories,
+      tallyEntries: this.tallyEntries,
     };
   }
 
@@ -425,6 +448,7 @@ export class DetectionEngine {
     keys.delete(key);
     this.deferredKeys.delete(state);
     this.windowEvents -= state.window.size;
+    this.tallyEntries -= state.tallyEntries;
     if (keepHistory && state.history.size > 0) this.keepIdle(keyRef(state.merchantId, state.apiKeyId), { history: state.history, partition: state.partition });
     else state.history.release();
   }
@@ -456,7 +480,12 @@ export class DetectionEngine {
 
   /** The windows' and histories' cost against the budget, in events. */
   private get cost(): number {
-    return this.windowEvents + KEY_WEIGHT * this.trackedKeys + HISTORY_ENTRY_WEIGHT * this.historyEntriesCounted;
+    return this.windowEvents + KEY_WEIGHT * this.trackedKeys + HISTORY_ENTRY_WEIGHT * this.historyEntriesCounted + TALLY_ENTRY_WEIGHT * this.tallyEntriesCounted;
+  }
+
+  /** The tally entries beyond TALLY_ENTRIES_PER_KEY per tracked key, all keys together. */
+  private get tallyEntriesCounted(): number {
+    return Math.max(0, this.tallyEntries - TALLY_ENTRIES_PER_KEY * this.trackedKeys);
   }
 
   /**
@@ -487,12 +516,16 @@ export class DetectionEngine {
     this.shedIdleHistories(target);
     if (this.cost <= target) return;
     const states = [...this.keys.values(), ...this.sharedIds.values()];
-    const room = target - KEY_WEIGHT * states.length - HISTORY_ENTRY_WEIGHT * this.historyEntriesCounted;
-    this.eventsPerKeyCap = capWithin(states.map((state) => state.window.size), room, this.eventsPerKeyCap);
+    // Tally entries come with events (a key flooded from new networks holds one per event): they
+    // leave as the events do, so each event is taken to bring its share of them.
+    const perEvent = 1 + (TALLY_ENTRY_WEIGHT * this.tallyEntriesCounted) / Math.max(1, this.windowEvents);
+    const room = (target - KEY_WEIGHT * states.length - HISTORY_ENTRY_WEIGHT * this.historyEntriesCounted) / perEvent;
+    this.eventsPerKeyCap = capWithin(states.map((state) => state.window.size), Math.floor(room), this.eventsPerKeyCap);
     for (const state of states) {
       if (state.window.size <= this.eventsPerKeyCap) continue;
       const before = state.window.size + this.thinnedEvents;
       this.prune(state);
+      this.countTallyEntries(state);
       this.shedEvents += before - state.window.size - this.thinnedEvents;
     }
     if (this.cost <= target) return;
@@ -586,6 +619,24 @@ export class DetectionEngine {
     this.windowEvents += state.arrived.length;
     state.arrived.length = 0;
     this.prune(state);
+    this.countTallyEntries(state);
+  }
+
+  /** Counts the distinct values the key's tallies hold now (RuleScreen.entries) into tallyEntries. */
+  private countTallyEntries(state: KeyState): void {
+    let entries = 0;
+    for (let r = 0; r < this.rules.length; r++) {
+      const tally = state.tallies[r];
+      const count = this.rules[r]!.screen?.entries;
+      if (tally === undefined || tally === BROKEN || count === undefined) continue;
+      try {
+        entries += count(tally);
+      } catch (error) {
+        this.screenFailed(state, r, error);
+      }
+    }
+    this.tallyEntries += entries - state.tallyEntries;
+    state.tallyEntries = entries;
   }
 
   /** An event enters or leaves the key's window: every rule's tally follows; a screen that throws is set aside. */
@@ -623,6 +674,7 @@ export class DetectionEngine {
       eventIds: new EventIdHashes(),
       partition,
       tallies: this.rules.map((rule) => rule.screen?.create()),
+      tallyEntries: 0,
       params: [],
       paramsConfig: undefined,
       paramsPlan: undefined,

@@ -4,7 +4,7 @@ import { WorkerMetrics } from '../metrics.ts';
 import type { EngineLoad } from './engine.ts';
 import { DetectionLoadMonitor, HISTORY_WARNING_MS } from './load-monitor.ts';
 
-const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0, idleHistories: 0, historyEntries: 0, shedHistories: 0 };
+const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0, idleHistories: 0, historyEntries: 0, shedHistories: 0, tallyEntries: 0 };
 
 function monitor(clock?: () => number) {
   const lines: { level: number; msg: string }[] = [];

@@ -120,6 +120,13 @@ export interface RuleScreen<P, T> {
   remove(tally: T, event: WindowEvent): void;
   /** False only when evaluate would find nothing; history is the window's (KeyWindow.history). */
   mayFire(tally: T, params: P, now: number, history?: KeyHistoryView): boolean;
+  /**
+   * How many distinct values (networks, places, paths, ...) the tally holds, for a tally that keeps
+   * one entry per value: each weighs about as much as a window event, and a key flooded from new
+   * values holds about one per event, so the engine counts them against its memory budget. Cheap:
+   * asked for each key a batch touches.
+   */
+  entries?(tally: T): number;
 }
 
 export interface RuleDefinition<P extends Record<string, number | string | boolean | readonly string[]> = Record<string, number>, T = unknown> {

@@ -312,6 +312,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   if (analysis && config.ingest.token) {
     registerHttpIngest(app, {
       recalled,
+      maxBufferedRows: config.store.maxBufferedRows,
       token: config.ingest.token,
       maxEvents: config.ingest.maxEvents,
       eventTimes,

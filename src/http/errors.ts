@@ -90,6 +90,36 @@ export function toHttpError(error: FastifyError | Error): HttpError {
 
 export function handleError(error: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): void {
   const httpError = toHttpError(error);
-  if (httpError.statusCode >= 500) request.log.error({ err: error }, 'request failed');
+  if (isUnexpected(error, httpError)) request.log.error({ err: error }, 'request failed');
+  else if (httpError.statusCode >= 500) warnRefused(request, httpError);
   void reply.code(httpError.statusCode).headers(httpError.headers).send(renderError(httpError));
+}
+
+/** A 500: an error no code path chose to answer with (a deliberate 503 such as STORAGE_UNAVAILABLE is expected). */
+function isUnexpected(error: Error, httpError: HttpError): boolean {
+  return httpError.statusCode >= 500 && (!(error instanceof HttpError) || error.statusCode === 500);
+}
+
+const REFUSAL_WARNING_INTERVAL_MS = 60_000;
+
+/** Per server and code: when the last warning was logged, and the refusals since then. */
+const refusalTallies = new WeakMap<object, Map<ErrorCode, { loggedAt: number; refused: number }>>();
+
+/**
+ * A deliberate 5xx (503 STORAGE_UNAVAILABLE while storage is down or slow) is logged as a warning
+ * without a stack, at most once a minute per code with the count since the last such line: a line
+ * per refused request would flood the log just when on-call reads it. What refuses them (the
+ * buffer's outage, a Kafka failure) logs its own cause.
+ */
+function warnRefused(request: FastifyRequest, error: HttpError): void {
+  let tallies = refusalTallies.get(request.server);
+  if (!tallies) refusalTallies.set(request.server, (tallies = new Map()));
+  const tally = tallies.get(error.code) ?? { loggedAt: Number.NEGATIVE_INFINITY, refused: 0 };
+  tallies.set(error.code, tally);
+  tally.refused++;
+  const now = Date.now();
+  if (now - tally.loggedAt < REFUSAL_WARNING_INTERVAL_MS) return;
+  request.log.warn({ status: error.statusCode, code: error.code, reason: error.message, refused: tally.refused }, 'requests refused (logged at most once a minute)');
+  tally.loggedAt = now;
+  tally.refused = 0;
 }

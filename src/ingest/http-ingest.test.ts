@@ -5,7 +5,7 @@ import { EVENT_TIME_RANGE, type RequestEvent } from '../events/request-event.ts'
 import { createHttpServer } from '../http/server.ts';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
-import type { EventBuffer } from './event-buffer.ts';
+import { EventBuffer } from './event-buffer.ts';
 import { registerHttpIngest, type HttpIngestOptions } from './http-ingest.ts';
 import { RecentEventIds } from './recent-event-ids.ts';
 
@@ -17,9 +17,62 @@ const event = (i: number) => makeEvent(i, { runId: 'unit', startMs: Date.UTC(202
 const MIXED = [event(0), event(1), { ...event(2), status: 'ok' }, { ...event(3), userAgent: 'sdk sk_live_abcdefgh12345678' }, event(0)];
 
 const apps: FastifyInstance[] = [];
+const buffers: EventBuffer[] = [];
 afterEach(async () => {
   for (const app of apps.splice(0)) await app.close();
+  for (const buffer of buffers.splice(0)) await buffer.stop(100);
 });
+
+/** A promise that a test settles: storage that answers when the test lets it. */
+function deferred() {
+  let resolve!: () => void;
+  let reject!: (error: Error) => void;
+  const promise = new Promise<void>((res, rej) => ((resolve = res), (reject = rej)));
+  return { promise, resolve, reject };
+}
+
+/** Polls until the condition holds (a generous deadline: it fails only if it never does). */
+async function until(condition: () => boolean | Promise<boolean>, what: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`never happened: ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+/** A buffer whose add() resolves (the rows are durable) when `durable` does; records each add's lines. */
+function slowBuffer(durable: Promise<void>) {
+  const adds: string[][] = [];
+  const buffer = {
+    healthy: true,
+    add: ({ lines }: { lines: string[] }) => (adds.push(lines), durable),
+    onOutage: () => () => undefined,
+  } as unknown as EventBuffer;
+  return { buffer, adds };
+}
+
+/** The real buffer over `storeRows`, flushing at once (10 ms) and retrying fast. */
+function realBuffer(storeRows: (body: Buffer) => Promise<void>, { flushRows = 1000, maxBufferedRows = 1000 } = {}): EventBuffer {
+  const buffer = new EventBuffer({
+    flushRows,
+    flushIntervalMs: 10,
+    maxBufferedRows,
+    storeRows,
+    sendDeadLetters: async () => undefined,
+    commit: async () => undefined,
+    metrics: new WorkerMetrics({ defaultMetrics: false }),
+    logger: createLogger('silent'),
+    retryInitialMs: 10,
+    retryMaxMs: 20,
+  });
+  buffers.push(buffer);
+  return buffer;
+}
+
+/** The eventIds of the rows in an insert's body. */
+const idsIn = (body: Buffer) => body.toString().split('\n').filter((row) => row.length > 0).map((row) => row.split('\t')[0]!);
+
+const events = (from: number, count: number) => Array.from({ length: count }, (_, i) => event(from + i));
 
 /** A server with HTTP ingest, storing directly (a buffer that takes everything) or publishing through `publish`. */
 async function server(options: Partial<HttpIngestOptions> = {}) {
@@ -76,6 +129,29 @@ describe('HTTP ingest: the request', () => {
     expect(app.stored).toEqual([]);
     // The same text as NDJSON is one event.
     expect((await send(app, JSON.stringify(event(0)), 'application/x-ndjson', `Bearer ${TOKEN}`)).body.data).toMatchObject({ accepted: 1 });
+  });
+
+  it('reads one pretty-printed object sent as NDJSON or plain text as the one event it is', async () => {
+    const app = await server();
+    for (const [i, contentType] of ['application/x-ndjson', 'text/plain'].entries()) {
+      const answer = await send(app, `\uFEFF${JSON.stringify(event(20 + i), null, 2)}\n`, contentType, `Bearer ${TOKEN}`);
+      expect({ contentType, status: answer.status, data: answer.body.data }).toEqual({ contentType, status: 202, data: { accepted: 1, rejected: 0, duplicates: 0, errors: [] } });
+    }
+    expect(app.stored.flat()).toHaveLength(2);
+    // Checked as an array item is: a secret in it is refused, and not echoed.
+    const leaked = await send(app, JSON.stringify({ ...event(22), userAgent: 'sdk sk_live_abcdefgh12345678' }, null, 2), 'text/plain', `Bearer ${TOKEN}`);
+    expect(leaked.body.data).toMatchObject({ accepted: 0, rejected: 1, errors: [{ index: 0, reason: 'secret_in_event' }] });
+    expect(JSON.stringify(leaked.body)).not.toContain('abcdefgh12345678');
+    // Lines that are not one object together are NDJSON still: one answer per line.
+    const twoLines = await send(app, `${JSON.stringify(event(23))}\n${JSON.stringify(event(24))}`, 'application/x-ndjson', `Bearer ${TOKEN}`);
+    expect(twoLines.body.data).toMatchObject({ accepted: 2, rejected: 0 });
+  });
+
+  it('reports an NDJSON line by its index in the body, blank lines counted', async () => {
+    const app = await server();
+    const body = `${JSON.stringify(event(30))}\n\n  \r\n{broken\r\n${JSON.stringify({ ...event(31), status: 'ok' })}\n\n`;
+    const answer = await send(app, body, 'application/x-ndjson', `Bearer ${TOKEN}`);
+    expect(answer.body.data).toMatchObject({ accepted: 1, rejected: 2, errors: [{ index: 3, reason: 'invalid_json' }, { index: 4, eventId: 'evt_unit_31', reason: 'validation_failed' }] });
   });
 
   it('reads a JSON array after a byte-order mark whatever the content type says', async () => {
@@ -148,5 +224,109 @@ describe('HTTP ingest with Kafka (publish)', () => {
     // The first event reached the brokers after all: its retry is a duplicate.
     expect((await post([event(0)])).body.data).toMatchObject({ accepted: 0, duplicates: 1 });
     expect(calls).toBe(2);
+  });
+});
+
+describe('HTTP ingest without Kafka: a repeat counts as a duplicate only once its rows are durable', () => {
+  it('answers a retry of events still being stored 503 while they are not durable, and a duplicate once they are, never buffering them twice', async () => {
+    const storage = deferred();
+    const { buffer, adds } = slowBuffer(storage.promise);
+    const { post } = await server({ buffer, storeTimeoutMs: 100 });
+    expect((await post([event(0)])).status).toBe(503);
+    // Storage is slow, not down: the rows stay buffered but are not durable, so a stop could still lose them.
+    const retry = await post([event(0)]);
+    expect(retry.status).toBe(503);
+    expect(retry.headers['retry-after']).toBe('5');
+    expect(adds).toHaveLength(1);
+    storage.resolve();
+    await storage.promise;
+    const late = await post([event(0), event(1)]);
+    expect(late.status).toBe(202);
+    expect(late.body.data).toMatchObject({ accepted: 1, duplicates: 1 });
+    expect(adds.map((lines) => lines.length)).toEqual([1, 1]);
+  });
+
+  it('answers a repeat posted while the first post waits 202 once the rows are durable, and takes the event once', async () => {
+    const storage = deferred();
+    const { buffer, adds } = slowBuffer(storage.promise);
+    const { post, metrics } = await server({ buffer, storeTimeoutMs: 60_000 });
+    let durable = false;
+    const answered = (answer: Awaited<ReturnType<typeof post>>) => ({ status: answer.status, data: answer.body.data, durable });
+    const first = post([event(0)]).then(answered);
+    const repeat = post([event(0)]).then(answered);
+    // Both posts are read (the repeat counted as a duplicate) before storage answers.
+    await until(() => adds.length === 1, 'the first post is buffered');
+    await until(async () => (await metrics.eventsDuplicate.get()).values[0]?.value === 1, 'the repeat is read');
+    durable = true;
+    storage.resolve();
+    expect(await first).toMatchObject({ status: 202, data: { accepted: 1, duplicates: 0 }, durable: true });
+    expect(await repeat).toMatchObject({ status: 202, data: { accepted: 0, duplicates: 1 }, durable: true });
+    expect(adds).toHaveLength(1);
+  });
+
+  it('after an outage, answers a retry 503 while the flush holding its events is not stored yet, though the buffer is healthy again', async () => {
+    const failFirstAttempt = deferred();
+    const holdLaterFlush = deferred();
+    const stored: string[] = [];
+    let attempts = 0;
+    const waiting = event(1).eventId;
+    const buffer = realBuffer(async (body) => {
+      const ids = idsIn(body);
+      if (++attempts === 1) {
+        await failFirstAttempt.promise;
+        throw new Error('injected storage outage');
+      }
+      if (ids.includes(waiting)) await holdLaterFlush.promise;
+      stored.push(...ids);
+    });
+    const { post } = await server({ buffer, storeTimeoutMs: 1_000 });
+    const before = post([event(0)]);
+    await until(() => attempts === 1, "the first post's insert has begun");
+    const caught = post([event(1)]);
+    await until(() => buffer.bufferedRows === 1, 'the second post waits for the next flush');
+    failFirstAttempt.resolve(); // the insert fails: an outage, reported to both posts
+    expect((await before).status).toBe(503);
+    expect((await caught).status).toBe(503);
+    await until(() => buffer.healthy && attempts === 3, "storage is back, and the second post's flush is being stored");
+    const retry = await post([event(1)]);
+    expect({ status: retry.status, code: retry.body.error?.code }).toEqual({ status: 503, code: 'STORAGE_UNAVAILABLE' });
+    holdLaterFlush.resolve();
+    await until(() => stored.includes(waiting), 'the flush is stored');
+    expect((await post([event(1)])).body.data).toMatchObject({ accepted: 0, duplicates: 1 });
+    expect(stored.sort()).toEqual([event(0).eventId, waiting]);
+  });
+});
+
+describe('HTTP ingest without Kafka: back-pressure', () => {
+  it('refuses (503) a post that would take the rows waiting for storage past maxBufferedRows, without buffering, detecting or remembering its events', async () => {
+    const storage = deferred();
+    let inserts = 0;
+    const buffer = realBuffer(async () => (inserts++, storage.promise), { flushRows: 5, maxBufferedRows: 8 });
+    const { post, detected } = await server({ buffer, maxBufferedRows: 8, storeTimeoutMs: 10_000 });
+    const stored = post(events(0, 5)); // a full flush: its insert begins at once, and hangs
+    await until(() => inserts === 1, 'the first insert has begun');
+    const waiting = post(events(5, 5));
+    await until(() => buffer.bufferedRows === 5, 'the second post waits for the next flush');
+    const refused = await post(events(10, 4)); // 5 + 4 > 8
+    expect({ status: refused.status, code: refused.body.error?.code, retryAfter: refused.headers['retry-after'] }).toEqual({ status: 503, code: 'STORAGE_UNAVAILABLE', retryAfter: '5' });
+    expect(buffer.bufferedRows).toBe(5);
+    const fits = post(events(14, 3)); // 5 + 3 = 8
+    await until(() => buffer.bufferedRows === 8, 'a post that fits is buffered');
+    expect(detected.flat()).toHaveLength(13);
+    storage.resolve();
+    for (const [answer, accepted] of [[stored, 5], [waiting, 5], [fits, 3]] as const) expect((await answer).body.data).toMatchObject({ accepted });
+    // Nothing of the refused post was kept: its retry is taken, not dropped as a duplicate.
+    expect((await post(events(10, 4))).body.data).toMatchObject({ accepted: 4, duplicates: 0 });
+  });
+
+  it('refuses with 400, saying why, a post of more events than the buffer may hold, and takes one of exactly that many', async () => {
+    const buffer = realBuffer(async () => undefined, { flushRows: 5, maxBufferedRows: 8 });
+    const { post, detected } = await server({ buffer, maxBufferedRows: 8 });
+    const tooMany = await post(events(0, 9));
+    expect(tooMany.status).toBe(400);
+    expect(tooMany.body).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path: ['body'], message: expect.stringContaining('at most 8 events per request') }] });
+    expect(tooMany.body.details[0].message).toContain('STORE_MAX_BUFFERED_ROWS');
+    expect(detected).toEqual([]);
+    expect((await post(events(0, 8))).body.data).toMatchObject({ accepted: 8 });
   });
 });

@@ -10,6 +10,12 @@
  * stores and detects them, so a key's events meet in one place and a retry sent to another replica
  * is dropped there as a redelivery. Either way, when that cannot be done in time the answer is 503
  * with Retry-After, and a retry of the same events is not counted twice.
+ *
+ * Without Kafka, an event counts as a duplicate only once its rows are durable: a retry of events
+ * still being stored (a post answered 503 whose rows stayed buffered) waits for them as their own
+ * post did, and gets 503 again if they are not stored in time, never a 202 for rows a stop could
+ * still lose. A post whose events would take the rows waiting for storage past `maxBufferedRows` is
+ * refused (503) without buffering them: slow storage slows intake rather than fill memory.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import {
@@ -52,20 +58,42 @@ export interface HttpIngestOptions {
    * told from a new post, so a post waits for it (up to storeTimeoutMs, then 503).
    */
   recalled?: Promise<void>;
+  /**
+   * Without Kafka: the most rows `buffer` holds waiting for the next flush (the buffer's
+   * maxBufferedRows, STORE_MAX_BUFFERED_ROWS). A post whose accepted events would take it past this
+   * is refused with 503 and Retry-After, neither buffered nor remembered; a post of more events than
+   * this could never be taken and is refused with 400. Without it, posts are not limited by the buffer.
+   */
+  maxBufferedRows?: number;
 }
 
 export interface IngestReport {
   accepted: number;
   rejected: number;
   duplicates: number;
+  /** `index`: the event's position in a JSON array, or its line's (from 0, blank lines counted) in NDJSON. */
   errors: { index: number; eventId?: string; reason: RejectionReason; details: FieldError[] }[];
+}
+
+/** One event of a body: where it is (an array index, or a line index in NDJSON) and what it parsed to. */
+interface BodyEvent {
+  index: number;
+  result: ParseResult;
+}
+
+/** How a post's events are answered: the report, the events to store or publish, and the stores still under way of those it repeats. */
+interface Classified {
+  report: IngestReport;
+  accepted: RequestEvent[];
+  /** Without Kafka: the buffer's promises for events this post repeats whose rows are not durable yet. */
+  stillStoring: Set<Promise<void>>;
 }
 
 const NDJSON_TYPES = ['application/x-ndjson', 'application/ndjson', 'application/jsonl'];
 
 export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOptions): void {
   const authenticate = bearerTokenCheck(options.token, 'ingest token');
-  const { publish, buffer, recentIds, metrics, recalled } = options;
+  const { publish, buffer, recentIds, metrics, recalled, maxBufferedRows } = options;
   const timeoutMs = options.storeTimeoutMs ?? 10_000;
   /**
    * Posts whose events the brokers had not acknowledged by their deadline and still have not: while
@@ -73,6 +101,12 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
    * more events behind them (the producer retries those until the brokers take them).
    */
   let overdue = 0;
+  /**
+   * Without Kafka: the ids of accepted events whose rows are not durable yet, with the buffer's
+   * promise for them. An id moves to `recentIds` once its rows are durable, and leaves at once if the
+   * buffer gives them up (stopped). It never holds more ids than the buffer holds posted rows.
+   */
+  const storing = new Map<string, Promise<void>>();
   app.addContentTypeParser(NDJSON_TYPES, { parseAs: 'string' }, (_request, body, done) => done(null, body));
 
   /** Produces the events; they are remembered once the brokers have them, however late, so a retry after a failure is produced again. */
@@ -94,12 +128,83 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     return outcome;
   }
 
-  /** Stores the events; they are remembered at once: after a 503 the rows stay buffered and are stored, so a retry is a duplicate. */
-  function store(events: RequestEvent[]) {
-    for (const event of events) recentIds.checkAndAdd(event.eventId);
+  /**
+   * Buffers the events; their ids are in `storing` until the rows are durable, then remembered. So
+   * after a 503 the rows stay buffered, and a retry waits for them instead of being stored again.
+   * Runs in the same synchronous stretch as `classify`: two concurrent posts of an event cannot both take it.
+   */
+  function store(events: RequestEvent[]): Promise<void> {
     options.onAccepted?.(events);
-    const lines = events.map((event) => serializeEventRow(event, HTTP_SOURCE));
-    return settleWithin(buffer.add({ lines }), timeoutMs, (listener) => buffer.onOutage(listener));
+    const durable = buffer.add({ lines: events.map((event) => serializeEventRow(event, HTTP_SOURCE)) });
+    const ids = events.map((event) => event.eventId);
+    for (const id of ids) storing.set(id, durable);
+    durable.then(
+      () => {
+        for (const id of ids) {
+          recentIds.checkAndAdd(id);
+          storing.delete(id);
+        }
+      },
+      () => {
+        for (const id of ids) storing.delete(id);
+      },
+    );
+    return durable;
+  }
+
+  /** Without Kafka: stores the accepted events and waits, within the timeout, for them and for those still being stored that the post repeats. */
+  function storeAndWait({ accepted, stillStoring }: Classified): Promise<'done' | 'failed' | 'timeout'> | 'done' {
+    const waits = [...stillStoring];
+    if (accepted.length > 0) waits.push(store(accepted));
+    if (waits.length === 0) return 'done';
+    return settleWithin(
+      Promise.all(waits).then(() => undefined),
+      timeoutMs,
+      (listener) => buffer.onOutage(listener),
+    );
+  }
+
+  /** Sorts the events into rejected, duplicates (remembered, repeated in this post, or still being stored) and accepted. */
+  function classify(events: readonly BodyEvent[]): Classified {
+    const report: IngestReport = { accepted: 0, rejected: 0, duplicates: 0, errors: [] };
+    const accepted: RequestEvent[] = [];
+    const stillStoring = new Set<Promise<void>>();
+    const inRequest = new Set<string>();
+    for (const { index, result } of events) {
+      if (!result.ok) {
+        report.rejected++;
+        const { reason, errors, eventId } = result.rejection;
+        report.errors.push({ index, ...(eventId === undefined ? {} : { eventId }), reason, details: errors });
+        continue;
+      }
+      const { eventId } = result.event;
+      const beingStored = storing.get(eventId);
+      if (inRequest.has(eventId) || recentIds.has(eventId)) {
+        report.duplicates++;
+      } else if (beingStored) {
+        // A duplicate once its rows are durable: the post waits for them (storeAndWait).
+        report.duplicates++;
+        stillStoring.add(beingStored);
+      } else {
+        inRequest.add(eventId);
+        report.accepted++;
+        accepted.push(result.event);
+      }
+    }
+    return { report, accepted, stillStoring };
+  }
+
+  /** Without Kafka: whether `rows` more would take the rows waiting for the next flush past the buffer's limit. */
+  function wouldOverfillBuffer(rows: number): boolean {
+    return maxBufferedRows !== undefined && buffer.bufferedRows + rows > maxBufferedRows;
+  }
+
+  function countOutcomes({ report, accepted }: Classified, events: number): void {
+    for (const { reason } of report.errors) metrics.eventsRejected.inc({ reason });
+    // Each event is counted once as consumed: with Kafka, an accepted one by the replica that
+    // consumes it from the topic (here it counts as produced once acknowledged); the others end here.
+    metrics.eventsConsumed.inc({ source: 'http' }, publish ? events - accepted.length : events);
+    if (report.duplicates > 0) metrics.eventsDuplicate.inc({ source: 'http' }, report.duplicates);
   }
 
   // The token is checked before the body is read: a caller without it gets 401, whatever it sent,
@@ -108,32 +213,15 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     // With Kafka, storage is the consumer's business: the topic holds the events through its outage.
     if (publish ? overdue > 0 : !buffer.healthy) throw unavailable(publish !== undefined);
     if (recalled && (await settleWithin(recalled, timeoutMs)) === 'timeout') throw stillStarting();
-    const results = parseBody(request.body, isJsonType(request.headers['content-type']), options.maxEvents, options.eventTimes);
-    const report: IngestReport = { accepted: 0, rejected: 0, duplicates: 0, errors: [] };
-    const accepted: RequestEvent[] = [];
-    const inRequest = new Set<string>();
-    results.forEach((result, index) => {
-      if (!result.ok) {
-        report.rejected++;
-        const { reason, errors, eventId } = result.rejection;
-        report.errors.push({ index, ...(eventId === undefined ? {} : { eventId }), reason, details: errors });
-        metrics.eventsRejected.inc({ reason });
-      } else if (inRequest.has(result.event.eventId) || recentIds.has(result.event.eventId)) {
-        report.duplicates++;
-      } else {
-        inRequest.add(result.event.eventId);
-        report.accepted++;
-        accepted.push(result.event);
-      }
-    });
-    // Each event is counted once as consumed: with Kafka, an accepted one by the replica that
-    // consumes it from the topic (here it counts as produced once acknowledged); the others end here.
-    metrics.eventsConsumed.inc({ source: 'http' }, publish ? results.length - accepted.length : results.length);
-    if (report.duplicates > 0) metrics.eventsDuplicate.inc({ source: 'http' }, report.duplicates);
-    if (accepted.length > 0) {
-      const outcome = publish ? await produce(publish, accepted, request) : await store(accepted);
-      if (outcome !== 'done') throw unavailable(publish !== undefined);
-    }
+    const events = parseBody(request.body, isJsonType(request.headers['content-type']), options.maxEvents, options.eventTimes);
+    if (!publish && maxBufferedRows !== undefined && events.length > maxBufferedRows) throw moreThanBuffered(maxBufferedRows);
+    const classified = classify(events);
+    // Refused before anything is counted, buffered or remembered: the retry is a new post.
+    if (!publish && wouldOverfillBuffer(classified.accepted.length)) throw bufferFull();
+    countOutcomes(classified, events.length);
+    const { accepted, report } = classified;
+    const outcome = publish ? (accepted.length > 0 ? await produce(publish, accepted, request) : 'done') : await storeAndWait(classified);
+    if (outcome !== 'done') throw unavailable(publish !== undefined);
     return reply.code(202).send({ success: true, data: report });
   });
 }
@@ -162,27 +250,56 @@ function isJsonType(contentType: string | undefined): boolean {
   return contentType !== undefined && /^\s*application\/json\s*(;|$)/i.test(contentType);
 }
 
-function parseBody(body: unknown, readAsJson: boolean, maxEvents: number, times: TimeRange): ParseResult[] {
-  let results: ParseResult[];
-  if (typeof body === 'string' && !readAsJson && body.trimStart().startsWith('[')) {
-    // A JSON array sent as NDJSON or text/plain: read as the array it is, not as one bad line (a
-    // byte-order mark before it too, which trimStart takes off and JSON.parse refuses).
-    body = parseJsonArray(body.trimStart());
-  }
+function parseBody(body: unknown, readAsJson: boolean, maxEvents: number, times: TimeRange): BodyEvent[] {
+  let events: BodyEvent[];
+  if (typeof body === 'string' && !readAsJson) body = readAsJsonWhenItIs(body);
   if (typeof body === 'string' && !readAsJson) {
-    const lines = body.split('\n').filter((line) => line.trim().length > 0);
-    if (lines.length > maxEvents) throw tooMany(maxEvents);
-    results = lines.map((line) => parseRequestEventText(line.trim(), times));
+    events = parseNdjson(body, maxEvents, times);
   } else if (Array.isArray(body)) {
     if (body.length > maxEvents) throw tooMany(maxEvents);
-    results = body.map((item) => parseRequestEventValue(item, times));
+    events = body.map((item, index) => ({ index, result: parseRequestEventValue(item, times) }));
   } else if (body !== null && typeof body === 'object') {
-    results = [parseRequestEventValue(body, times)];
+    events = [{ index: 0, result: parseRequestEventValue(body, times) }];
   } else {
     throw validationError([{ path: ['body'], message: 'expected a JSON array of events, one event object, or NDJSON' }]);
   }
-  if (results.length === 0) throw validationError([{ path: ['body'], message: 'no events in the body' }]);
-  return results;
+  if (events.length === 0) throw validationError([{ path: ['body'], message: 'no events in the body' }]);
+  return events;
+}
+
+/**
+ * A body sent as NDJSON or text/plain that is in fact one JSON document: a JSON array (a byte-order
+ * mark before it too, which trimStart takes off and JSON.parse refuses), or one object spread over
+ * several lines (pretty-printed), which split into lines would be one rejection per line. Returns
+ * the parsed value, or the text itself when it is NDJSON.
+ */
+function readAsJsonWhenItIs(text: string): unknown {
+  const trimmed = text.trimStart();
+  if (trimmed.startsWith('[')) return parseJsonArray(trimmed);
+  // One line (with or without a final newline) is NDJSON's one event, read as such.
+  if (trimmed.startsWith('{') && trimmed.trimEnd().includes('\n')) return parsedObject(trimmed) ?? text;
+  return text;
+}
+
+/** The object the text is, or undefined when it is not one JSON object (NDJSON fails at its second line's start, so this is cheap). */
+function parsedObject(text: string): object | undefined {
+  try {
+    const value: unknown = JSON.parse(text);
+    return value !== null && typeof value === 'object' && !Array.isArray(value) ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** One event per non-blank line; an event's index is its line's in the body, blank lines counted, so a client can find it. */
+function parseNdjson(text: string, maxEvents: number, times: TimeRange): BodyEvent[] {
+  const lines: { index: number; line: string }[] = [];
+  text.split('\n').forEach((line, index) => {
+    const trimmed = line.trim();
+    if (trimmed.length > 0) lines.push({ index, line: trimmed });
+  });
+  if (lines.length > maxEvents) throw tooMany(maxEvents);
+  return lines.map(({ index, line }) => ({ index, result: parseRequestEventText(line, times) }));
 }
 
 function parseJsonArray(text: string): unknown {
@@ -198,9 +315,18 @@ function tooMany(maxEvents: number): HttpError {
   return validationError([{ path: ['body'], message: `at most ${maxEvents} events per request` }]);
 }
 
+/** A post no buffer state could take: 400, not a 503 a client would retry for ever. */
+function moreThanBuffered(maxBufferedRows: number): HttpError {
+  return validationError([{ path: ['body'], message: `at most ${maxBufferedRows} events per request: the worker holds at most that many waiting for storage (STORE_MAX_BUFFERED_ROWS)` }]);
+}
+
 /** 503 with Retry-After: the same code whichever way events are stored, so clients retry alike. */
 function stillStarting(): HttpError {
   return new HttpError(503, 'STORAGE_UNAVAILABLE', 'Storage has not yet said which events were stored before this worker started; retry later', undefined, { 'retry-after': '5' });
+}
+
+function bufferFull(): HttpError {
+  return new HttpError(503, 'STORAGE_UNAVAILABLE', 'Storage is not keeping up with intake; retry later', undefined, { 'retry-after': '5' });
 }
 
 function unavailable(viaKafka: boolean): HttpError {

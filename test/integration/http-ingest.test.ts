@@ -9,7 +9,7 @@ import { startWorker, type Worker } from '../../src/main.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 import { makeEvent } from '../support/events.ts';
 import { groupCaughtUp, testKafka } from '../support/kafka.ts';
-import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
+import { TEST_INGEST_TOKEN, metricTotal, testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const auth = { authorization: `Bearer ${TEST_INGEST_TOKEN}` };
 const kafka = testKafka(inject('kafkaBrokers'));
@@ -30,6 +30,8 @@ describe.each([
   const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 16, 0, 0) };
   let worker: Worker;
   let outage = false;
+  /** Runs before each insert: a test holds or fails the inserts of the rows it names. */
+  let beforeStore: ((body: Buffer) => Promise<void>) | undefined;
 
   beforeAll(async () => {
     const config = testConfig({
@@ -40,9 +42,10 @@ describe.each([
     });
     worker = await startWorker(config, {
       logger: createLogger('silent'),
-      wrapStoreRows: (storeRows) => async (body) => {
+      wrapStoreRows: (storeRows) => async (...args) => {
         if (outage) throw new Error('injected storage outage');
-        return storeRows(body);
+        await beforeStore?.(args[0]);
+        return storeRows(...args);
       },
     });
     await worker.ready;
@@ -101,11 +104,11 @@ describe.each([
     expect(await storedIds()).toEqual(events.map((event) => event.eventId).sort());
   });
 
-  it('accepts NDJSON', async () => {
+  it('accepts NDJSON, and reports a line by its index in the body, blank lines counted', async () => {
     const events = [10, 11].map((i) => makeEvent(i, eventOptions));
-    const response = await post(`${events.map((event) => JSON.stringify(event)).join('\n')}\n{broken\n`, { 'content-type': 'application/x-ndjson' });
+    const response = await post(`${events.map((event) => JSON.stringify(event)).join('\n\n')}\n{broken\n`, { 'content-type': 'application/x-ndjson' });
     expect(response.status).toBe(202);
-    expect(response.body.data).toMatchObject({ accepted: 2, rejected: 1, errors: [{ index: 2, reason: 'invalid_json' }] });
+    expect(response.body.data).toMatchObject({ accepted: 2, rejected: 1, errors: [{ index: 3, reason: 'invalid_json' }] });
     expect(await storedIds()).toEqual(expect.arrayContaining(events.map((event) => event.eventId)));
   });
 
@@ -121,6 +124,17 @@ describe.each([
     const broken = await post('[{"eventId": "x"', { 'content-type': 'text/plain' });
     expect(broken.status).toBe(400);
     expect(broken.body).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path: ['body'] }] });
+  });
+
+  it('reads one pretty-printed object sent as NDJSON or plain text as the one event it is', async () => {
+    const event = makeEvent(15, eventOptions);
+    for (const contentType of ['application/x-ndjson', 'text/plain']) {
+      const response = await post(JSON.stringify(event, null, 2), { 'content-type': contentType });
+      expect(response.status, contentType).toBe(202);
+      // The second post repeats the first one's event: a duplicate this time.
+      expect(response.body.data, contentType).toEqual(contentType === 'text/plain' ? { accepted: 0, rejected: 0, duplicates: 1, errors: [] } : { accepted: 1, rejected: 0, duplicates: 0, errors: [] });
+    }
+    expect(await storedIds()).toContain(event.eventId);
   });
 
   it('stores free text exactly as sent: tabs, newlines, backslashes, quotes and non-ASCII survive the row format', async () => {
@@ -204,6 +218,48 @@ describe.each([
     expect(retry.body.data).toMatchObject({ accepted: 0, duplicates: 1 });
     const ids = await storedIds();
     expect(ids.filter((id) => id === event.eventId)).toHaveLength(1);
+  });
+
+  it.skipIf(viaKafka)('answers 202 only once the events are stored: after an outage, a retry of events whose insert has not finished waits for it', async () => {
+    const [before, caught] = [40, 41].map((i) => makeEvent(i, eventOptions)) as [ReturnType<typeof makeEvent>, ReturnType<typeof makeEvent>];
+    const holds = (body: Buffer, id: string) => body.toString().split('\n').some((row) => row.startsWith(`${id}\t`));
+    let firstInsertBegun = false;
+    let caughtInsertBegun = false;
+    let failFirstInsert!: () => void;
+    const firstInsertFails = new Promise<void>((resolve) => (failFirstInsert = resolve));
+    let finishCaughtInsert!: () => void;
+    const caughtInsertFinishes = new Promise<void>((resolve) => (finishCaughtInsert = resolve));
+    beforeStore = async (body) => {
+      if (holds(body, before.eventId) && !firstInsertBegun) {
+        firstInsertBegun = true;
+        await firstInsertFails;
+        throw new Error('injected storage outage');
+      }
+      if (holds(body, caught.eventId)) {
+        caughtInsertBegun = true;
+        await caughtInsertFinishes;
+      }
+    };
+    try {
+      const beforeAnswer = post(JSON.stringify([before]));
+      await waitFor(() => firstInsertBegun, 'the first insert has begun');
+      // Posted while the first insert is under way: its rows wait for the next flush.
+      const caughtAnswer = post(JSON.stringify([caught]));
+      await waitFor(async () => (await metricTotal(worker, 'security_center_buffered_rows')) === 1, 'the second post is buffered');
+      failFirstInsert(); // an outage: both posts get 503, and their rows stay buffered
+      expect((await beforeAnswer).status).toBe(503);
+      expect((await caughtAnswer).status).toBe(503);
+      await waitFor(async () => caughtInsertBegun && (await fetch(`${worker.url}/ready`)).status === 200, 'storage is back, and the second post is being stored');
+      // The client retries while that insert is still running; it finishes a second later.
+      setTimeout(finishCaughtInsert, 1_000);
+      const retry = await post(JSON.stringify([caught]));
+      const storedWhenAnswered = (await storedIds()).filter((id) => id === caught.eventId);
+      expect(retry.status).toBe(202);
+      expect(retry.body.data).toMatchObject({ accepted: 0, duplicates: 1 });
+      expect(storedWhenAnswered).toEqual([caught.eventId]);
+    } finally {
+      beforeStore = undefined;
+    }
   });
 
   it.runIf(viaKafka)('takes events while storage is down (the topic holds them), stores them once it is back, and a retry is not counted twice', async () => {

@@ -171,6 +171,11 @@ describe('request event schema', () => {
     ['path', '/v1/cb?next=%2Fhook%3Fkey%3Dsk_live_0123456789abcdef'],
     ['path', '/v1/keys/sk%5Flive_x'],
     ['userAgent', 'agent\nsk_live_x'],
+    // The `s` or the `k` percent-escaped, in either case of hex (what an over-eager URL encoder writes).
+    ['path', '/v1/keys/%73k_live_4eC39HqLyjWDarjtT1zdp7dc'],
+    ['path', '/v1/keys/s%6B_live_4eC39HqLyjWDarjtT1zdp7dc'],
+    ['path', '/v1/keys/s%6b_live_4eC39HqLyjWDarjtT1zdp7dc'],
+    ['userAgent', 'curl/8.5 %73%6b%5flive_x'],
   ])('rejects a short or embedded secret in the %s (%j), from Kafka and over HTTP', (field, value) => {
     const event = { ...valid, [field]: value };
     for (const result of [parseRequestEventText(JSON.stringify(event)), parseRequestEventValue(event)]) {
@@ -183,6 +188,26 @@ describe('request event schema', () => {
     const event = { ...valid, path: '/v1/task_list', userAgent: 'Mozilla/5.0 (iPhone) [FBAN/FBIOS;FBLC/sk_SK;FBOP/5]' };
     expect(parseRequestEventText(JSON.stringify(event)).ok).toBe(true);
     expect(parseRequestEventValue(event).ok).toBe(true);
+  });
+
+  it.each([
+    ['path', '/v1/disk_usage?metric=risk_score'],
+    ['path', '/v1/ta%73k_list'],
+    ['path', '/v1/cb?next=%2Fv1%2Ftask_list&lang=sk_SK%3B'],
+    ['userAgent', 'Desk_App/2.1 (Windows NT 10.0) Kiosk_Mode'],
+    ['eventId', 'evt_task_1'],
+  ])('accepts an escaped or plain look-alike in the %s (%j), from Kafka and over HTTP', (field, value) => {
+    const event = { ...valid, [field]: value };
+    expect(parseRequestEventText(JSON.stringify(event)).ok).toBe(true);
+    expect(parseRequestEventValue(event).ok).toBe(true);
+  });
+
+  it('redacts a percent-escaped secret in the eventId it reports', () => {
+    const event = { ...valid, eventId: 'evt_%73k_live_0123456789abcdef', path: '/v1/keys/s%6B_live_0123456789abcdef' };
+    for (const result of [parseRequestEventText(JSON.stringify(event)), parseRequestEventValue(event)]) {
+      expect(result).toMatchObject({ ok: false, rejection: { reason: 'secret_in_event', eventId: 'evt_sk_[REDACTED]' } });
+      expect(JSON.stringify(result)).not.toContain('0123456789abcdef');
+    }
   });
 
   it('dead-letters a value that is not JSON without the secret glued to a JSON escape in it', () => {
@@ -205,6 +230,35 @@ describe('request event schema', () => {
     const deadLetter = toDeadLetter(result.rejection, text, { topic: 't', partition: 0, offset: '1' });
     expect(JSON.stringify(deadLetter)).not.toContain('0123456789abcdef');
     expect(deadLetter.payload).toContain('"eventId":"evt_1"'); // the rest of the event is kept
+  });
+
+  it('dead-letters a message with a plain secret and one a JSON escape hides, carrying neither', () => {
+    const event = { ...valid, path: '/v1/keys/sk_live_plain0123', userAgent: 'HIDDEN python-requests/2.32.3' };
+    const text = JSON.stringify(event).replace('HIDDEN', '\\u0073k_live_hidden456789');
+    const result = parseRequestEventText(text);
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.rejection.reason).toBe('secret_in_event');
+    // The payload is the event with its escapes resolved, then redacted: what a reader would decode.
+    expect(result.rejection.redactedPayload).toBeDefined();
+    const deadLetter = toDeadLetter(result.rejection, text, { topic: 't', partition: 0, offset: '1' });
+    expect(JSON.parse(deadLetter.payload)).toMatchObject({ eventId: 'evt_1', path: '/v1/keys/sk_[REDACTED]', userAgent: 'sk_[REDACTED] python-requests/2.32.3' });
+    expect(JSON.stringify(deadLetter)).not.toMatch(/plain0123|hidden456789/);
+  });
+
+  it.each([
+    ['a JSON escape of "s"', '\\u0073k_live_hidden456789'],
+    ['a JSON escape of "k"', 's\\u006B_live_hidden456789'],
+    ['a URL escape of "s"', '%73k_live_hidden456789'],
+    ['a URL escape written with JSON escapes', '\\u002573k_live_hidden456789'],
+  ])('dead-letters a message that is not JSON with a secret behind %s, redacted whole', (_name, secret) => {
+    const text = `{"eventId":"evt_1","userAgent":"${secret}", "path":"/v1/keys/sk_live_plain0123", truncated`;
+    const result = parseRequestEventText(text);
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.rejection.reason).toBe('invalid_json');
+    const deadLetter = toDeadLetter(result.rejection, text, { topic: 't', partition: 0, offset: '1' });
+    expect(deadLetter.payload).toBe('{"eventId":"evt_1","userAgent":"sk_[REDACTED]", "path":"/v1/keys/sk_[REDACTED]", truncated');
   });
 
   it('does not quote the input in a JSON syntax error (the excerpt may be the tail of a secret)', () => {

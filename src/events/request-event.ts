@@ -232,12 +232,15 @@ export function parseRequestEventText(text: string, times: TimeRange = EVENT_TIM
   } catch (error) {
     return reject('invalid_json', [{ path: [], message: jsonErrorMessage(error) }]);
   }
-  // The secret check runs on the text only when the cheap pre-check inside containsSecret hits.
-  if (containsSecret(text)) return rejectSecret(value);
+  // With a backslash, the escape-resolved value is checked first, even when the raw text shows a
+  // secret already: its redacted serialization becomes the dead letter's payload, so that a second
+  // secret that JSON escapes hide cannot ride along beside a plain one.
   if (text.includes('\\')) {
     const refused = secretCheck(value);
     if (refused) return refused;
   }
+  // The secret check runs on the text only when the cheap pre-check inside containsSecret hits.
+  if (containsSecret(text)) return rejectSecret(value);
   return validateRequestEvent(value, times);
 }
 

@@ -24,6 +24,18 @@ describe('secrets', () => {
     // The underscore escaped.
     ['{"path":"/v1/sk\\u005flive_x"}', true],
     ['/v1/keys/sk%5Flive_x', true],
+    // The `s` or the `k` escaped, in a URL (either case of hex) or in JSON text.
+    ['/v1/keys/%73k_live_x', true],
+    ['/v1/keys/s%6B_live_x', true],
+    ['/v1/keys/s%6b_live_x', true],
+    ['/v1/keys/%73%6B%5Flive_x', true],
+    ['{"userAgent":"\\u0073k_live_x"}', true],
+    ['{"userAgent":"s\\u006B_live_x"}', true],
+    // A URL escape written with JSON escapes: JSON decoding gives `%73k_…`.
+    ['{"path":"/v1/keys/\\u002573k_live_x"}', true],
+    // A key character escaped right after what looks like the Slovak locale: a key, not a locale.
+    ['sk_SK%41BCDEF', true],
+    ['{"userAgent":"sk_SK\\u0041BCDEF"}', true],
     // Benign: words that end in "sk", public ids, and the Slovak locale in in-app browsers' user agents.
     ['/v1/task_list', false],
     ['risk_score', false],
@@ -35,6 +47,16 @@ describe('secrets', () => {
     ['Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) [FBAN/FBIOS;FBLC/sk_SK;FBOP/5]', false],
     ['Instagram 330.0.0.31.109 (iPhone14,2; iOS 17_5; sk_SK; sk-SK; scale=3.00; 1170x2532)', false],
     ['{"userAgent":"lang=sk_SK"}', false],
+    // Escaped look-alikes: a word that ends in "sk" stays one when its letters or underscore are escapes.
+    ['/v1/ta%73k_list', false],
+    ['/v1/ri%73%6B_score', false],
+    ['{"path":"/v1/ta\\u0073k_list"}', false],
+    ['{"metric":"disk\\u005fusage"}', false],
+    ['Desk_App/2.1 (Windows)', false],
+    ['/v1/task_list?next=%2Fv1%2Frisk_score', false],
+    // The locale followed by an escaped separator (`;`, a space) is still the locale.
+    ['/v1/cb?lang=sk_SK%3B', false],
+    ['{"userAgent":"FBLC/sk_SK\\u0020FBOP/5"}', false],
   ])('containsSecret(%j) is %s, and redaction leaves none', (text, expected) => {
     expect(containsSecret(text)).toBe(expected);
     const redacted = redactSecrets(text);
@@ -60,5 +82,63 @@ describe('secrets', () => {
     expect(redactSecrets('{"a":"sk\\u005flive_ab\\u0063def", "b":1}')).toBe('{"a":"sk_[REDACTED]", "b":1}');
     expect(redactSecrets('/v1/r?next=%3Dsk_live_ab%63def&x=1')).toBe('/v1/r?next=%3Dsk_[REDACTED]&x=1');
     expect(redactSecrets('{"a":"x\\nsk_live_abcdef"}')).toBe('{"a":"x\\nsk_[REDACTED]"}');
+  });
+});
+
+/** Every way raw text may write `char` so that JSON decoding, URL decoding, or both in turn give it back. */
+function writings(char: string): string[] {
+  const hex = char.charCodeAt(0).toString(16).padStart(2, '0');
+  const inUrl = [char, ...product(inJson('%'), inJsonEitherCase(hex[0]!), inJsonEitherCase(hex[1]!))];
+  return [...new Set(inUrl.flatMap((form) => (form === char ? inJson(char) : [form])))];
+}
+
+/** `char` itself, or its JSON escape in either case of hex. */
+function inJson(char: string): string[] {
+  const hex = char.charCodeAt(0).toString(16).padStart(4, '0');
+  return [...new Set([char, `\\u${hex}`, `\\u${hex.toUpperCase()}`])];
+}
+
+/** A hex digit as URL decoding reads it (either case), each written as JSON text may write it. */
+function inJsonEitherCase(digit: string): string[] {
+  return [...new Set([digit.toLowerCase(), digit.toUpperCase()])].flatMap(inJson);
+}
+
+function product(...parts: string[][]): string[] {
+  return parts.reduce((heads, options) => heads.flatMap((head) => options.map((option) => head + option)), ['']);
+}
+
+/** What a reader gets back: JSON decoding of the text as a string's content, then URL decoding. */
+function decoded(raw: string): string {
+  return decodeURIComponent(JSON.parse(`"${raw}"`) as string);
+}
+
+describe('secrets written with escapes', () => {
+  const leads = product(writings('s'), writings('k'), writings('_'));
+
+  it('has every writing of the lead decode to `sk_` (the test data itself)', () => {
+    expect(leads.length).toBe(10 * 19 * 19);
+    for (const lead of leads) expect(decoded(lead)).toBe('sk_');
+  });
+
+  it('finds a secret whatever escapes write its lead, and redacts the whole escaped token', () => {
+    const missed: string[] = [];
+    for (const lead of leads) {
+      const text = `{"path":"/v1/keys/${lead}live_x","status":201}`;
+      if (!containsSecret(text) || redactSecrets(text) !== '{"path":"/v1/keys/sk_[REDACTED]","status":201}') missed.push(lead);
+    }
+    expect(missed).toEqual([]);
+  });
+
+  it('leaves a word that ends in "sk", and the Slovak locale, alone whatever escapes write them', () => {
+    const flagged: string[] = [];
+    for (const lead of leads) {
+      for (const text of [`/v1/ta${lead}list`, `{"userAgent":"FBLC/${lead}SK;FBOP/5"}`]) if (containsSecret(text)) flagged.push(text);
+    }
+    expect(flagged).toEqual([]);
+  });
+
+  it('redacts key characters written with escapes, URL escapes written with JSON escapes too', () => {
+    expect(redactSecrets('/v1/keys/sk_li%76e_%\\u00341b "next"')).toBe('/v1/keys/sk_[REDACTED] "next"');
+    expect(redactSecrets('/v1/cb?next=%\\u0032Fsk_live_x&a=1')).toBe('/v1/cb?next=%\\u0032Fsk_[REDACTED]&a=1');
   });
 });

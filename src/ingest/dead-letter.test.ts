@@ -47,3 +47,20 @@ describe('toDeadLetter', () => {
     expect(record.payload).toBe(`${head} sk_[REDACTED]`);
   });
 });
+
+describe('toDeadLetter of a value with escaped secrets', () => {
+  const source = { topic: 't', partition: 0, offset: '1' };
+
+  it('redacts secrets written with JSON and URL escapes in the raw value, plain ones beside them too', () => {
+    const text = '{"eventId":"e1","path":"/v1/keys/sk_live_plain0123","userAgent":"\\u0073k_live_hidden4567 x","ref":"s%6B_live_pct89ab", broken';
+    const record = toDeadLetter({ reason: 'invalid_json', errors: [] }, text, source);
+    expect(record.payload).toBe('{"eventId":"e1","path":"/v1/keys/sk_[REDACTED]","userAgent":"sk_[REDACTED] x","ref":"sk_[REDACTED]", broken');
+  });
+
+  it('redacts what is left of an escaped secret that the payload limit cuts short', () => {
+    const head = 'x'.repeat(MAX_DEAD_LETTER_PAYLOAD - 16);
+    const record = toDeadLetter({ reason: 'too_large', errors: [] }, `${head} \\u0073k\\u005flive_0123456789abcdef`, source);
+    expect(record.payloadTruncated).toBe(true);
+    expect(record.payload).toBe(`${head} sk_[REDACTED]`);
+  });
+});

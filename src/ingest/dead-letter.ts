@@ -16,7 +16,10 @@ export interface DeadLetter {
   errors: FieldError[];
   eventId?: string;
   source: { topic: string; partition: number; offset: string; timestamp?: string };
-  /** The original value, secrets redacted, truncated to MAX_DEAD_LETTER_PAYLOAD characters. */
+  /**
+   * The original value, secrets redacted, truncated to MAX_DEAD_LETTER_PAYLOAD characters. When a
+   * JSON value with escapes carried a secret, its escape-resolved serialization (redactedPayload).
+   */
   payload: string;
   payloadTruncated: boolean;
   deadLetteredAt: string;

@@ -31,6 +31,15 @@ export async function registerAdminApi(app: FastifyInstance, options: AdminApiOp
 
       await scope.register(async (secured) => {
         secured.setErrorHandler((error: FastifyError, request, reply) => handleError(adminBodyError(error, options.maxBodyBytes) ?? error, request, reply));
+        // Many clients send Content-Type: application/json on every request, a bodiless DELETE too: an
+        // empty body is no body (Fastify's parser refuses it), which a route without a body schema
+        // accepts and one with a schema refuses naming its fields. Any other body is parsed as before.
+        const parseJson = secured.getDefaultJsonParser('error', 'error'); // as the server's (server.ts)
+        secured.removeContentTypeParser('application/json');
+        secured.addContentTypeParser<string>('application/json', { parseAs: 'string' }, (request, body, done) => {
+          if (body.length === 0) done(null, undefined);
+          else parseJson(request, body, done);
+        });
         secured.addHook('onRequest', async (request) => {
           attachPrincipal(request, await options.authenticator.authenticate(request.headers.authorization));
         });

@@ -181,7 +181,8 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       description:
         'open -> acknowledged -> resolved; open or acknowledged -> dismissed (needs a note: a false positive, ' +
         'which silences the same pattern for a while). Any other move is 409 INVALID_TRANSITION. ' +
-        'Every change is recorded in the alert history with the caller and the note.',
+        'Every change is recorded in the alert history with the caller and the note. The same move sent again by ' +
+        'the same caller while it is the latest (a retry after a lost answer or a 503) answers 200 with the alert and is not recorded twice.',
       changes: true,
       params: alertIdParams,
       query: merchantQuery,

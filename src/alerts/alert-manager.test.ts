@@ -200,6 +200,32 @@ describe('AlertManager across replicas', () => {
     expect(alerts.current(acknowledged.alert)).toMatchObject({ status: 'acknowledged', occurrences: 2, history: acknowledged.alert.history });
   });
 
+  it('keeps its own repeats over a copy stamped by a replica whose clock is ahead, once it has seen that copy', () => {
+    const { alerts, advance } = manager();
+    const created = alerts.apply('m_1', rule, finding('high')).alert!;
+    // Acknowledged through a replica whose clock is 5 s ahead of this one.
+    const acknowledged = changeStatus(created, 'acknowledged', 'admin@m_1', undefined, T0 + 5_000);
+    if (!acknowledged.ok) throw new Error('refused');
+    alerts.sync(acknowledged.alert);
+    advance(1_000);
+    const repeat = alerts.apply('m_1', rule, finding('high', T0 + 1_000)).alert!;
+    expect(Date.parse(repeat.updatedAt)).toBeGreaterThan(T0 + 5_000); // made from that copy: newer than it
+    // Read from storage again (a sync): the repeat made here is not undone.
+    expect(alerts.sync(acknowledged.alert)).toMatchObject({ status: 'acknowledged', occurrences: 2 });
+  });
+
+  it('reopens after a resolution stamped by a replica whose clock is ahead, and stays open when that copy is read again', () => {
+    const { alerts, advance } = manager();
+    const created = alerts.apply('m_1', rule, finding('high')).alert!;
+    const resolved = admin(alerts, created, ['acknowledged', 'resolved'], T0 + 5_000); // the other replica's clock
+    advance(2_000);
+    // Evidence newer than the resolution (an event's time may be ahead of this replica's clock).
+    const reopened = alerts.apply('m_1', rule, finding('high', T0 + 6_000));
+    expect(reopened).toMatchObject({ change: 'reopened', alert: { status: 'open' } });
+    expect(reopened.alert!.history.at(-1)!.at > resolved.history.at(-1)!.at).toBe(true);
+    expect(alerts.sync(resolved).status).toBe('open');
+  });
+
   it('continues an alert another replica created for the key instead of opening a second one', () => {
     const previousOwner = manager();
     const newOwner = manager();

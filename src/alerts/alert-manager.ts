@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
-import { higherSeverity, mergeLifecycle, riskScore, severityRank, type Alert } from './alert.ts';
+import { higherSeverity, latestEntry, mergeLifecycle, riskScore, severityRank, stampAfter, type Alert } from './alert.ts';
 import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
@@ -122,7 +122,7 @@ export class AlertManager {
     }
     if (existing?.status === 'resolved') {
       if (finding.lastSeenAt <= resolvedAt(existing)) return { alert: undefined, change: 'stale' };
-      return { alert: this.reopen(existing, rule, finding, nowIso), change: 'reopened' };
+      return { alert: this.reopen(existing, rule, finding, now), change: 'reopened' };
     }
     if (existing && (existing.status === 'open' || existing.status === 'acknowledged')) {
       const severity = higherSeverity(existing.severity, finding.severity);
@@ -141,7 +141,9 @@ export class AlertManager {
         ruleVersion: rule.version,
         lastSeenAt: new Date(Math.max(Date.parse(existing.lastSeenAt), finding.lastSeenAt)).toISOString(),
         occurrences: existing.occurrences + 1,
-        updatedAt: nowIso,
+        // Forward only, as an admin's change (changeStatus): this copy is newer than the one it was made
+        // from (sync, current) even when that one was stamped by a replica whose clock is ahead.
+        updatedAt: stampAfter(existing.updatedAt, now),
       });
       this.byKey.set(key, updated);
       return { alert: updated, change: escalated ? 'escalated' : 'updated' };
@@ -169,14 +171,16 @@ export class AlertManager {
    * A resolved alert whose pattern recurred: open again, described by the new finding alone (its
    * severity, evidence and span), since the old evidence was dealt with when it was resolved.
    */
-  private reopen(existing: Alert, rule: RuleInfo, finding: Finding, nowIso: string): Alert {
+  private reopen(existing: Alert, rule: RuleInfo, finding: Finding, now: number): Alert {
+    // After the resolution it follows, whichever replica's clock stamped that (stampAfter).
+    const at = stampAfter(latestEntry(existing)?.at, now);
     const reopened: Alert = this.withInsights({
       ...existing,
       ...describedBy(rule, finding),
       status: 'open',
       occurrences: 1,
-      updatedAt: nowIso,
-      history: [...existing.history, { at: nowIso, actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }],
+      updatedAt: stampAfter(existing.updatedAt, Date.parse(at)),
+      history: [...existing.history, { at, actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }],
     });
     this.byKey.set(dedupKey(existing.merchantId, existing.type, existing.scope), reopened);
     return reopened;

@@ -4,7 +4,7 @@ import type { Finding, Severity } from '../detect/types.ts';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
 import type { AlertStore } from '../store/alert-store.ts';
-import type { Alert } from './alert.ts';
+import { changeStatus, type Alert } from './alert.ts';
 import { AlertManager } from './alert-manager.ts';
 import { AlertService, MAX_HELD_FINDINGS, type AlertServiceHooks } from './alert-service.ts';
 import { finding as makeFinding, testAlert } from './test-findings.ts';
@@ -168,8 +168,8 @@ describe('AlertService status changes with racing replicas', () => {
       let stored = open;
       const ownerWritesOver = () => (stored = { ...open, occurrences: stored.occurrences + 1 });
       const store = {
-        get: async () => stored,
-        getMany: async () => [stored],
+        getStored: async () => ({ alert: stored, version: 1 }),
+        getMany: async () => [{ alert: stored, version: 1 }],
         save: async (alerts: Alert[]) => {
           stored = alerts[0]!;
         },
@@ -193,19 +193,28 @@ describe('AlertService status changes with racing replicas', () => {
   });
 });
 
-/** Storage as a map, whose writes can be made to fail, or to wait until released one by one. */
+/**
+ * Storage as a map, whose writes can be made to fail (before storing, or after: the answer lost), or
+ * to wait until released one by one.
+ */
 function memoryStore(...alerts: Alert[]) {
   const rows = new Map(alerts.map((alert) => [alert.id, alert]));
-  const writes = { failing: false, holding: false, held: [] as (() => void)[] };
+  const writes = { failing: false, failingAfter: false, holding: false, held: [] as (() => void)[], count: 0 };
+  const stored = (id: string) => {
+    const alert = rows.get(id);
+    return alert && { alert, version: writes.count };
+  };
   const store = {
-    get: async (id: string) => rows.get(id),
-    getMany: async (ids: string[]) => ids.flatMap((id) => rows.get(id) ?? []),
+    getStored: async (id: string) => stored(id),
+    getMany: async (ids: string[]) => ids.flatMap((id) => stored(id) ?? []),
     loadForDedup: async () => [...rows.values()],
     changedSince: async () => [],
     save: async (saved: Alert[]) => {
       if (writes.holding) await new Promise<void>((release) => writes.held.push(release));
       if (writes.failing) throw new Error('storage is down');
       for (const alert of saved) rows.set(alert.id, alert);
+      writes.count++;
+      if (writes.failingAfter) throw new Error('socket hang up');
     },
   } as unknown as AlertStore;
   const releaseOne = async () => {
@@ -238,6 +247,134 @@ describe('AlertService status changes and failed or slow writes', () => {
       const retry = await alerts.changeStatus(open.id, 'm_1', acknowledge);
       expect(retry).toMatchObject({ ok: true, alert: { status: 'acknowledged' } });
       expect(rows.get(open.id)?.history.map((entry) => entry.to)).toEqual(['open', 'acknowledged']);
+      await alerts.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('accepts the retry of a change whose write was stored though it failed (its answer lost), without recording it twice', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      const open = testAlert(T0);
+      const { rows, store, writes } = memoryStore(open);
+      const alerts = await newService(store);
+      writes.failingAfter = true;
+      const dismiss = { to: 'dismissed', actor: 'admin@m_1', note: 'our load test' } as const;
+      await expect(alerts.changeStatus(open.id, 'm_1', dismiss)).rejects.toThrow('socket hang up');
+      writes.failingAfter = false;
+      expect(rows.get(open.id)?.status).toBe('dismissed'); // stored all the same
+      const written = writes.count;
+
+      const retry = await alerts.changeStatus(open.id, 'm_1', { ...dismiss, note: 'typed again' });
+      expect(retry).toMatchObject({ ok: true, alert: { status: 'dismissed' } });
+      expect(writes.count).toBe(written); // nothing written again
+      expect(rows.get(open.id)?.history.map((entry) => `${entry.actor}:${entry.to}`)).toEqual(['system:open', 'admin@m_1:dismissed']);
+      // Another admin's same move is a move from dismissed: refused.
+      expect(await alerts.changeStatus(open.id, 'm_1', { ...dismiss, actor: 'other@m_1' })).toEqual({ ok: false, reason: 'not_allowed' });
+      // And dedup here has learned the dismissal: the key is silent.
+      alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: open.type, finding: makeFinding('high', T0 + 60_000, open.scope) }], ruleErrors: [] });
+      await alerts.flush();
+      expect(rows.get(open.id)?.occurrences).toBe(open.occurrences);
+      await alerts.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('writes a retried change again at once when a racing write dropped it from storage', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      const open = testAlert(T0);
+      const { rows, store } = memoryStore(open);
+      const alerts = await newService(store);
+      expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true });
+      rows.set(open.id, { ...open, occurrences: 5 }); // the owner's copy, without the change, written over it
+      expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true, alert: { status: 'acknowledged' } });
+      expect(rows.get(open.id)?.history.map((entry) => entry.to)).toEqual(['open', 'acknowledged']);
+      await alerts.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('decides a change on the copy read just before its write: one made elsewhere while this replica was writing counts', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      const { rows, releaseOne, writes, alerts, open } = await timerFlushWaiting();
+      const answer = alerts.changeStatus(open.id, 'm_1', acknowledge);
+      await vi.advanceTimersByTimeAsync(0);
+      // Meanwhile the alert is dismissed through another replica.
+      const dismissed = changeStatus(open, 'dismissed', 'other@m_1', 'load test', T0 + 1);
+      if (!dismissed.ok) throw new Error('refused');
+      rows.set(open.id, dismissed.alert);
+      for (let i = 0; i < 5; i++) await releaseOne();
+      writes.holding = false;
+      await releaseOne();
+      expect(await answer).toEqual({ ok: false, reason: 'not_allowed' });
+      expect(rows.get(open.id)?.history.map((entry) => entry.to)).toEqual(['open', 'dismissed']);
+      await alerts.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('refuses a change that lost to a conflicting one stored through another replica at the same time, and does not write it again', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      const open = testAlert(T0);
+      const { rows, store } = memoryStore(open);
+      const alerts = await newService(store);
+      // The other replica decided on the same copy, and its row is the one that stands.
+      const theirs = changeStatus(open, 'dismissed', 'other@m_1', 'load test', T0 + 1);
+      if (!theirs.ok) throw new Error('refused');
+      const save = store.save.bind(store);
+      store.save = async (saved) => {
+        await save(saved);
+        rows.set(open.id, theirs.alert);
+      };
+      expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toEqual({ ok: false, reason: 'not_allowed' });
+      store.save = save;
+      await vi.advanceTimersByTimeAsync(15_000); // past every read-back
+      expect(rows.get(open.id)?.history.map((entry) => `${entry.from}->${entry.to}`)).toEqual(['null->open', 'open->dismissed']);
+      await alerts.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('does not write a change again once a conflicting one stored through another replica at the same time stands instead', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      const open = testAlert(T0);
+      const { rows, store } = memoryStore(open);
+      const alerts = await newService(store);
+      expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true });
+      // Read back before the other replica's write landed; now its row, made from the same copy, stands.
+      const theirs = changeStatus(open, 'dismissed', 'other@m_1', 'load test', T0 + 1);
+      if (!theirs.ok) throw new Error('refused');
+      rows.set(open.id, theirs.alert);
+      await vi.advanceTimersByTimeAsync(15_000); // past every read-back
+      expect(rows.get(open.id)?.history.map((entry) => `${entry.from}->${entry.to}`)).toEqual(['null->open', 'open->dismissed']);
+      await alerts.stop();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('writes a change again with the repeat detection has counted here meanwhile', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      const open = testAlert(T0);
+      const { rows, store } = memoryStore(open);
+      const alerts = await newService(store);
+      expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true });
+      rows.set(open.id, { ...open, occurrences: 5 }); // another replica's copy, without the change, written over it
+      await vi.advanceTimersByTimeAsync(1_000);
+      // A repeat counted here, due to be written in 5 s.
+      alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: open.type, finding: makeFinding('critical', Date.now(), open.scope) }], ruleErrors: [] });
+      await vi.advanceTimersByTimeAsync(1_200); // the read-back finds the change missing and writes it again at once
+      expect(rows.get(open.id)).toMatchObject({ status: 'acknowledged', occurrences: open.occurrences + 1 });
       await alerts.stop();
     } finally {
       vi.useRealTimers();

@@ -11,14 +11,20 @@
  * lifecycle (mergeLifecycle: a status set elsewhere is never written back over), and every few
  * seconds each replica learns what the others wrote (a dismissal silences the key everywhere; an
  * alert created before a rebalance is continued, not duplicated, by the key's new owner).
+ *
+ * Replicas' clocks differ by seconds, so no order is taken from them. Invariant: every write (a
+ * detection update, an admin's change, the re-write of a change written over) is made from the
+ * stored copy read just before it, and replaces that copy: its version is above the copy's
+ * (AlertStore.save), and a change's history entry is stamped after the copy's entries (stampAfter).
+ * What a clock says only orders writes made at the same time from the same copy.
  */
 import { ENGINE_ERROR, type AnyRule, type EngineFinding } from '../detect/engine.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
 import { HeldUntilOpen } from '../held-until-open.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import type { AlertStore } from '../store/alert-store.ts';
-import { changeStatus, mergeLifecycle, type Alert, type AlertStatus, type StatusChange } from './alert.ts';
+import type { AlertStore, StoredAlert } from '../store/alert-store.ts';
+import { changeStatus, conflictingMove, isRepeatedChange, latestEntry, mergeLifecycle, type Alert, type AlertStatus, type HistoryEntry, type StatusChange } from './alert.ts';
 import type { AlertChange, AlertManager, RuleInfo } from './alert-manager.ts';
 
 export interface AlertServiceHooks {
@@ -28,6 +34,11 @@ export interface AlertServiceHooks {
    * block, and what it throws is logged, never passed on to detection.
    */
   onCritical?(alert: Alert, change: Extract<AlertChange, 'created' | 'escalated' | 'reopened'>): void;
+}
+
+export interface AlertServiceOptions extends AlertServiceHooks {
+  /** This replica's clock (tests give replicas clocks apart); timers run on real time. */
+  now?: () => number;
 }
 
 /** New, escalated and reopened alerts are written at once; a repeat only bumps counters, so it waits. */
@@ -56,8 +67,6 @@ export class AlertService {
   private timerDueAt = Number.POSITIVE_INFINITY;
   /** The writes of this replica, one after the other (see serially); never rejects. */
   private saving: Promise<void> = Promise.resolve();
-  /** Admin changes in progress per alert id: two changes of one alert run one after the other. */
-  private readonly changing = new Map<string, Promise<unknown>>();
   private syncTimer: NodeJS.Timeout | undefined;
   private syncedUpTo = 0;
   private readonly verifyTimers = new Set<NodeJS.Timeout>();
@@ -66,6 +75,7 @@ export class AlertService {
   private stopped = false;
   /** Findings handed over before start() loaded the open alerts wait for it. */
   private readonly findings = new HeldUntilOpen<EngineFinding>(MAX_HELD_FINDINGS, (findings) => this.apply(findings));
+  private readonly now: () => number;
 
   constructor(
     private readonly manager: AlertManager,
@@ -73,14 +83,15 @@ export class AlertService {
     rules: readonly AnyRule[],
     private readonly metrics: WorkerMetrics,
     private readonly logger: Logger,
-    private readonly hooks: AlertServiceHooks = {},
+    private readonly hooks: AlertServiceOptions = {},
   ) {
     this.rules = new Map(rules.map((rule) => [rule.id, { id: rule.id, version: rule.version, actions: rule.actions }]));
+    this.now = hooks.now ?? Date.now;
   }
 
   /** Loads what deduplication must know (open alerts, recent dismissals and resolutions: AlertManager.closedAlertMemoryMs). */
   async start(): Promise<void> {
-    const startedAt = Date.now();
+    const startedAt = this.now();
     this.manager.load(await this.store.loadForDedup(new Date(startedAt - this.manager.closedAlertMemoryMs)));
     this.syncedUpTo = startedAt;
     this.syncTimer = setInterval(() => this.inBackground(this.syncWithStore()), SYNC_INTERVAL_MS);
@@ -95,7 +106,7 @@ export class AlertService {
    */
   async syncWithStore(): Promise<void> {
     this.manager.forgetClosed();
-    const startedAt = Date.now();
+    const startedAt = this.now();
     try {
       for (const stored of await this.store.changedSince(new Date(this.syncedUpTo - SYNC_OVERLAP_MS))) this.manager.sync(stored);
       this.syncedUpTo = startedAt;
@@ -146,33 +157,62 @@ export class AlertService {
 
   /**
    * An admin's status change of one alert of a merchant (any merchant when undefined). It is decided
-   * on the stored copy merged with ours (AlertManager.current: the latest status change wins, wherever
-   * it was made), is stored before it returns, and only then remembered for dedup (a dismissal
-   * silences the dedup key): a failed write rejects and leaves nothing behind, so the caller's retry
-   * makes the same move again. Undefined when no such alert exists for that merchant.
+   * on the stored copy read just before the write, merged with ours (AlertManager.current: a status
+   * change made through another replica counts), in this replica's queue of writes (so two changes
+   * of one alert here are decided one after the other). It is stored before it returns, and only
+   * then remembered for dedup (a dismissal silences the dedup key): a failed write rejects and leaves
+   * nothing behind, or was stored after all (its answer lost), so the caller's retry, the same move by
+   * the same actor, is accepted without recording it twice. Undefined when no such alert exists for
+   * that merchant.
    */
   async changeStatus(
     id: string,
     merchantId: string | undefined,
     change: { to: AlertStatus; actor: string; note?: string },
   ): Promise<StatusChange | undefined> {
-    const previous = this.changing.get(id) ?? Promise.resolve();
-    const result = previous.catch(() => undefined).then(async () => {
-      const stored = await this.store.get(id, merchantId);
+    return this.serially(async () => {
+      const stored = await this.store.getStored(id, merchantId);
       if (!stored) return undefined;
-      const outcome = changeStatus(this.manager.current(stored), change.to, change.actor, change.note, Date.now());
+      const current = this.manager.current(stored.alert);
+      if (isRepeatedChange(current, change.to, change.actor)) {
+        // A retry: what this replica knows may lack the change (the first answer was lost); the stored
+        // copy may too, if a racing write dropped it (then it is written again, as the read-back would).
+        if (mergeLifecycle(stored.alert, current) !== stored.alert) await this.store.save([current], new Map([[id, stored.version]]));
+        this.manager.sync(current);
+        return { ok: true, alert: current } as const;
+      }
+      const outcome = changeStatus(current, change.to, change.actor, change.note, this.now());
       if (!outcome.ok) return outcome;
-      await this.writeChange(outcome.alert);
+      await this.store.save([outcome.alert], new Map([[id, stored.version]]));
+      // Another replica may have written a change of its own made from the same copy at the same time:
+      // the copy that stands (the highest version) decides. Read it back before answering; the change
+      // is stored, so a failed read is not a failed change (verifyLater reads it back again).
+      const [after] = await this.store.getMany([id]).catch(() => []);
+      const lost = after && this.lostTo(after, outcome.alert);
+      if (lost) {
+        this.logger.warn({ alertId: id, actor: change.actor, to: change.to, otherActor: lost.actor, otherTo: lost.to }, 'a status change lost to a conflicting one made at the same time through another replica; refused');
+        return { ok: false, reason: 'not_allowed' } as const;
+      }
+      // sync, not a plain set: detection may have updated our copy while the write was in progress.
+      this.manager.sync(outcome.alert);
       this.verifyLater(outcome.alert);
-      this.logger.info({ alertId: id, merchantId: stored.merchantId, actor: change.actor, to: change.to }, 'alert status changed');
+      this.logger.info({ alertId: id, merchantId: stored.alert.merchantId, actor: change.actor, to: change.to }, 'alert status changed');
       return outcome;
     });
-    this.changing.set(id, result);
-    try {
-      return await result;
-    } finally {
-      if (this.changing.get(id) === result) this.changing.delete(id);
-    }
+  }
+
+  /**
+   * The conflicting change a change we stored lost to: one from the same status, made through another
+   * replica from the same copy at the same time (ClickHouse has no compare-and-set), which stands in
+   * the stored copy (the highest version) while ours is missing. Ours is then not written again (the
+   * history would hold two moves out of one status). Undefined when ours is stored, or was written
+   * over by a write without a conflicting move (the key's owner's): that is written again.
+   */
+  private lostTo(stored: StoredAlert, changed: Alert): HistoryEntry | undefined {
+    if (mergeLifecycle(stored.alert, changed) === stored.alert) return undefined;
+    const theirs = conflictingMove(stored.alert, changed, latestEntry(changed)!);
+    if (theirs) this.manager.sync(stored.alert);
+    return theirs;
   }
 
   /** Writes every unsaved alert; resolves when they are stored (or the write failed and is rescheduled). */
@@ -196,11 +236,23 @@ export class AlertService {
       const read = this.store
         .getMany([changed.id])
         .then(([stored]) => {
-          const merged = stored && mergeLifecycle(stored, changed);
-          if (!merged || merged === stored) return;
+          if (!stored) return;
+          const lost = this.lostTo(stored, changed);
+          if (lost) {
+            const ours = latestEntry(changed)!;
+            this.logger.error(
+              { alertId: changed.id, actor: ours.actor, to: ours.to, otherActor: lost.actor, otherTo: lost.to },
+              'a status change answered as made lost to a conflicting one made at the same time through another replica',
+            );
+            return;
+          }
+          const merged = mergeLifecycle(stored.alert, changed);
+          if (merged === stored.alert) return;
           this.logger.warn({ alertId: changed.id }, 'a status change was written over by another replica; writing it again');
           this.manager.sync(merged);
-          this.unsaved.set(changed.id, merged);
+          // Detection's update waiting to be written, if any, keeps its fields (it is newer).
+          const pending = this.unsaved.get(changed.id);
+          this.unsaved.set(changed.id, pending ? mergeLifecycle(pending, merged) : merged);
           this.schedule(FLUSH_DELAY_MS);
           again('a status change keeps being written over');
         })
@@ -214,13 +266,17 @@ export class AlertService {
     this.verifyTimers.add(timer);
   }
 
-  /** Our copies, each with the lifecycle of its stored copy merged in (see the contract above). */
-  private async withStoredLifecycle(batch: readonly Alert[]): Promise<Alert[]> {
-    const stored = new Map((await this.store.getMany(batch.map((alert) => alert.id))).map((alert) => [alert.id, alert]));
-    return batch.map((alert) => {
+  /**
+   * Our copies, each with the lifecycle of its stored copy merged in (see the contract above), and the
+   * versions of those stored copies, which the write replaces (AlertStore.save's `over`).
+   */
+  private async withStoredLifecycle(batch: readonly Alert[]): Promise<{ merged: Alert[]; over: Map<string, number> }> {
+    const stored = new Map((await this.store.getMany(batch.map((alert) => alert.id))).map((theirs) => [theirs.alert.id, theirs]));
+    const merged = batch.map((alert) => {
       const theirs = stored.get(alert.id);
-      return theirs ? mergeLifecycle(alert, theirs) : alert;
+      return theirs ? mergeLifecycle(alert, theirs.alert) : alert;
     });
+    return { merged, over: new Map([...stored].map(([id, theirs]) => [id, theirs.version])) };
   }
 
   /**
@@ -234,10 +290,10 @@ export class AlertService {
       const batch = [...this.unsaved.values()];
       this.unsaved.clear();
       try {
-        const merged = await this.withStoredLifecycle(batch);
+        const { merged, over } = await this.withStoredLifecycle(batch);
         // What the stored copies taught us (a dismissal made elsewhere) holds whether or not our write succeeds.
         for (const [i, alert] of merged.entries()) if (alert !== batch[i]) this.manager.sync(alert);
-        await this.store.save(merged);
+        await this.store.save(merged, over);
       } catch (error) {
         for (const alert of batch) if (!this.unsaved.has(alert.id)) this.unsaved.set(alert.id, alert);
         this.schedule(RETRY_DELAY_MS);
@@ -247,22 +303,16 @@ export class AlertService {
   }
 
   /**
-   * Writes an admin's change on its own, not queued with detection's: it is remembered only once
-   * stored, and a failed write is not retried (the caller is told and may try again).
+   * Runs a write once the writes before it have ended: one at a time, each merging what the last one
+   * stored. An admin's change is one, written on its own, not queued with detection's: it is
+   * remembered only once stored, and a failed write is not retried (the caller is told and may try again).
    */
-  private writeChange(changed: Alert): Promise<void> {
-    return this.serially(async () => {
-      const [merged] = await this.withStoredLifecycle([changed]);
-      await this.store.save([merged!]);
-      // sync, not a plain set: detection may have updated our copy while the write was in progress.
-      this.manager.sync(merged!);
-    });
-  }
-
-  /** Runs a write once the writes before it have ended: one at a time, each merging what the last one stored. */
-  private serially(write: () => Promise<void>): Promise<void> {
+  private serially<T>(write: () => Promise<T>): Promise<T> {
     const written = this.saving.then(write);
-    this.saving = written.catch(() => undefined);
+    this.saving = written.then(
+      () => undefined,
+      () => undefined,
+    );
     return written;
   }
 

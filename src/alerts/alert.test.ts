@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SEVERITIES } from '../detect/types.ts';
-import { changeStatus, higherSeverity, isAllowedTransition, mergeLifecycle, riskScore, type Alert } from './alert.ts';
+import { changeStatus, conflictingMove, higherSeverity, isAllowedTransition, isRepeatedChange, mergeLifecycle, riskScore, type Alert } from './alert.ts';
 
 describe('riskScore', () => {
   it.each([
@@ -105,6 +105,49 @@ describe('changeStatus', () => {
     expect(outcome.ok && outcome.alert.updatedAt).toBe('2026-11-20T12:06:00.001Z');
   });
 
+  it('stamps a change after the entries it was made on, even by a clock behind the replica that made them', () => {
+    // Acknowledged through a replica whose clock is 5 s ahead; resolved 0.5 s later through one on time.
+    const acknowledged = changeStatus(base, 'acknowledged', 'alice', undefined, later + 5_000);
+    if (!acknowledged.ok) throw new Error('refused');
+    const resolved = changeStatus(acknowledged.alert, 'resolved', 'bob', undefined, later + 500);
+    if (!resolved.ok) throw new Error('refused');
+    expect(resolved.alert.history.slice(1).map((entry) => [entry.at, entry.to])).toEqual([
+      ['2026-11-20T13:00:05.000Z', 'acknowledged'],
+      ['2026-11-20T13:00:05.001Z', 'resolved'],
+    ]);
+    expect(resolved.alert.updatedAt).toBe('2026-11-20T13:00:05.001Z');
+    // Merged with a copy that has the acknowledgement only, the resolution still comes last.
+    expect(mergeLifecycle(acknowledged.alert, resolved.alert).status).toBe('resolved');
+    expect(mergeLifecycle({ ...base, occurrences: 9 }, resolved.alert).status).toBe('resolved');
+  });
+
+  it('takes a retry of the latest move by the same actor as a repeat, and nothing else', () => {
+    const dismissed = changeStatus(base, 'dismissed', 'alice', 'our load test', later);
+    if (!dismissed.ok) throw new Error('refused');
+    expect(isRepeatedChange(dismissed.alert, 'dismissed', 'alice')).toBe(true); // whatever the note
+    expect(isRepeatedChange(dismissed.alert, 'dismissed', 'bob')).toBe(false);
+    expect(isRepeatedChange(dismissed.alert, 'acknowledged', 'alice')).toBe(false);
+    expect(isRepeatedChange(base, 'open', 'system')).toBe(false); // creation is no admin's move
+    const acknowledged = changeStatus(base, 'acknowledged', 'alice', undefined, later);
+    if (!acknowledged.ok) throw new Error('refused');
+    const resolved = changeStatus(acknowledged.alert, 'resolved', 'bob', undefined, later + 1);
+    if (!resolved.ok) throw new Error('refused');
+    expect(isRepeatedChange(resolved.alert, 'acknowledged', 'alice')).toBe(false); // moved on since
+  });
+
+  it('finds a conflicting move: one from the same status, unknown to our copy', () => {
+    const ours = changeStatus(base, 'dismissed', 'alice', 'fp', later);
+    const theirs = changeStatus(base, 'acknowledged', 'bob', undefined, later + 1);
+    if (!ours.ok || !theirs.ok) throw new Error('refused');
+    const ourEntry = ours.alert.history.at(-1)!;
+    expect(conflictingMove(theirs.alert, ours.alert, ourEntry)).toEqual(theirs.alert.history.at(-1));
+    expect(conflictingMove(ours.alert, ours.alert, ourEntry)).toBeUndefined();
+    // A later move made on top of ours is no conflict.
+    const resolvedOnTop = changeStatus(theirs.alert, 'resolved', 'carol', undefined, later + 2);
+    if (!resolvedOnTop.ok) throw new Error('refused');
+    expect(conflictingMove(resolvedOnTop.alert, theirs.alert, theirs.alert.history.at(-1)!)).toBeUndefined();
+  });
+
   describe('mergeLifecycle (two replicas\' copies of one alert)', () => {
     const dismissedElsewhere = changeStatus(base, 'dismissed', 'alice', 'our load test', later);
     if (!dismissedElsewhere.ok) throw new Error('dismissal refused');
@@ -136,6 +179,16 @@ describe('changeStatus', () => {
       expect(merged.history.map((entry) => entry.to)).toEqual(['open', 'acknowledged', 'resolved', 'open']);
       expect(merged.status).toBe('open');
       expect(mergeLifecycle(resolved.alert, reopenedHere).status).toBe('open');
+    });
+
+    it('orders entries stamped at the same millisecond alike on every replica', () => {
+      const acknowledged = changeStatus(base, 'acknowledged', 'alice', undefined, later);
+      const dismissed = changeStatus(base, 'dismissed', 'bob', 'fp', later);
+      if (!acknowledged.ok || !dismissed.ok) throw new Error('refused');
+      const one = mergeLifecycle(acknowledged.alert, dismissed.alert);
+      const other = mergeLifecycle(dismissed.alert, acknowledged.alert);
+      expect(one.history).toEqual(other.history);
+      expect(one.status).toBe(other.status);
     });
   });
 });

@@ -8,6 +8,11 @@ export type AlertStatus = (typeof ALERT_STATUSES)[number];
 
 /** One status change (contracts section 2): every entry has all five fields; `from` is null for the first, `note` when none was given. */
 export interface HistoryEntry {
+  /**
+   * When the change was made, by the clock of the replica that made it, but never earlier than the
+   * entry before it (stampAfter): replicas' clocks differ by a few seconds, and the order of the
+   * entries is the order of the changes (mergeLifecycle).
+   */
   at: string;
   actor: string;
   from: AlertStatus | null;
@@ -81,15 +86,32 @@ export function isAllowedTransition(from: AlertStatus, to: AlertStatus): boolean
 export type StatusChange = { ok: true; alert: Alert } | { ok: false; reason: 'not_allowed' | 'note_required' };
 
 /**
+ * The time of a change made on top of a copy that records `previous` (its latest history entry, its
+ * updatedAt): the clock's, or 1 ms after `previous` when the clock is not past it. Replicas' clocks
+ * differ, and a change must sort after what it was decided on, whichever replica's clock stamped
+ * that; so a time can be ahead of the clock of the replica that made the change, by at most how far
+ * another replica's clock is ahead of it.
+ */
+export function stampAfter(previous: string | undefined, now: number): string {
+  const after = previous === undefined ? Number.NEGATIVE_INFINITY : Date.parse(previous);
+  return new Date(now > after ? now : after + 1).toISOString();
+}
+
+/** The latest entry of a history (the last in the order mergeLifecycle keeps). */
+export function latestEntry(alert: Alert): HistoryEntry | undefined {
+  return alert.history.reduce<HistoryEntry | undefined>((latest, entry) => (latest && compareEntries(latest, entry) >= 0 ? latest : entry), undefined);
+}
+
+/**
  * An admin's status change: the lifecycle move, recorded in history with who, when and why.
  * Dismissing needs a note (it marks a false positive and silences the dedup key for a while).
  */
 export function changeStatus(alert: Alert, to: AlertStatus, actor: string, note: string | undefined, now: number): StatusChange {
   if (!isAllowedTransition(alert.status, to)) return { ok: false, reason: 'not_allowed' };
   if (to === 'dismissed' && !note) return { ok: false, reason: 'note_required' };
-  const at = new Date(now).toISOString();
+  const at = stampAfter(latestEntry(alert)?.at, now);
   // updatedAt only moves forward, so the newest write also wins in the dedup index.
-  const updatedAt = at > alert.updatedAt ? at : new Date(Date.parse(alert.updatedAt) + 1).toISOString();
+  const updatedAt = stampAfter(alert.updatedAt, Date.parse(at));
   return {
     ok: true,
     alert: {
@@ -102,10 +124,32 @@ export function changeStatus(alert: Alert, to: AlertStatus, actor: string, note:
 }
 
 /**
+ * Is this change the latest move of the alert already, made by the same actor? Then it is a repeat
+ * of that request (a retry after an answer that was lost), not a new move. A dismissal's note need
+ * not match.
+ */
+export function isRepeatedChange(alert: Alert, to: AlertStatus, actor: string): boolean {
+  const latest = latestEntry(alert);
+  return alert.status === to && latest?.to === to && latest.actor === actor && latest.from !== null && isAllowedTransition(latest.from, to);
+}
+
+/**
+ * A move made, unknown to `ours`, out of the status `entry` moved the alert out of: a conflicting
+ * change made through another replica at the same time (ClickHouse has no compare-and-set, so both
+ * can be decided on the same status). Undefined when there is none.
+ */
+export function conflictingMove(stored: Alert, ours: Alert, entry: HistoryEntry): HistoryEntry | undefined {
+  const known = new Set(ours.history.map(historyKey));
+  return stored.history.find((other) => other.from === entry.from && !known.has(historyKey(other)));
+}
+
+/**
  * One alert as two replicas have it: `ours` (the copy about to be written) and `theirs` (another
  * replica's, say with an admin's change). The result keeps our detection fields and the lifecycle of
  * both: the histories are merged (an entry is its time, actor and target status) and the status is
  * the target of the latest entry, so a change made on another replica is never written back over.
+ * A change is stamped after the entries it was decided on (stampAfter), so the order of the entries
+ * is the order of the changes whatever the replicas' clocks; ties are broken alike on every replica.
  * Returns `ours` itself when `theirs` adds nothing.
  */
 export function mergeLifecycle(ours: Alert, theirs: Alert): Alert {
@@ -113,7 +157,7 @@ export function mergeLifecycle(ours: Alert, theirs: Alert): Alert {
   const known = new Set(ours.history.map(historyKey));
   const missing = theirs.history.filter((entry) => !known.has(historyKey(entry)));
   if (missing.length === 0) return ours;
-  const history = [...ours.history, ...missing].sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : 0));
+  const history = [...ours.history, ...missing].sort(compareEntries);
   return {
     ...ours,
     status: history[history.length - 1]!.to,
@@ -124,6 +168,11 @@ export function mergeLifecycle(ours: Alert, theirs: Alert): Alert {
 
 function historyKey(entry: HistoryEntry): string {
   return `${entry.at}\u0000${entry.actor}\u0000${entry.to}`;
+}
+
+function compareEntries(a: HistoryEntry, b: HistoryEntry): number {
+  const [x, y] = a.at === b.at ? [historyKey(a), historyKey(b)] : [a.at, b.at];
+  return x < y ? -1 : x > y ? 1 : 0;
 }
 
 /** The alert as the wire format of contracts section 2 has it (the dedup scope is internal). */

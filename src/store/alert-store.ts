@@ -1,7 +1,8 @@
 /**
- * Alerts in ClickHouse. Every save writes the whole alert with a higher version; reads take the
- * latest (FINAL, or the highest version per id). Contract: every read is scoped by merchant unless
- * the caller is the engine loading its own state, or a replica learning what the others wrote.
+ * Alerts in ClickHouse. Every save writes the whole alert with a higher version (see save); reads
+ * take the latest (FINAL, or the highest version per id). Contract: every read is scoped by
+ * merchant unless the caller is the engine loading its own state, or a replica learning what the
+ * others wrote.
  * The reads every replica repeats in the background (changedSince, enforceable) pick their ids with
  * a narrow scan first and take the latest version of only those: FINAL on an id filter still merges
  * every part of the table (`npm run bench:admin`, 1M alerts: 236-250 ms and 87-93 ms a read with
@@ -43,6 +44,15 @@ const alertRow = z.object({
   history: z.string(),
   ai_insights: z.array(z.string()),
 });
+
+/** A row with its version, for a write that must replace it (see save). */
+const storedRow = alertRow.extend({ version: z.coerce.number() });
+
+/** An alert as stored, with the version of its row. */
+export interface StoredAlert {
+  alert: Alert;
+  version: number;
+}
 
 /** The columns enforcement reads (EnforceableAlert). */
 const enforceableRow = alertRow.pick({
@@ -96,15 +106,34 @@ function fromRow(row: z.output<typeof alertRow>): Alert {
   };
 }
 
+function storedFromRow(raw: unknown): StoredAlert {
+  const { version, ...row } = storedRow.parse(raw);
+  return { alert: fromRow(row), version };
+}
+
 export class AlertStore {
-  private version = Date.now() * 1000;
+  /** The last version this store wrote. */
+  private version: number;
 
   constructor(
     private readonly db: ClickHouse,
     private readonly tables: Tables,
-  ) {}
+    /** This replica's clock (tests give replicas clocks apart). */
+    private readonly now: () => number = Date.now,
+  ) {
+    this.version = now() * 1000;
+  }
 
-  async save(alerts: readonly Alert[]): Promise<void> {
+  /**
+   * Writes whole alerts. Each row's version is above every version this store wrote before and, for
+   * an alert made from a stored copy (`over`: id -> the version that copy was read with, see
+   * getMany), above that copy's: so a write replaces the copy it was made from, whatever the clocks
+   * of the replicas that wrote the two (replicas' clocks differ by seconds; with the clock alone, a
+   * replica whose clock is behind lost every write, an admin's change too, to one ahead). The clock
+   * (in µs) is only a floor, which keeps versions growing across restarts. Two writes made from the
+   * same copy, at the same time, on two replicas still land in either order (no compare-and-set).
+   */
+  async save(alerts: readonly Alert[], over?: ReadonlyMap<string, number>): Promise<void> {
     if (alerts.length === 0) return;
     const lines = alerts.map((alert) =>
       JSON.stringify({
@@ -129,8 +158,7 @@ export class AlertStore {
         updated_at: toClickHouseTime(Date.parse(alert.updatedAt)),
         history: JSON.stringify(alert.history),
         ai_insights: alert.aiInsights ?? [],
-        // Monotonic across saves in this process; wall-clock based across restarts.
-        version: (this.version = Math.max(this.version + 1, Date.now() * 1000)),
+        version: (this.version = Math.max(this.version + 1, this.now() * 1000, (over?.get(alert.id) ?? 0) + 1)),
       }),
     );
     await this.db.insert(this.tables.alerts, COLUMNS, Buffer.from(`${lines.join('\n')}\n`), 'JSONEachRow');
@@ -201,23 +229,25 @@ export class AlertStore {
 
   /** One alert, only if it belongs to the merchant (any merchant when merchantId is undefined). */
   async get(id: string, merchantId: string | undefined): Promise<Alert | undefined> {
+    return (await this.getStored(id, merchantId))?.alert;
+  }
+
+  /** get, with the version of the row (for a change made from it: save's `over`). */
+  async getStored(id: string, merchantId: string | undefined): Promise<StoredAlert | undefined> {
     const rows = await this.db.queryRows(
-      `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL
+      `SELECT * FROM ${this.tables.alerts} FINAL
         WHERE id = {id:UUID} AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
         LIMIT 1`,
       { id, merchantId: merchantId ?? '' },
     );
-    return rows[0] ? fromRow(alertRow.parse(rows[0])) : undefined;
+    return rows[0] ? storedFromRow(rows[0]) : undefined;
   }
 
-  /** The stored copies of these alerts, of any merchant (for merging before a write). */
-  async getMany(ids: readonly string[]): Promise<Alert[]> {
+  /** The stored copies of these alerts, of any merchant, with their versions (for merging before a write). */
+  async getMany(ids: readonly string[]): Promise<StoredAlert[]> {
     if (ids.length === 0) return [];
-    const rows = await this.db.queryRows(
-      `SELECT * EXCEPT version FROM ${this.tables.alerts} FINAL WHERE id IN {ids:Array(UUID)}`,
-      { ids },
-    );
-    return rows.map((row) => fromRow(alertRow.parse(row)));
+    const rows = await this.db.queryRows(`SELECT * FROM ${this.tables.alerts} FINAL WHERE id IN {ids:Array(UUID)}`, { ids });
+    return rows.map(storedFromRow);
   }
 
   /** Alerts of any merchant written since a time, by any replica (for replicas to learn each other's changes). */

@@ -25,6 +25,8 @@ describe('admin API', () => {
   let adminToken: string;
   /** Seeded alerts of M, newest first (the order the API must give). */
   let seeded: Alert[];
+  /** The next alert write is stored, then fails as if its answer were lost (a timeout, a reset connection). */
+  let loseNextAlertWriteAnswer = false;
 
   const call = (path: string, init?: Parameters<typeof adminCall>[3], bearer = adminToken) => adminCall(worker.url, bearer, path, init);
 
@@ -54,7 +56,19 @@ describe('admin API', () => {
   beforeAll(async () => {
     clickhouse = await startClickHouse();
     const config = testConfig({ clickhouse, names, extra: { ...ADMIN_ENV, ADMIN_RATE_LIMIT_PER_MINUTE: '100000' } });
-    worker = await startWorker(config, { logger: createLogger('silent') });
+    worker = await startWorker(config, {
+      logger: createLogger('silent'),
+      wrapClickHouse: (db) => ({
+        ...db,
+        insert: async (table, columns, body, format, settings, signal) => {
+          await db.insert(table, columns, body, format, settings, signal);
+          if (loseNextAlertWriteAnswer && table === tablesIn(clickhouse.database).alerts) {
+            loseNextAlertWriteAnswer = false;
+            throw new Error('socket hang up');
+          }
+        },
+      }),
+    });
     await worker.ready;
     adminToken = await token(M, 'admin');
     const base = Date.now() - 3 * 24 * 3_600_000;
@@ -183,6 +197,41 @@ describe('admin API', () => {
     // An acknowledged alert may be dismissed too.
     const acked = seeded.find((alert) => alert.status === 'acknowledged')!;
     expect((await patch(acked.id, { status: 'dismissed', note: 'known partner' })).status).toBe(200);
+  });
+
+  it('accepts the retry of a change answered 503 though it was stored, without recording it twice', async () => {
+    const merchantId = `${M}_retry`;
+    const bearer = await token(merchantId, 'admin', { userId: 'carol' });
+    const alert = makeAlert(0, { merchantId, createdAtMs: Date.now() - MINUTE });
+    await worker.alertStore.save([alert]);
+    const dismiss = { method: 'PATCH', body: { status: 'dismissed', note: 'our load test' } };
+
+    loseNextAlertWriteAnswer = true;
+    const failed = await call(`/alerts/${alert.id}`, dismiss, bearer);
+    expect(failed.status).toBe(503);
+    expect(failed.body.error.code).toBe('STORAGE_UNAVAILABLE');
+    const retried = await call(`/alerts/${alert.id}`, dismiss, bearer);
+    expect(retried.status).toBe(200);
+    expect(retried.body.data.status).toBe('dismissed');
+    const history = (await call(`/alerts/${alert.id}`, {}, bearer)).body.data.history;
+    expect(history.map((entry: Alert['history'][number]) => `${entry.actor}:${entry.from}->${entry.to}`)).toEqual(['system:null->open', 'carol:open->dismissed']);
+    // The same move by someone else is a move from dismissed: refused.
+    expect((await call(`/alerts/${alert.id}`, dismiss, await token(merchantId, 'admin', { userId: 'dave' }))).status).toBe(409);
+  });
+
+  it('refuses a status change with an empty body naming body.status, whatever its Content-Type says', async () => {
+    const open = seeded.filter((alert) => alert.status === 'open')[2]!;
+    for (const init of [{}, { rawBody: '' }]) {
+      const response = await call(`/alerts/${open.id}`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, ...init });
+      expect(response.status).toBe(400);
+      expect(response.body).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path: ['body', 'status'] }] });
+    }
+    for (const rawBody of [' ', 'not json', '{"status":']) {
+      const response = await call(`/alerts/${open.id}`, { method: 'PATCH', rawBody });
+      expect(response.status, rawBody).toBe(400);
+      expect(response.body).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path: ['body'] }] });
+    }
+    expect((await call(`/alerts/${open.id}`)).body.data.status).toBe('open');
   });
 
   it('gives every history entry all five fields: note is null when none was given, also in alerts stored before', async () => {

@@ -3,7 +3,9 @@
  * replica is not written back over by the replica that owns the alert's key, silences the key there,
  * and survives a racing write; a key's new owner continues the alert its previous owner created;
  * a status change is decided on the latest status, wherever it was set, not on a replica's stale copy.
- * The background reads (changedSince, enforceable) see each alert's latest version only.
+ * None of this depends on the replicas' clocks agreeing. Of two conflicting changes made through two
+ * replicas from the same copy, one is made and the other refused. The background reads
+ * (changedSince, enforceable) see each alert's latest version only.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -22,6 +24,17 @@ import { tablesIn, type Tables } from '../../src/store/tables.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 import { makeAlert } from '../support/admin.ts';
 import { waitFor } from '../support/worker.ts';
+
+/** Resolves the n callers' waits once all n wait; later callers pass at once. */
+function barrier(n: number): () => Promise<void> {
+  let arrived = 0;
+  let open: () => void = () => undefined;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return () => {
+    if (++arrived >= n) open();
+    return opened;
+  };
+}
 
 describe('alerts shared by replicas', () => {
   let service: ClickHouseService;
@@ -46,6 +59,15 @@ describe('alerts shared by replicas', () => {
 
   async function replica(): Promise<AlertService> {
     const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000 }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
+    await alerts.start();
+    replicas.push(alerts);
+    return alerts;
+  }
+
+  /** A replica with its own store (its own versions) and a clock skewMs away from the real one. */
+  async function replicaWithClock(skewMs: number, own: (now: () => number) => AlertStore = (now) => new AlertStore(db, tables, now)): Promise<AlertService> {
+    const now = () => Date.now() + skewMs;
+    const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now }), own(now), RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), { now });
     await alerts.start();
     replicas.push(alerts);
     return alerts;
@@ -136,6 +158,81 @@ describe('alerts shared by replicas', () => {
     });
     expect(await owner.changeStatus(id, 'm_1', { to: 'acknowledged', actor: 'admin@m_1' })).toEqual({ ok: false, reason: 'not_allowed' });
     expect(await storedFor('pk_stale_dismissed')).toMatchObject({ status: 'dismissed' });
+  });
+
+  it('keeps an admin\'s change made through a replica whose clock is behind the key owner\'s, while the owner goes on writing', async () => {
+    const owner = await replicaWithClock(5_000);
+    const other = await replicaWithClock(0);
+    detect(owner, 'pk_skew_dismissed');
+    await owner.flush();
+    const created = await storedFor('pk_skew_dismissed');
+
+    expect((await other.changeStatus(created.id, 'm_1', { to: 'dismissed', actor: 'admin@m_1', note: 'our load test' }))?.ok).toBe(true);
+    // Stored as answered, though the owner's copy was written with its clock 5 s ahead.
+    expect(await storedFor('pk_skew_dismissed')).toMatchObject({ status: 'dismissed' });
+    // The owner, not knowing of it, writes a repeat: its write is made from the dismissed copy.
+    await sleep(5);
+    detect(owner, 'pk_skew_dismissed');
+    await owner.flush();
+    const stored = await storedFor('pk_skew_dismissed');
+    expect(stored).toMatchObject({ status: 'dismissed', occurrences: 2 });
+    expect(stored.history.map((entry) => `${entry.from}->${entry.to}`)).toEqual(['null->open', 'open->dismissed']);
+  });
+
+  it('orders a change made through a replica whose clock is behind after the change it was made on', async () => {
+    const owner = await replicaWithClock(0);
+    const ahead = await replicaWithClock(5_000);
+    const onTime = await replicaWithClock(0);
+    detect(owner, 'pk_skew_resolved');
+    await owner.flush();
+    const { id } = await storedFor('pk_skew_resolved');
+
+    expect((await ahead.changeStatus(id, 'm_1', { to: 'acknowledged', actor: 'alice' }))?.ok).toBe(true);
+    expect((await onTime.changeStatus(id, 'm_1', { to: 'resolved', actor: 'bob' }))?.ok).toBe(true);
+    // The owner has heard of neither: it writes a repeat, merging the stored history into its copy.
+    await sleep(5);
+    detect(owner, 'pk_skew_resolved');
+    await owner.flush();
+    const stored = await storedFor('pk_skew_resolved');
+    expect(stored.status).toBe('resolved');
+    expect(stored.history.map((entry) => `${entry.actor}:${entry.to}`)).toEqual(['system:open', 'alice:acknowledged', 'bob:resolved']);
+    expect(stored.history[2]!.at > stored.history[1]!.at).toBe(true);
+    // A resolved alert cannot be dismissed, through any replica.
+    expect(await owner.changeStatus(id, 'm_1', { to: 'dismissed', actor: 'carol', note: 'fp' })).toEqual({ ok: false, reason: 'not_allowed' });
+  });
+
+  it('makes one of two conflicting changes sent through two replicas at the same time, and refuses the other', async () => {
+    // Both replicas decide on the same stored copy (each waits at its write for the other to get there),
+    // and both writes land before either is read back.
+    const beforeWrite = barrier(2);
+    const afterWrite = barrier(2);
+    class Racing extends AlertStore {
+      override async save(alerts: readonly Alert[], over?: ReadonlyMap<string, number>): Promise<void> {
+        await beforeWrite();
+        await super.save(alerts, over);
+        await afterWrite();
+      }
+    }
+    const first = await replicaWithClock(0, (now) => new Racing(db, tables, now));
+    const second = await replicaWithClock(0, (now) => new Racing(db, tables, now));
+    const alert = makeAlert(0, { merchantId: 'm_race', createdAtMs: Date.now() - 60_000 });
+    await store.save([alert]);
+
+    const outcomes = await Promise.all([
+      first.changeStatus(alert.id, 'm_race', { to: 'dismissed', actor: 'alice', note: 'false positive' }),
+      second.changeStatus(alert.id, 'm_race', { to: 'acknowledged', actor: 'bob' }),
+    ]);
+    const made = outcomes.filter((outcome) => outcome?.ok);
+    expect(made).toHaveLength(1);
+    expect(outcomes.filter((outcome) => !outcome?.ok)).toEqual([{ ok: false, reason: 'not_allowed' }]);
+    const status = made[0]!.ok ? made[0]!.alert.status : undefined;
+    const moves = (stored: Alert) => stored.history.map((entry) => `${entry.from}->${entry.to}`);
+    expect(await store.get(alert.id, 'm_race')).toMatchObject({ status });
+    // The refused change is not written again by the read-backs.
+    await sleep(2_500);
+    const stored = (await store.get(alert.id, 'm_race'))!;
+    expect(stored.status).toBe(status);
+    expect(moves(stored)).toEqual(['null->open', `open->${status}`]);
   });
 
   it('lets a key\'s new owner continue the alert its previous owner created', async () => {

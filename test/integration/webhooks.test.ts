@@ -246,6 +246,26 @@ describe('critical-alert webhooks', () => {
     expect((await call('DELETE', '/webhook', 'admin')).status).toBe(404);
   });
 
+  it('removes the endpoint for a client that sends Content-Type: application/json on every request, with no body', async () => {
+    const merchantD = `m_d_${runId}`;
+    const bearer = await token('admin', merchantD);
+    const remove = (init: { body?: string }) =>
+      fetch(`${worker.url}/admin/anomaly/webhook`, { method: 'DELETE', headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' }, ...init });
+    for (const init of [{}, { body: '' }]) {
+      expect((await call('PUT', '/webhook', 'admin', { merchantId: merchantD, body: { url: `${receiver.origin}/merchant-d` } })).status).toBe(200);
+      const removed = await remove(init);
+      expect(removed.status, JSON.stringify(init)).toBe(200);
+      expect(await removed.json()).toEqual({ success: true, data: { deleted: true } });
+      expect((await call('GET', '/webhook', 'viewer', { merchantId: merchantD })).status).toBe(404);
+    }
+    // A body that is there is still refused: this route takes none.
+    for (const body of ['{"url":"x"}', 'not json', ' ']) {
+      const refused = await remove({ body });
+      expect(refused.status, body).toBe(400);
+      expect(((await refused.json()) as { code: string }).code).toBe('VALIDATION_ERROR');
+    }
+  });
+
   it('sends nothing to a merchant whose endpoint was removed, and still tells on-call', async () => {
     const merchantC = `m_c_${runId}`;
     expect((await call('PUT', '/webhook', 'admin', { merchantId: merchantC, body: { url: `${receiver.origin}/merchant-c` } })).status).toBe(200);

@@ -1,8 +1,9 @@
 /**
  * Schema migrations: numbered SQL files in ./migrations, applied in order and recorded in
  * schema_migrations with a checksum. Safe to run twice and from two replicas at once: every
- * statement is IF NOT EXISTS, and applied versions are skipped. An applied file that has since
- * changed stops start-up: write a new migration instead of editing an old one.
+ * statement is IF NOT EXISTS or otherwise harmless to repeat, and applied versions are skipped. An
+ * applied file that has since changed stops start-up: write a new migration instead of editing an
+ * old one.
  */
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -98,7 +99,18 @@ export async function migrate(db: ClickHouse, options: MigrateOptions, logger: L
   return newlyApplied;
 }
 
-/** Applies a changed EVENTS_TTL_DAYS to the existing table, without rewriting old parts at once. */
+/**
+ * Applies a changed EVENTS_TTL_DAYS to the table and to the events already stored; a start with the
+ * same value only reads system.tables. ClickHouse expires a part's rows by the TTL info the part was
+ * written with, so the change is materialized: otherwise a raised retention would still delete stored
+ * events at the old one, and a lowered one would keep raw IPs and user agents past the new one. With
+ * materialize_ttl_recalculate_only (migration 009) that reads only `ts` and rewrites each part's TTL
+ * info, not its rows; TTL merges then delete what expired. `alter_sync = 0`: the ALTER returns once
+ * the TTL is changed and the recalculation queued (a mutation), which runs in the background, so a
+ * large table neither holds start-up nor outlasts the client's request timeout (on the embedded
+ * engine, whose queries take turns, a waiting ALTER would hold every other query too). Replicas
+ * starting together with the same new value may each queue it: the second pass repeats the first.
+ */
 async function ensureEventsTtl(db: ClickHouse, options: MigrateOptions, logger: Logger): Promise<void> {
   const [table] = await db.queryRows<{ engine_full: string }>(
     'SELECT engine_full FROM system.tables WHERE database = {database:String} AND name = {name:String}',
@@ -109,7 +121,7 @@ async function ensureEventsTtl(db: ClickHouse, options: MigrateOptions, logger: 
   if (currentDays === options.eventsTtlDays) return;
   await db.command(
     `ALTER TABLE ${options.tables.requestEvents} MODIFY TTL toDateTime(ts) + INTERVAL ${options.eventsTtlDays} DAY
-     SETTINGS materialize_ttl_after_modify = 0`,
+     SETTINGS materialize_ttl_after_modify = 1, alter_sync = 0`,
   );
-  logger.info({ from: currentDays, to: options.eventsTtlDays }, 'events TTL changed');
+  logger.info({ from: currentDays, to: options.eventsTtlDays }, 'events TTL changed; stored events follow once their parts are recalculated (in the background)');
 }

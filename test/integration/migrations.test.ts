@@ -3,9 +3,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.ts';
 import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
 import { listMigrations, migrate } from '../../src/store/migrate.ts';
-import { tablesIn } from '../../src/store/tables.ts';
+import { tablesIn, type Tables } from '../../src/store/tables.ts';
 import { AlertStore } from '../../src/store/alert-store.ts';
 import { makeAlert } from '../support/admin.ts';
+import { waitFor } from '../support/worker.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 
 describe('migrations', () => {
@@ -49,6 +50,59 @@ describe('migrations', () => {
     expect(table?.engine_full).toMatch(/toIntervalDay\(7\)/);
   });
 
+  // ClickHouse expires a part's rows by the TTL info stored with the part, not by the table's TTL:
+  // a change that does not reach that info leaves stored events at the old retention.
+  it('applies a changed EVENTS_TTL_DAYS to the events already stored, raised and lowered', async () => {
+    const ttl = ttlTable(db, tablesIn(`${service.database}_ttl`));
+    await migrate(db, { tables: ttl.tables, eventsTtlDays: 30 }, logger);
+    await ttl.stopTtlMerges();
+    await ttl.insert('d70', 70); // expired under every retention here: shows that TTL merges ran
+    await ttl.insert('d40', 40); // expired under 30 days, kept under 60
+    await ttl.insert('d20', 20); // kept under 30 and 60, expired under 7
+    await ttl.insert('d2', 2); // kept under all three
+
+    // Raised: the parts stored under 30 days get 60, and keep what 60 days keep.
+    await migrate(db, { tables: ttl.tables, eventsTtlDays: 60 }, logger);
+    await ttl.recalculated();
+    expect(await ttl.storedTtl()).toEqual(await ttl.expectedTtl(60));
+    // Recalculating rewrote no rows (it deleted nothing itself); TTL merges delete what expired.
+    expect(await ttl.eventIds()).toEqual(['d2', 'd20', 'd40', 'd70']);
+    await ttl.startTtlMerges();
+    await waitFor(async () => !(await ttl.eventIds()).includes('d70'), 'a TTL merge deletes d70', 20_000);
+    expect(await ttl.eventIds()).toEqual(['d2', 'd20', 'd40']);
+
+    // Lowered: what 7 days expire goes, though stored under 60.
+    await ttl.stopTtlMerges();
+    await migrate(db, { tables: ttl.tables, eventsTtlDays: 7 }, logger);
+    await ttl.recalculated();
+    expect(await ttl.storedTtl()).toEqual(await ttl.expectedTtl(7));
+    expect(await ttl.eventIds()).toEqual(['d2', 'd20', 'd40']);
+    await ttl.startTtlMerges();
+    const left = async () => (await ttl.eventIds()).join();
+    await waitFor(async () => (await left()) === 'd2', 'TTL merges delete d20 and d40', 20_000, left);
+  });
+
+  it('recalculates, once, the parts a worker before 009 left at an earlier EVENTS_TTL_DAYS', async () => {
+    const ttl = ttlTable(db, tablesIn(`${service.database}_ttl_before_009`));
+    await migrate(db, { tables: ttl.tables, eventsTtlDays: 30 }, logger);
+    await ttl.stopTtlMerges();
+    await ttl.insert('d70', 70); // expired under 60 days: shows that TTL merges ran
+    await ttl.insert('d40', 40);
+    await ttl.insert('d20', 20);
+    // As the worker changed the TTL before 009: the table says 60, the parts still say 30.
+    await db.command(
+      `ALTER TABLE ${ttl.tables.requestEvents} MODIFY TTL toDateTime(ts) + INTERVAL 60 DAY SETTINGS materialize_ttl_after_modify = 0`,
+    );
+    expect(await ttl.storedTtl()).toEqual(await ttl.expectedTtl(30));
+    await db.command(`ALTER TABLE ${ttl.tables.schemaMigrations} DELETE WHERE version = 9 SETTINGS mutations_sync = 1`);
+    expect(await migrate(db, { tables: ttl.tables, eventsTtlDays: 60 }, logger)).toEqual([9]);
+    await ttl.recalculated();
+    expect(await ttl.storedTtl()).toEqual(await ttl.expectedTtl(60));
+    await ttl.startTtlMerges();
+    await waitFor(async () => !(await ttl.eventIds()).includes('d70'), 'a TTL merge deletes d70', 20_000);
+    expect(await ttl.eventIds()).toEqual(['d20', 'd40']);
+  });
+
   it('carries alerts stored before 004 over to alerts_by_time, and collapses copies when 004 runs again', async () => {
     const tables = tablesIn(service.database);
     // An alert written by a worker that still used the 003 table.
@@ -72,3 +126,55 @@ describe('migrations', () => {
     await expect(migrate(db, { tables, eventsTtlDays: 7 }, logger)).rejects.toThrow(/was changed after it was applied/);
   });
 });
+
+/** A request_events table of its own, and what the TTL tests read of it. */
+function ttlTable(db: ClickHouse, tables: Tables) {
+  const events = tables.requestEvents;
+  const database = tables.database;
+  return {
+    tables,
+    insert: (eventId: string, daysAgo: number) =>
+      db.command(
+        `INSERT INTO ${events} (event_id, ts, merchant_id, plan, api_key_id, environment, ip, user_agent, method, path, status, response_time_ms, rate_limit_per_minute, country, source_topic, source_partition, source_offset)
+         VALUES ({eventId:String}, now64(3) - INTERVAL {daysAgo:UInt32} DAY, 'm_ttl', 'business', 'pk_ttl', 'live', '::1', 'ua', 'GET', '/', 200, 1, 60, '', '', -1, -1)`,
+        { eventId, daysAgo },
+      ),
+    // TTL merges when the test says, and then at once (by default, 4 h after a partition's last one).
+    stopTtlMerges: async () => {
+      await db.command(`ALTER TABLE ${events} MODIFY SETTING merge_with_ttl_timeout = 1`);
+      await db.command(`SYSTEM STOP TTL MERGES ${events}`);
+    },
+    startTtlMerges: () => db.command(`SYSTEM START TTL MERGES ${events}`),
+    eventIds: async () => (await db.queryRows<{ event_id: string }>(`SELECT event_id FROM ${events} ORDER BY event_id`)).map((row) => row.event_id),
+    /** Waits until the parts' TTL info is recalculated (a mutation, run in the background). */
+    recalculated: () =>
+      waitFor(
+        async () =>
+          (await db.queryRows(
+            "SELECT 1 FROM system.mutations WHERE database = {database:String} AND table = 'request_events' AND NOT is_done",
+            { database },
+          )).length === 0,
+        'the TTL recalculation is done',
+        20_000,
+      ),
+    /** Each event's expiry as its part stores it (every event here is alone in its day's partition). */
+    storedTtl: async () => {
+      const parts = await db.queryRows<{ partition_id: string; expires: string }>(
+        `SELECT partition_id, toString(delete_ttl_info_max) AS expires FROM system.parts
+         WHERE database = {database:String} AND table = 'request_events' AND active AND rows > 0`,
+        { database },
+      );
+      const byPartition = new Map(parts.map((part) => [part.partition_id, part.expires]));
+      const rows = await db.queryRows<{ event_id: string; partition_id: string }>(`SELECT event_id, _partition_id AS partition_id FROM ${events}`);
+      return Object.fromEntries(rows.map((row) => [row.event_id, byPartition.get(row.partition_id)]));
+    },
+    /** Each event's expiry under a retention of `days`. */
+    expectedTtl: async (days: number) => {
+      const rows = await db.queryRows<{ event_id: string; expires: string }>(
+        `SELECT event_id, toString(toDateTime(ts) + toIntervalDay({days:UInt32})) AS expires FROM ${events}`,
+        { days },
+      );
+      return Object.fromEntries(rows.map((row) => [row.event_id, row.expires]));
+    },
+  };
+}

@@ -65,7 +65,7 @@ const RECALL_POSTED_IDS_MS = 60 * 60_000;
 const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
 /** Inserts serialized event rows; the signal aborts the insert at the buffer's stop deadline (event-buffer.ts). */
-type StoreRows = (body: Buffer, signal?: AbortSignal) => Promise<void>;
+type StoreRows = (body: Buffer, signal?: AbortSignal, dedupToken?: string) => Promise<void>;
 
 export interface WorkerDeps {
   logger?: Logger;
@@ -219,7 +219,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     alerts.handle(detection);
   };
   const detectionWindowMs = Math.max(...RULES.map((rule) => rule.windowMs));
-  const storeRows: StoreRows = (body, signal) => store.insertRows(body, signal);
+  const storeRows: StoreRows = (body, signal, dedupToken) => store.insertRows(body, signal, dedupToken);
 
   // Built now, started last (see `ready` below): with Kafka, posts go to the topic from the start,
   // and are consumed once the consumer starts.

@@ -10,7 +10,7 @@ interface BufferTestOptions {
   failures?: number;
   storeGate?: Promise<void>;
   /** Replaces the store (after the gate and the counted failures). */
-  storeRows?: (body: Buffer, signal: AbortSignal) => Promise<void>;
+  storeRows?: (body: Buffer, signal: AbortSignal, dedupToken: string) => Promise<void>;
   /** Dead letters fail to be produced while this says so. */
   deadLettersFail?: () => boolean;
   deadLetterTopic?: string;
@@ -22,6 +22,8 @@ function buffer(options: BufferTestOptions = {}) {
   const commits: OffsetMark[][] = [];
   const events: string[] = [];
   const logs: { msg: string; level: number }[] = [];
+  /** The deduplication token of every attempt to store, failed ones included. */
+  const tokens: string[] = [];
   let failuresLeft = options.failures ?? 0;
   const metrics = new WorkerMetrics({ defaultMetrics: false });
   const eventBuffer = new EventBuffer({
@@ -30,13 +32,14 @@ function buffer(options: BufferTestOptions = {}) {
     maxBufferedRows: 100,
     retryInitialMs: 1,
     retryMaxMs: 5,
-    storeRows: async (body, signal) => {
+    storeRows: async (body, signal, dedupToken) => {
       await options.storeGate;
+      tokens.push(dedupToken);
       if (failuresLeft-- > 0) {
         events.push('store failed');
         throw new Error('injected');
       }
-      if (options.storeRows) return options.storeRows(body, signal);
+      if (options.storeRows) return options.storeRows(body, signal, dedupToken);
       events.push('stored');
       stored.push(body.toString('utf8').trim().split('\n'));
     },
@@ -58,7 +61,7 @@ function buffer(options: BufferTestOptions = {}) {
     metrics,
     logger: createLogger('info', { write: (line: string) => logs.push(JSON.parse(line) as { msg: string; level: number }) }),
   });
-  return { eventBuffer, stored, commits, events, deadLetters, logs, metrics };
+  return { eventBuffer, stored, commits, events, deadLetters, logs, metrics, tokens };
 }
 
 /** Waits until `condition` holds, polling every millisecond or so. */
@@ -123,6 +126,44 @@ describe('EventBuffer', () => {
     expect(events).toEqual(['store failed', 'outage', 'store failed', 'store failed', 'stored', 'recovery', 'committed']);
     expect(stored).toEqual([['{"a":1}']]);
     expect(eventBuffer.healthy).toBe(true);
+  });
+
+  it('stores every attempt of a flush under one deduplication token, and each flush under its own', async () => {
+    // An attempt may land although it failed (a timeout): storage drops its retry by the token.
+    const { eventBuffer, stored, tokens } = buffer({ flushRows: 1, failures: 2 });
+    await eventBuffer.add({ lines: ['{"a":1}'] });
+    await eventBuffer.add({ lines: ['{"a":2}'] });
+    expect(stored).toEqual([['{"a":1}'], ['{"a":2}']]);
+    expect(tokens).toHaveLength(4);
+    const [first, ...retries] = tokens.slice(0, 3);
+    expect(first).toMatch(/^[0-9a-f-]{36}$/);
+    expect(retries).toEqual([first, first]);
+    expect(tokens[3]).not.toBe(first);
+  });
+
+  it("keeps a flush's token when rows of partitions it lost leave it between attempts", async () => {
+    // Its first attempt may have landed: a new token would store the rows left, and count them, again.
+    let storageDown = true;
+    const attempts: { body: string; token: string }[] = [];
+    const { eventBuffer, stored } = buffer({
+      flushRows: 1000,
+      storeRows: async (body, _signal, token) => {
+        attempts.push({ body: body.toString('utf8'), token });
+        if (storageDown) throw new Error('injected: the answer was lost');
+        stored.push(body.toString('utf8').trim().split('\n'));
+      },
+    });
+    void eventBuffer.add({ lines: ['p0 a'], offsets: [{ topic: 't', partition: 0, offset: 1 }] });
+    void eventBuffer.add({ lines: ['p1 a'], offsets: [{ topic: 't', partition: 1, offset: 1 }] });
+    const drained = eventBuffer.drain();
+    await until(() => attempts.length >= 1);
+    eventBuffer.releasePartitions('t', new Set([0]));
+    storageDown = false;
+    await drained;
+    expect(stored).toEqual([['p0 a']]);
+    expect(attempts[0]!.body).toBe('p0 a\np1 a\n');
+    expect(attempts.at(-1)!.body).toBe('p0 a\n');
+    expect(new Set(attempts.map((attempt) => attempt.token)).size).toBe(1);
   });
 
   it('after a rebalance, drops the rows, dead letters and offsets it holds of partitions it no longer owns', async () => {

@@ -15,7 +15,11 @@
  * onOutage has been called once (the consumer pauses), and nothing is committed. Partitions lost in
  * a rebalance while a flush is retried leave it between two attempts (releasePartitions). At stop's
  * deadline the attempt in flight is aborted and given up. add() resolves when its rows are durable.
+ * Every attempt of a flush is stored under the flush's own deduplication token: when an attempt
+ * landed although it was reported failed (a timeout, a connection reset), storage drops the retry
+ * that repeats it, where the views would otherwise count the flush twice (EventStore.insertRows).
  */
+import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { doneWithin, unlessAborted } from '../deadlines.ts';
 import type { Logger } from '../logger.ts';
@@ -46,8 +50,11 @@ export interface EventBufferOptions {
   flushIntervalMs: number;
   /** add() callers wait (waitForCapacity) while this many rows are waiting for the next flush. */
   maxBufferedRows: number;
-  /** Stores rows; `signal` aborts when the buffer gives up on the insert (stop's deadline). */
-  storeRows(body: Buffer, signal: AbortSignal): Promise<void>;
+  /**
+   * Stores rows; `signal` aborts when the buffer gives up on the insert (stop's deadline).
+   * `dedupToken` is the same on every attempt of one flush and differs between flushes.
+   */
+  storeRows(body: Buffer, signal: AbortSignal, dedupToken: string): Promise<void>;
   sendDeadLetters(records: readonly DeadLetter[]): Promise<void>;
   /** The topic sendDeadLetters produces to, named when it fails. */
   deadLetterTopic?: string;
@@ -94,6 +101,13 @@ class PendingFlush {
    * dead letters not yet sent leave it before its next attempt (dropLost), never during one.
    */
   readonly lostPartitions = new Set<string>();
+  /**
+   * Storage's deduplication token for every attempt of this flush, kept when dropLost removes rows
+   * between attempts: the body only ever shrinks, so an earlier attempt that landed unseen stored
+   * every row still in it, and a repeat under the same token adds nothing (ClickHouse tracks the
+   * token per partition). A new token would store those rows, and count them, a second time.
+   */
+  readonly dedupToken = randomUUID();
   readonly durable: Promise<void>;
   resolve!: () => void;
   reject!: (error: Error) => void;
@@ -389,7 +403,7 @@ export class EventBuffer {
         }
         stage = 'storage';
         if (!rowsStored) {
-          await untilAborted(this.options.storeRows(flush.rows.bytes(), signal), signal);
+          await untilAborted(this.options.storeRows(flush.rows.bytes(), signal, flush.dedupToken), signal);
           rowsStored = true;
           metrics.eventsStored.inc(rowCount);
         }

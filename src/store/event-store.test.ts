@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { EVENT_TIME_RANGE, parseRequestEventValue } from '../events/request-event.ts';
 import type { ClickHouse } from './clickhouse.ts';
-import { EventStore, REQUEST_EVENT_COLUMNS, serializeEventRow, storableEventTimes, toClickHouseTime, tsvText } from './event-store.ts';
+import { EVENT_INSERT_SETTINGS, EventStore, REQUEST_EVENT_COLUMNS, serializeEventRow, storableEventTimes, toClickHouseTime, tsvText } from './event-store.ts';
 import { tablesIn } from './tables.ts';
 
 describe('serializeEventRow', () => {
@@ -75,17 +75,36 @@ describe('storableEventTimes', () => {
   });
 });
 
+describe('EventStore.insertRows', () => {
+  it("inserts under the flush's deduplication token, with the views deduplicating too", async () => {
+    const inserts: { table: string; settings: unknown }[] = [];
+    const db = { insert: async (table: string, _columns: unknown, _body: Buffer, _format: string, settings: unknown) => void inserts.push({ table, settings }) } as unknown as ClickHouse;
+    const store = new EventStore(db, tablesIn('sc'));
+    await store.insertRows(Buffer.from('row\n'), undefined, 'flush-1');
+    await store.insertRows(Buffer.from('row\n'));
+    expect(inserts).toEqual([
+      { table: 'sc.request_events', settings: { ...EVENT_INSERT_SETTINGS, insert_deduplication_token: 'flush-1' } },
+      { table: 'sc.request_events', settings: EVENT_INSERT_SETTINGS },
+    ]);
+    expect(EVENT_INSERT_SETTINGS).toMatchObject({ deduplicate_blocks_in_dependent_materialized_views: 1 });
+  });
+});
+
 describe('EventStore.repairViews', () => {
   type Reading = { rollup: number; keyNetworks: number };
-  /** A storage whose shortfall readings come from a list; records the tables it inserts into. */
+  /** A storage whose shortfall readings come from a list; records the tables it inserts into, and the settings. */
   function storageReading(shortfalls: Reading[]) {
     const inserts: string[] = [];
+    const settings: Record<string, unknown>[] = [];
     let readings = 0;
     const db = {
       queryRows: async () => [shortfalls[Math.min(readings++, shortfalls.length - 1)]],
-      command: async (query: string) => void inserts.push(/^INSERT INTO (\S+) /.exec(query)?.[1] ?? query),
+      command: async (query: string, _params: unknown, insertSettings: Record<string, unknown>) => {
+        inserts.push(/^INSERT INTO (\S+) /.exec(query)?.[1] ?? query);
+        settings.push(insertSettings);
+      },
     } as unknown as ClickHouse;
-    return { store: new EventStore(db, tablesIn('sc')), inserts, readings: () => readings };
+    return { store: new EventStore(db, tablesIn('sc')), inserts, settings, readings: () => readings };
   }
   const source = { topic: 't', partition: 0, fromOffset: 100 };
   const complete = { rollup: 0, keyNetworks: 0 };
@@ -117,6 +136,17 @@ describe('EventStore.repairViews', () => {
     expect(await storage.store.repairViews(source, 1)).toEqual({ rollup: 5, keyNetworks: 0 });
     expect(storage.readings()).toBe(5);
     expect(storage.inserts).toEqual(['sc.request_rollup_1m']);
+  });
+
+  it('gives every repair a deduplication token of its own, so that none is taken for the repeat of another', async () => {
+    // The same shortfall twice (two crashes in the same minute) gives the same rows to insert.
+    const storage = storageReading([{ rollup: 1, keyNetworks: 1 }]);
+    await storage.store.repairViews(source, 1);
+    await storage.store.repairViews(source, 1);
+    const tokens = storage.settings.map((settings) => settings.insert_deduplication_token);
+    expect(tokens).toHaveLength(4);
+    expect(tokens.every((token) => typeof token === 'string' && token.length > 0)).toBe(true);
+    expect(new Set(tokens).size).toBe(4);
   });
 
   it('adds nothing when the shortfall was another insert landing', async () => {

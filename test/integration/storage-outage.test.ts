@@ -95,6 +95,39 @@ describe('storage outage', () => {
     );
     expect(stored).toEqual({ rows: 3_000, ids: 3_000 });
   });
+  it('counts once a flush whose insert landed although it was reported failed', async () => {
+    // A server's request timeout or a connection reset after the commit: the rows are stored, the
+    // worker is told the insert failed and stores the flush again. The repeat is dropped by
+    // request_events and by both views (010_insert_deduplication.sql), so metrics count each event once.
+    const { clickhouse, producer } = engines;
+    const own = testNames('lostanswer');
+    const startMs = Date.now() - 3_600_000; // within key_networks_1d's 8 days
+    const events = Array.from({ length: 2_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 100 }));
+    let answersLost = 0;
+    let inserts = 0;
+    const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse, names: own }), {
+      wrapStoreRows: (storeRows) => async (...args) => {
+        inserts++;
+        await storeRows(...args);
+        if (answersLost === 0) {
+          answersLost++;
+          throw new Error('injected: the insert landed, its answer was lost');
+        }
+      },
+    });
+    await produceAll(producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'offsets committed after the retry', 60_000);
+    expect(answersLost).toBe(1);
+    expect(inserts).toBeGreaterThanOrEqual(2);
+    const [counted] = await worker.clickhouse.queryRows<{ events: number; rollup: number; keyNetworks: number }>(
+      `SELECT (SELECT uniqExact(event_id) FROM ${clickhouse.database}.request_events WHERE source_topic = {topic:String}) AS events,
+              (SELECT sum(requests) FROM ${clickhouse.database}.request_rollup_1m WHERE startsWith(api_key_id, {keys:String})) AS rollup,
+              (SELECT sum(requests) FROM ${clickhouse.database}.key_networks_1d WHERE source_topic = {topic:String}) AS keyNetworks`,
+      { topic: own.topic, keys: `pk_live_${own.runId}_` },
+    );
+    expect(counted).toEqual({ events: 2_000, rollup: 2_000, keyNetworks: 2_000 });
+  });
+
   it('a worker stopped while an insert hangs stops within the drain deadline, and the next one stores every event once', async () => {
     // A black-holed server: the insert does not answer before the client's request timeout (60 s;
     // 30 s here), unless aborted, as the client's is. The buffer aborts it at its 10 s drain

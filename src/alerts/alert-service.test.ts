@@ -1,4 +1,4 @@
-import { describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { RULES } from '../../rules/index.ts';
 import type { Finding, Severity } from '../detect/types.ts';
 import { createLogger } from '../logger.ts';
@@ -160,36 +160,38 @@ describe('AlertService.stop', () => {
 });
 
 describe('AlertService status changes with racing replicas', () => {
-  it('writes an admin\'s change again each time another replica writes over it, until it stays', async () => {
+  // Fake timers from T0: the read-backs and flushes run on timers.
+  beforeEach(() => {
     vi.useFakeTimers({ now: T0 });
-    try {
-      const open = testAlert(T0);
-      // What storage holds; the key's owner (another replica) writes its copy, without the change, over it.
-      let stored = open;
-      const ownerWritesOver = () => (stored = { ...open, occurrences: stored.occurrences + 1 });
-      const store = {
-        getStored: async () => ({ alert: stored, version: 1 }),
-        getMany: async () => [{ alert: stored, version: 1 }],
-        save: async (alerts: Alert[]) => {
-          stored = alerts[0]!;
-        },
-      } as unknown as AlertStore;
-      const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
-      const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+  it('writes an admin\'s change again each time another replica writes over it, until it stays', async () => {
+    const open = testAlert(T0);
+    // What storage holds; the key's owner (another replica) writes its copy, without the change, over it.
+    let stored = open;
+    const ownerWritesOver = () => (stored = { ...open, occurrences: stored.occurrences + 1 });
+    const store = {
+      getStored: async () => ({ alert: stored, version: 1 }),
+      getMany: async () => [{ alert: stored, version: 1 }],
+      save: async (alerts: Alert[]) => {
+        stored = alerts[0]!;
+      },
+    } as unknown as AlertStore;
+    const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
+    const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
 
-      const outcome = await alerts.changeStatus(open.id, 'm_1', { to: 'acknowledged', actor: 'admin@m_1' });
-      expect(outcome?.ok).toBe(true);
-      expect(stored.status).toBe('acknowledged');
-      for (let race = 1; race <= 3; race++) {
-        ownerWritesOver();
-        expect(stored.status).toBe('open');
-        await vi.advanceTimersByTimeAsync(2_100); // read back, found missing, written again
-        expect(stored.status, `after race ${race}`).toBe('acknowledged');
-      }
-      await alerts.stop();
-    } finally {
-      vi.useRealTimers();
+    const outcome = await alerts.changeStatus(open.id, 'm_1', { to: 'acknowledged', actor: 'admin@m_1' });
+    expect(outcome?.ok).toBe(true);
+    expect(stored.status).toBe('acknowledged');
+    for (let race = 1; race <= 3; race++) {
+      ownerWritesOver();
+      expect(stored.status).toBe('open');
+      await vi.advanceTimersByTimeAsync(2_100); // read back, found missing, written again
+      expect(stored.status, `after race ${race}`).toBe('acknowledged');
     }
+    await alerts.stop();
   });
 });
 
@@ -225,6 +227,13 @@ function memoryStore(...alerts: Alert[]) {
 }
 
 describe('AlertService status changes and failed or slow writes', () => {
+  // Fake timers from T0: the read-backs and flushes run on timers.
+  beforeEach(() => {
+    vi.useFakeTimers({ now: T0 });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
   const newService = async (store: AlertStore) => {
     const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => Date.now() }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
     await alerts.start();
@@ -233,152 +242,117 @@ describe('AlertService status changes and failed or slow writes', () => {
   const acknowledge = { to: 'acknowledged', actor: 'admin@m_1' } as const;
 
   it('leaves nothing behind when the write fails (the caller gets an error), and the same change tried again is accepted', async () => {
-    vi.useFakeTimers({ now: T0 });
-    try {
-      const open = testAlert(T0);
-      const { rows, store, writes } = memoryStore(open);
-      const alerts = await newService(store);
-      writes.failing = true;
-      await expect(alerts.changeStatus(open.id, 'm_1', acknowledge)).rejects.toThrow('storage is down');
-      writes.failing = false;
-      await vi.advanceTimersByTimeAsync(10_000); // past any retry or read-back
-      expect(rows.get(open.id)?.status).toBe('open');
+    const open = testAlert(T0);
+    const { rows, store, writes } = memoryStore(open);
+    const alerts = await newService(store);
+    writes.failing = true;
+    await expect(alerts.changeStatus(open.id, 'm_1', acknowledge)).rejects.toThrow('storage is down');
+    writes.failing = false;
+    await vi.advanceTimersByTimeAsync(10_000); // past any retry or read-back
+    expect(rows.get(open.id)?.status).toBe('open');
 
-      const retry = await alerts.changeStatus(open.id, 'm_1', acknowledge);
-      expect(retry).toMatchObject({ ok: true, alert: { status: 'acknowledged' } });
-      expect(rows.get(open.id)?.history.map((entry) => entry.to)).toEqual(['open', 'acknowledged']);
-      await alerts.stop();
-    } finally {
-      vi.useRealTimers();
-    }
+    const retry = await alerts.changeStatus(open.id, 'm_1', acknowledge);
+    expect(retry).toMatchObject({ ok: true, alert: { status: 'acknowledged' } });
+    expect(rows.get(open.id)?.history.map((entry) => entry.to)).toEqual(['open', 'acknowledged']);
+    await alerts.stop();
   });
 
   it('accepts the retry of a change whose write was stored though it failed (its answer lost), without recording it twice', async () => {
-    vi.useFakeTimers({ now: T0 });
-    try {
-      const open = testAlert(T0);
-      const { rows, store, writes } = memoryStore(open);
-      const alerts = await newService(store);
-      writes.failingAfter = true;
-      const dismiss = { to: 'dismissed', actor: 'admin@m_1', note: 'our load test' } as const;
-      await expect(alerts.changeStatus(open.id, 'm_1', dismiss)).rejects.toThrow('socket hang up');
-      writes.failingAfter = false;
-      expect(rows.get(open.id)?.status).toBe('dismissed'); // stored all the same
-      const written = writes.count;
+    const open = testAlert(T0);
+    const { rows, store, writes } = memoryStore(open);
+    const alerts = await newService(store);
+    writes.failingAfter = true;
+    const dismiss = { to: 'dismissed', actor: 'admin@m_1', note: 'our load test' } as const;
+    await expect(alerts.changeStatus(open.id, 'm_1', dismiss)).rejects.toThrow('socket hang up');
+    writes.failingAfter = false;
+    expect(rows.get(open.id)?.status).toBe('dismissed'); // stored all the same
+    const written = writes.count;
 
-      const retry = await alerts.changeStatus(open.id, 'm_1', { ...dismiss, note: 'typed again' });
-      expect(retry).toMatchObject({ ok: true, alert: { status: 'dismissed' } });
-      expect(writes.count).toBe(written); // nothing written again
-      expect(rows.get(open.id)?.history.map((entry) => `${entry.actor}:${entry.to}`)).toEqual(['system:open', 'admin@m_1:dismissed']);
-      // Another admin's same move is a move from dismissed: refused.
-      expect(await alerts.changeStatus(open.id, 'm_1', { ...dismiss, actor: 'other@m_1' })).toEqual({ ok: false, reason: 'not_allowed' });
-      // And dedup here has learned the dismissal: the key is silent.
-      alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: open.type, finding: makeFinding('high', T0 + 60_000, open.scope) }], ruleErrors: [] });
-      await alerts.flush();
-      expect(rows.get(open.id)?.occurrences).toBe(open.occurrences);
-      await alerts.stop();
-    } finally {
-      vi.useRealTimers();
-    }
+    const retry = await alerts.changeStatus(open.id, 'm_1', { ...dismiss, note: 'typed again' });
+    expect(retry).toMatchObject({ ok: true, alert: { status: 'dismissed' } });
+    expect(writes.count).toBe(written); // nothing written again
+    expect(rows.get(open.id)?.history.map((entry) => `${entry.actor}:${entry.to}`)).toEqual(['system:open', 'admin@m_1:dismissed']);
+    // Another admin's same move is a move from dismissed: refused.
+    expect(await alerts.changeStatus(open.id, 'm_1', { ...dismiss, actor: 'other@m_1' })).toEqual({ ok: false, reason: 'not_allowed' });
+    // And dedup here has learned the dismissal: the key is silent.
+    alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: open.type, finding: makeFinding('high', T0 + 60_000, open.scope) }], ruleErrors: [] });
+    await alerts.flush();
+    expect(rows.get(open.id)?.occurrences).toBe(open.occurrences);
+    await alerts.stop();
   });
 
   it('writes a retried change again at once when a racing write dropped it from storage', async () => {
-    vi.useFakeTimers({ now: T0 });
-    try {
-      const open = testAlert(T0);
-      const { rows, store } = memoryStore(open);
-      const alerts = await newService(store);
-      expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true });
-      rows.set(open.id, { ...open, occurrences: 5 }); // the owner's copy, without the change, written over it
-      expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true, alert: { status: 'acknowledged' } });
-      expect(rows.get(open.id)?.history.map((entry) => entry.to)).toEqual(['open', 'acknowledged']);
-      await alerts.stop();
-    } finally {
-      vi.useRealTimers();
-    }
+    const open = testAlert(T0);
+    const { rows, store } = memoryStore(open);
+    const alerts = await newService(store);
+    expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true });
+    rows.set(open.id, { ...open, occurrences: 5 }); // the owner's copy, without the change, written over it
+    expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true, alert: { status: 'acknowledged' } });
+    expect(rows.get(open.id)?.history.map((entry) => entry.to)).toEqual(['open', 'acknowledged']);
+    await alerts.stop();
   });
 
   it('decides a change on the copy read just before its write: one made elsewhere while this replica was writing counts', async () => {
-    vi.useFakeTimers({ now: T0 });
-    try {
-      const { rows, releaseOne, writes, alerts, open } = await timerFlushWaiting();
-      const answer = alerts.changeStatus(open.id, 'm_1', acknowledge);
-      await vi.advanceTimersByTimeAsync(0);
-      // Meanwhile the alert is dismissed through another replica.
-      const dismissed = changeStatus(open, 'dismissed', 'other@m_1', 'load test', T0 + 1);
-      if (!dismissed.ok) throw new Error('refused');
-      rows.set(open.id, dismissed.alert);
-      for (let i = 0; i < 5; i++) await releaseOne();
-      writes.holding = false;
-      await releaseOne();
-      expect(await answer).toEqual({ ok: false, reason: 'not_allowed' });
-      expect(rows.get(open.id)?.history.map((entry) => entry.to)).toEqual(['open', 'dismissed']);
-      await alerts.stop();
-    } finally {
-      vi.useRealTimers();
-    }
+    const { rows, releaseOne, writes, alerts, open } = await timerFlushWaiting();
+    const answer = alerts.changeStatus(open.id, 'm_1', acknowledge);
+    await vi.advanceTimersByTimeAsync(0);
+    // Meanwhile the alert is dismissed through another replica.
+    const dismissed = changeStatus(open, 'dismissed', 'other@m_1', 'load test', T0 + 1);
+    if (!dismissed.ok) throw new Error('refused');
+    rows.set(open.id, dismissed.alert);
+    for (let i = 0; i < 5; i++) await releaseOne();
+    writes.holding = false;
+    await releaseOne();
+    expect(await answer).toEqual({ ok: false, reason: 'not_allowed' });
+    expect(rows.get(open.id)?.history.map((entry) => entry.to)).toEqual(['open', 'dismissed']);
+    await alerts.stop();
   });
 
   it('refuses a change that lost to a conflicting one stored through another replica at the same time, and does not write it again', async () => {
-    vi.useFakeTimers({ now: T0 });
-    try {
-      const open = testAlert(T0);
-      const { rows, store } = memoryStore(open);
-      const alerts = await newService(store);
-      // The other replica decided on the same copy, and its row is the one that stands.
-      const theirs = changeStatus(open, 'dismissed', 'other@m_1', 'load test', T0 + 1);
-      if (!theirs.ok) throw new Error('refused');
-      const save = store.save.bind(store);
-      store.save = async (saved) => {
-        await save(saved);
-        rows.set(open.id, theirs.alert);
-      };
-      expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toEqual({ ok: false, reason: 'not_allowed' });
-      store.save = save;
-      await vi.advanceTimersByTimeAsync(15_000); // past every read-back
-      expect(rows.get(open.id)?.history.map((entry) => `${entry.from}->${entry.to}`)).toEqual(['null->open', 'open->dismissed']);
-      await alerts.stop();
-    } finally {
-      vi.useRealTimers();
-    }
+    const open = testAlert(T0);
+    const { rows, store } = memoryStore(open);
+    const alerts = await newService(store);
+    // The other replica decided on the same copy, and its row is the one that stands.
+    const theirs = changeStatus(open, 'dismissed', 'other@m_1', 'load test', T0 + 1);
+    if (!theirs.ok) throw new Error('refused');
+    const save = store.save.bind(store);
+    store.save = async (saved) => {
+      await save(saved);
+      rows.set(open.id, theirs.alert);
+    };
+    expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toEqual({ ok: false, reason: 'not_allowed' });
+    store.save = save;
+    await vi.advanceTimersByTimeAsync(15_000); // past every read-back
+    expect(rows.get(open.id)?.history.map((entry) => `${entry.from}->${entry.to}`)).toEqual(['null->open', 'open->dismissed']);
+    await alerts.stop();
   });
 
   it('does not write a change again once a conflicting one stored through another replica at the same time stands instead', async () => {
-    vi.useFakeTimers({ now: T0 });
-    try {
-      const open = testAlert(T0);
-      const { rows, store } = memoryStore(open);
-      const alerts = await newService(store);
-      expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true });
-      // Read back before the other replica's write landed; now its row, made from the same copy, stands.
-      const theirs = changeStatus(open, 'dismissed', 'other@m_1', 'load test', T0 + 1);
-      if (!theirs.ok) throw new Error('refused');
-      rows.set(open.id, theirs.alert);
-      await vi.advanceTimersByTimeAsync(15_000); // past every read-back
-      expect(rows.get(open.id)?.history.map((entry) => `${entry.from}->${entry.to}`)).toEqual(['null->open', 'open->dismissed']);
-      await alerts.stop();
-    } finally {
-      vi.useRealTimers();
-    }
+    const open = testAlert(T0);
+    const { rows, store } = memoryStore(open);
+    const alerts = await newService(store);
+    expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true });
+    // Read back before the other replica's write landed; now its row, made from the same copy, stands.
+    const theirs = changeStatus(open, 'dismissed', 'other@m_1', 'load test', T0 + 1);
+    if (!theirs.ok) throw new Error('refused');
+    rows.set(open.id, theirs.alert);
+    await vi.advanceTimersByTimeAsync(15_000); // past every read-back
+    expect(rows.get(open.id)?.history.map((entry) => `${entry.from}->${entry.to}`)).toEqual(['null->open', 'open->dismissed']);
+    await alerts.stop();
   });
 
   it('writes a change again with the repeat detection has counted here meanwhile', async () => {
-    vi.useFakeTimers({ now: T0 });
-    try {
-      const open = testAlert(T0);
-      const { rows, store } = memoryStore(open);
-      const alerts = await newService(store);
-      expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true });
-      rows.set(open.id, { ...open, occurrences: 5 }); // another replica's copy, without the change, written over it
-      await vi.advanceTimersByTimeAsync(1_000);
-      // A repeat counted here, due to be written in 5 s.
-      alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: open.type, finding: makeFinding('critical', Date.now(), open.scope) }], ruleErrors: [] });
-      await vi.advanceTimersByTimeAsync(1_200); // the read-back finds the change missing and writes it again at once
-      expect(rows.get(open.id)).toMatchObject({ status: 'acknowledged', occurrences: open.occurrences + 1 });
-      await alerts.stop();
-    } finally {
-      vi.useRealTimers();
-    }
+    const open = testAlert(T0);
+    const { rows, store } = memoryStore(open);
+    const alerts = await newService(store);
+    expect(await alerts.changeStatus(open.id, 'm_1', acknowledge)).toMatchObject({ ok: true });
+    rows.set(open.id, { ...open, occurrences: 5 }); // another replica's copy, without the change, written over it
+    await vi.advanceTimersByTimeAsync(1_000);
+    // A repeat counted here, due to be written in 5 s.
+    alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: open.type, finding: makeFinding('critical', Date.now(), open.scope) }], ruleErrors: [] });
+    await vi.advanceTimersByTimeAsync(1_200); // the read-back finds the change missing and writes it again at once
+    expect(rows.get(open.id)).toMatchObject({ status: 'acknowledged', occurrences: open.occurrences + 1 });
+    await alerts.stop();
   });
 
   /** A write in progress, and a timer's flush of another new alert waiting for it. */
@@ -398,34 +372,24 @@ describe('AlertService status changes and failed or slow writes', () => {
   }
 
   it('answers a change only once it is stored, even when a timer\'s flush takes the next write', async () => {
-    vi.useFakeTimers({ now: T0 });
-    try {
-      const { rows, releaseOne, writes, alerts, open } = await timerFlushWaiting();
-      const statusWhenAnswered = alerts.changeStatus(open.id, 'm_1', acknowledge).then(() => rows.get(open.id)?.status);
-      await vi.advanceTimersByTimeAsync(0);
-      for (let i = 0; i < 5; i++) await releaseOne();
-      writes.holding = false;
-      await releaseOne();
-      expect(await statusWhenAnswered).toBe('acknowledged');
-      await alerts.stop();
-    } finally {
-      vi.useRealTimers();
-    }
+    const { rows, releaseOne, writes, alerts, open } = await timerFlushWaiting();
+    const statusWhenAnswered = alerts.changeStatus(open.id, 'm_1', acknowledge).then(() => rows.get(open.id)?.status);
+    await vi.advanceTimersByTimeAsync(0);
+    for (let i = 0; i < 5; i++) await releaseOne();
+    writes.holding = false;
+    await releaseOne();
+    expect(await statusWhenAnswered).toBe('acknowledged');
+    await alerts.stop();
   });
 
   it('flush resolves only once every alert unsaved when it was called is stored, even when a timer\'s flush took them', async () => {
-    vi.useFakeTimers({ now: T0 });
-    try {
-      const { rows, releaseOne, writes, alerts } = await timerFlushWaiting();
-      const storedWhenFlushed = alerts.flush().then(() => [...rows.values()].map((alert) => alert.scope).sort());
-      for (let i = 0; i < 5; i++) await releaseOne();
-      writes.holding = false;
-      await releaseOne();
-      expect(await storedWhenFlushed).toEqual(['pk_first', 'pk_live_a', 'pk_second']);
-      await alerts.stop();
-    } finally {
-      vi.useRealTimers();
-    }
+    const { rows, releaseOne, writes, alerts } = await timerFlushWaiting();
+    const storedWhenFlushed = alerts.flush().then(() => [...rows.values()].map((alert) => alert.scope).sort());
+    for (let i = 0; i < 5; i++) await releaseOne();
+    writes.holding = false;
+    await releaseOne();
+    expect(await storedWhenFlushed).toEqual(['pk_first', 'pk_live_a', 'pk_second']);
+    await alerts.stop();
   });
 });
 

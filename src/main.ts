@@ -251,8 +251,15 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     // With KAFKA_BROKERS set, a worker whose consumer does not run (yet) takes in nothing: not ready.
     notReadyReason: () =>
       analysis?.failureReason ??
-      (!migrated ? 'storage not migrated yet' : (buffer.unhealthyReason ?? startingUp ?? intake?.notReadyReason)),
+      (!migrated ? 'storage not migrated yet' : (buffer.unhealthyReason ?? startingUp ?? intake?.notReadyReason ?? postsRefusedReason())),
   });
+  // Without Kafka, posts are refused while the rows waiting for storage are at STORE_MAX_BUFFERED_ROWS:
+  // not ready then, so that a load balancer sends them to another replica. (With Kafka, posts go to
+  // the topic, whatever the buffer holds: the consumer waits instead.)
+  const postsRefusedReason = () =>
+    !config.kafka && buffer.bufferedRows >= config.store.maxBufferedRows
+      ? `storage is not keeping up: ${buffer.bufferedRows} rows wait for it (STORE_MAX_BUFFERED_ROWS), and posts are refused`
+      : undefined;
   // Events posted (without Kafka) before detection has started are judged once it has: earlier, the
   // open alerts are not loaded (a finding would open a second alert) and the windows not warmed (a
   // key's usual networks would all look new). The warm-up leaves the held ones out: warmed, they

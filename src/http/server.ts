@@ -28,7 +28,8 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
     // Deep or hostile JSON is refused by the parser, not by a stack overflow.
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
-    return503OnClosing: true,
+    // Closing is answered below, in Format A with Retry-After (Fastify's own 503 has neither).
+    return503OnClosing: false,
     clientErrorHandler: answerClientError,
     // Errors the router raises before any handler runs: the same formats, and never the URL echoed.
     frameworkErrors: (error, _request, reply) => {
@@ -42,6 +43,16 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
     },
   });
   app.setErrorHandler(handleError);
+  // Once close() has begun, a request arriving on a kept-alive connection is turned away at once, so
+  // that its client retries elsewhere (a load balancer's other replicas) instead of waiting for the
+  // drain; the requests already running finish.
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onRequest', async () => {
+    if (closing) throw new HttpError(503, 'SERVICE_UNAVAILABLE', 'The worker is shutting down; retry', undefined, { 'retry-after': '1', connection: 'close' });
+  });
   app.setNotFoundHandler((_request, reply) => {
     void reply.code(404).send(renderError(new HttpError(404, 'NOT_FOUND', 'Not found')));
   });

@@ -262,6 +262,45 @@ describe.each([
     }
   });
 
+  it.skipIf(viaKafka)('is not ready while the rows waiting for storage are at STORE_MAX_BUFFERED_ROWS, so posts go to another replica; ready again once they are stored', async () => {
+    let finishInsert!: () => void;
+    const insertFinishes = new Promise<void>((resolve) => (finishInsert = resolve));
+    let insertBegun = false;
+    const slow = await startWorker(testConfig({ clickhouse, names, extra: { STORE_FLUSH_ROWS: '2', STORE_MAX_BUFFERED_ROWS: '2' } }), {
+      logger: createLogger('silent'),
+      wrapStoreRows: (storeRows) => async (...args) => {
+        insertBegun = true;
+        await insertFinishes;
+        return storeRows(...args);
+      },
+    });
+    try {
+      await slow.ready;
+      const postTo = (first: number) =>
+        fetch(`${slow.url}/v1/ingest/events`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...auth },
+          body: JSON.stringify([makeEvent(first, eventOptions), makeEvent(first + 1, eventOptions)]),
+        });
+      const inserted = postTo(50); // two rows: flushed at once, and the insert held
+      await waitFor(() => insertBegun, 'the first insert has begun');
+      expect((await fetch(`${slow.url}/ready`)).status).toBe(200);
+      const waiting = postTo(52); // two more wait for the next flush: the buffer is at its limit
+      await waitFor(async () => (await metricTotal(slow, 'security_center_buffered_rows')) === 2, 'the second post is buffered');
+      const notReady = await fetch(`${slow.url}/ready`);
+      expect(notReady.status).toBe(503);
+      expect(((await notReady.json()) as { reason: string }).reason).toContain('STORE_MAX_BUFFERED_ROWS');
+      expect((await postTo(54)).status).toBe(503);
+      finishInsert();
+      expect((await inserted).status).toBe(202);
+      expect((await waiting).status).toBe(202);
+      expect((await fetch(`${slow.url}/ready`)).status).toBe(200);
+    } finally {
+      finishInsert();
+      await slow.stop();
+    }
+  });
+
   it.runIf(viaKafka)('takes events while storage is down (the topic holds them), stores them once it is back, and a retry is not counted twice', async () => {
     outage = true;
     const event = makeEvent(20, eventOptions);

@@ -12,7 +12,7 @@
  * counts only as a token of the user agent, never inside a longer word (a product's name). There is no
  * "good bot" list: a crawler's reputation says nothing about whether it should hold an API key.
  */
-import { DistinctValues } from '../src/detect/tallies.ts';
+import { DistinctValues, entryAdded, entryRemoved } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 export type UserAgentCategory = 'attack_tool' | 'headless' | 'scraper';
@@ -210,18 +210,18 @@ export const rule: RuleDefinition<Params, Tally> = {
     create: () => ({ attackEvents: 0, newestAttack: -Infinity, automationPaths: undefined }),
     add(tally, event) {
       const verdict = rememberedVerdict(event.userAgent);
-      if (!verdict) return;
-      if (verdict.category !== 'attack_tool') (tally.automationPaths ??= new DistinctValues()).add(event.path, event.timestamp);
-      else {
-        tally.attackEvents++;
-        if (event.timestamp > tally.newestAttack) tally.newestAttack = event.timestamp;
-      }
+      if (!verdict) return 0;
+      if (verdict.category !== 'attack_tool') return entryAdded((tally.automationPaths ??= new DistinctValues()).add(event.path, event.timestamp));
+      tally.attackEvents++;
+      if (event.timestamp > tally.newestAttack) tally.newestAttack = event.timestamp;
+      return 0;
     },
     remove(tally, event) {
       const verdict = rememberedVerdict(event.userAgent);
-      if (!verdict) return;
-      if (verdict.category !== 'attack_tool') tally.automationPaths!.remove(event.path, event.timestamp);
-      else if (--tally.attackEvents === 0) tally.newestAttack = -Infinity;
+      if (!verdict) return 0;
+      if (verdict.category !== 'attack_tool') return entryRemoved(tally.automationPaths!.remove(event.path, event.timestamp));
+      if (--tally.attackEvents === 0) tally.newestAttack = -Infinity;
+      return 0;
     },
     entries: (tally) => tally.automationPaths?.size ?? 0,
     // An attack tool in the window fires at once; automation needs its distinct paths since the window

@@ -17,7 +17,7 @@
  * criticalNetworks new networks in criticalCountries countries (a key published for anyone to use).
  */
 import { HISTORY_MS } from '../src/detect/key-history.ts';
-import { ValueMinutes } from '../src/detect/tallies.ts';
+import { ValueMinutes, entryAdded, entryRemoved } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
@@ -212,8 +212,8 @@ export const rule: RuleDefinition<Params, Tally> = {
   },
   screen: {
     create: () => new ValueMinutes<string>(),
-    add: (networks, event) => networks.add(event.network, event.timestamp),
-    remove: (networks, event) => networks.remove(event.network, event.timestamp),
+    add: (networks, event) => entryAdded(networks.add(event.network, event.timestamp)),
+    remove: (networks, event) => entryRemoved(networks.remove(event.network, event.timestamp)),
     entries: (networks) => networks.size,
     // evaluate's test, with at most its recent networks (those seen since the recent interval began)
     // against at least its baseline: a busy key that always calls from many networks (edge functions,

@@ -227,10 +227,10 @@ export const rule: RuleDefinition<Params, Tally> = {
     create: () => ({ places: new Map(), last: undefined, unplaceable: 0 }),
     add(tally, event) {
       const geo = event.geo;
-      if (!geo) return;
+      if (!geo) return 0;
       if (Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) {
         tally.unplaceable++;
-        return;
+        return 0;
       }
       let place = placeOf(tally, geo);
       if (!place) {
@@ -240,20 +240,21 @@ export const rule: RuleDefinition<Params, Tally> = {
       place.events++;
       if (event.timestamp > place.newest) place.newest = event.timestamp;
       addToMinutes(place.minutes, event.timestamp);
+      return place.events === 1 ? 1 : 0;
     },
     remove(tally, event) {
       const geo = event.geo;
-      if (!geo) return;
+      if (!geo) return 0;
       if (Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) {
         tally.unplaceable--;
-        return;
+        return 0;
       }
       const place = placeOf(tally, geo)!;
       removeFromMinutes(place.minutes, event.timestamp);
-      if (--place.events === 0) {
-        tally.places.delete(placeKey(geo));
-        tally.last = undefined;
-      }
+      if (--place.events > 0) return 0;
+      tally.places.delete(placeKey(geo));
+      tally.last = undefined;
+      return 1;
     },
     entries: (tally) => tally.places.size,
     // A finding needs a recent hop (two geolocated events since the window start, at different points)

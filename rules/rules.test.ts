@@ -216,6 +216,29 @@ describe('rule screens', () => {
     expect(new Set(verdicts).size).toBe(1);
   });
 
+  // The engine counts a tally's entries from what add and remove return, never asking entries() while
+  // it runs: the two must agree after every event in and out, in any order, or its memory budget drifts.
+  it.each(screened.filter(({ screen }) => screen.entries))('$label: add and remove report the tally\'s entries as they change', ({ fixture, screen }) => {
+    const { events } = fixture.window;
+    for (const [arriving, leaving] of [
+      [events, events],
+      [shuffled(events), events],
+      [[...earlier(events), ...events], [...shuffled(earlier(events)), ...events]],
+    ] as const) {
+      const tally = screen.create();
+      let counted = 0;
+      for (const event of arriving) {
+        counted += screen.add(tally, event) || 0;
+        expect(counted).toBe(screen.entries!(tally));
+      }
+      for (const event of leaving) {
+        counted -= screen.remove(tally, event) || 0;
+        expect(counted).toBe(screen.entries!(tally));
+      }
+      expect(counted).toBe(0);
+    }
+  });
+
   // A screen that always said "may fire" would pass the test above and spare nothing.
   it.each(rules.map((rule) => ({ id: rule.id, rule })))('$id screens ordinary traffic out', ({ rule }) => {
     const screen = rule.screen as Screen;

@@ -391,6 +391,8 @@ describe('DetectionEngine', () => {
         });
         detection.process(batch, T0 + (b * 500 + 499) * 100);
         expect(budgetCost(detection.load)).toBeLessThanOrEqual(budget);
+        // Kept from what the screens' add and remove return, through events shed and keys forgotten.
+        expect(detection.load.tallyEntries).toBe(detection.recountTallyEntries());
       }
       // The tallies hold about two entries per window event (a network and a place), which the windows make room for.
       const { windowEvents, tallyEntries, shedEvents } = detection.load;
@@ -647,9 +649,12 @@ describe('DetectionEngine with the rules of rules/', () => {
       expect(known(0)).toBe(1_999); // nothing to take back
     });
 
-    it('keeps its count of history entries equal to a recount as histories grow, expire, move between key and idle, and go', () => {
+    it('keeps its counts of history and tally entries equal to a recount as histories grow, expire, move between key and idle, and go', () => {
       const detection = new DetectionEngine({ rules: [...RULES], entitledPlans: ['business'], geo, config: () => new DetectionConfig(), clock: () => T0 + 30 * DAY, maxWindowEvents: 5_000 });
-      const recounted = () => expect(detection.load.historyEntries).toBe(detection.recountHistoryEntries());
+      const recounted = () => {
+        expect(detection.load.historyEntries).toBe(detection.recountHistoryEntries());
+        expect(detection.load.tallyEntries).toBe(detection.recountTallyEntries());
+      };
       const sighting = (apiKeyId: string, ip: string, last: number) => ({ merchantId: 'm_1', apiKeyId, ip, first: last - 600_000, last });
       // 1,100 keys of one network on partition 2 (over the cap of 1,000 idle keys), 60 of 300 networks on partition 1 (over the budget).
       detection.recall(Array.from({ length: 1_100 }, (_, k) => sighting(`pk_live_one${k}`, `100.1.${k % 250}.1`, T0 - DAY)), 2);

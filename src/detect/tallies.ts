@@ -89,6 +89,16 @@ interface ValueTally {
   newest: number;
 }
 
+/** For a screen's add: 1 when the value's tally that DistinctValues.add returned is new (its first event), else 0. */
+export function entryAdded(tally: ValueTally): number {
+  return tally.events === 1 ? 1 : 0;
+}
+
+/** For a screen's remove: 1 when the value's last event left (DistinctValues.remove returned a tally at 0 events), else 0. */
+export function entryRemoved(tally: ValueTally | undefined): number {
+  return tally?.events === 0 ? 1 : 0;
+}
+
 /** The distinct values of a key's window (networks, paths, ...), each with its event count and newest time. */
 export class DistinctValues<V, T extends ValueTally = ValueTally> {
   protected readonly values = new Map<V, T>();

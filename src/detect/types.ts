@@ -114,17 +114,21 @@ export interface Finding {
 export interface RuleScreen<P, T> {
   /** The tally of an empty window. */
   create(): T;
-  /** An event enters the window (events arrive nearly, not always, in time order). */
-  add(tally: T, event: WindowEvent): void;
-  /** An event leaves the window (usually its oldest). */
-  remove(tally: T, event: WindowEvent): void;
+  /**
+   * An event enters the window (events arrive nearly, not always, in time order). A tally that counts
+   * its entries (see entries) returns how many the event added: 1 when it brought a value the tally
+   * did not hold; else 0, or nothing.
+   */
+  add(tally: T, event: WindowEvent): number | void;
+  /** An event leaves the window (usually its oldest); returns how many entries it took away (1 when its value's last event left), as add does. */
+  remove(tally: T, event: WindowEvent): number | void;
   /** False only when evaluate would find nothing; history is the window's (KeyWindow.history). */
   mayFire(tally: T, params: P, now: number, history?: KeyHistoryView): boolean;
   /**
    * How many distinct values (networks, places, paths, ...) the tally holds, for a tally that keeps
    * one entry per value: each weighs about as much as a window event, and a key flooded from new
-   * values holds about one per event, so the engine counts them against its memory budget. Cheap:
-   * asked for each key a batch touches.
+   * values holds about one per event, so the engine counts them against its memory budget. The
+   * engine keeps that count from what add and remove return; rules.test.ts checks they agree with this.
    */
   entries?(tally: T): number;
 }

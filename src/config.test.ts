@@ -1,12 +1,13 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { createServer, type AddressInfo } from 'node:net';
 import { hostname, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { rootCertificates } from 'node:tls';
 import { gzipSync } from 'node:zlib';
 import { afterAll, describe, expect, it } from 'vitest';
 import { AdminAuthenticator, mintAdminToken } from './admin/auth.ts';
-import { ConfigError, describeConfig, loadConfig } from './config.ts';
+import { ConfigError, describeConfig, listenConfigError, loadConfig, type Config } from './config.ts';
 import { openGeoLookup } from './detect/geo.ts';
 import { HttpError } from './http/errors.ts';
 import { createLogger } from './logger.ts';
@@ -190,6 +191,148 @@ describe('loadConfig: GEOIP_CITY_DB', () => {
   ])('refuses GEOIP_CITY_DB=%s at start, with every other problem, as the analysis thread would fail on it', async (file, problem) => {
     expect(problemsOf({ GEOIP_CITY_DB: file, PORT: 'eighty' })).toEqual([expect.stringMatching(/^PORT: /), problem]);
     await expect(openGeoLookup(file)).rejects.toThrow();
+  });
+});
+
+describe('loadConfig: DETECTION_CONFIG_FILE', () => {
+  const valid = join(dir, 'detection.json');
+  writeFileSync(valid, JSON.stringify({ allowlist: { keys: ['pk_live_probe'] }, plans: { enterprise: { rules: { velocity_attack: { thresholdRatio: 2 } } } } }));
+  const notJson = join(dir, 'not-json.json');
+  writeFileSync(notJson, '{ not json');
+  const unknownField = join(dir, 'unknown-field.json');
+  writeFileSync(unknownField, JSON.stringify({ rule: {} }));
+  const unknownRule = join(dir, 'unknown-rule.json');
+  writeFileSync(unknownRule, JSON.stringify({ plans: { business: { rules: { no_such_rule: { windowMinutes: 5 } } } } }));
+
+  it('accepts a valid file (trimmed)', () => {
+    expect(loadConfig({ DETECTION_CONFIG_FILE: ` ${valid}\n` }).detection.configFile).toBe(valid);
+  });
+
+  it.each([
+    [join(dir, 'missing.json'), `DETECTION_CONFIG_FILE: cannot read ${join(dir, 'missing.json')} (ENOENT)`],
+    [dir, `DETECTION_CONFIG_FILE: cannot read ${dir} (EISDIR)`],
+    [notJson, `DETECTION_CONFIG_FILE: ${notJson}: `],
+    [unknownField, `DETECTION_CONFIG_FILE: ${unknownField}: invalid detection config: `],
+    [unknownRule, `DETECTION_CONFIG_FILE: ${unknownRule}: invalid detection config: `],
+  ])('refuses DETECTION_CONFIG_FILE=%s at start, in the one message with every other problem', (file, problem) => {
+    const problems = problemsOf({ DETECTION_CONFIG_FILE: file, PORT: 'eighty', LOG_LEVEL: 'loud' });
+    expect(problems.map((line) => line.split(':')[0])).toEqual(['LOG_LEVEL', 'PORT', 'DETECTION_CONFIG_FILE']);
+    expect(problems[2]!.startsWith(problem), problems[2]).toBe(true);
+  });
+});
+
+describe('loadConfig: HOST, and the listen failures it and PORT cause', () => {
+  it.each(['0.0.0.0', '127.0.0.1', '::', '::1', 'fe80::1', 'localhost', 'worker-1.internal', 'api.example.com.', '10-0-0-5.example'])('accepts HOST=%s', (host) => {
+    expect(loadConfig({ HOST: host }).http.host).toBe(host);
+  });
+
+  it('trims HOST', () => {
+    expect(loadConfig({ HOST: ' 127.0.0.1\n' }).http.host).toBe('127.0.0.1');
+  });
+
+  it.each(['no such host!', 'http://worker', '[::1]', '127.0.0.1:8080', '-worker.internal', 'worker_1', 'a..b', `${'a'.repeat(64)}.example`, `${'a.'.repeat(127)}a`])(
+    'refuses HOST=%s, naming it with every other problem',
+    (host) => {
+      expect(problemsOf({ HOST: host, PORT: 'eighty' })).toEqual(['HOST: must be an IP address or a host name', expect.stringMatching(/^PORT: /)]);
+    },
+  );
+
+  /** The error a real server gets listening on host and port (undefined when it listens). */
+  async function listenFailure(host: string, port = 0): Promise<unknown> {
+    const server = createServer();
+    const failure = await new Promise<unknown>((resolve) => {
+      server.once('error', resolve);
+      server.listen(port, host, () => resolve(undefined));
+    });
+    server.close();
+    return failure;
+  }
+
+  it('reports a listen failure HOST or PORT causes as the configuration problem it is, naming the variable', async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const takenPort = (taken.address() as AddressInfo).port;
+    try {
+      const cases: [unknown, Config['http'], string][] = [
+        [await listenFailure('127.0.0.1', takenPort), { host: '127.0.0.1', port: takenPort }, `PORT: cannot listen on HOST 127.0.0.1, PORT ${takenPort} (EADDRINUSE: another process listens on it)`],
+        [await listenFailure('192.0.2.1'), { host: '192.0.2.1', port: 0 }, 'HOST: cannot listen on HOST 192.0.2.1, PORT 0 (EADDRNOTAVAIL: not an address of this machine)'],
+        [await listenFailure('no-such-host.invalid'), { host: 'no-such-host.invalid', port: 0 }, 'HOST: cannot listen on HOST no-such-host.invalid, PORT 0 (ENOTFOUND: the host name does not resolve)'],
+        // (Root may listen on any port: this one is made.)
+        [Object.assign(new Error('listen EACCES: permission denied 0.0.0.0:80'), { code: 'EACCES' }), { host: '0.0.0.0', port: 80 }, 'PORT: cannot listen on HOST 0.0.0.0, PORT 80 (EACCES: not permitted: a port below 1024 needs privileges)'],
+      ];
+      for (const [error, http, problem] of cases) {
+        const configError = listenConfigError(error, http);
+        expect(configError).toBeInstanceOf(ConfigError);
+        expect(configError?.problems).toEqual([problem]);
+      }
+    } finally {
+      taken.close();
+    }
+    // Any other failure is not the configuration's.
+    expect(listenConfigError(new Error('boom'), { host: '127.0.0.1', port: 0 })).toBeUndefined();
+    expect(listenConfigError(Object.assign(new Error('getaddrinfo EAI_AGAIN'), { code: 'EAI_AGAIN' }), { host: 'worker', port: 0 })).toBeUndefined();
+  });
+});
+
+describe('loadConfig: DATA_DIR of the embedded engine', () => {
+  const file = join(dir, 'not-a-directory');
+  writeFileSync(file, '');
+
+  it('accepts a directory the worker can write to, or one it can create', () => {
+    expect(loadConfig({ DATA_DIR: dir }).clickhouse.dataDir).toBe(dir);
+    expect(loadConfig({ DATA_DIR: join(dir, 'new', 'data') }).clickhouse.dataDir).toBe(join(dir, 'new', 'data'));
+    expect(loadConfig({}).clickhouse.dataDir).toBe('./data'); // relative to the working directory
+  });
+
+  it.each([file, join(file, 'data')])('refuses DATA_DIR=%s, which cannot be a directory, naming its path and no more, with every other problem', (dataDir) => {
+    expect(problemsOf({ DATA_DIR: dataDir, PORT: 'eighty' })).toEqual([expect.stringMatching(/^PORT: /), `DATA_DIR: cannot use ${dataDir} (ENOTDIR)`]);
+  });
+
+  it.skipIf(process.getuid?.() === 0)('refuses a DATA_DIR the worker cannot write to, nor create (not as root, who may write anywhere)', () => {
+    const readOnly = mkdtempSync(join(dir, 'read-only-'));
+    chmodSync(readOnly, 0o500);
+    try {
+      expect(problemsOf({ DATA_DIR: readOnly })).toEqual([`DATA_DIR: cannot use ${readOnly} (EACCES)`]);
+      expect(problemsOf({ DATA_DIR: join(readOnly, 'data') })).toEqual([`DATA_DIR: cannot use ${join(readOnly, 'data')} (EACCES)`]);
+    } finally {
+      chmodSync(readOnly, 0o700);
+    }
+  });
+
+  it('does not check DATA_DIR when a ClickHouse server is used (CLICKHOUSE_URL)', () => {
+    expect(loadConfig({ DATA_DIR: file, CLICKHOUSE_URL: 'http://ch:8123' }).clickhouse.dataDir).toBe(file);
+  });
+});
+
+describe('loadConfig: Kafka topics and timing', () => {
+  it.each(['KAFKA_TOPIC', 'KAFKA_DLQ_TOPIC'])('trims %s, and takes any legal topic name', (name) => {
+    const config = loadConfig({ KAFKA_BROKERS: 'k:9092', [name]: ' events.v1 \n' });
+    expect(name === 'KAFKA_TOPIC' ? config.kafka?.topic : config.kafka?.dlqTopic).toBe('events.v1');
+    for (const topic of ['A-Za-z0-9._-', 'x'.repeat(249), '...']) {
+      expect(problemsOf({ [name]: topic }), topic).toEqual([]);
+    }
+  });
+
+  it.each([
+    ['KAFKA_TOPIC', 'api request metadata', 'must be a Kafka topic name: 1 to 249 letters, digits, ., _ or -'],
+    ['KAFKA_TOPIC', 'events/v1', 'must be a Kafka topic name: 1 to 249 letters, digits, ., _ or -'],
+    ['KAFKA_TOPIC', 'événements', 'must be a Kafka topic name: 1 to 249 letters, digits, ., _ or -'],
+    ['KAFKA_TOPIC', 'x'.repeat(250), 'must be a Kafka topic name: 1 to 249 letters, digits, ., _ or -'],
+    ['KAFKA_TOPIC', '.', 'must be a Kafka topic name, not . or ..'],
+    ['KAFKA_DLQ_TOPIC', '..', 'must be a Kafka topic name, not . or ..'],
+    ['KAFKA_DLQ_TOPIC', 'dead letters', 'must be a Kafka topic name: 1 to 249 letters, digits, ., _ or -'],
+  ])('refuses %s=%s', (name, topic, problem) => {
+    expect(problemsOf({ [name]: topic })).toEqual([`${name}: ${problem}`]);
+  });
+
+  it('compares the topics as trimmed, and says nothing of their difference when both are refused', () => {
+    expect(problemsOf({ KAFKA_TOPIC: 'events ', KAFKA_DLQ_TOPIC: ' events' })).toEqual([expect.stringMatching(/^KAFKA_TOPIC, KAFKA_DLQ_TOPIC: must differ/)]);
+    expect(problemsOf({ KAFKA_TOPIC: 'a b', KAFKA_DLQ_TOPIC: 'c d' }).map((problem) => problem.split(':')[0])).toEqual(['KAFKA_TOPIC', 'KAFKA_DLQ_TOPIC']);
+  });
+
+  it('refuses a KAFKA_SESSION_TIMEOUT_MS under 6000, which a stock broker refuses when the consumer joins (group.min.session.timeout.ms)', () => {
+    expect(problemsOf({ KAFKA_SESSION_TIMEOUT_MS: '5999', KAFKA_HEARTBEAT_INTERVAL_MS: '1000' })).toEqual([expect.stringMatching(/^KAFKA_SESSION_TIMEOUT_MS: /)]);
+    expect(loadConfig({ KAFKA_BROKERS: 'k:9092', KAFKA_SESSION_TIMEOUT_MS: '6000', KAFKA_HEARTBEAT_INTERVAL_MS: '1000' }).kafka?.sessionTimeoutMs).toBe(6000);
   });
 });
 

@@ -5,10 +5,14 @@
  * A setting left blank (`PORT=`, as a compose file or a shell may leave it) is an unset one.
  */
 import { X509Certificate } from 'node:crypto';
-import { closeSync, fstatSync, openSync, readFileSync, readSync } from 'node:fs';
+import { accessSync, closeSync, constants, fstatSync, openSync, readFileSync, readSync, statSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { hostname } from 'node:os';
+import { dirname, resolve } from 'node:path';
 import { rootCertificates } from 'node:tls';
 import { z } from 'zod';
+import { RULES } from '../rules/index.ts';
+import { DetectionConfig } from './detect/detection-config.ts';
 import { parseSecretKey } from './webhooks/secret-box.ts';
 import { checkTargetUrl } from './webhooks/target-policy.ts';
 
@@ -58,30 +62,40 @@ function cannotRead(path: string, error: unknown): string {
   return `cannot read ${path} (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`;
 }
 
-/** A file of PEM certificates, read now: its path and its text. Paths are quoted in errors, contents never. */
-const pemCertificatesFile = z
-  .string()
-  .trim()
-  .min(1)
-  .transform((path, ctx) => {
-    let pem: string;
-    try {
-      pem = readFileSync(path, 'utf8');
-    } catch (error) {
-      ctx.addIssue({ code: 'custom', message: cannotRead(path, error) });
-      return z.NEVER;
-    }
-    const certificates = pem.match(PEM_CERTIFICATE) ?? [];
-    if (certificates.length === 0) ctx.addIssue({ code: 'custom', message: `${path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)` });
-    certificates.forEach((certificate, index) => {
+/**
+ * A setting naming a text file, read now: `check` reports what is wrong with its text and gives the
+ * setting's value. A file that cannot be read is reported by its path and the error's code.
+ */
+function textFileSetting<T>(check: (path: string, text: string, ctx: z.RefinementCtx) => T) {
+  return z
+    .string()
+    .trim()
+    .min(1)
+    .transform((path, ctx) => {
+      let text: string;
       try {
-        new X509Certificate(certificate);
-      } catch {
-        ctx.addIssue({ code: 'custom', message: `certificate ${index + 1} in ${path} is not a valid X.509 certificate` });
+        text = readFileSync(path, 'utf8');
+      } catch (error) {
+        ctx.addIssue({ code: 'custom', message: cannotRead(path, error) });
+        return z.NEVER;
       }
+      return check(path, text, ctx);
     });
-    return { path, pem };
+}
+
+/** A file of PEM certificates, read now: its path and its text. Paths are quoted in errors, contents never. */
+const pemCertificatesFile = textFileSetting((path, pem, ctx) => {
+  const certificates = pem.match(PEM_CERTIFICATE) ?? [];
+  if (certificates.length === 0) ctx.addIssue({ code: 'custom', message: `${path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)` });
+  certificates.forEach((certificate, index) => {
+    try {
+      new X509Certificate(certificate);
+    } catch {
+      ctx.addIssue({ code: 'custom', message: `certificate ${index + 1} in ${path} is not a valid X.509 certificate` });
+    }
   });
+  return { path, pem };
+});
 
 /** The bytes that open a MaxMind DB's metadata section (0xABCDEF, then "MaxMind.com"). */
 const MMDB_METADATA_MARKER = Buffer.from('abcdef4d61784d696e642e636f6d', 'hex');
@@ -118,6 +132,30 @@ const maxMindDbFile = z
       ctx.addIssue({ code: 'custom', message: `${path} is not a MaxMind DB (.mmdb; a .gz or .tar.gz download must be unpacked first)` });
     }
   });
+
+/**
+ * DETECTION_CONFIG_FILE, read and checked now as the worker will read it: started without its
+ * allowlists, allowlisted keys and addresses would alert, and be throttled or blocked. Once running,
+ * a bad edit is refused and the previous file's content stays (followDetectionConfig).
+ */
+const detectionConfigFile = textFileSetting((path, text, ctx) => {
+  try {
+    DetectionConfig.parse(text, RULES);
+  } catch (error) {
+    ctx.addIssue({ code: 'custom', message: `${path}: ${(error as Error).message}` });
+  }
+  return path;
+});
+
+/** An RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens, at most 253 characters. */
+const HOST_NAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$/;
+
+/** A Kafka topic name, as the broker accepts it: 1 to 249 of letters, digits, '.', '_' and '-', but not '.' or '..'. */
+const kafkaTopic = z
+  .string()
+  .trim()
+  .regex(/^[A-Za-z0-9._-]{1,249}$/, 'must be a Kafka topic name: 1 to 249 letters, digits, ., _ or -')
+  .refine((topic) => topic !== '.' && topic !== '..', 'must be a Kafka topic name, not . or ..');
 
 /** KAFKA_BROKERS' entries: host:port, the host a name, an IPv4 address or a bracketed IPv6 one. */
 const KAFKA_BROKER = /^(?:[^\s:/]+|\[[0-9A-Fa-f:.]+\]):(\d{1,5})$/;
@@ -157,7 +195,11 @@ const envSchema = z
   .object({
     NODE_ENV: z.string().default('production'),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-    HOST: z.string().default('0.0.0.0'),
+    HOST: z
+      .string()
+      .trim()
+      .refine((host) => isIP(host) !== 0 || HOST_NAME.test(host), 'must be an IP address or a host name')
+      .default('0.0.0.0'),
     PORT: envInt(8080, 0, 65535),
     WORKER_ID: z.string().trim().min(1).max(200).optional(),
 
@@ -184,10 +226,11 @@ const envSchema = z
       .optional(),
     KAFKA_CLIENT_ID: z.string().min(1).default('security-center-worker'),
     KAFKA_GROUP_ID: z.string().min(1).default('security-center-worker'),
-    KAFKA_TOPIC: z.string().min(1).default('api.request-metadata'),
-    KAFKA_DLQ_TOPIC: z.string().min(1).default('api.request-metadata.dlq'),
+    KAFKA_TOPIC: kafkaTopic.default('api.request-metadata'),
+    KAFKA_DLQ_TOPIC: kafkaTopic.default('api.request-metadata.dlq'),
     KAFKA_FROM_BEGINNING: envBoolean(true),
-    KAFKA_SESSION_TIMEOUT_MS: envInt(30_000, 1_000, 600_000),
+    // At least a stock broker's group.min.session.timeout.ms: it refuses a shorter one, but only when the consumer joins.
+    KAFKA_SESSION_TIMEOUT_MS: envInt(30_000, 6_000, 600_000),
     KAFKA_HEARTBEAT_INTERVAL_MS: envInt(3_000, 100, 60_000),
     KAFKA_MAX_WAIT_MS: envInt(500, 10, 10_000),
     KAFKA_SSL: envBoolean(false),
@@ -221,7 +264,7 @@ const envSchema = z
     INGEST_MAX_BODY_BYTES: envInt(5 * 1024 * 1024, 1024, 100 * 1024 * 1024),
     INGEST_MAX_EVENTS: envInt(10_000, 1, 1_000_000),
 
-    DETECTION_CONFIG_FILE: z.string().min(1).optional(),
+    DETECTION_CONFIG_FILE: detectionConfigFile.optional(),
     GEOIP_CITY_DB: maxMindDbFile.optional(),
     // At least a minute: with 0 a dismissed alert's pattern would open a new alert at once.
     ALERT_SUPPRESSION_MINUTES: envInt(60, 1, 60 * 24 * 30),
@@ -257,7 +300,8 @@ function crossFieldProblems(source: NodeJS.ProcessEnv): string[] {
   // The worker consumes one and produces dead letters to the other: one topic would feed its dead letters back to itself.
   // (Each setting as the schema reads it, its default included; one it refuses is reported there.)
   const setting = <K extends keyof typeof envSchema.shape>(name: K) => envSchema.shape[name].safeParse(source[name]).data;
-  if (setting('KAFKA_TOPIC') === setting('KAFKA_DLQ_TOPIC')) problems.push('KAFKA_TOPIC, KAFKA_DLQ_TOPIC: must differ (dead letters would be consumed again, for ever)');
+  const topic = setting('KAFKA_TOPIC');
+  if (topic !== undefined && topic === setting('KAFKA_DLQ_TOPIC')) problems.push('KAFKA_TOPIC, KAFKA_DLQ_TOPIC: must differ (dead letters would be consumed again, for ever)');
   // kafkajs refuses a heartbeat interval not below the session timeout, but only once the consumer joins.
   const heartbeat = setting('KAFKA_HEARTBEAT_INTERVAL_MS');
   const sessionTimeout = setting('KAFKA_SESSION_TIMEOUT_MS');
@@ -274,6 +318,11 @@ function crossFieldProblems(source: NodeJS.ProcessEnv): string[] {
   } else if (saslCredentials.some((name) => source[name])) {
     problems.push(`KAFKA_SASL_MECHANISM: required when KAFKA_SASL_USERNAME or KAFKA_SASL_PASSWORD is set (${KAFKA_SASL_MECHANISMS.join(', ')})`);
   }
+  // The embedded engine writes under DATA_DIR (clickhouse/, inserts/): one it cannot use would fail only once storage opens.
+  if (!source.CLICKHOUSE_URL) {
+    const problem = unusableDirectory(envSchema.shape.DATA_DIR.parse(source.DATA_DIR));
+    if (problem) problems.push(`DATA_DIR: ${problem}`);
+  }
   if (source.ONCALL_WEBHOOK_URL) {
     const allowPrivate = isTrueWord(source.WEBHOOK_ALLOW_PRIVATE_TARGETS);
     try {
@@ -283,6 +332,24 @@ function crossFieldProblems(source: NodeJS.ProcessEnv): string[] {
     }
   }
   return problems;
+}
+
+/**
+ * Why a directory the worker is to write in cannot be used: it, or (when it does not exist yet) the
+ * nearest folder above it that does, must be a directory the worker may write to. Its path is quoted, nothing more.
+ */
+function unusableDirectory(dir: string): string | undefined {
+  for (let path = resolve(dir); ; path = dirname(path)) {
+    try {
+      if (!statSync(path).isDirectory()) return `cannot use ${dir} (ENOTDIR)`;
+      accessSync(path, constants.W_OK | constants.X_OK);
+      return undefined;
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT' && path !== dirname(path)) continue;
+      return `cannot use ${dir} (${code ?? (error as Error).message})`;
+    }
+  }
 }
 
 export type Env = z.output<typeof envSchema>;
@@ -353,6 +420,26 @@ export class ConfigError extends Error {
     super(`invalid configuration:\n${problems.map((problem) => `  - ${problem}`).join('\n')}`);
     this.name = 'ConfigError';
   }
+}
+
+/** The listen failures a setting causes: the variable to change, and why. */
+const LISTEN_PROBLEMS: Record<string, [variable: string, why: string]> = {
+  EADDRINUSE: ['PORT', 'another process listens on it'],
+  EACCES: ['PORT', 'not permitted: a port below 1024 needs privileges'],
+  EADDRNOTAVAIL: ['HOST', 'not an address of this machine'],
+  ENOTFOUND: ['HOST', 'the host name does not resolve'],
+};
+
+/**
+ * The HTTP server's listen failure as the configuration problem it is (exit 2, as an invalid
+ * setting), naming HOST or PORT; undefined for any other failure.
+ */
+export function listenConfigError(error: unknown, http: Config['http']): ConfigError | undefined {
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  const problem = code === undefined ? undefined : LISTEN_PROBLEMS[code];
+  if (!problem) return undefined;
+  const [variable, why] = problem;
+  return new ConfigError([`${variable}: cannot listen on HOST ${http.host}, PORT ${http.port} (${code}: ${why})`]);
 }
 
 /** The environment without its blank settings: each of those is unset, and takes its default. */

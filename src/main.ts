@@ -20,7 +20,7 @@ import { DetectionConfig, followDetectionConfig } from './detect/detection-confi
 import { windowBudgetFor } from './detect/engine.ts';
 import { HISTORY_MS } from './detect/key-history.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
-import { describeConfig, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
+import { describeConfig, listenConfigError, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
 import { enforcementAdminRoutes, registerDecisionRoutes } from './enforcement/decision-routes.ts';
 import { DecisionSource } from './enforcement/decision-source.ts';
 import type { RequestEvent } from './events/request-event.ts';
@@ -102,7 +102,6 @@ export interface Worker {
 }
 
 export async function startWorker(config: Config, deps: WorkerDeps = {}): Promise<Worker> {
-  if (config.detection.configFile) checkDetectionConfigFile(config.detection.configFile);
   const logger = deps.logger ?? createLogger(config.logLevel);
   // The detection windows are held to a budget that fits the analysis thread's heap
   // (DETECTION_MAX_HEAP_MB, else V8's default limit, which the thread shares).
@@ -357,7 +356,9 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       version: VERSION,
     });
   }
-  await app.listen({ host: config.http.host, port: config.http.port });
+  await app.listen({ host: config.http.host, port: config.http.port }).catch((error: unknown) => {
+    throw listenConfigError(error, config.http) ?? error;
+  });
   const address = app.server.address();
   const url = typeof address === 'object' && address ? `http://${formatHost(address.address)}:${address.port}` : '';
   logger.info({ url }, 'http server listening');
@@ -444,19 +445,6 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     })());
 
   return { app, url, clickhouse, store, alertStore, webhookStore, webhooks, metrics, ready, stop };
-}
-
-/**
- * A detection config file that cannot be read or is invalid stops the start, as an invalid setting
- * does (ConfigError): started without it, allowlisted keys and addresses would alert, and be
- * throttled or blocked. Once running, a bad edit is refused and the previous file's content stays.
- */
-function checkDetectionConfigFile(file: string): void {
-  try {
-    DetectionConfig.parse(readFileSync(file, 'utf8'), RULES);
-  } catch (error) {
-    throw new ConfigError([`DETECTION_CONFIG_FILE: ${error instanceof Error ? error.message : String(error)}`]);
-  }
 }
 
 /** Retries a start-up step with backoff (a server may come up after the worker does); `onFailure` hears of each failed attempt. */

@@ -15,13 +15,21 @@ const ERROR_DESCRIPTIONS: Record<number, string> = {
   404: 'Unknown id, or another merchant\'s: the two are indistinguishable',
   409: 'INVALID_TRANSITION: the lifecycle does not allow the move',
   429: 'RATE_LIMITED: too many requests for this token; see Retry-After',
+  503: 'STORAGE_UNAVAILABLE (storage cannot be reached) or SERVICE_UNAVAILABLE (the worker is stopping); see Retry-After',
 };
-const COMMON_ERRORS = [400, 401, 403, 429];
+// Every route can answer 503: registerRoute (admin-api.ts) turns a storage failure into STORAGE_UNAVAILABLE.
+const COMMON_ERRORS = [400, 401, 403, 429, 503];
+/** The error bodies not in Format A's plain schema, `Error`. */
+const ERROR_SCHEMAS: Record<number, string> = { 400: 'ValidationError', 429: 'RateLimited' };
+/** The statuses sent with Retry-After (seconds). */
+const RETRY_AFTER_STATUSES = new Set([429, 503]);
 
 const formatA = z.object({
   success: z.literal(false),
   error: z.object({ code: z.string(), message: z.string(), details: z.unknown().optional() }),
 });
+/** 429 RATE_LIMITED: Format A with `retryAfterSeconds` at the top, where the spec puts it (renderError). */
+const rateLimited = formatA.extend({ retryAfterSeconds: z.number().int().min(1) });
 const formatB = z.object({
   error: z.string(),
   code: z.literal('VALIDATION_ERROR'),
@@ -78,7 +86,8 @@ export function buildOpenApiDocument(routes: readonly AdminRoute[], version: str
     for (const code of [...new Set([...COMMON_ERRORS, ...(route.errors ?? [])])].sort()) {
       responses[String(code)] = {
         description: ERROR_DESCRIPTIONS[code] ?? 'Error',
-        content: { 'application/json': { schema: code === 400 ? { $ref: '#/components/schemas/ValidationError' } : { $ref: '#/components/schemas/Error' } } },
+        ...(RETRY_AFTER_STATUSES.has(code) ? { headers: { 'Retry-After': { description: 'seconds to wait before retrying', schema: { type: 'integer', minimum: 1 } } } } : {}),
+        content: { 'application/json': { schema: { $ref: `#/components/schemas/${ERROR_SCHEMAS[code] ?? 'Error'}` } } },
       };
     }
     (paths[`${ADMIN_PREFIX}${openApiPath(route.path)}`] ??= {})[route.method.toLowerCase()] = {
@@ -106,7 +115,7 @@ export function buildOpenApiDocument(routes: readonly AdminRoute[], version: str
     paths,
     components: {
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } },
-      schemas: { Error: jsonSchema(formatA, 'output'), ValidationError: jsonSchema(formatB, 'output') },
+      schemas: { Error: jsonSchema(formatA, 'output'), RateLimited: jsonSchema(rateLimited, 'output'), ValidationError: jsonSchema(formatB, 'output') },
     },
   };
 }

@@ -37,7 +37,7 @@ export interface AdminRoute<Q extends z.ZodType = z.ZodType, P extends z.ZodType
   response: z.ZodType;
   /** Success status (200 by default). */
   status?: number;
-  /** Error statuses this route can answer besides 400, 401, 403 and 429 (for the document). */
+  /** Error statuses this route can answer besides 400, 401, 403, 429 and 503 (for the document). */
   errors?: readonly number[];
   handle(input: RouteInput<Q, P, B>): Promise<unknown>;
 }

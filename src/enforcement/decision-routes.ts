@@ -167,7 +167,6 @@ export function enforcementAdminRoutes(source: DecisionSource | undefined, histo
         'then decides). 503 while the decisions are stale.',
       query: adminEnforcementQuery,
       response: adminEnforcementView,
-      errors: [503],
       handle: async ({ principal, query, reply }) => {
         const merchantId = merchantScope(principal, query.merchantId);
         reply.header('cache-control', 'no-store');

@@ -1,17 +1,21 @@
 /**
  * The admin API over real HTTP on the real ClickHouse engine: each endpoint's success shape, every
  * filter, paging while new alerts arrive, the lifecycle with its history, metrics and dashboard from
- * ingested traffic, the OpenAPI document, and a detected attack triaged from list to resolution.
+ * ingested traffic, the OpenAPI document (and every answer given, errors included, against it), and
+ * a detected attack triaged from list to resolution.
  */
+import { randomUUID } from 'node:crypto';
 import { Validator } from '@seriousme/openapi-schema-validator';
+import { Ajv2020 } from 'ajv/dist/2020.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { alertSchema } from '../../src/admin/schemas.ts';
 import type { Alert } from '../../src/alerts/alert.ts';
 import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker } from '../../src/main.ts';
+import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { tablesIn } from '../../src/store/tables.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
-import { ADMIN_ENV, adminCall, makeAlert, token } from '../support/admin.ts';
+import { ADMIN_ENV, adminCall, makeAlert, token, type AdminResponse } from '../support/admin.ts';
 import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const MINUTE = 60_000;
@@ -610,6 +614,136 @@ describe('admin API switched off', () => {
     } finally {
       await worker.stop();
       await clickhouse.stop();
+    }
+  });
+});
+
+describe('the OpenAPI document against the answers the admin API gives', () => {
+  const names = testNames('admin_doc');
+  const merchantId = `m_${names.runId}`;
+  let clickhouse: ClickHouseService;
+  let worker: Worker;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the document is read as JSON
+  let document: any;
+  let alertId: string;
+  /** While set, every storage call fails, as in an outage. */
+  let storageDown = false;
+  // OpenAPI 3.1's schemas are JSON Schema 2020-12.
+  const ajv = new Ajv2020({ strict: false, validateFormats: false, allErrors: true });
+
+  /** A token of its own for each call: the rate limit (3 a minute) is reached only where meant. */
+  const fresh = (role: 'viewer' | 'admin' = 'admin') => token(merchantId, role, { userId: `u_${randomUUID()}` });
+
+  /** What is wrong with an answer by the document: its status undocumented, its body or its Retry-After not as documented. */
+  function undocumented(method: string, template: string, response: AdminResponse): string[] {
+    const operation = document.paths[`/admin/anomaly${template}`]?.[method.toLowerCase()];
+    if (!operation) return [`${method} ${template}: no such operation`];
+    const documented = operation.responses[String(response.status)];
+    if (!documented) return [`${method} ${template}: answered ${response.status}, documented ${Object.keys(operation.responses).join(',')}`];
+    const problems: string[] = [];
+    const validate = ajv.compile({ ...documented.content['application/json'].schema, components: document.components });
+    if (!validate(response.body)) problems.push(`${method} ${template} ${response.status}: ${ajv.errorsText(validate.errors)} in ${response.text.slice(0, 300)}`);
+    if (response.headers.has('retry-after') && !documented.headers?.['Retry-After']) problems.push(`${method} ${template} ${response.status}: Retry-After sent, not documented`);
+    return problems;
+  }
+
+  beforeAll(async () => {
+    clickhouse = await startClickHouse();
+    const extra = { ...ADMIN_ENV, ADMIN_RATE_LIMIT_PER_MINUTE: '3', ADMIN_CACHE_TTL_MS: '0', WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' };
+    worker = await startWorker(testConfig({ clickhouse, names, extra }), {
+      logger: createLogger('silent'),
+      wrapClickHouse: (db): ClickHouse => {
+        const down = () => Promise.reject(new Error('connect ECONNREFUSED (injected)'));
+        return {
+          ...db,
+          insert: (...args) => (storageDown ? down() : db.insert(...args)),
+          queryRows: (...args) => (storageDown ? down() : db.queryRows(...args)),
+          queryPages: (...args) => (storageDown ? down() : db.queryPages(...args)),
+          command: (...args) => (storageDown ? down() : db.command(...args)),
+        };
+      },
+    });
+    await worker.ready;
+    document = await (await fetch(`${worker.url}/admin/anomaly/openapi.json`)).json();
+    const alert = makeAlert(0, { merchantId, createdAtMs: Date.now() - MINUTE });
+    alertId = alert.id;
+    await worker.alertStore.save([alert]);
+  });
+
+  afterAll(async () => {
+    await worker?.stop();
+    await clickhouse?.stop();
+  });
+
+  /** Every operation, called as [method, path template, path, request]. */
+  const operations = (): [string, string, string, Parameters<typeof adminCall>[3]?][] => [
+    ['GET', '/alerts', '/alerts'],
+    ['GET', '/alerts/{id}', `/alerts/${alertId}`],
+    ['PATCH', '/alerts/{id}', `/alerts/${alertId}`, { method: 'PATCH', body: { status: 'acknowledged' } }],
+    ['GET', '/metrics', '/metrics'],
+    ['GET', '/dashboard', '/dashboard?range=1h'],
+    ['GET', '/webhook', '/webhook'],
+    ['PUT', '/webhook', '/webhook', { method: 'PUT', body: { url: 'https://127.0.0.1/hooks' } }],
+    ['GET', '/webhook/deliveries', '/webhook/deliveries'],
+    ['DELETE', '/webhook', '/webhook', { method: 'DELETE' }],
+    ['GET', '/enforcement', '/enforcement'],
+    ['GET', '/enforcement/history', '/enforcement/history'],
+  ];
+
+  it('documents every success, 400, 401, 403, 404 and 409 answer as it is sent', async () => {
+    const calls: [string, string, string, Parameters<typeof adminCall>[3]?][] = [
+      ...operations(),
+      ['PATCH', '/alerts/{id}', `/alerts/${alertId}`, { method: 'PATCH', body: { status: 'open' } }], // 409
+      ['PATCH', '/alerts/{id}', `/alerts/${alertId}`, { method: 'PATCH', body: { status: 'nope' } }], // 400
+      ['GET', '/alerts/{id}', `/alerts/${randomUUID()}`], // 404
+      ['DELETE', '/webhook', '/webhook', { method: 'DELETE' }], // 404: deleted already
+      ['GET', '/alerts', '/alerts?limit=0'], // 400
+    ];
+    const statuses = new Set<number>();
+    const problems: string[] = [];
+    for (const [method, template, path, init] of calls) {
+      const response = await adminCall(worker.url, await fresh(), path, init);
+      statuses.add(response.status);
+      problems.push(...undocumented(method, template, response));
+    }
+    const unauthorized = await adminCall(worker.url, 'not-a-jwt', '/alerts');
+    const forbidden = await adminCall(worker.url, await fresh('viewer'), `/alerts/${alertId}`, { method: 'PATCH', body: { status: 'resolved' } });
+    problems.push(...undocumented('GET', '/alerts', unauthorized), ...undocumented('PATCH', '/alerts/{id}', forbidden));
+    expect(problems).toEqual([]);
+    expect([...statuses, unauthorized.status, forbidden.status]).toEqual(expect.arrayContaining([200, 400, 401, 403, 404, 409]));
+  });
+
+  it('documents the 429 RATE_LIMITED answer as it is sent: retryAfterSeconds at the top of the body, and Retry-After', async () => {
+    const bearer = await fresh();
+    let response: AdminResponse | undefined;
+    for (let i = 0; i < 4; i++) response = await adminCall(worker.url, bearer, '/metrics');
+    expect(response!.status).toBe(429);
+    expect(response!.body.retryAfterSeconds).toBeGreaterThan(0);
+    expect(response!.headers.get('retry-after')).toBe(String(response!.body.retryAfterSeconds));
+    expect(undocumented('GET', '/metrics', response!)).toEqual([]);
+  });
+
+  it('documents the 503 STORAGE_UNAVAILABLE answer, with Retry-After, of every operation', async () => {
+    const problems: string[] = [];
+    storageDown = true;
+    try {
+      // GET /enforcement answers from memory: with ENFORCEMENT_MODE off, it never reads storage.
+      for (const [method, template, path, init] of operations().filter(([, template]) => template !== '/enforcement')) {
+        const response = await adminCall(worker.url, await fresh(), path, init);
+        expect(response.status, `${method} ${path}: ${response.text}`).toBe(503);
+        expect(response.body.error.code).toBe('STORAGE_UNAVAILABLE');
+        expect(response.headers.get('retry-after')).toBe('5');
+        problems.push(...undocumented(method, template, response));
+      }
+    } finally {
+      storageDown = false;
+    }
+    expect(problems).toEqual([]);
+    // And every operation, that one included, documents both answers that carry Retry-After.
+    for (const [path, methods] of Object.entries(document.paths as Record<string, Record<string, { responses: Record<string, { headers?: object }> }>>)) {
+      for (const [method, operation] of Object.entries(methods)) {
+        for (const status of ['429', '503']) expect(operation.responses[status]?.headers, `${method} ${path} ${status}`).toHaveProperty('Retry-After');
+      }
     }
   });
 });

@@ -148,19 +148,19 @@ describe('enforcement decisions', () => {
     }
   });
 
-  it('does not start with a detection config file it cannot use: without its allowlists, allowlisted keys would be enforced', async () => {
+  it('does not start with a detection config file it cannot use: without its allowlists, allowlisted keys would be enforced', () => {
     const names = testNames('enforce_badfile');
     const dir = mkdtempSync(join(tmpdir(), 'enforce-'));
     const invalid = join(dir, 'invalid.json');
     writeFileSync(invalid, JSON.stringify({ allowlist: { keys: ['pk_live_monitoring'] }, plans: { business: { rules: { velocity_attack: {} } } }, rule: {} }));
     for (const [file, problem] of [
-      [join(dir, 'missing.json'), /DETECTION_CONFIG_FILE: ENOENT/],
-      [invalid, /DETECTION_CONFIG_FILE: invalid detection config: .*rule/],
+      [join(dir, 'missing.json'), /DETECTION_CONFIG_FILE: cannot read .*missing\.json \(ENOENT\)/],
+      [invalid, /DETECTION_CONFIG_FILE: .*invalid\.json: invalid detection config: .*rule/],
     ] as const) {
-      const config = testConfig({ clickhouse: engines.clickhouse, names, extra: { ENFORCEMENT_MODE: 'enforce', DETECTION_CONFIG_FILE: file } });
-      const started = engines.startWorker(config);
-      await expect(started).rejects.toBeInstanceOf(ConfigError);
-      await expect(started).rejects.toThrow(problem);
+      // Refused with every other invalid setting, before any part starts (config.ts).
+      const configure = () => testConfig({ clickhouse: engines.clickhouse, names, extra: { ENFORCEMENT_MODE: 'enforce', DETECTION_CONFIG_FILE: file } });
+      expect(configure).toThrow(ConfigError);
+      expect(configure).toThrow(problem);
     }
   });
 

@@ -6,14 +6,19 @@
  * delivery only, and is retried beside them). Events posted meanwhile are taken: without Kafka stored
  * and judged once detection has started, so they continue the open alert instead of opening a
  * second; with Kafka produced to the topic, and stored and judged once the consumer has started.
+ * A setting the worker cannot start with stops the process at once: exit 2, every problem named.
  */
 import { randomUUID } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 import type { Config } from '../../src/config.ts';
 import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker, type WorkerDeps } from '../../src/main.ts';
 import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { useEngines } from '../support/engines.ts';
+import { spawnWorker } from '../support/process.ts';
 import { readiness, TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
 
 /** Storage whose reads that contain `marker` fail while `failing()` says so; counts the failed and the answered ones. */
@@ -148,5 +153,43 @@ describe('/ready while start-up steps are retried', () => {
     } finally {
       await worker.stop();
     }
+  });
+});
+
+describe('the worker process with a setting it cannot start with', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'startup-refused-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  /** Runs `npm start`'s process to its exit (killed after a minute): its exit code and output. */
+  async function runToExit(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+    const worker = await spawnWorker(env);
+    const timer = setTimeout(() => worker.child.kill('SIGKILL'), 60_000);
+    const { code } = await worker.exited;
+    clearTimeout(timer);
+    return { code, output: worker.output() };
+  }
+
+  const STACK_LINE = /\n\s+at /;
+
+  it('exits 2 with one message naming every invalid setting, DETECTION_CONFIG_FILE and DATA_DIR among them, and no stack', async () => {
+    const notADirectory = join(dir, 'not-a-directory');
+    writeFileSync(notADirectory, '');
+    const missing = join(dir, 'missing.json');
+    const { code, output } = await runToExit({ LOG_LEVEL: 'loud', HOST: 'no such host!', DATA_DIR: notADirectory, DETECTION_CONFIG_FILE: missing, KAFKA_TOPIC: 'api request metadata' });
+    expect(code, output).toBe(2);
+    expect(output).toMatch(/^invalid configuration:\n/);
+    const problems = output.split('\n').filter((line) => line.startsWith('  - '));
+    expect(problems.map((line) => line.slice(4).split(':')[0])).toEqual(['LOG_LEVEL', 'HOST', 'KAFKA_TOPIC', 'DETECTION_CONFIG_FILE', 'DATA_DIR']);
+    expect(problems).toContain(`  - DETECTION_CONFIG_FILE: cannot read ${missing} (ENOENT)`);
+    expect(problems).toContain(`  - DATA_DIR: cannot use ${notADirectory} (ENOTDIR)`);
+    expect(output).not.toMatch(STACK_LINE);
+  });
+
+  it('exits 2 naming HOST, without a stack, when the server cannot listen on it', async () => {
+    // A well-formed address that is not this machine's (TEST-NET-1): only listening can tell.
+    const { code, output } = await runToExit({ HOST: '192.0.2.1', DATA_DIR: join(dir, 'data') });
+    expect(code, output).toBe(2);
+    expect(output).toMatch(/\ninvalid configuration:\n {2}- HOST: cannot listen on HOST 192\.0\.2\.1, PORT \d+ \(EADDRNOTAVAIL: not an address of this machine\)\n/);
+    expect(output).not.toMatch(STACK_LINE);
   });
 });

@@ -10,6 +10,7 @@ export interface Tables {
   readonly webhookEndpoints: string;
   readonly webhookMessages: string;
   readonly webhookBreakers: string;
+  readonly webhookReplicas: string;
 }
 
 export function tablesIn(database: string): Tables {
@@ -24,5 +25,6 @@ export function tablesIn(database: string): Tables {
     webhookEndpoints: `${database}.webhook_endpoints`,
     webhookMessages: `${database}.webhook_messages`,
     webhookBreakers: `${database}.webhook_breakers`,
+    webhookReplicas: `${database}.webhook_replicas`,
   };
 }

@@ -1,9 +1,11 @@
 /**
- * Webhook endpoints, messages (with their attempt log) and breakers in ClickHouse (migrations 005, 006).
- * Contract: every row is written whole with a higher version and read FINAL; every
- * read an admin can cause is scoped by merchant; a signing secret is written only as row data
- * (never in query text, which a server may log), sealed when a key is configured (secret-box.ts),
- * and blanked when the endpoint is removed.
+ * Webhook endpoints, messages (with their attempt log), breakers and replicas' heartbeats in
+ * ClickHouse (migrations 005, 006, 011).
+ * Contract: every row is written whole with a higher version and read FINAL (a retried write of a
+ * new message repeats its first version, so it never undoes a later write; a heartbeat is read as
+ * its owner's latest); every read an admin can cause is scoped by merchant; a signing secret is
+ * written only as row data (never in query text, which a server may log), sealed when a key is
+ * configured (secret-box.ts), and blanked when the endpoint is removed.
  */
 import { z } from 'zod';
 import type { ClickHouse } from './clickhouse.ts';
@@ -76,11 +78,23 @@ export interface BreakerState {
  */
 export type PendingMessage = WebhookMessage & { dueAt: number; endpoint?: Pick<WebhookEndpoint, 'endpointId' | 'url' | 'secret'> };
 
-/** Who reads pending messages: its own are due on schedule, another replica's only `adoptAfterMs` later. */
+/**
+ * Who reads pending messages: its own are due on schedule, another replica's only once both its
+ * schedule and its owner's last heartbeat are `adoptAfterMs` past (its owner is gone).
+ */
 export interface PendingReader {
   owner: string;
   adoptAfterMs: number;
 }
+
+/** Destinations whose messages a read leaves out: their endpoints have all the attempts in flight they may. */
+export interface FullDestinations {
+  oncall: boolean;
+  merchantIds: readonly string[];
+}
+
+/** A message to store; one with a version is written with it (a retried write loses to any write since). */
+export type MessageToSave = WebhookMessage & { version?: number };
 
 /** A message as the delivery log shows it: without its body. */
 export type DeliveryRecord = Omit<WebhookMessage, 'body'>;
@@ -147,6 +161,7 @@ const MESSAGE_COLUMNS = [
 /** The message columns but the body, as reads name them. */
 const READ_COLUMNS = MESSAGE_COLUMNS.filter((column) => column !== 'body' && column !== 'version').join(', ');
 const BREAKER_COLUMNS = ['endpoint_id', 'consecutive_failures', 'paused_until', 'updated_at', 'version'] as const;
+const REPLICA_COLUMNS = ['owner', 'seen_at'] as const;
 
 export interface DeliveryQuery {
   /** Undefined: every merchant (operators only). */
@@ -277,7 +292,7 @@ export class WebhookStore {
 
   // Messages --------------------------------------------------------------------------------
 
-  async saveMessages(messages: readonly WebhookMessage[]): Promise<void> {
+  async saveMessages(messages: readonly MessageToSave[]): Promise<void> {
     await this.insert(
       this.tables.webhookMessages,
       MESSAGE_COLUMNS,
@@ -299,7 +314,7 @@ export class WebhookStore {
           attempt_log: JSON.stringify(message.attemptLog),
           created_at: toClickHouseTime(message.createdAt),
           updated_at: toClickHouseTime(message.updatedAt),
-          version: this.nextVersion(),
+          version: message.version ?? this.nextVersion(),
         }),
       ),
     );
@@ -307,24 +322,41 @@ export class WebhookStore {
 
   /**
    * Pending messages in the order the reader may attempt them (due or not: the caller learns when
-   * the next one is), leaving out the ones it is already working on. One page, bodies included,
-   * each with its merchant's endpoint as registered now (for merchant messages), unless that was
-   * registered after the message was created.
+   * the next one is), leaving out the ones it is already working on and those to full destinations.
+   * One page, bodies included, each with its merchant's endpoint as registered now (for merchant
+   * messages), unless that was registered after the message was created.
    */
-  async pendingMessages(limit: number, exclude: readonly string[], reader: PendingReader): Promise<PendingMessage[]> {
+  async pendingMessages(
+    limit: number,
+    exclude: readonly string[],
+    reader: PendingReader,
+    full: FullDestinations = { oncall: false, merchantIds: [] },
+  ): Promise<PendingMessage[]> {
+    // An owner without a heartbeat (one that predates them) reads as silent since the epoch.
     const rows = await this.db.queryRows(
       `SELECT m.*, e.endpoint_id AS registered_endpoint_id, e.url AS registered_url, e.secret AS registered_secret, e.created_at AS registered_since
          FROM (SELECT ${READ_COLUMNS}, body,
-                      if(owner IN ('', {owner:String}), next_attempt_at, next_attempt_at + toIntervalMillisecond({adoptAfterMs:UInt32})) AS due_at
+                      if(owner IN ('', {owner:String}), next_attempt_at,
+                         greatest(next_attempt_at, r.seen_at) + toIntervalMillisecond({adoptAfterMs:UInt32})) AS due_at
                  FROM ${this.tables.webhookMessages} FINAL
+                 LEFT JOIN (SELECT owner, max(seen_at) AS seen_at FROM ${this.tables.webhookReplicas} GROUP BY owner) AS r USING (owner)
                 WHERE status = 'pending' AND id NOT IN {exclude:Array(UUID)}
+                  AND NOT (destination = 'oncall' AND {oncallFull:Bool})
+                  AND NOT (destination = 'merchant' AND merchant_id IN {fullMerchants:Array(String)})
                 ORDER BY due_at, id
                 LIMIT {limit:UInt32}) AS m
          LEFT JOIN (SELECT merchant_id, endpoint_id, url, secret, created_at
                       FROM ${this.tables.webhookEndpoints} FINAL
                      WHERE deleted = 0) AS e ON m.merchant_id = e.merchant_id
         ORDER BY m.due_at, m.id`,
-      { exclude: [...exclude], limit, owner: reader.owner, adoptAfterMs: reader.adoptAfterMs },
+      {
+        exclude: [...exclude],
+        limit,
+        owner: reader.owner,
+        adoptAfterMs: reader.adoptAfterMs,
+        oncallFull: full.oncall,
+        fullMerchants: [...full.merchantIds],
+      },
     );
     return rows.map((row) => {
       const { due_at, registered_endpoint_id, registered_url, registered_secret, registered_since, ...message } = pendingRow.parse(row);
@@ -342,6 +374,11 @@ export class WebhookStore {
           }
         : parsed;
     });
+  }
+
+  /** Records that this replica is alive (by its clock): while recent, others do not adopt its messages. */
+  async saveHeartbeat(owner: string, at: number): Promise<void> {
+    await this.insert(this.tables.webhookReplicas, REPLICA_COLUMNS, [JSON.stringify({ owner, seen_at: toClickHouseTime(at) })]);
   }
 
   /** The delivery log: messages newest first, each with its attempts. */
@@ -429,8 +466,8 @@ export class WebhookStore {
     await this.db.insert(table, columns, Buffer.from(`${lines.join('\n')}\n`), 'JSONEachRow');
   }
 
-  /** Monotonic across writes in this process; wall-clock based across restarts. */
-  private nextVersion(): number {
+  /** A row version: monotonic across writes in this process; wall-clock based across restarts. */
+  nextVersion(): number {
     return (this.version = Math.max(this.version + 1, Date.now() * 1000));
   }
 }

@@ -10,14 +10,18 @@
  *    resumes on schedule. A message is delivered at least once: an attempt cut short by a stop
  *    or a crash is made again.
  *  - Replicas share storage but not attempts: a message is owned by the replica that created it
- *    (`owner`, stable across its restarts), and another replica attempts it only once it is
- *    `adoptAfterMs` overdue (its owner is presumably gone), owning it from then on. So one alert
- *    pages on-call once, not once per replica; a dead replica's messages go out a minute late.
+ *    (`owner`, stable across its restarts), and another replica attempts it only once its owner is
+ *    gone (no heartbeat for `adoptAfterMs`) and it is that overdue, owning it from then on. So one
+ *    alert pages on-call once, not once per replica, even while the owner has a backlog; a dead
+ *    replica's messages go out a minute late.
+ *  - Replicas share breakers: each stores the pauses and closures it decides, and takes in the
+ *    others' every few seconds.
  *  - Memory is bounded: at most `concurrency` attempts are in flight and at most twice that many
  *    messages are held (bodies included; the others' results being stored); the rest stay in
  *    storage and are read in pages. Notifications waiting to be stored are capped.
  *  - A message to a merchant goes to the merchant's endpoint as registered at the time of the
- *    attempt (a removed endpoint cancels it); an endpoint paused by its breaker skips the attempt.
+ *    attempt (a removed endpoint cancels it); an endpoint paused by its breaker skips the attempt,
+ *    and one with as many attempts in flight as its breaker allows keeps the message queued.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
@@ -26,7 +30,17 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { toWireAlert, type Alert } from '../alerts/alert.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import { ENDPOINT_REMOVED, type BreakerState, type Destination, type PendingMessage, type WebhookEndpoint, type WebhookMessage, type WebhookStore } from '../store/webhook-store.ts';
+import {
+  ENDPOINT_REMOVED,
+  type BreakerState,
+  type Destination,
+  type FullDestinations,
+  type MessageToSave,
+  type PendingMessage,
+  type WebhookEndpoint,
+  type WebhookMessage,
+  type WebhookStore,
+} from '../store/webhook-store.ts';
 import { CircuitBreakers } from './breaker.ts';
 import { sendWebhook, type AttemptResult, type SendOptions } from './sender.ts';
 import type { TargetPolicy } from './target-policy.ts';
@@ -47,10 +61,15 @@ const TICK_COALESCE_MS = 25;
 const WRITE_COALESCE_MS = 20;
 const RETRY_DELAY_MS = 1_000;
 /**
- * How overdue another replica's message must be before this one adopts it. Well above the longest
- * attempt (connect 5 s + request 10 s, sender.ts), so a live owner's attempt is never made twice.
+ * How long another replica must have been silent (no heartbeat), and its message overdue, before
+ * this one adopts the message. Well above the longest attempt (connect 5 s + request 10 s,
+ * sender.ts) and many heartbeats long, so a live owner is not taken for gone.
  */
 export const ADOPT_AFTER_MS = 60_000;
+/** Heartbeats per ADOPT_AFTER_MS: a few may be late or fail without the owner looking gone. */
+const HEARTBEATS_PER_ADOPTION = 6;
+/** How often the stored breakers are read again (by the dispatcher's clock): other replicas' pauses hold here too. */
+export const BREAKER_REFRESH_MS = 5_000;
 
 export interface OncallEndpoint {
   url: string;
@@ -61,7 +80,7 @@ export interface WebhookDispatcherOptions {
   store: WebhookStore;
   /** This replica's stable id (WORKER_ID, else the hostname): the messages it creates are its own. */
   owner?: string;
-  /** Another replica's message is attempted once this overdue (default ADOPT_AFTER_MS). */
+  /** Another replica's message is attempted once this overdue and its owner this long silent (default ADOPT_AFTER_MS). */
   adoptAfterMs?: number;
   /** ONCALL_WEBHOOK_URL and ONCALL_WEBHOOK_SECRET. */
   oncall?: OncallEndpoint;
@@ -100,6 +119,13 @@ interface Notification {
   merchantId: string;
   createdAt: number;
   body: string;
+  /**
+   * Its message ids, one per destination, and the row version of their first write: made once, so a
+   * retried write (whose first try may have landed) rewrites the same rows, and loses to any write
+   * of an attempt made meanwhile.
+   */
+  ids: Record<Destination, string>;
+  version?: number;
 }
 
 const UNREADABLE_SECRET =
@@ -138,6 +164,8 @@ export class WebhookDispatcher {
   private readonly abort = new AbortController();
 
   private unsaved: Notification[] = [];
+  /** Notifications being stored (out of `unsaved` meanwhile, but still held). */
+  private savingCount = 0;
   private readonly saveSoon = new Coalesced(() => void this.saveNew(), SAVE_DELAY_MS);
   private readonly tickSoon = new Coalesced(() => void this.tick(), TICK_COALESCE_MS);
   private readonly writeSoon = new Coalesced(() => void this.writeOutcomes(), WRITE_COALESCE_MS);
@@ -145,6 +173,12 @@ export class WebhookDispatcher {
   /** Ids of messages being attempted or whose result is being stored. */
   private readonly busy = new Set<string>();
   private sending = 0;
+  /** Requests in flight per endpoint, with its merchant (undefined: the on-call endpoint). */
+  private readonly requestsTo = new Map<string, { count: number; merchantId: string | undefined }>();
+  private breakersReadAt = Number.NEGATIVE_INFINITY;
+  private readonly heartbeatMs: number;
+  private lastHeartbeatAt = Number.NEGATIVE_INFINITY;
+  private beating: Promise<void> | undefined;
   private peakSending = 0;
   private readonly attempts = new Set<Promise<void>>();
   private outcomes: Outcome[] = [];
@@ -166,6 +200,7 @@ export class WebhookDispatcher {
     this.now = options.now ?? Date.now;
     this.owner = options.owner ?? hostname();
     this.adoptAfterMs = options.adoptAfterMs ?? ADOPT_AFTER_MS;
+    this.heartbeatMs = this.adoptAfterMs / HEARTBEATS_PER_ADOPTION;
     this.concurrency = options.concurrency ?? DEFAULT_CONCURRENCY;
     this.maxUnsaved = options.maxUnsaved ?? DEFAULT_MAX_UNSAVED;
     this.logger = options.logger;
@@ -181,15 +216,17 @@ export class WebhookDispatcher {
     this.oncallId = options.oncall ? `oncall:${createHash('sha256').update(options.oncall.url).digest('hex').slice(0, 16)}` : undefined;
   }
 
-  /** Loads the breakers and starts attempting what is due. */
+  /** Writes its first heartbeat, loads the breakers and starts attempting what is due. */
   async start(): Promise<void> {
-    this.breakers.load(await this.store.loadBreakers());
+    await this.beat();
+    await this.refreshBreakers();
     this.started = true;
     this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(this.now()));
     const pollMs = this.options.pollIntervalMs ?? 1_000;
     const rescanMs = this.options.rescanIntervalMs ?? 30_000;
     this.pollTimer = setInterval(() => {
       this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(this.now())); // pauses end by themselves
+      if (this.now() - this.lastHeartbeatAt >= this.heartbeatMs) this.beatInBackground();
       if (this.now() >= this.nextDueAt || Date.now() - this.lastScanAt >= rescanMs) void this.tick();
     }, pollMs);
     this.pollTimer.unref();
@@ -203,14 +240,15 @@ export class WebhookDispatcher {
   notify(alert: Alert): void {
     try {
       if (this.stopped) throw new Error('the webhook dispatcher is stopped');
-      if (this.unsaved.length >= this.maxUnsaved) {
+      if (this.waitingCount() >= this.maxUnsaved) {
         this.metrics.webhookNotificationsDropped.inc();
-        this.logger.error({ alertId: alert.id, merchantId: alert.merchantId, waiting: this.unsaved.length }, 'webhook queue full: notification dropped');
+        this.logger.error({ alertId: alert.id, merchantId: alert.merchantId, waiting: this.waitingCount() }, 'webhook queue full: notification dropped');
         return;
       }
       const createdAt = this.now();
-      this.unsaved.push({ alertId: alert.id, merchantId: alert.merchantId, createdAt, body: webhookBody(alert, createdAt) });
-      this.peakUnsaved = Math.max(this.peakUnsaved, this.unsaved.length);
+      const ids = { oncall: randomUUID(), merchant: randomUUID() };
+      this.unsaved.push({ alertId: alert.id, merchantId: alert.merchantId, createdAt, body: webhookBody(alert, createdAt), ids });
+      this.peakUnsaved = Math.max(this.peakUnsaved, this.waitingCount());
       this.saveSoon.request();
     } catch (error) {
       this.metrics.webhookNotificationsDropped.inc();
@@ -227,7 +265,7 @@ export class WebhookDispatcher {
   }
 
   stats(): DispatcherStats {
-    return { unsaved: this.unsaved.length, maxUnsaved: this.peakUnsaved, busy: this.busy.size, maxBusy: this.peakBusy, maxSending: this.peakSending };
+    return { unsaved: this.waitingCount(), maxUnsaved: this.peakUnsaved, busy: this.busy.size, maxBusy: this.peakBusy, maxSending: this.peakSending };
   }
 
   /**
@@ -241,6 +279,7 @@ export class WebhookDispatcher {
     for (const soon of [this.saveSoon, this.tickSoon, this.writeSoon]) soon.cancel();
     this.abort.abort();
     await this.ticking; // the storage read in progress ends before storage may be closed
+    await this.beating;
     await Promise.allSettled([...this.attempts]);
     await this.saveNew();
     await this.writeOutcomes();
@@ -249,14 +288,21 @@ export class WebhookDispatcher {
 
   // Storing notifications -----------------------------------------------------------------------
 
+  /** Notifications waiting to be stored, the ones being stored included. */
+  private waitingCount(): number {
+    return this.unsaved.length + this.savingCount;
+  }
+
   /** Turns waiting notifications into stored messages, one per destination. */
   private async saveNew(): Promise<void> {
     await this.saving;
     if (this.unsaved.length === 0) return;
     const batch = this.unsaved;
     this.unsaved = [];
+    this.savingCount = batch.length;
     this.saving = (async () => {
       try {
+        for (const item of batch) item.version ??= this.store.nextVersion();
         const endpoints = await this.store.endpoints(batch.map((item) => item.merchantId));
         const messages = batch.flatMap((item) => this.messagesOf(item, endpoints.get(item.merchantId)));
         await this.store.saveMessages(messages);
@@ -268,18 +314,35 @@ export class WebhookDispatcher {
         }
       } catch (error) {
         this.storageOk = false;
-        this.unsaved = [...batch, ...this.unsaved];
+        this.requeue(batch);
         this.logger.error({ err: error, notifications: batch.length }, 'storing webhook messages failed; retrying');
         if (!this.stopped) this.saveSoon.request(RETRY_DELAY_MS);
+      } finally {
+        this.savingCount = 0;
       }
     })();
     await this.saving;
   }
 
-  private messagesOf(item: Notification, endpoint: WebhookEndpoint | undefined): WebhookMessage[] {
+  /**
+   * Puts a batch that could not be stored back before the newer notifications, within the cap (which
+   * counts the batch while it is stored, so nothing is over it today: a guard for the bound).
+   */
+  private requeue(batch: Notification[]): void {
+    const waiting = [...batch, ...this.unsaved];
+    const excess = waiting.length - this.maxUnsaved;
+    if (excess > 0) {
+      this.metrics.webhookNotificationsDropped.inc(excess);
+      this.logger.error({ dropped: excess, waiting: this.maxUnsaved }, 'webhook queue full: notifications dropped');
+    }
+    this.unsaved = waiting.slice(0, this.maxUnsaved);
+  }
+
+  private messagesOf(item: Notification, endpoint: WebhookEndpoint | undefined): MessageToSave[] {
     const destinations: Destination[] = [...(this.options.oncall ? (['oncall'] as const) : []), ...(endpoint ? (['merchant'] as const) : [])];
     return destinations.map((destination) => ({
-      id: randomUUID(),
+      id: item.ids[destination],
+      version: item.version,
       alertId: item.alertId,
       merchantId: item.merchantId,
       destination,
@@ -319,19 +382,46 @@ export class WebhookDispatcher {
         // A slot frees when its attempt ends; its message stays held until its result is stored.
         const free = Math.min(this.concurrency - this.sending, 2 * this.concurrency - this.busy.size);
         if (free <= 0 || this.stopped) break;
+        await this.refreshBreakers();
         const now = this.now();
-        const page = await this.store.pendingMessages(free + 1, [...this.busy], { owner: this.owner, adoptAfterMs: this.adoptAfterMs });
+        const reader = { owner: this.owner, adoptAfterMs: this.adoptAfterMs };
+        const page = await this.store.pendingMessages(free + 1, [...this.busy], reader, this.fullDestinations(now));
         this.lastScanAt = Date.now();
         this.storageOk = true;
         const due = page.slice(0, free).filter((message) => message.dueAt <= now);
         this.nextDueAt = page[due.length]?.dueAt ?? Number.POSITIVE_INFINITY;
-        if (!this.stopped) for (const message of due) this.launch(message);
+        if (this.stopped) break;
+        for (const message of due) {
+          if (this.hasRoom(message, now)) this.launch(message);
+          else this.tickAgain = true; // its endpoint filled up with this page: read again, without its messages
+        }
         // Messages stored while this read ran asked for another (tickAgain): it may not have seen them.
       } while (this.tickAgain);
     } catch (error) {
       this.storageOk = false;
       this.logger.error({ err: error }, 'reading due webhook messages failed; retrying');
     }
+  }
+
+  /**
+   * Whether a due message may start: not while its endpoint has as many requests in flight as its
+   * breaker allows (it stays queued). One that ends without a request (paused, cancelled) may.
+   */
+  private hasRoom(message: PendingMessage, now: number): boolean {
+    const target = this.targetOf(message);
+    if (!target || target.secret === undefined || this.breakers.pausedUntil(target.endpointId, now) !== undefined) return true;
+    return (this.requestsTo.get(target.endpointId)?.count ?? 0) < this.breakers.allowedInFlight(target.endpointId);
+  }
+
+  /** The destinations whose endpoint has no room for another request: reads leave their messages out. */
+  private fullDestinations(now: number): FullDestinations {
+    const full = { oncall: false, merchantIds: [] as string[] };
+    for (const [endpointId, { count, merchantId }] of this.requestsTo) {
+      if (this.breakers.pausedUntil(endpointId, now) !== undefined || count < this.breakers.allowedInFlight(endpointId)) continue;
+      if (merchantId === undefined) full.oncall = true;
+      else full.merchantIds.push(merchantId);
+    }
+    return full;
   }
 
   private launch(message: PendingMessage): void {
@@ -380,24 +470,27 @@ export class WebhookDispatcher {
       result = { outcome: 'circuit_open', error: `endpoint paused until ${new Date(pausedUntil).toISOString()}`, durationMs: 0 };
     } else {
       const timestamp = String(now);
-      result = await sendWebhook(
-        {
-          url: target.url,
-          body: message.body,
-          headers: {
-            [WEBHOOK_HEADERS.id]: message.id,
-            [WEBHOOK_HEADERS.timestamp]: timestamp,
-            [WEBHOOK_HEADERS.signature]: signWebhook(target.secret, message.id, timestamp, message.body),
-          },
+      const request = {
+        url: target.url,
+        body: message.body,
+        headers: {
+          [WEBHOOK_HEADERS.id]: message.id,
+          [WEBHOOK_HEADERS.timestamp]: timestamp,
+          [WEBHOOK_HEADERS.signature]: signWebhook(target.secret, message.id, timestamp, message.body),
         },
-        this.sendOptions,
-      );
+      };
+      this.countRequest(target.endpointId, message, +1);
+      try {
+        result = await sendWebhook(request, this.sendOptions);
+      } finally {
+        this.countRequest(target.endpointId, message, -1);
+      }
       if (this.abort.signal.aborted) return undefined;
       breaker = this.breakers.record(target.endpointId, result.outcome === 'delivered', this.now());
       this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(this.now()));
     }
     this.metrics.webhookAttempts.inc({ destination: message.destination, outcome: result.outcome });
-    const nextAt = message.createdAt + (ATTEMPT_SCHEDULE_MS[number] ?? Number.POSITIVE_INFINITY);
+    const nextAt = nextAttemptAt(message.createdAt, number, now);
     const status = result.outcome === 'delivered' ? 'delivered' : nextAt < message.createdAt + DELIVERY_BUDGET_MS ? 'pending' : 'failed';
     if (status !== 'pending') this.metrics.webhookMessages.inc({ destination: message.destination, status });
     if (result.outcome !== 'delivered') {
@@ -432,6 +525,13 @@ export class WebhookDispatcher {
       },
       ...(breaker ? { breaker } : {}),
     };
+  }
+
+  /** Counts a request to an endpoint starting (+1) or ending (-1). */
+  private countRequest(endpointId: string, message: PendingMessage, change: 1 | -1): void {
+    const count = (this.requestsTo.get(endpointId)?.count ?? 0) + change;
+    if (count > 0) this.requestsTo.set(endpointId, { count, merchantId: message.destination === 'merchant' ? message.merchantId : undefined });
+    else this.requestsTo.delete(endpointId);
   }
 
   /** Ends a message without an attempt. */
@@ -474,6 +574,31 @@ export class WebhookDispatcher {
     return this.writing;
   }
 
+  /** Takes in the breakers stored by every replica, when the last read is BREAKER_REFRESH_MS old. */
+  private async refreshBreakers(): Promise<void> {
+    const now = this.now();
+    if (now - this.breakersReadAt < BREAKER_REFRESH_MS) return;
+    this.breakers.merge(await this.store.loadBreakers());
+    this.breakersReadAt = now;
+  }
+
+  /** Tells the other replicas this one is alive: its messages are not adopted meanwhile. */
+  private async beat(): Promise<void> {
+    const at = this.now();
+    await this.store.saveHeartbeat(this.owner, at);
+    this.lastHeartbeatAt = at;
+  }
+
+  /** A heartbeat from the poll timer; one that fails is tried again at the next poll. */
+  private beatInBackground(): void {
+    if (this.beating) return;
+    this.beating = this.beat()
+      .catch((error: unknown) => this.logger.error({ err: error }, 'storing the webhook heartbeat failed; retrying'))
+      .finally(() => {
+        this.beating = undefined;
+      });
+  }
+
   /** Retries a write until it succeeds (true) or the dispatcher stops (false). */
   private async untilStored(write: () => Promise<void>): Promise<boolean> {
     for (;;) {
@@ -489,6 +614,17 @@ export class WebhookDispatcher {
       }
     }
   }
+}
+
+/**
+ * When the attempt after attempt `attempt` (made at `at`) is due: on schedule, but never sooner
+ * than the schedule's step after a late attempt (adopted, or after a restart), so a retry is not
+ * spent at once. Infinity after the last attempt.
+ */
+export function nextAttemptAt(createdAt: number, attempt: number, at: number): number {
+  const scheduled = ATTEMPT_SCHEDULE_MS[attempt];
+  if (scheduled === undefined) return Number.POSITIVE_INFINITY;
+  return Math.max(createdAt + scheduled, at + scheduled - ATTEMPT_SCHEDULE_MS[attempt - 1]!);
 }
 
 /** Runs a task once, a delay after it was first requested, however often it is requested meanwhile. */

@@ -131,6 +131,16 @@ describe('checkTargetUrl', () => {
     expect(checkTargetUrl(url, { allowPrivate: false }).host).toBe(host);
   });
 
+  it('refuses a URL longer than 2,048 characters as typed or as stored (url.href, percent-encoded)', () => {
+    const policy = { allowPrivate: false };
+    const typed = `https://hooks.example.com/${'é'.repeat(970)}`; // 996 characters, 5,846 once encoded
+    expect(() => checkTargetUrl(typed, policy)).toThrow('must be at most 2048 characters');
+    expect(() => checkTargetUrl(`https://hooks.example.com/${'a'.repeat(2048)}`, policy)).toThrow('must be at most 2048 characters');
+    const longest = `https://hooks.example.com/${'é'.repeat(337)}`; // 2,048 once encoded: accepted, and again as stored
+    expect(checkTargetUrl(longest, policy).url.href).toHaveLength(2048);
+    expect(() => checkTargetUrl(checkTargetUrl(longest, policy).url.href, policy)).not.toThrow();
+  });
+
   it('names the reason without echoing the URL', () => {
     const secretUrl = 'http://hooks.example.com/T000/B000/XXXXSECRET';
     expect(() => checkTargetUrl(secretUrl, { allowPrivate: false })).toThrow(BlockedTargetError);

@@ -150,6 +150,7 @@ export function addressRefusal(address: string, policy: Pick<TargetPolicy, 'allo
 /** Host names that are local or internal by definition (RFC 6761, 6762, 8375; ICANN's .internal). */
 const LOCAL_NAME = /(^|\.)(localhost|localdomain|local|internal|intranet|lan|home\.arpa)$/;
 const MAX_URL_LENGTH = 2048;
+const TOO_LONG = `must be at most ${MAX_URL_LENGTH} characters`;
 
 export interface CheckedUrl {
   url: URL;
@@ -166,13 +167,15 @@ export interface CheckedUrl {
  * dotted quads.
  */
 export function checkTargetUrl(text: string, policy: Pick<TargetPolicy, 'allowPrivate'>): CheckedUrl {
-  if (text.length > MAX_URL_LENGTH) throw new BlockedTargetError(`must be at most ${MAX_URL_LENGTH} characters`);
+  if (text.length > MAX_URL_LENGTH) throw new BlockedTargetError(TOO_LONG);
   let url: URL;
   try {
     url = new URL(text);
   } catch {
     throw new BlockedTargetError('must be an absolute URL');
   }
+  // Also as parsed: the href (stored at registration, checked at delivery) can be longer, percent-encoded.
+  if (url.href.length > MAX_URL_LENGTH) throw new BlockedTargetError(TOO_LONG);
   if (url.protocol !== 'https:') throw new BlockedTargetError('must use https');
   if (url.username || url.password) throw new BlockedTargetError('must not carry credentials');
   const host = url.hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '').toLowerCase();

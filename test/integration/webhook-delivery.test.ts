@@ -2,8 +2,8 @@
  * Webhook delivery on the real ClickHouse engine and real HTTPS receivers on loopback (a test CA
  * made at test time), with an injected clock so the 1- and 5-minute steps, the 15-minute budget and
  * the breaker's hour take no real time: the schedule, every kind of failure, the breaker, a restart
- * between attempts, and a burst of 1,000 critical alerts with bounded memory. Each test has a
- * database of its own.
+ * between attempts, replicas sharing storage, a storage write whose answer is lost, and a burst of
+ * 1,000 critical alerts with bounded memory. Each test has a database of its own.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,7 +15,7 @@ import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.t
 import { migrate } from '../../src/store/migrate.ts';
 import { tablesIn, type Tables } from '../../src/store/tables.ts';
 import { WebhookStore, type DeliveryRecord } from '../../src/store/webhook-store.ts';
-import { ADOPT_AFTER_MS, WebhookDispatcher, type WebhookDispatcherOptions } from '../../src/webhooks/dispatcher.ts';
+import { ADOPT_AFTER_MS, BREAKER_REFRESH_MS, WebhookDispatcher, type WebhookDispatcherOptions } from '../../src/webhooks/dispatcher.ts';
 import { SecretBox } from '../../src/webhooks/secret-box.ts';
 import { targetPolicy } from '../../src/webhooks/target-policy.ts';
 import { verifyWebhook } from '../../src/webhooks/verify.ts';
@@ -58,13 +58,22 @@ describe('webhook delivery', () => {
     stop(): Promise<void>;
   }
 
+  interface HarnessOptions extends Partial<WebhookDispatcherOptions> {
+    database?: string;
+    secrets?: SecretBox;
+    /** Wraps the store's connection, to inject faults. */
+    wrap?: (db: ClickHouse, tables: Tables) => ClickHouse;
+    /** Leaves the dispatcher unstarted: it stores notifications but attempts nothing. */
+    noStart?: boolean;
+  }
+
   /** Connects to a database (new unless named), migrates it, and starts a dispatcher on it. */
-  async function startDispatcher(options: Partial<WebhookDispatcherOptions> & { database?: string; secrets?: SecretBox } = {}): Promise<Harness> {
+  async function startDispatcher(options: HarnessOptions = {}): Promise<Harness> {
     const { clickhouse } = engines;
     const tables = tablesIn(options.database ?? `${clickhouse.database}_${++databases}`);
     const db = connectClickHouse({ url: clickhouse.url, username: clickhouse.username, password: clickhouse.password, dataDir: clickhouse.dataDir });
     await migrate(db, { tables, eventsTtlDays: 30 }, logger);
-    const store = new WebhookStore(db, tables, options.secrets);
+    const store = new WebhookStore(options.wrap ? options.wrap(db, tables) : db, tables, options.secrets);
     const metrics = new WorkerMetrics({ defaultMetrics: false });
     const dispatcher = new WebhookDispatcher({
       store,
@@ -76,7 +85,7 @@ describe('webhook delivery', () => {
       rescanIntervalMs: 60 * MINUTE,
       ...options,
     });
-    await dispatcher.start();
+    if (!options.noStart) await dispatcher.start();
     return {
       db,
       store,
@@ -405,8 +414,11 @@ describe('webhook delivery', () => {
     await first.stop();
 
     // Still paused after a restart: the retries of all twelve are skipped, and the messages fail.
+    // (Back after 5 minutes, the second attempts are late: the third come the 4-minute step later.)
     const second = await startDispatcher({ now: clock.now, concurrency: 1, database });
     clock.set(t0 + 5 * MINUTE);
+    await waitFor(async () => (await deliveries(second.store)).filter((d) => d.attempts === 2).length === 12, 'all twelve skipped', 20_000);
+    clock.set(t0 + 9 * MINUTE);
     await waitFor(async () => (await deliveries(second.store)).filter((d) => d.status === 'failed').length === 12, 'all twelve failed', 20_000);
     expect(requestsTo(path)).toHaveLength(10);
 
@@ -418,6 +430,183 @@ describe('webhook delivery', () => {
     await waitFor(async () => (await deliveries(second.store)).some((d) => d.status === 'delivered'), 'delivered', 10_000);
     expect((await second.metrics.webhookEndpointsPaused.get()).values[0]?.value).toBe(0);
     await second.stop();
+  });
+
+  it('retries a storage write whose answer was lost (the rows landed) as the same message: one svc-id, and the attempt made meanwhile stands', async () => {
+    const path = `/oncall-lost-answer-${randomUUID()}`;
+    receiver.answer(200);
+    let newMessageWrites = 0;
+    let h: Harness | undefined;
+    // The first write of the new message lands, then its answer is lost (a client timeout, a reset
+    // connection) only after a rescan found the stored message and delivered it.
+    const wrap = (db: ClickHouse, tables: Tables): ClickHouse => ({
+      ...db,
+      async insert(table, columns, body, format, settings, signal) {
+        await db.insert(table, columns, body, format, settings, signal);
+        if (table !== tables.webhookMessages || !body.toString('utf8').includes('"attempts":0')) return;
+        if (++newMessageWrites > 1) return;
+        await waitFor(async () => (await deliveries(h!.store))[0]?.status === 'delivered', 'delivered before the write answers', 10_000);
+        throw new Error('Timeout error.');
+      },
+    });
+    h = await startDispatcher({ wrap, oncall: { url: `${receiver.origin}${path}`, secret: ONCALL_SECRET }, rescanIntervalMs: 50 });
+    try {
+      h.dispatcher.notify(alert('m_lost_answer'));
+      await waitFor(() => newMessageWrites === 2 && h.dispatcher.stats().unsaved === 0, 'the write retried', 10_000);
+      await settle(500); // rescans every 50 ms: a message made pending again would be sent again
+      const stored = await deliveries(h.store);
+      expect(stored.map((d) => [d.status, d.attempts])).toEqual([['delivered', 1]]);
+      expect(requestsTo(path).map((request) => request.headers['svc-id'])).toEqual([stored[0]!.id]);
+    } finally {
+      await h.stop();
+    }
+  });
+
+  it('does not adopt the messages of a live owner whose attempts queue up behind a slow endpoint', async () => {
+    // In real time, scaled down: attempts time out after 1 s and adoption waits 3 s. The owner
+    // attempts one message at a time, so its last first attempt starts about 5 s late.
+    const path = `/oncall-slow-${randomUUID()}`;
+    receiver.answer((request) => (request.path === path ? 'hang' : 200));
+    const oncall = { url: `${receiver.origin}${path}`, secret: ONCALL_SECRET };
+    const timing = { requestTimeoutMs: 1_000, connectTimeoutMs: 1_000, adoptAfterMs: 3_000, rescanIntervalMs: 50 };
+    const a = await startDispatcher({ ...timing, oncall, owner: 'replica-a', concurrency: 1 });
+    const b = await startDispatcher({ ...timing, oncall, owner: 'replica-b', concurrency: 8, database: a.tables.database });
+    try {
+      for (let i = 0; i < 6; i++) a.dispatcher.notify(alert('m_backlog', i));
+      await waitFor(async () => {
+        const all = await deliveries(a.store);
+        return all.length === 6 && all.every((d) => d.attempts >= 1);
+      }, 'every first attempt recorded', 30_000);
+      await settle(1_500); // an attempt by the other replica would be answered (timed out) by now
+      const sends = new Map<string, number>();
+      for (const request of requestsTo(path)) sends.set(String(request.headers['svc-id']), (sends.get(String(request.headers['svc-id'])) ?? 0) + 1);
+      const owners = (await deliveries(a.store)).map((d) => d.owner);
+      expect({ messages: sends.size, sentTwice: [...sends.values()].filter((count) => count > 1).length, owners: new Set(owners) }).toEqual({
+        messages: 6,
+        sentTwice: 0,
+        owners: new Set(['replica-a']),
+      });
+    } finally {
+      await a.stop();
+      await b.stop();
+    }
+  }, 60_000);
+
+  it('makes the attempt after a late one (adopted from a replica that died before it) a schedule step later, not at once', async () => {
+    const clock = testClock();
+    const t0 = clock.now();
+    const path = `/oncall-late-${randomUUID()}`;
+    receiver.answer((request) => (request.path === path ? 503 : 200));
+    const oncall = { url: `${receiver.origin}${path}`, secret: ONCALL_SECRET };
+    const a = await startDispatcher({ now: clock.now, oncall, owner: 'replica-a', noStart: true });
+    a.dispatcher.notify(alert('m_late'));
+    await waitFor(async () => (await deliveries(a.store)).length === 1, 'message stored', 10_000);
+    await a.stop(); // died before its first attempt
+    const b = await startDispatcher({ now: clock.now, oncall, owner: 'replica-b', rescanIntervalMs: 50, database: a.tables.database });
+    try {
+      clock.set(t0 + ADOPT_AFTER_MS);
+      await waitFor(async () => (await deliveries(b.store))[0]?.attempts === 1, 'adopted first attempt', 10_000);
+      await settle();
+      expect(requestsTo(path)).toHaveLength(1);
+      expect((await deliveries(b.store))[0]!.nextAttemptAt - t0).toBe(ADOPT_AFTER_MS + MINUTE);
+      clock.set(t0 + ADOPT_AFTER_MS + MINUTE);
+      await waitFor(async () => (await deliveries(b.store))[0]?.attempts === 2, 'second attempt', 10_000);
+      expect((await deliveries(b.store))[0]!.nextAttemptAt - t0).toBe(ADOPT_AFTER_MS + MINUTE + 4 * MINUTE); // the 1-to-5-minute step
+      clock.set(t0 + ADOPT_AFTER_MS + 5 * MINUTE);
+      await waitFor(async () => (await deliveries(b.store))[0]?.status === 'failed', 'third attempt, the last', 10_000);
+      const stamps = requestsTo(path).map((request) => Number(request.headers['svc-timestamp']) - t0);
+      expect(stamps).toEqual([ADOPT_AFTER_MS, ADOPT_AFTER_MS + MINUTE, ADOPT_AFTER_MS + 5 * MINUTE]);
+    } finally {
+      await b.stop();
+    }
+  });
+
+  it('shares a breaker between replicas: another replica\'s failure does not write over a pause, and its next read of the breakers honours it', async () => {
+    const clock = testClock();
+    const t0 = clock.now();
+    const path = `/merchant-shared-breaker-${randomUUID()}`;
+    receiver.answer((request) => (request.path === path ? 500 : 200));
+    // Both replicas run, and have read the breakers, before the endpoint starts failing.
+    const a = await startDispatcher({ now: clock.now, owner: 'replica-a', concurrency: 1 });
+    const b = await startDispatcher({ now: clock.now, owner: 'replica-b', concurrency: 1, database: a.tables.database });
+    const firstAttempts = async () => (await deliveries(a.store)).filter((d) => d.attempts === 1);
+    try {
+      await registerEndpoint(a.store, 'm_shared_down', `${receiver.origin}${path}`, t0);
+      for (let i = 0; i < 10; i++) a.dispatcher.notify(alert('m_shared_down', i));
+      await waitFor(async () => (await firstAttempts()).length === 10, 'ten failed first attempts', 20_000);
+      expect(await a.store.loadBreakers()).toMatchObject([{ consecutiveFailures: 10, pausedUntil: t0 + 60 * MINUTE }]);
+
+      // B has not read the breakers since: it still sends, and its one failure leaves the pause stored.
+      b.dispatcher.notify(alert('m_shared_down', 10));
+      await waitFor(async () => (await firstAttempts()).length === 11, 'B\'s attempt recorded', 10_000);
+      expect(requestsTo(path)).toHaveLength(11);
+      expect(await a.store.loadBreakers()).toMatchObject([{ pausedUntil: t0 + 60 * MINUTE }]);
+
+      // Once its breakers are BREAKER_REFRESH_MS old, B reads them again: the endpoint is paused there too.
+      clock.advance(BREAKER_REFRESH_MS);
+      b.dispatcher.notify(alert('m_shared_down', 11));
+      await waitFor(async () => (await firstAttempts()).length === 12, 'B\'s second attempt recorded', 10_000);
+      await settle();
+      expect(requestsTo(path)).toHaveLength(11);
+      const [last] = (await deliveries(b.store)).filter((d) => d.owner === 'replica-b' && d.createdAt === t0 + BREAKER_REFRESH_MS);
+      expect(last).toMatchObject({ lastOutcome: 'circuit_open', lastError: `endpoint paused until ${new Date(t0 + 60 * MINUTE).toISOString()}` });
+    } finally {
+      await a.stop();
+      await b.stop();
+    }
+  });
+
+  it('counts attempts in flight toward the breaker: a burst sends 10 to a failing endpoint, and after the hour one probe decides', async () => {
+    const clock = testClock();
+    const t0 = clock.now();
+    const path = `/merchant-burst-breaker-${randomUUID()}`;
+    receiver.answer((request) => (request.path === path ? 500 : 200));
+    const h = await startDispatcher({ now: clock.now, noStart: true }); // default concurrency (16)
+    const outcomesSince = async (at: number) => (await deliveries(h.store)).filter((d) => d.createdAt >= at && d.attempts === 1).map((d) => d.lastOutcome);
+    try {
+      await registerEndpoint(h.store, 'm_burst_down', `${receiver.origin}${path}`, t0);
+      for (let i = 0; i < 20; i++) h.dispatcher.notify(alert('m_burst_down', i));
+      await waitFor(async () => (await deliveries(h.store)).length === 20, 'the burst stored', 10_000);
+      await h.dispatcher.start(); // all twenty due at once
+      await waitFor(async () => (await outcomesSince(t0)).length === 20, 'twenty first attempts', 20_000);
+      const burst = await outcomesSince(t0);
+      expect({ requests: requestsTo(path).length, skipped: burst.filter((o) => o === 'circuit_open').length }).toEqual({ requests: 10, skipped: 10 });
+
+      // After the hour, five alerts at once: one probe fails and pauses the endpoint again, the rest are skipped.
+      const after = t0 + 61 * MINUTE;
+      clock.set(after);
+      for (let i = 0; i < 5; i++) h.dispatcher.notify(alert('m_burst_down', 100 + i));
+      await waitFor(async () => (await outcomesSince(after)).length === 5, 'five first attempts after the hour', 20_000);
+      const probe = await outcomesSince(after);
+      expect({ requests: requestsTo(path).length - 10, skipped: probe.filter((o) => o === 'circuit_open').length }).toEqual({ requests: 1, skipped: 4 });
+    } finally {
+      await h.stop();
+    }
+  });
+
+  it('keeps the messages over an endpoint\'s limit of attempts in flight queued, and attempts other endpoints\' meanwhile', async () => {
+    const clock = testClock();
+    const t0 = clock.now();
+    const path = `/merchant-open-${randomUUID()}`;
+    receiver.answer(200);
+    const hanging = await startReceiver(certs.server, { answer: 'hang' });
+    const h = await startDispatcher({ now: clock.now, noStart: true, requestTimeoutMs: 60_000 }); // default concurrency (16)
+    try {
+      await registerEndpoint(h.store, 'm_slow', `${hanging.origin}/hook`, t0);
+      await registerEndpoint(h.store, 'm_open', `${receiver.origin}${path}`, t0);
+      for (let i = 0; i < 20; i++) h.dispatcher.notify(alert('m_slow', i));
+      clock.advance(1); // made after the twenty: read after them
+      h.dispatcher.notify(alert('m_open'));
+      await waitFor(async () => (await deliveries(h.store)).length === 21, 'all stored', 10_000);
+      await h.dispatcher.start();
+      await waitFor(async () => (await deliveries(h.store, 'm_open'))[0]?.status === 'delivered', 'the other merchant delivered while the slow endpoint hangs', 10_000);
+      expect(hanging.received).toHaveLength(10);
+      const slow = await deliveries(h.store, 'm_slow');
+      expect(slow.every((d) => d.status === 'pending' && d.attempts === 0)).toBe(true); // queued, not skipped
+    } finally {
+      await h.stop();
+      await hanging.close();
+    }
   });
 
   it('delivers a burst of 1,000 critical alerts completely, to on-call and to the merchant that registered, with bounded memory', async () => {

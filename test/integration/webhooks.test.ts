@@ -280,6 +280,8 @@ describe('critical-alert webhooks', () => {
       [{ url: `http://hooks.example.com/x` }, ['body', 'url']],
       [{ url: 'not a url' }, ['body', 'url']],
       [{ url: 'https://169.254.169.254/latest/meta-data/' }, ['body', 'url']],
+      // Short as typed, over 2,048 characters as stored (percent-encoded): every delivery would refuse it.
+      [{ url: `${receiver.origin}/${'é'.repeat(400)}` }, ['body', 'url']],
       [{}, ['body', 'url']],
       [{ url: `${receiver.origin}/x`, secret: 'mine' }, ['body', 'secret']],
     ];

@@ -272,14 +272,17 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   // the analysis thread's heap). Then the networks the partition's keys were seen from over the days
   // detection remembers (a few rows per key and network), so that a key's habits outlive a restart.
   const warm = async (analysis: AnalysisThread, topic: string, partition: number, heartbeat?: () => Promise<void>) => {
+    // As of the partition's newest stored event, not the clock: a replica that restarts behind (a
+    // backlog after an outage) judges the backlog as of its own times, and needs the hour before them.
+    const asOf = (await store.newestEventTime({ topic, partition }, new Date())) ?? Date.now();
     await store.recentEvents(
-      { since: new Date(Date.now() - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) },
+      { since: new Date(asOf - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) },
       async (events) => {
         await analysis.warm(heldEventIds.size > 0 ? events.filter((event) => !heldEventIds.has(event.eventId)) : events, partition);
         await heartbeat?.();
       },
     );
-    await store.networkSightings({ since: new Date(Date.now() - HISTORY_MS), topic, partition, plans: config.admin.entitledPlans }, async (sightings) => {
+    await store.networkSightings({ since: new Date(asOf - HISTORY_MS), topic, partition, plans: config.admin.entitledPlans }, async (sightings) => {
       await analysis.recall(sightings, partition);
       await heartbeat?.();
     });
@@ -293,6 +296,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       analysis,
       onDetection,
       warmPartition: (partition, heartbeat) => warm(analysis, kafkaConfig.topic, partition, heartbeat),
+      syncAlerts: () => alerts.syncWithStore(),
       buffer,
       onStopped: (error) => deps.onFatal?.(error),
       metrics,

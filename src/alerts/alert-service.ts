@@ -9,8 +9,9 @@
  * Several replicas share the alerts: an admin's change may be made on any of them, while the alert
  * is updated by the replica that owns its key. So every write first merges the stored copy's
  * lifecycle (mergeLifecycle: a status set elsewhere is never written back over), and every few
- * seconds each replica learns what the others wrote (a dismissal silences the key everywhere; an
- * alert created before a rebalance is continued, not duplicated, by the key's new owner).
+ * seconds each replica learns what the others wrote (a dismissal silences the key everywhere), and
+ * again before it judges a partition a rebalance brought it (an alert created before the rebalance
+ * is continued, not duplicated, by the key's new owner).
  *
  * Replicas' clocks differ by seconds, so no order is taken from them. Invariant: every write (a
  * detection update, an admin's change, the re-write of a change written over) is made from the
@@ -94,25 +95,25 @@ export class AlertService {
     const startedAt = this.now();
     this.manager.load(await this.store.loadForDedup(new Date(startedAt - this.manager.closedAlertMemoryMs)));
     this.syncedUpTo = startedAt;
-    this.syncTimer = setInterval(() => this.inBackground(this.syncWithStore()), SYNC_INTERVAL_MS);
+    this.syncTimer = setInterval(() => {
+      const sync = this.syncWithStore().catch((error: unknown) => this.logger.warn({ err: error }, 'reading alerts written by other replicas failed; trying again'));
+      this.inBackground(sync);
+    }, SYNC_INTERVAL_MS);
     this.syncTimer.unref();
     const { released, dropped } = this.findings.open();
     if (dropped > 0) this.logger.warn({ held: released, dropped }, 'more findings arrived before the open alerts were loaded than are held; the rest were dropped');
   }
 
   /**
-   * Learns the alerts other replicas wrote since the last time (a failed read is tried again next
-   * time), and forgets the closed alerts a start would not load.
+   * Learns the alerts other replicas wrote since the last time, and forgets the closed alerts a start
+   * would not load. Every SYNC_INTERVAL_MS, and before the worker judges a partition a rebalance
+   * brought it. Rejects when they cannot be read; the next call reads from the same time.
    */
   async syncWithStore(): Promise<void> {
     this.manager.forgetClosed();
     const startedAt = this.now();
-    try {
-      for (const stored of await this.store.changedSince(new Date(this.syncedUpTo - SYNC_OVERLAP_MS))) this.manager.sync(stored);
-      this.syncedUpTo = startedAt;
-    } catch (error) {
-      this.logger.warn({ err: error }, 'reading alerts written by other replicas failed; trying again');
-    }
+    for (const stored of await this.store.changedSince(new Date(this.syncedUpTo - SYNC_OVERLAP_MS))) this.manager.sync(stored);
+    this.syncedUpTo = startedAt;
   }
 
   /**

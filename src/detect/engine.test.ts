@@ -762,6 +762,28 @@ describe('DetectionEngine with the rules of rules/', () => {
       }
     });
 
+    // Warmed again (a warm-up a rebalance cut short, read again from its start; partitions given back
+    // to a replica the group had dropped), a busy key's stored hour must leave its window as it was:
+    // events it thinned out, back whole, would take it over its cap, and the cap drops the oldest.
+    it('leaves a busy key\'s window as it was when its stored hour is warmed again', () => {
+      const detection = busyEngine();
+      const ips = ['100.0.1.5', '100.0.2.5', '100.3.1.5', '100.3.2.5', '100.10.1.5', '100.10.2.5'];
+      const stored: RequestEvent[] = [];
+      for (const batch of steady(T0, 60, 10, (i) => ips[i % ips.length]!)) {
+        detection.warm(batch);
+        stored.push(...batch);
+      }
+      for (const batch of steady(T0 + HOUR, 30, 10, (i) => ips[i % ips.length]!)) {
+        detection.process(batch, batch.at(-1)!.timestamp);
+        stored.push(...batch);
+      }
+      const before = detection.load;
+      expect(before.thinnedEvents).toBeGreaterThan(0);
+      const lastHour = stored.filter((event) => event.timestamp >= T0 + 30 * MINUTE);
+      for (let start = 0; start < lastHour.length; start += 10_000) detection.warm(lastHour.slice(start, start + 10_000));
+      expect(detection.load).toEqual(before);
+    });
+
     // What thinning keeps is all that the rules read that far back: an engine thinning its busy keys
     // finds exactly what an engine keeping every event finds.
     it('finds exactly what keeping every event finds', () => {

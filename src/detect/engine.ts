@@ -378,7 +378,7 @@ export class DetectionEngine {
   /** Adds events without evaluating (warming the windows after a start or a rebalance). */
   warm(events: readonly RequestEvent[], partition = -1): void {
     this.followConfig();
-    for (const state of this.arrive(this.admit(events), partition)) this.take(state);
+    for (const state of this.arrive(this.admit(events), partition, true)) this.take(state);
     this.keepWithinBudget();
   }
 
@@ -603,12 +603,17 @@ export class DetectionEngine {
     }
   }
 
-  /** Hands each event to its key, unless the key has its eventId already; returns the keys touched. */
-  private arrive(batch: AdmittedBatch, partition: number): KeyState[] {
+  /**
+   * Hands each event to its key, unless the key has its eventId already; returns the keys touched.
+   * Warming, an event older than what the key has thinned is left out too: the key had it, and thinned
+   * it out (which forgot its eventId). Back whole, the key would go over its cap, which drops the oldest.
+   */
+  private arrive(batch: AdmittedBatch, partition: number, warming = false): KeyState[] {
     const touched: KeyState[] = [];
     for (let i = 0; i < batch.events.length; i++) {
       const event = batch.events[i]!;
       const state = this.stateOf(event, partition);
+      if (warming && event.timestamp < state.thinnedBefore) continue;
       const idHash = eventIdHash(event.eventId);
       if (state.eventIds.has(idHash) && this.holds(state, event.eventId)) continue; // a redelivery counts once
       state.eventIds.add(idHash);

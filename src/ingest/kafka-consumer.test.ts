@@ -7,7 +7,7 @@ import { WorkerMetrics } from '../metrics.ts';
 import type { EventStore } from '../store/event-store.ts';
 import type { AnalysisThread } from './analysis-thread.ts';
 import type { EventBuffer } from './event-buffer.ts';
-import { BacklogWatch, KafkaIntake } from './kafka-consumer.ts';
+import { BacklogWatch, KafkaIntake, type KafkaIntakeOptions } from './kafka-consumer.ts';
 
 describe('BacklogWatch', () => {
   it('says the replica caught up on the batch that ends the last partition behind, once', () => {
@@ -37,8 +37,9 @@ describe('KafkaIntake', () => {
   /**
    * An intake over a stand-in consumer: the test hands it batches of partition 0 as kafkajs would.
    * `brokers` is what the stand-in admin client reads: partition 0's end and the group's committed offset.
+   * `options` replace the intake's own (a warm-up, a logger).
    */
-  async function intakeWithBatches(brokers = { end: 0, committed: -1 }, lagIntervalMs = 20) {
+  async function intakeWithBatches(brokers = { end: 0, committed: -1 }, lagIntervalMs = 20, options: Partial<KafkaIntakeOptions> = {}) {
     let eachBatch: ((payload: EachBatchPayload) => Promise<void>) | undefined;
     let onJoin: ((event: unknown) => void) | undefined;
     const analysed: number[][] = [];
@@ -102,12 +103,17 @@ describe('KafkaIntake', () => {
       metrics,
       logger: createLogger('silent'),
       lagIntervalMs,
+      ...options,
     });
-    const join = () => onJoin!({ payload: { memberAssignment: { t: [0] } } });
+    /** An assignment of these partitions to this replica, under this member id in the group. */
+    const join = (partitions = [0], memberId = 'member-1') => onJoin!({ payload: { memberId, memberAssignment: { t: partitions } } });
     join();
     await intake.start();
-    /** Hands the intake a batch of these offsets (each message an event `evt_<prefix><offset>`) and waits until it took it. */
-    const deliver = async (offsets: number[], highWatermark: number, prefix: string) => {
+    /**
+     * Hands the intake a batch of these offsets (each message an event `evt_<prefix><offset>`) and waits until it took it.
+     * `heartbeat` is the batch's (it throws while the group rebalances).
+     */
+    const deliver = async (offsets: number[], highWatermark: number, prefix: string, heartbeat = async () => undefined) => {
       const messages = offsets.map((offset) => ({ offset: String(offset), value: Buffer.from(JSON.stringify({ eventId: `evt_${prefix}${offset}` })) }) as KafkaMessage);
       const batch = {
         topic: 't',
@@ -118,7 +124,7 @@ describe('KafkaIntake', () => {
         firstOffset: () => messages[0]!.offset,
         lastOffset: () => messages.at(-1)!.offset,
       } as unknown as Batch;
-      await eachBatch!({ batch, resolveOffset: () => undefined, heartbeat: async () => undefined, isRunning: () => true, isStale: () => false } as unknown as EachBatchPayload);
+      await eachBatch!({ batch, resolveOffset: () => undefined, heartbeat, isRunning: () => true, isStale: () => false } as unknown as EachBatchPayload);
       await intake.settle();
     };
     return { intake, deliver, analysed, made, sent, metrics, group, buffer, join, storage };
@@ -226,5 +232,84 @@ describe('KafkaIntake', () => {
     await deliver(range(0, 100), 200, '');
     await deliver(range(50, 100), 200, ''); // offsets 50-99 again, then 100-149
     expect(analysed).toEqual([range(0, 100), range(100, 50)]);
+  });
+
+  describe('detection warm-up', () => {
+    const rebalancing = new Error('The group is rebalancing, so a rejoin is needed');
+
+    it('does not judge a batch whose warm-up a rebalance cut short, and warms the partition again on its next assignment', async () => {
+      const warmed: number[] = [];
+      const { deliver, analysed, join } = await intakeWithBatches(undefined, undefined, {
+        warmPartition: async (partition, afterPage) => {
+          warmed.push(partition);
+          for (let page = 0; page < 3; page++) await afterPage();
+        },
+      });
+      await expect(deliver(range(0, 10), 10, '', async () => Promise.reject(rebalancing))).rejects.toBe(rebalancing);
+      expect(analysed).toEqual([]); // neither judged nor handed off: kafkajs rejoins and fetches it again
+      join(); // the partition stays with this replica
+      await deliver(range(0, 10), 10, '');
+      expect(warmed).toEqual([0, 0]);
+      expect(analysed).toEqual([range(0, 10)]);
+    });
+
+    it.each([
+      { loaded: 'before any page', pages: 0, message: 'detection warm-up failed; windows start empty' },
+      { loaded: 'after two pages', pages: 2, message: 'detection warm-up failed part-way; windows hold only the pages loaded' },
+    ])('judges a batch whose warm-up storage failed $loaded, and logs what the windows hold', async ({ pages, message }) => {
+      const warnings: { msg: string; partition?: number; pagesLoaded?: number }[] = [];
+      const { deliver, analysed } = await intakeWithBatches(undefined, undefined, {
+        warmPartition: async (_partition, afterPage) => {
+          for (let page = 0; page < pages; page++) await afterPage();
+          throw new Error('injected: a warm-up read failed');
+        },
+        logger: createLogger('warn', { write: (line: string) => void warnings.push(JSON.parse(line)) }),
+      });
+      await deliver(range(0, 10), 10, '');
+      expect(analysed).toEqual([range(0, 10)]);
+      expect(warnings).toContainEqual(expect.objectContaining({ msg: message, partition: 0, pagesLoaded: pages }));
+    });
+
+    it('warms a partition once while it stays here, and again once it comes back or the group dropped this replica meanwhile', async () => {
+      const warmed: number[] = [];
+      const { deliver, join } = await intakeWithBatches(undefined, undefined, { warmPartition: async (partition) => void warmed.push(partition) });
+      await deliver(range(0, 10), 200, '');
+      join(); // a rebalance that leaves partition 0 here: its windows are live
+      await deliver(range(100, 10), 200, '');
+      expect(warmed).toEqual([0]);
+      join([]); // it moves to another replica...
+      join(); // ... and comes back
+      await deliver(range(110, 10), 200, '');
+      expect(warmed).toEqual([0, 0]);
+      join([0], 'member-2'); // the group dropped this replica (a session that timed out), which joined again
+      await deliver(range(120, 10), 200, '');
+      expect(warmed).toEqual([0, 0, 0]);
+    });
+  });
+
+  it('judges a partition an assignment brings once the alerts of other replicas are read since, retrying a failed read; one it keeps at once', async () => {
+    /** Per read of the alerts: how many batches had been judged before it. */
+    const reads: number[] = [];
+    let failures = 1;
+    const { intake, deliver, analysed, join } = await intakeWithBatches(undefined, undefined, {
+      syncAlerts: async () => {
+        reads.push(analysed.length);
+        if (failures-- > 0) throw new Error('injected: reading the alerts failed');
+      },
+    });
+    const delivering = deliver(range(0, 10), 200, '');
+    await vi.waitFor(() => expect(intake.notReadyReason).toBe('storage unavailable: cannot read the alerts of other replicas'));
+    await delivering;
+    expect(reads).toEqual([0, 0]); // the failed read, then the one that let the batch be judged
+    expect(intake.notReadyReason).toBeUndefined();
+    await deliver(range(100, 10), 200, '');
+    join(); // kept: this replica wrote its keys' alerts itself
+    await deliver(range(110, 10), 200, '');
+    expect(reads).toEqual([0, 0]);
+    join([]); // it moves to another replica...
+    join(); // ... and comes back
+    await deliver(range(120, 10), 200, '');
+    expect(reads).toEqual([0, 0, 3]);
+    expect(analysed).toHaveLength(4);
   });
 });

@@ -10,6 +10,10 @@
  * still waiting on storage gives up), drains the shared EventBuffer (which commits through this
  * intake), then disconnects, within a deadline.
  *
+ * A partition an assignment brings is judged once its detection windows are warmed (a warm-up that
+ * storage fails is not fatal; one a rebalance cuts short leaves its batch to be fetched again) and
+ * the alerts other replicas wrote are read again; a partition kept through a rebalance goes on at once.
+ *
  * Consumer lag (security_center_consumer_lag) is, per partition this replica owns, the partition's
  * end (high watermark) minus the group's committed offset: the messages not yet stored and
  * committed. It is read from the brokers every few seconds, paused or not, so that it keeps growing
@@ -41,8 +45,14 @@ export interface KafkaIntakeOptions {
   analysis: AnalysisThread;
   /** Receives each batch's findings, in fetch order. */
   onDetection(detection: Detection): void;
-  /** Loads recent history of a partition this replica now owns into the detection windows, calling heartbeat as it goes. */
+  /** Loads recent history of a partition this replica now owns into the detection windows, calling heartbeat after each page it loads. */
   warmPartition?(partition: number, heartbeat: () => Promise<void>): Promise<void>;
+  /**
+   * Learns the alerts other replicas wrote; rejects when they cannot be read. A partition an
+   * assignment brings is judged only after one such read made since that assignment: an alert its
+   * previous owner opened for a key moments before is then continued, not opened a second time.
+   */
+  syncAlerts?(): Promise<void>;
   /** The shared write path; it calls back commit(), sendDeadLetters(), pause() and resume(). */
   buffer: EventBuffer;
   /** Called once if intake stops for good: the consumer crashed beyond kafkajs's restarts, or a batch could not be analysed. */
@@ -100,8 +110,14 @@ export class KafkaIntake {
   private owned: ReadonlySet<number> = new Set();
   /** Stored offsets read from ClickHouse, per partition, refreshed after each rebalance. */
   private storedOffsets = new Map<number, Promise<number>>();
-  /** Detection warm-up per partition, started on its first batch after each rebalance. */
-  private warmups = new Map<number, Promise<void>>();
+  /** Detection warm-up per partition, started on its first batch after an assignment that brought it. */
+  private readonly warmups = new Map<number, Promise<void>>();
+  /** This replica's member id in the group at the last assignment. */
+  private memberId: string | undefined;
+  /** The partitions the last assignment brought (broughtBy). */
+  private brought: ReadonlySet<number> = new Set();
+  /** The read of other replicas' alerts made since the last assignment (syncAlerts), once one is started. */
+  private alertsSynced: Promise<void> | undefined;
   private running = false;
   /** Validated batches are added to the buffer in fetch order, through this chain. */
   private chain: Promise<void> = Promise.resolve();
@@ -109,8 +125,8 @@ export class KafkaIntake {
   private readonly backlog = new BacklogWatch();
   private failure: Error | undefined;
   private stoppedBy: Error | undefined;
-  /** Set while reading how far a partition is stored keeps failing. */
-  private readFailure: Error | undefined;
+  /** Set while a read a batch waits for keeps failing: what cannot be read. */
+  private readFailure: string | undefined;
   /**
    * Why the consumer is not consuming, until it has joined its group: starting, the last start that
    * failed (brokers unreachable; the owner retries), or a crash kafkajs restarts from (its run() may
@@ -159,10 +175,15 @@ export class KafkaIntake {
       if (this.pausedNow) this.tryConsumer(() => this.consumer.pause([{ topic: options.topic }]));
       this.notConsuming = undefined;
       this.storedOffsets = new Map();
-      this.warmups = new Map();
       this.backlog.reset();
       this.readFailure = undefined; // the batch that kept failing may have gone with its partition
       const owned = event.payload.memberAssignment[options.topic] ?? [];
+      this.brought = this.broughtBy(event.payload.memberId, owned);
+      // The windows of the partitions it keeps are live: warming them again would re-read up to a
+      // million events each while intake waits. Those it brings are warmed on their first batch, and
+      // judged once the alerts other replicas wrote have been read again (handleBatch).
+      for (const partition of this.warmups.keys()) if (!owned.includes(partition) || this.brought.has(partition)) this.warmups.delete(partition);
+      this.alertsSynced = undefined;
       options.metrics.assignedPartitions.set(owned.length);
       // A partition's lag is reported by its owner only: a moved one's last figure would stay behind,
       // counted twice. Owned ones are read again at once.
@@ -218,7 +239,7 @@ export class KafkaIntake {
 
   /** Why intake cannot go on for now, if it cannot: stopped for good, not consuming (yet), or storage unreadable. */
   get notReadyReason(): string | undefined {
-    return this.stoppedReason ?? this.notConsuming ?? (this.readFailure && 'storage unavailable: cannot read how far partitions are stored');
+    return this.stoppedReason ?? this.notConsuming ?? (this.readFailure && `storage unavailable: ${this.readFailure}`);
   }
 
   /** Intake will take nothing more: the owner is told once, and stops the worker. */
@@ -406,9 +427,17 @@ export class KafkaIntake {
     const { topic, partition } = batch;
     const { metrics } = this.options;
     // Stopping meanwhile: the batch is left to the next owner (nothing of it is committed).
-    const alreadyStored = await this.unlessStopping(this.skipUpToWhenReadable(batch, { heartbeat, isRunning, isStale }));
+    const payload = { heartbeat, isRunning, isStale };
+    const alreadyStored = await this.unlessStopping(this.whenReadable(() => this.skipUpTo(batch), 'cannot read how far partitions are stored', partition, payload));
     if (alreadyStored === undefined) return;
+    // A rebalance that cuts the warm-up short throws here: nothing of the batch is judged or handed off.
     if ((await this.unlessStopping(this.warmup(partition, heartbeat).then(() => true))) === undefined) return;
+    // A partition this assignment brought: its previous owner may have opened alerts for its keys
+    // since this replica last read them (every 5 s); judged without them, they would open again.
+    if (this.brought.has(partition)) {
+      const synced = this.whenReadable(() => this.alertsSyncedSinceAssignment(), 'cannot read the alerts of other replicas', partition, payload);
+      if ((await this.unlessStopping(synced.then(() => true))) === undefined) return;
+    }
     // Lost in a rebalance meanwhile: its messages are the new owner's, and validating them here would
     // make this replica take them for repeats if the partition came back.
     if (!this.owned.has(partition) || isStale() || !isRunning() || this.stopping.signal.aborted) return;
@@ -474,18 +503,74 @@ export class KafkaIntake {
     if (dropped > 0) this.options.logger.info({ rows: dropped }, 'dropped buffered rows of partitions now owned by another replica');
   }
 
-  /** Warms detection for a partition once per assignment; a failed warm-up is logged, not fatal. */
-  private warmup(partition: number, heartbeat: () => Promise<void>): Promise<void> {
-    if (!this.options.warmPartition) return Promise.resolve();
-    let warming = this.warmups.get(partition);
-    if (!warming) {
-      // A warm-up of a busy partition can outlast the session timeout: it keeps the membership alive.
-      warming = this.options.warmPartition(partition, heartbeat).catch((error: unknown) => {
-        this.options.logger.warn({ err: error, partition }, 'detection warm-up failed; windows start empty');
+  /**
+   * The partitions an assignment brings: those this replica did not own before it; all of them when
+   * its member id changed, as the group dropped it meanwhile (a crash, a session that timed out) and
+   * another replica may have owned them since. Called before `owned` is updated.
+   */
+  private broughtBy(memberId: string, owned: readonly number[]): ReadonlySet<number> {
+    const stayed = memberId === this.memberId;
+    this.memberId = memberId;
+    return new Set(owned.filter((partition) => !stayed || !this.owned.has(partition)));
+  }
+
+  /** One read of the alerts other replicas wrote, started since the last assignment; a failed one is started again on the next call. */
+  private alertsSyncedSinceAssignment(): Promise<void> {
+    const { syncAlerts } = this.options;
+    if (!syncAlerts) return Promise.resolve();
+    if (!this.alertsSynced) {
+      const read = syncAlerts();
+      read.catch(() => {
+        if (this.alertsSynced === read) this.alertsSynced = undefined;
       });
-      this.warmups.set(partition, warming);
+      this.alertsSynced = read;
     }
-    return warming;
+    return this.alertsSynced;
+  }
+
+  /**
+   * Warms detection for a partition once per assignment that brings it. A warm-up that storage fails
+   * is logged, not fatal. One whose heartbeat failed (the group is rebalancing) rejects and is
+   * forgotten: its batch, judged on half-warmed windows, would be committed and never judged again.
+   * handleBatch throws it to kafkajs, which rejoins and fetches the batch again; the partition is
+   * warmed on its next assignment.
+   */
+  private warmup(partition: number, heartbeat: () => Promise<void>): Promise<void> {
+    const { warmPartition } = this.options;
+    if (!warmPartition) return Promise.resolve();
+    const warming = this.warmups.get(partition);
+    if (warming) return warming;
+    const started = this.warmOrFailOpen(warmPartition, partition, heartbeat);
+    started.catch(() => {
+      if (this.warmups.get(partition) === started) this.warmups.delete(partition);
+    });
+    this.warmups.set(partition, started);
+    return started;
+  }
+
+  /** warmPartition; a failure other than the heartbeat's is logged, saying whether any page was loaded. */
+  private async warmOrFailOpen(warmPartition: NonNullable<KafkaIntakeOptions['warmPartition']>, partition: number, heartbeat: () => Promise<void>): Promise<void> {
+    let pagesLoaded = 0;
+    let heartbeatFailure: { error: unknown } | undefined;
+    // A warm-up of a busy partition can outlast the session timeout: it keeps the membership alive.
+    const afterPage = async () => {
+      pagesLoaded++;
+      try {
+        await heartbeat();
+      } catch (error) {
+        heartbeatFailure = { error };
+        throw error;
+      }
+    };
+    try {
+      await warmPartition(partition, afterPage);
+    } catch (error) {
+      if (heartbeatFailure) throw heartbeatFailure.error;
+      this.options.logger.warn(
+        { err: error, partition, pagesLoaded },
+        pagesLoaded === 0 ? 'detection warm-up failed; windows start empty' : 'detection warm-up failed part-way; windows hold only the pages loaded',
+      );
+    }
   }
 
   /**
@@ -512,21 +597,21 @@ export class KafkaIntake {
   }
 
   /**
-   * skipUpTo, retried with backoff while storage cannot be read (heartbeating meanwhile), as a
-   * failed insert is: the batch waits rather than fail into kafkajs's restarts, and `/ready`
-   * says why. Gives up only when the batch is no longer this replica's to handle.
+   * A read a batch needs (skipUpTo, the alerts of other replicas), retried with backoff while
+   * storage cannot be read (heartbeating meanwhile), as a failed insert is: the batch waits rather
+   * than fail into kafkajs's restarts, and `/ready` says what `cannot` be read. Gives up only when
+   * the batch is no longer this replica's to handle.
    */
-  private async skipUpToWhenReadable(batch: Batch, payload: Pick<EachBatchPayload, 'heartbeat' | 'isRunning' | 'isStale'>): Promise<number> {
-    const { partition } = batch;
+  private async whenReadable<T>(read: () => Promise<T>, cannot: string, partition: number, payload: Pick<EachBatchPayload, 'heartbeat' | 'isRunning' | 'isStale'>): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       try {
-        const stored = await this.skipUpTo(batch);
+        const result = await read();
         if (this.readFailure) this.options.logger.info({ partition }, 'storage is readable again');
         this.readFailure = undefined;
-        return stored;
+        return result;
       } catch (error) {
-        if (!this.readFailure) this.options.logger.error({ err: error, partition }, 'reading how far a partition is stored failed; retrying');
-        this.readFailure = error as Error;
+        if (!this.readFailure) this.options.logger.error({ err: error, partition }, `${cannot}; retrying`);
+        this.readFailure = cannot;
         if (!payload.isRunning() || payload.isStale() || this.stopping.signal.aborted) throw error;
         await sleep(Math.min(5_000, 100 * 2 ** attempt), undefined, { signal: this.stopping.signal }).catch(() => undefined);
         if (this.stopping.signal.aborted) throw error;

@@ -187,6 +187,7 @@ async function settledShortfalls(read: () => Promise<ViewShortfalls>, settleMs: 
 
 const offsetRow = z.object({ partition: z.coerce.number(), max_offset: z.coerce.number() });
 const storedIdsRow = z.object({ offset: z.coerce.number(), event_ids: z.array(z.string()) });
+const newestRow = z.object({ newest: z.coerce.number(), events: z.coerce.number() });
 const trafficRow = z.object({
   requests: z.coerce.number(),
   successes: z.coerce.number(),
@@ -487,6 +488,26 @@ export class EventStore {
       { topic: source.topic, partition: source.partition, since: toClickHouseTime(since.getTime()), limit },
     );
     return rows.map((row) => row.event_id);
+  }
+
+  /**
+   * When the newest event stored from a partition (partition -1: events that came over HTTP) is
+   * dated, of those dated up to `notAfter`, looking back as storedOffsets does; undefined when none
+   * is. Detection warms a partition's windows as of it: a replica catching up on a backlog judges the
+   * backlog as of its own times, not the clock's. An event dated ahead of `notAfter` (a producer's
+   * clock off by a day) does not move it.
+   */
+  async newestEventTime(source: { topic: string; partition: number }, notAfter: Date, lookbackHours = 48): Promise<number | undefined> {
+    const rows = await this.db.queryRows(
+      `SELECT toUnixTimestamp64Milli(max(ts)) AS newest, count() AS events
+         FROM ${this.tables.requestEvents}
+        WHERE source_topic = {topic:String} AND source_partition = {partition:Int32}
+          AND received_at >= now64(3) - toIntervalHour({hours:UInt32})
+          AND ts <= {notAfter:DateTime64(3, 'UTC')}`,
+      { ...source, notAfter: toClickHouseTime(notAfter.getTime()), hours: lookbackHours },
+    );
+    const row = newestRow.parse(rows[0]);
+    return row.events > 0 ? row.newest : undefined;
   }
 
   /**

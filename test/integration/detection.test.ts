@@ -2,16 +2,21 @@
  * Detection end to end, on the real broker and ClickHouse: a mixed stream of a few hundred ordinary
  * keys (with benign look-alikes) and one planted attack of each type; exactly the five attacks alert,
  * each with the right type, key and evidence. Then an attack that straddles a worker restart is
- * still caught, because the new worker warms its windows from ClickHouse; and a key's networks of
- * the last days outlive a restart (key_networks_1d), so a daily job from many networks alerts once.
+ * still caught, because the new worker warms its windows from ClickHouse: as of the partition's own
+ * times when it restarts behind, and again when a rebalance cuts the warm-up short (a partition a
+ * replica keeps through a rebalance is not read again). A key's new owner continues the alert its
+ * previous owner opened. A key's networks of the last days outlive a restart (key_networks_1d), so a
+ * daily job from many networks alerts once.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { Alert } from '../../src/alerts/alert.ts';
 import type { Worker } from '../../src/main.ts';
+import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { networkOf } from '../../rules/network.ts';
 import { useEngines } from '../support/engines.ts';
 import { groupCaughtUp, produceAll } from '../support/kafka.ts';
-import { testConfig, testNames, waitFor } from '../support/worker.ts';
+import { metricTotal, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
 
 const MINUTE = 60_000;
 const LIBRARY_AGENTS = ['okhttp/4.12.0', 'python-requests/2.32.3', 'axios/1.7.7', 'Go-http-client/2.0', 'curl/8.5.0', 'Java/17.0.2'];
@@ -112,12 +117,64 @@ function plantedAttacks(runId: string, now: number): Record<string, { key: strin
   };
 }
 
+/**
+ * Storage for a worker whose Kafka partitions' warm-up reads (not the HTTP events') are watched:
+ * `onRead` hears of each, and with `page` their rows come `size` at a time, each `delayMs` late.
+ */
+function watchedWarmUps(onRead: (partition: number) => void, page?: { size: number; delayMs: number }): (db: ClickHouse) => ClickHouse {
+  return (db) => ({
+    ...db,
+    queryPages: <T>(query: string, params: Record<string, unknown>, pageSize: number, onPage: (rows: T[]) => Promise<void>) => {
+      const partition = Number(params.partition);
+      if (!query.includes('LIMIT 1 BY event_id') || !(partition >= 0)) return db.queryPages(query, params, pageSize, onPage);
+      onRead(partition);
+      if (!page) return db.queryPages(query, params, pageSize, onPage);
+      return db.queryPages<T>(query, params, page.size, async (rows) => {
+        await sleep(page.delayMs);
+        await onPage(rows);
+      });
+    },
+  });
+}
+
+/**
+ * Storage for a worker whose reads of the alerts other replicas wrote (AlertStore.changedSince)
+ * fail while `reads.failing`; with `reads.lastFailure` set, the next one to fail is the last.
+ */
+function failingAlertSyncs(reads: { failing: boolean; lastFailure: boolean }): (db: ClickHouse) => ClickHouse {
+  return (db) => ({
+    ...db,
+    queryRows: <T>(query: string, params?: Record<string, unknown>) => {
+      if (!reads.failing || !query.includes('WHERE id IN (SELECT id FROM') || !query.includes('updated_at >=')) return db.queryRows<T>(query, params);
+      if (reads.lastFailure) reads.failing = false;
+      return Promise.reject(new Error('injected: reading the alerts of other replicas failed'));
+    },
+  });
+}
+
 describe('detection end to end', () => {
   const engines = useEngines();
   const { kafka } = engines;
 
   async function alertsOf(w: Worker): Promise<Alert[]> {
     return w.alertStore.list({});
+  }
+
+  /** A run of its own with a key on each of the topic's four partitions (key i on partition i), and the alerts of those keys. */
+  function keyPerPartition(prefix: string) {
+    const names = testNames(prefix);
+    const keys = [0, 1, 2, 3].map((partition) => `pk_live_${names.runId}_p${partition}`);
+    const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names });
+    const alertsOfKeys = async (w: Worker) => (await alertsOf(w)).filter((alert) => keys.includes(alert.apiKeyId ?? ''));
+    return { names, keys, config, alertsOfKeys };
+  }
+
+  /** `count` requests of each key over the minute from `start`; key i on partition i. */
+  async function sendMinute(topic: string, keys: readonly string[], start: number, count = 200): Promise<void> {
+    for (const [partition, key] of keys.entries()) {
+      const messages = spread(count, start, MINUTE, (t) => event(key, t)).map((e) => ({ key, value: JSON.stringify(e), partition }));
+      await engines.producer.send({ topic, acks: -1, messages });
+    }
   }
 
   it('alerts on exactly the five planted attacks among ordinary traffic', async () => {
@@ -155,15 +212,21 @@ describe('detection end to end', () => {
     await worker.stop();
   });
 
-  it('still alerts on an attack that straddles a worker restart', async () => {
+  it.each([
+    { when: 'live', behindMinutes: 0 },
+    // Restarted 90 minutes behind (a backlog after an outage): the backlog is judged as of its own
+    // times, so the warm-up must load the hour before them, not the hour before the clock.
+    { when: 'in a backlog 90 minutes behind', behindMinutes: 90 },
+  ])('still alerts on an attack that straddles a worker restart, $when', async ({ behindMinutes }) => {
     const { clickhouse, producer } = engines;
     const names = testNames('restart');
     const key = `pk_live_${names.runId}_velocity`;
     const config = testConfig({ brokers: engines.brokers, clickhouse, names });
-    const currentMinute = Math.floor(Date.now() / MINUTE) * MINUTE;
+    const attackMinute = Math.floor((Date.now() - behindMinutes * MINUTE) / MINUTE) * MINUTE - MINUTE;
+    // One partition: beside the attack, an event from a producer whose clock is a day ahead.
+    const send = (events: Event[]) => producer.send({ topic: names.topic, acks: -1, messages: events.map((e) => ({ key: e.apiKeyId, value: JSON.stringify(e), partition: 0 })) });
     // One minute over the limit before the restart: not sustained yet, so no alert.
-    const before = spread(200, currentMinute - 2 * MINUTE, MINUTE, (t) => event(key, t));
-    await produceAll(producer, names.topic, before.map((e) => ({ key, value: JSON.stringify(e) })), 2000);
+    await send([...spread(200, attackMinute - MINUTE, MINUTE, (t) => event(key, t)), event(`pk_live_${names.runId}_ahead`, Date.now() + 24 * 60 * MINUTE)]);
     const first = await engines.startWorker(config);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'first worker consumes', 60_000);
     await new Promise((resolve) => setTimeout(resolve, 500));
@@ -171,13 +234,83 @@ describe('detection end to end', () => {
     await first.stop();
 
     // The next minute over arrives while the worker restarts; only the warmed window can join them.
-    const after = spread(200, currentMinute - MINUTE, MINUTE, (t) => event(key, t));
-    await produceAll(producer, names.topic, after.map((e) => ({ key, value: JSON.stringify(e) })), 2000);
+    await send(spread(200, attackMinute, MINUTE, (t) => event(key, t)));
     const second = await engines.startWorker(config);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'second worker consumes', 60_000);
     await waitFor(async () => (await alertsOf(second)).some((alert) => alert.apiKeyId === key), 'alert after restart', 10_000);
     const [alert] = (await alertsOf(second)).filter((a) => a.apiKeyId === key);
     expect(alert).toMatchObject({ type: 'velocity_attack', status: 'open' });
+  });
+
+  it('still alerts on an attack that straddles a restart when a rebalance cuts the warm-up short', async () => {
+    // A key on each partition: the rebalance reaches every partition's warm-up.
+    const { names, keys, config, alertsOfKeys } = keyPerPartition('rewarm');
+    const currentMinute = Math.floor(Date.now() / MINUTE) * MINUTE;
+    await sendMinute(names.topic, keys, currentMinute - 2 * MINUTE);
+    const first = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'first worker consumes', 60_000);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(await alertsOfKeys(first)).toHaveLength(0);
+    await first.stop();
+
+    // The next minute comes while no worker runs. The next worker warms slowly (10 pages of 0.7 s a
+    // partition), and a third joins the group meanwhile: the rebalance lands during the warm-ups.
+    await sendMinute(names.topic, keys, currentMinute - MINUTE);
+    let warmUpReads = 0;
+    await engines.startWorker(config, { wrapClickHouse: watchedWarmUps(() => warmUpReads++, { size: 20, delayMs: 700 }) });
+    await waitFor(() => warmUpReads > 0, 'the second worker warms a partition', 30_000);
+    const third = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the replicas consume the next minute', 90_000);
+    await waitFor(async () => (await alertsOfKeys(third)).length >= keys.length, 'every key alerts', 15_000);
+    expect((await alertsOfKeys(third)).map((alert) => `${alert.type} ${alert.apiKeyId}`).sort()).toEqual(keys.map((key) => `velocity_attack ${key}`));
+  });
+
+  it('does not warm again the partitions a replica keeps through a rebalance', async () => {
+    const { names, keys, config } = keyPerPartition('kept');
+    /** The first worker's warm-up reads, per partition. */
+    const reads = new Map<number, number>();
+    await sendMinute(names.topic, keys, Date.now() - 10 * MINUTE, 50);
+    const first = await engines.startWorker(config, { wrapClickHouse: watchedWarmUps((partition) => reads.set(partition, (reads.get(partition) ?? 0) + 1)) });
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the first worker consumes', 60_000);
+    expect(Object.fromEntries(reads)).toEqual({ 0: 1, 1: 1, 2: 1, 3: 1 });
+
+    const second = await engines.startWorker(config);
+    await waitForPartitionsSplit([first, second]);
+    await sendMinute(names.topic, keys, Date.now() - 5 * MINUTE, 50);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'both consume the next minute', 60_000);
+    expect(await metricTotal(first, 'security_center_assigned_partitions')).toBeGreaterThan(0);
+    // The partitions the first worker kept were warmed once: their windows stayed live.
+    expect(Object.fromEntries(reads)).toEqual({ 0: 1, 1: 1, 2: 1, 3: 1 });
+  });
+
+  it('continues on a key\'s new owner the alert its previous owner opened since the new owner last read the alerts', async () => {
+    const { names, keys, config, alertsOfKeys } = keyPerPartition('moved');
+    const currentMinute = Math.floor(Date.now() / MINUTE) * MINUTE;
+    const previousOwner = await engines.startWorker(config);
+    const syncs = { failing: false, lastFailure: false };
+    const newOwner = await engines.startWorker(config, { wrapClickHouse: failingAlertSyncs(syncs) });
+    await waitForPartitionsSplit([previousOwner, newOwner]);
+    // Each replica takes a first batch of its partitions while it can read the other's alerts.
+    await sendMinute(names.topic, keys, currentMinute - 4 * MINUTE, 1);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the replicas take their partitions', 60_000);
+
+    // Then each alerts on its keys, while the new owner does not hear of the other's alerts (as
+    // between two of its reads, 5 s apart, of what other replicas wrote).
+    syncs.failing = true;
+    await sendMinute(names.topic, keys, currentMinute - 3 * MINUTE);
+    await sendMinute(names.topic, keys, currentMinute - 2 * MINUTE);
+    await waitFor(async () => (await alertsOfKeys(newOwner)).length >= keys.length, 'every key alerts', 30_000);
+    await previousOwner.stop();
+    await waitFor(async () => (await metricTotal(newOwner, 'security_center_assigned_partitions')) === keys.length, 'the partitions move', 30_000);
+
+    // Its next read of them fails, and the next reads succeed again. The attack goes on.
+    syncs.lastFailure = true;
+    await sendMinute(names.topic, keys, currentMinute - MINUTE);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the new owner consumes', 60_000);
+    const sawLastMinute = async () => (await alertsOfKeys(newOwner)).filter((alert) => Date.parse(alert.lastSeenAt) >= currentMinute - MINUTE);
+    await waitFor(async () => new Set((await sawLastMinute()).map((alert) => alert.apiKeyId)).size === keys.length, 'every key\'s alert sees the last minute', 15_000);
+    // One alert per key: those of the previous owner's keys were continued, not opened a second time.
+    expect((await alertsOfKeys(newOwner)).map((alert) => `${alert.type} ${alert.apiKeyId}`).sort()).toEqual(keys.map((key) => `velocity_attack ${key}`));
   });
 
   it('remembers the networks of a key\'s daily job across a restart: the job alerts on its first day only', async () => {

@@ -395,8 +395,15 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     startingUp = 'detection starting';
     await analysis.ready;
     // Events posted over HTTP and stored directly (without Kafka) belong to no partition: every
-    // replica warms them. Like a partition's, a failed warm-up is not fatal: those windows start empty.
-    await warm(analysis, '', -1).catch((error: unknown) => logger.warn({ err: error }, 'detection warm-up of HTTP events failed; their windows start empty'));
+    // replica warms them. Like a partition's, a failed warm-up is not fatal: those windows hold the
+    // pages loaded before it failed.
+    let pagesLoaded = 0;
+    await warm(analysis, '', -1, async () => void pagesLoaded++).catch((error: unknown) =>
+      logger.warn(
+        { err: error, pagesLoaded },
+        pagesLoaded === 0 ? 'detection warm-up of HTTP events failed; their windows start empty' : 'detection warm-up of HTTP events failed part-way; their windows hold only the pages loaded',
+      ),
+    );
     const { released, dropped } = postedForDetection.open();
     heldEventIds.clear();
     if (released + dropped > 0) logger.info({ events: released, notJudged: dropped }, 'events posted during start-up handed to detection');

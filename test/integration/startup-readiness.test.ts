@@ -104,6 +104,33 @@ describe('/ready while start-up steps are retried', () => {
     }
   });
 
+  it('without Kafka, a warm-up of posted events that fails after loading some says so, and start-up goes on', async () => {
+    const names = testNames('startwarm');
+    const first = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names }));
+    expect((await postEvents(first.url, [attackToolRequest(`pk_live_${names.runId}`)])).status).toBe(202);
+    await first.stop();
+
+    // The events are read (a page at least), then the keys' networks cannot be.
+    const wrapClickHouse = (db: ClickHouse): ClickHouse => ({
+      ...db,
+      queryPages: async (query, ...rest) => {
+        if (query.includes('key_networks_1d')) throw new Error('injected: storage cannot be read');
+        return db.queryPages(query, ...rest);
+      },
+    });
+    const lines: { msg: string; pagesLoaded?: number }[] = [];
+    const logger = createLogger('warn', { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const second = await startWorker(testConfig({ clickhouse: engines.clickhouse, names }), { logger, wrapClickHouse });
+    try {
+      await second.ready;
+      const warmups = lines.filter((line) => line.msg.startsWith('detection warm-up of HTTP events'));
+      expect(warmups.map((line) => line.msg)).toEqual(['detection warm-up of HTTP events failed part-way; their windows hold only the pages loaded']);
+      expect(warmups[0]!.pagesLoaded).toBeGreaterThanOrEqual(1);
+    } finally {
+      await second.stop();
+    }
+  });
+
   it('with Kafka, takes posts while the open alerts cannot be loaded, and stores and judges them from the topic once start-up is done', async () => {
     const names = testNames('startpostedkafka');
     const apiKeyId = `pk_live_${names.runId}`;

@@ -18,11 +18,10 @@ import type { Severity } from '../../src/detect/types.ts';
 import { createLogger } from '../../src/logger.ts';
 import { WorkerMetrics } from '../../src/metrics.ts';
 import { AlertStore } from '../../src/store/alert-store.ts';
-import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
-import { migrate } from '../../src/store/migrate.ts';
-import { tablesIn, type Tables } from '../../src/store/tables.ts';
-import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import type { ClickHouse } from '../../src/store/clickhouse.ts';
+import type { Tables } from '../../src/store/tables.ts';
 import { makeAlert } from '../support/admin.ts';
+import { useMigratedClickHouse } from '../support/engines.ts';
 import { waitFor } from '../support/worker.ts';
 
 /** Resolves the n callers' waits once all n wait; later callers pass at once. */
@@ -37,24 +36,20 @@ function barrier(n: number): () => Promise<void> {
 }
 
 describe('alerts shared by replicas', () => {
-  let service: ClickHouseService;
+  const clickhouse = useMigratedClickHouse();
   let db: ClickHouse;
   let store: AlertStore;
   let tables: Tables;
   const replicas: AlertService[] = [];
 
-  beforeAll(async () => {
-    service = await startClickHouse();
-    db = connectClickHouse({ url: service.url, username: service.username, password: service.password, dataDir: service.dataDir });
-    tables = tablesIn(service.database);
-    await migrate(db, { tables, eventsTtlDays: 30 }, createLogger('silent'));
+  beforeAll(() => {
+    ({ db, tables } = clickhouse);
     store = new AlertStore(db, tables);
   });
 
+  // Registered after the ClickHouse's own: runs first, while storage is open.
   afterAll(async () => {
     for (const replica of replicas) await replica.stop();
-    await db?.close();
-    await service?.stop();
   });
 
   async function replica(): Promise<AlertService> {

@@ -5,14 +5,12 @@
  * partitions and blocks; different flushes are all stored, whatever their rows; a retry still adds
  * the view rows its landed attempt missed; a repair of the views is never taken for a repeat.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { parseRequestEventValue } from '../../src/events/request-event.ts';
-import { createLogger } from '../../src/logger.ts';
-import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
+import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { EVENT_INSERT_SETTINGS, EventStore, REQUEST_EVENT_COLUMNS, serializeEventRow } from '../../src/store/event-store.ts';
-import { migrate } from '../../src/store/migrate.ts';
-import { tablesIn, type Tables } from '../../src/store/tables.ts';
-import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import type { Tables } from '../../src/store/tables.ts';
+import { useMigratedClickHouse } from '../support/engines.ts';
 import { makeEvent } from '../support/events.ts';
 
 const TOPIC = 'api.request-metadata';
@@ -45,22 +43,14 @@ function rowsOf(apiKeyId: string, count: number, firstOffset = 0): Row[] {
 const bodyOf = (rows: readonly Row[]) => Buffer.from(rows.map((row) => `${row.line}\n`).join(''));
 
 describe('insert deduplication', () => {
-  let service: ClickHouseService;
+  const clickhouse = useMigratedClickHouse({ eventsTtlDays: 3650, fileInsertMinBytes: FILE_INSERT_MIN_BYTES });
   let db: ClickHouse;
   let tables: Tables;
   let store: EventStore;
 
-  beforeAll(async () => {
-    service = await startClickHouse();
-    db = connectClickHouse({ url: service.url, username: service.username, password: service.password, dataDir: service.dataDir, fileInsertMinBytes: FILE_INSERT_MIN_BYTES });
-    tables = tablesIn(service.database);
-    await migrate(db, { tables, eventsTtlDays: 3650 }, createLogger('silent'));
+  beforeAll(() => {
+    ({ db, tables } = clickhouse);
     store = new EventStore(db, tables);
-  });
-
-  afterAll(async () => {
-    await db?.close();
-    await service?.stop();
   });
 
   /** A key's events as request_events holds them (FINAL: each eventId once), and as each view counts them. */

@@ -4,16 +4,14 @@
  * repairViews, so detection's memory of a key's networks (networkSightings) knows them after a
  * restart; a second repair adds nothing, and another partition's events are left to its own repair.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { networkOf } from '../../rules/network.ts';
 import type { NetworkSighting } from '../../src/detect/key-history.ts';
 import { parseRequestEventValue, type RequestEvent } from '../../src/events/request-event.ts';
-import { createLogger } from '../../src/logger.ts';
-import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
+import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { EventStore, serializeEventRow } from '../../src/store/event-store.ts';
-import { migrate } from '../../src/store/migrate.ts';
-import { tablesIn, type Tables } from '../../src/store/tables.ts';
-import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
+import type { Tables } from '../../src/store/tables.ts';
+import { useMigratedClickHouse } from '../support/engines.ts';
 import { makeEvent } from '../support/events.ts';
 
 const TOPIC = 'api.request-metadata';
@@ -89,22 +87,14 @@ function sortById<T extends { apiKeyId: string; network: string }>(rows: T[]): T
 }
 
 describe('repairing the views after a crash between the raw part and the views\' parts', () => {
-  let service: ClickHouseService;
+  const clickhouse = useMigratedClickHouse();
   let db: ClickHouse;
   let tables: Tables;
   let store: EventStore;
 
-  beforeAll(async () => {
-    service = await startClickHouse();
-    db = connectClickHouse({ url: service.url, username: service.username, password: service.password, dataDir: service.dataDir });
-    tables = tablesIn(service.database);
-    await migrate(db, { tables, eventsTtlDays: 30 }, createLogger('silent'));
+  beforeAll(() => {
+    ({ db, tables } = clickhouse);
     store = new EventStore(db, tables);
-  });
-
-  afterAll(async () => {
-    await db?.close();
-    await service?.stop();
   });
 
   const insert = (events: Stored[]) =>

@@ -8,6 +8,9 @@ import { afterAll, beforeAll, inject } from 'vitest';
 import type { Config } from '../../src/config.ts';
 import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker, type WorkerDeps } from '../../src/main.ts';
+import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
+import { migrate } from '../../src/store/migrate.ts';
+import { tablesIn, type Tables } from '../../src/store/tables.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 import { testKafka } from './kafka.ts';
 
@@ -55,6 +58,44 @@ export function useEngines(): Engines {
       workers.push(worker);
       await worker.ready;
       return worker;
+    },
+  };
+}
+
+export interface MigratedClickHouse {
+  readonly db: ClickHouse;
+  readonly tables: Tables;
+}
+
+/**
+ * A ClickHouse of the file's own (the real engine, or CLICKHOUSE_URL), connected and migrated before
+ * the file's tests and closed after them, for tests of the stores without a worker.
+ */
+export function useMigratedClickHouse(options: { eventsTtlDays?: number; fileInsertMinBytes?: number } = {}): MigratedClickHouse {
+  let service: ClickHouseService | undefined;
+  let connected: MigratedClickHouse | undefined;
+
+  beforeAll(async () => {
+    service = await startClickHouse();
+    const db = connectClickHouse({ url: service.url, username: service.username, password: service.password, dataDir: service.dataDir, fileInsertMinBytes: options.fileInsertMinBytes });
+    const tables = tablesIn(service.database);
+    await migrate(db, { tables, eventsTtlDays: options.eventsTtlDays ?? 30 }, createLogger('silent'));
+    connected = { db, tables };
+  });
+
+  afterAll(async () => {
+    await connected?.db.close();
+    await service?.stop();
+  });
+
+  return {
+    get db() {
+      if (!connected) throw new Error('ClickHouse is not started yet (use it inside tests)');
+      return connected.db;
+    },
+    get tables() {
+      if (!connected) throw new Error('ClickHouse is not started yet (use it inside tests)');
+      return connected.tables;
     },
   };
 }

@@ -360,7 +360,11 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       version: VERSION,
     });
   }
-  await app.listen({ host: config.http.host, port: config.http.port }).catch((error: unknown) => {
+  await app.listen({ host: config.http.host, port: config.http.port }).catch(async (error: unknown) => {
+    // Nothing has started yet but the analysis thread, the config file's watch and the storage
+    // client: released, so that a process that starts the worker in-process can go on or exit.
+    unfollowConfig?.();
+    await Promise.allSettled([app.close(), analysis?.close(), clickhouse.close()]);
     throw listenConfigError(error, config.http) ?? error;
   });
   const address = app.server.address();

@@ -6,12 +6,16 @@
  * delivery only, and is retried beside them). Events posted meanwhile are taken: without Kafka stored
  * and judged once detection has started, so they continue the open alert instead of opening a
  * second; with Kafka produced to the topic, and stored and judged once the consumer has started.
- * A setting the worker cannot start with stops the process at once: exit 2, every problem named.
+ * A setting the worker cannot start with stops the process at once: exit 2, every problem named;
+ * started in-process, it rejects and releases its thread and storage client.
  */
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Config } from '../../src/config.ts';
 import { createLogger } from '../../src/logger.ts';
@@ -197,6 +201,7 @@ describe('the worker process with a setting it cannot start with', () => {
   }
 
   const STACK_LINE = /\n\s+at /;
+  const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
   it('exits 2 with one message naming every invalid setting, DETECTION_CONFIG_FILE and DATA_DIR among them, and no stack', async () => {
     const notADirectory = join(dir, 'not-a-directory');
@@ -218,5 +223,32 @@ describe('the worker process with a setting it cannot start with', () => {
     expect(code, output).toBe(2);
     expect(output).toMatch(/\ninvalid configuration:\n {2}- HOST: cannot listen on HOST 192\.0\.2\.1, PORT \d+ \(EADDRNOTAVAIL: not an address of this machine\)\n/);
     expect(output).not.toMatch(STACK_LINE);
+  });
+
+  it('started in-process on a port in use, rejects naming PORT and releases what it made: the embedding process exits by itself', async () => {
+    // The analysis thread and the storage client are made before the server listens; left open,
+    // they would keep the process alive.
+    const script = join(dir, 'embed.mts');
+    writeFileSync(
+      script,
+      `import { createServer } from 'node:net';
+import { loadConfig } from ${JSON.stringify(join(REPO_ROOT, 'src/config.ts'))};
+import { startWorker } from ${JSON.stringify(join(REPO_ROOT, 'src/main.ts'))};
+const taken = createServer();
+await new Promise((resolve) => taken.listen(0, '127.0.0.1', resolve));
+const env = { FEATURE_ANOMALY_DETECTION: 'true', HOST: '127.0.0.1', PORT: String(taken.address().port), DATA_DIR: ${JSON.stringify(join(dir, 'embedded'))}, LOG_LEVEL: 'silent' };
+await startWorker(loadConfig(env)).then(() => console.log('started'), (error) => console.log('refused: ' + error.message));
+taken.close();
+`,
+    );
+    const child = spawn(process.execPath, ['--import', 'tsx', script], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    const [code, signal] = (await once(child, 'exit')) as [number | null, NodeJS.Signals | null];
+    clearTimeout(timer);
+    expect({ code, signal }, output).toEqual({ code: 0, signal: null });
+    expect(output).toMatch(/^refused: invalid configuration:\n {2}- PORT: cannot listen on HOST 127\.0\.0\.1, PORT \d+ \(EADDRINUSE/);
   });
 });

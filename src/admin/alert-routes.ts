@@ -214,7 +214,8 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       summary: 'Traffic and alert counts over a range (default: the last 24 h)',
       description:
         'Traffic comes from the per-minute rollups, each minute counted in the range its start falls in, [from, to). activeAlerts and criticalAlerts count the alerts open or ' +
-        'acknowledged now; alertsByType and alertsBySeverity count the alerts created in the range. ' +
+        'acknowledged now; alertsByType and alertsBySeverity count the alerts created in the range, [from, to) too. ' +
+        'from must be within the last 400 days (the rollups\' retention). ' +
         'Answers are shared for a few seconds (ADMIN_CACHE_TTL_MS); a status change drops its merchant\'s.',
       query: metricsQuery,
       response: metricsSchema,

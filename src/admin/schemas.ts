@@ -101,8 +101,14 @@ export function rangeWithDefaults(query: { from?: Date; to?: Date }, now: number
   const from = query.from ?? new Date(to.getTime() - defaultSpanMs);
   const named = query.from ? 'from' : 'to';
   if (from > to) throw validationError([{ path: ['query', named], message: query.from ? 'must not be after to (default: now)' : 'must not be before from' }], 'Invalid query');
+  const maxDays = Math.round(maxSpanMs / 86_400_000);
   if (to.getTime() - from.getTime() > maxSpanMs) {
-    throw validationError([{ path: ['query', 'from'], message: `the range may span at most ${Math.round(maxSpanMs / 86_400_000)} days` }], 'Invalid query');
+    throw validationError([{ path: ['query', 'from'], message: `the range may span at most ${maxDays} days` }], 'Invalid query');
+  }
+  // What is kept reaches back as far as a range may span (the rollups' retention): a range before
+  // that would answer zeros that read as "no traffic". A day's grace for a client's "400 days ago".
+  if (from.getTime() < now - maxSpanMs - 86_400_000) {
+    throw validationError([{ path: ['query', named], message: `must be within the last ${maxDays} days: older figures are not kept` }], 'Invalid query');
   }
   return { from, to };
 }

@@ -265,16 +265,17 @@ export class AlertStore {
 
   /**
    * Counts for metrics: active (open or acknowledged, whenever created) and active critical alerts,
-   * and the alerts created in the range by type and by severity.
+   * and the alerts created in the range by type and by severity, [from, to) as traffic is counted:
+   * ranges that meet count no alert twice.
    */
   async counts(range: { from: Date; to: Date; merchantId?: string }): Promise<AlertCounts> {
     const rows = await this.db.queryRows(
       `SELECT type, severity,
               countIf(status IN ('open', 'acknowledged')) AS active,
-              countIf(created_at >= {from:DateTime64(3, 'UTC')} AND created_at <= {to:DateTime64(3, 'UTC')}) AS created
+              countIf(created_at >= {from:DateTime64(3, 'UTC')} AND created_at < {to:DateTime64(3, 'UTC')}) AS created
          FROM ${this.tables.alerts} FINAL
         WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
-          AND (status IN ('open', 'acknowledged') OR (created_at >= {from:DateTime64(3, 'UTC')} AND created_at <= {to:DateTime64(3, 'UTC')}))
+          AND (status IN ('open', 'acknowledged') OR (created_at >= {from:DateTime64(3, 'UTC')} AND created_at < {to:DateTime64(3, 'UTC')}))
         GROUP BY type, severity`,
       rangeParams(range),
     );

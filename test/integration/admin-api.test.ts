@@ -353,7 +353,7 @@ describe('admin API', () => {
     expect(today.trafficTrend.reduce((sum: number, point: { requests: number }) => sum + point.requests, 0)).toBe(240);
   });
 
-  it('counts each minute of traffic in the range its start falls in, so ranges that meet share none', async () => {
+  it('counts each minute of traffic, and each alert created, in the range its start falls in, so ranges that meet share none', async () => {
     const merchantId = `${M}_edges`;
     const hour = 60 * MINUTE;
     const base = Math.floor(Date.now() / hour) * hour - 2 * hour;
@@ -364,6 +364,8 @@ describe('admin API', () => {
     });
     // One request half a minute before the hour, one half a minute after.
     expect(await ingest([event(0, base - 30_000), event(1, base + 30_000)])).toBe(202);
+    // And an alert created on the hour (before any answer is cached).
+    await worker.alertStore.save([makeAlert(0, { merchantId, createdAtMs: base, status: 'resolved' })]);
     const bearer = await token(merchantId, 'viewer');
     const requests = async (from: number, to: number) => {
       const response = await call(`/metrics?from=${at(from)}&to=${at(to)}`, {}, bearer);
@@ -376,6 +378,24 @@ describe('admin API', () => {
     expect(await requests(base - hour, base - 40_000)).toBe(1);
     expect(await requests(base - 40_000, base + hour)).toBe(1);
     expect(await requests(base + 10_000, base + hour)).toBe(0);
+    // The alert created on the hour: in the range that starts there, not the one that ends there.
+    const created = async (from: number, to: number) => {
+      const response = await call(`/metrics?from=${at(from)}&to=${at(to)}`, {}, bearer);
+      expect(response.status).toBe(200);
+      return Object.values(response.body.data.alertsByType as Record<string, number>).reduce((sum, count) => sum + count, 0);
+    };
+    expect([await created(base - hour, base), await created(base, base + hour)]).toEqual([0, 1]);
+  });
+
+  it('refuses metrics for a range older than the rollups keep, naming the bound, rather than answering no traffic', async () => {
+    const day = 24 * 60 * MINUTE;
+    const at = (ms: number) => new Date(ms).toISOString();
+    const longAgo = Date.now() - 450 * day;
+    const response = await call(`/metrics?from=${at(longAgo)}&to=${at(longAgo + day)}`);
+    expect(response.status).toBe(400);
+    expect(response.body).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path: ['query', 'from'], message: 'must be within the last 400 days: older figures are not kept' }] });
+    // A client's "400 days ago", computed a moment before the worker's clock, is taken.
+    expect((await call(`/metrics?from=${at(Date.now() - 400 * day - MINUTE)}&to=${at(Date.now() - day)}`)).status).toBe(200);
   });
 
   it('shows an alert\'s status change in metrics and the dashboard at once, though their answers are cached', async () => {

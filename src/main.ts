@@ -296,6 +296,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       analysis,
       onDetection,
       warmPartition: (partition, heartbeat) => warm(analysis, kafkaConfig.topic, partition, heartbeat),
+      // Every partition an assignment brings recalls the ids of its recently stored events (any plan).
+      dedupCacheSize: config.ingest.dedupCacheSize,
       syncAlerts: () => alerts.syncWithStore(),
       buffer,
       onStopped: (error) => deps.onFatal?.(error),
@@ -304,8 +306,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     });
   }
   // Without Kafka, posted events are stored with HTTP_SOURCE: the ids of those the previous process
-  // stored are recalled once storage is migrated (with Kafka, a retry is produced again and the
-  // consumer's stored offsets cannot tell it apart: see the README). A failed read fails open.
+  // stored are recalled once storage is migrated (with Kafka, the consumer recalls a partition's
+  // when an assignment brings it, before its first batch: kafka-consumer.ts). A failed read fails open.
   let postedIdsRecalled: () => void = () => {};
   const recalled = config.kafka ? undefined : new Promise<void>((resolve) => (postedIdsRecalled = resolve));
   const recallPostedIds = async () => {

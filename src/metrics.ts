@@ -75,7 +75,7 @@ export class WorkerMetrics {
   });
   readonly bufferedRows = new Gauge({
     name: 'security_center_buffered_rows',
-    help: 'Validated rows waiting to be stored',
+    help: 'Validated rows waiting to be stored: those waiting for the next insert and those of the insert being stored (or retried through an outage)',
     registers: [this.registry],
   });
   readonly consumerLag = new Gauge({

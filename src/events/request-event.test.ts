@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { toDeadLetter } from '../ingest/dead-letter.ts';
-import { commonEvent, EVENT_TIME_RANGE, parseRequestEventText, parseRequestEventValue, MAX_USER_AGENT_LENGTH, schemaEvent } from './request-event.ts';
+import { commonEvent, EVENT_TIME_RANGE, parseRequestEventText, parseRequestEventValue, MAX_USER_AGENT_LENGTH, schemaEvent, timesAsOf } from './request-event.ts';
 
 const valid = {
   eventId: 'evt_1',
@@ -88,6 +88,29 @@ describe('request event schema', () => {
       if (!result.ok) expect(result.rejection.errors).toEqual([{ path: ['timestamp'], message: 'must be a time from 2000-01-01T00:00:00.000Z to 2096-01-01T00:00:00.000Z: storage ends there' }]);
     }
     expect(parseRequestEventValue({ ...valid, timestamp: Date.UTC(2096, 0, 1) }, times).ok).toBe(true);
+  });
+
+  it('rejects a time older than storage keeps events, a bound that moves with the clock, saying why, in every way in', () => {
+    const now = Date.parse('2026-11-21T03:00:00.123Z');
+    const times = { ...EVENT_TIME_RANGE, maxAgeMs: 30 * 86_400_000, minWhy: 'older than kept' };
+    const oldest = now - 30 * 86_400_000;
+    expect(timesAsOf(times, now)).toEqual({ ...EVENT_TIME_RANGE, min: oldest, minWhy: 'older than kept' });
+    const old = { ...valid, timestamp: oldest - 1 };
+    for (const result of [parseRequestEventValue(old, timesAsOf(times, now)), parseRequestEventText(JSON.stringify(old), timesAsOf(times, now))]) {
+      expect(result.ok).toBe(false);
+      if (!result.ok) {
+        expect(result.rejection.errors).toEqual([{ path: ['timestamp'], message: `must be a time from ${new Date(oldest).toISOString()} to 2100-01-01T00:00:00.000Z: older than kept` }]);
+      }
+    }
+    expect(parseRequestEventValue({ ...valid, timestamp: new Date(oldest).toISOString() }, timesAsOf(times, now)).ok).toBe(true);
+    // A day later the same event is too old, and a range not resolved by the caller is resolved against the clock.
+    expect(parseRequestEventValue({ ...valid, timestamp: oldest }, timesAsOf(times, now + 86_400_000)).ok).toBe(false);
+    expect(parseRequestEventValue({ ...valid, timestamp: Date.now() - 31 * 86_400_000 }, times).ok).toBe(false);
+    expect(parseRequestEventValue({ ...valid, timestamp: Date.now() - 29 * 86_400_000 }, times).ok).toBe(true);
+    // Too late still says why the range ends.
+    const late = { ...times, max: Date.UTC(2096, 0, 1), why: 'storage ends there' };
+    const lateResult = parseRequestEventValue({ ...valid, timestamp: Date.UTC(2096, 0, 1) + 1 }, timesAsOf(late, now));
+    expect(!lateResult.ok && lateResult.rejection.errors[0]!.message).toMatch(/: storage ends there$/);
   });
 
   it('names an out-of-range time with the other problems, and a malformed one once', () => {

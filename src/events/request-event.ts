@@ -19,6 +19,13 @@ export interface TimeRange {
   readonly max: number;
   /** Why the range ends where it does, when that is not the rule's own end (said in the rejection). */
   readonly why?: string;
+  /**
+   * Events dated more than this many ms before the clock are refused too (how long storage keeps
+   * them): a bound that moves with the clock. timesAsOf turns it into `min`, once per batch or post.
+   */
+  readonly maxAgeMs?: number;
+  /** Why the range starts where it does, when that is not the rule's own start (said in the rejection). */
+  readonly minWhy?: string;
 }
 
 /**
@@ -26,6 +33,19 @@ export interface TimeRange {
  * less (storableEventTimes in src/store/event-store.ts); the ways in validate with what it holds.
  */
 export const EVENT_TIME_RANGE: TimeRange = { min: Date.UTC(2000, 0, 1), max: Date.UTC(2100, 0, 1) };
+
+/**
+ * The range as validation applies it at `nowMs`: with `maxAgeMs`, `min` is raised to nowMs minus it
+ * (and the result has no maxAgeMs left). The ways in resolve it once per Kafka batch or post, so
+ * that checking an event's time stays two number comparisons, without reading the clock per event.
+ */
+export function timesAsOf(times: TimeRange, nowMs: number): TimeRange {
+  if (times.maxAgeMs === undefined) return times;
+  const { maxAgeMs, minWhy, ...fixed } = times;
+  const oldest = nowMs - maxAgeMs;
+  return oldest > fixed.min ? { ...fixed, min: oldest, ...(minWhy !== undefined && { minWhy }) } : fixed;
+}
+
 export const MAX_USER_AGENT_LENGTH = 512;
 /** Larger values are not request metadata; they are dead-lettered without being parsed. */
 export const MAX_EVENT_BYTES = 64 * 1024;
@@ -295,6 +315,8 @@ function jsonErrorMessage(error: unknown): string {
 }
 
 function validateRequestEvent(value: unknown, times: TimeRange): ParseResult {
+  // A range not resolved by the caller (timesAsOf, once per batch) is resolved here, per event.
+  if (times.maxAgeMs !== undefined) times = timesAsOf(times, Date.now());
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     return reject('not_an_object', [{ path: [], message: 'event must be a JSON object' }]);
   }
@@ -327,7 +349,8 @@ function epochMsOf(timestamp: unknown): number {
 function timeOutside(ms: number, times: TimeRange): FieldError | undefined {
   if (ms >= times.min && ms <= times.max) return undefined;
   const range = `must be a time from ${new Date(times.min).toISOString()} to ${new Date(times.max).toISOString()}`;
-  return { path: ['timestamp'], message: times.why ? `${range}: ${times.why}` : range };
+  const why = ms < times.min ? times.minWhy : times.why;
+  return { path: ['timestamp'], message: why ? `${range}: ${why}` : range };
 }
 
 function rejectSecret(value: unknown): ParseResult {

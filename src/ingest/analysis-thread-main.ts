@@ -86,6 +86,11 @@ port.on('message', (request: AnalysisRequest) => {
         engine?.recall(request.sightings, request.partition);
         response = { id: request.id, result: { findings: [], ruleErrors: [] } };
         break;
+      case 'recallEventIds':
+        // Stored by another replica, or by this one before a restart: a re-publish is a repeat.
+        for (const eventId of request.eventIds) recentIds.checkAndAdd(eventId, request.partition);
+        response = { id: request.id, result: { findings: [], ruleErrors: [] } };
+        break;
       case 'keepPartitions': {
         const owned = new Set(request.partitions);
         // Rows of a lost partition not yet stored are dropped; if it comes back, they are delivered

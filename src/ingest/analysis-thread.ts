@@ -16,7 +16,7 @@ import type { RawBatch, ValidatedBatch } from './validate-batch.ts';
 
 export interface AnalysisSettings {
   dedupCacheSize: number;
-  /** The event times storage holds (storableEventTimes): validation rejects the others. */
+  /** The event times storage holds (storableEventTimes, its bound that moves with the clock taken as of each batch): validation rejects the others. */
   eventTimes: TimeRange;
   /** Run detection (FEATURE_ANOMALY_DETECTION); validation runs either way. */
   detection: boolean;
@@ -47,6 +47,7 @@ export type AnalysisRequest =
   | { kind: 'detect'; id: number; events: RequestEvent[] }
   | { kind: 'warm'; id: number; events: RequestEvent[]; partition: number }
   | { kind: 'recall'; id: number; sightings: NetworkSighting[]; partition: number }
+  | { kind: 'recallEventIds'; id: number; eventIds: string[]; partition: number }
   | { kind: 'keepPartitions'; id: number; partitions: number[] };
 
 export type AnalysisResponse = { id: number; result: BatchAnalysis | Detection } | { id: number; error: string };
@@ -118,6 +119,14 @@ export class AnalysisThread {
   /** Loads what storage remembers of keys' networks into detection's memory of them. */
   async recall(sightings: NetworkSighting[], partition: number): Promise<void> {
     await this.request({ kind: 'recall', sightings, partition });
+  }
+
+  /**
+   * Remembers the eventIds storage holds of a partition an assignment brought, as validation
+   * remembers those it accepts, so that a re-publish of one of them is dropped as a repeat.
+   */
+  async recallEventIds(eventIds: string[], partition: number): Promise<void> {
+    await this.request({ kind: 'recallEventIds', eventIds, partition });
   }
 
   keepPartitions(partitions: number[]): Promise<Detection> {

@@ -271,6 +271,33 @@ describe('EventBuffer', () => {
     expect(events.filter((event) => event === 'recovery')).toHaveLength(1);
   });
 
+  it('counts in security_center_buffered_rows the rows of a flush retried through a storage outage, less those of partitions it lost, until they are stored', async () => {
+    let storageDown = true;
+    let attempts = 0;
+    const { eventBuffer, metrics } = buffer({
+      flushRows: 3,
+      storeRows: async () => {
+        attempts++;
+        if (storageDown) throw new Error('injected: storage down');
+      },
+    });
+    const gauge = async () => (await metrics.registry.getSingleMetric('security_center_buffered_rows')!.get()).values[0]!.value;
+    void eventBuffer.add({ lines: ['p0 a', 'p0 b'], offsets: [{ topic: 't', partition: 0, offset: 2 }] });
+    void eventBuffer.add({ lines: ['p1 a'], offsets: [{ topic: 't', partition: 1, offset: 1 }] }); // a full flush: it starts
+    await until(() => attempts >= 3);
+    expect(await gauge()).toBe(3); // not 0: those rows still wait to be stored
+    void eventBuffer.add({ lines: ['p0 c'], offsets: [{ topic: 't', partition: 0, offset: 3 }] });
+    expect(await gauge()).toBe(4); // and the rows added meanwhile
+    expect(eventBuffer.bufferedRows).toBe(1); // what STORE_MAX_BUFFERED_ROWS caps: those waiting for the next flush
+    eventBuffer.releasePartitions('t', new Set([0])); // partition 1 moves to another replica: its row leaves the flush before the next attempt
+    const before = attempts;
+    await until(() => attempts >= before + 2);
+    expect(await gauge()).toBe(3);
+    storageDown = false;
+    await eventBuffer.drain();
+    expect(await gauge()).toBe(0);
+  });
+
   it('a flush whose dead letters keep failing sends none of partitions it lost, and commits only the others', async () => {
     let topicDown = true;
     const { eventBuffer, stored, commits, deadLetters, events } = buffer({ flushRows: 1000, deadLettersFail: () => topicDown });

@@ -229,8 +229,22 @@ export class EventBuffer {
     return () => this.outageListeners.delete(listener);
   }
 
+  /**
+   * Rows waiting for the next flush, not those of the flush being stored: what maxBufferedRows caps
+   * (add() callers wait at it, posts are refused at it), so that the next rows keep accumulating
+   * while one flush is stored, up to a full one when the cap is STORE_FLUSH_ROWS.
+   */
   get bufferedRows(): number {
     return this.pending.rows.rows;
+  }
+
+  /**
+   * Sets security_center_buffered_rows: every validated row not stored yet, those waiting for the
+   * next flush and those of the flush being stored (retried through an outage, it may hold
+   * everything that piled up), so that the gauge does not read 0 while storage is out.
+   */
+  private reportBufferedRows(): void {
+    this.options.metrics.bufferedRows.set(this.pending.rows.rows + (this.inFlight?.rows.rows ?? 0));
   }
 
   add(input: BufferInput): Promise<void> {
@@ -260,7 +274,7 @@ export class EventBuffer {
         if (!previous || previous.offset < mark.offset) pending.offsets.set(key, mark);
       }
     }
-    this.options.metrics.bufferedRows.set(pending.rows.rows);
+    this.reportBufferedRows();
     this.schedule();
     return pending.durable;
   }
@@ -278,7 +292,7 @@ export class EventBuffer {
   releasePartitions(topic: string, owned: ReadonlySet<number>): number {
     this.inFlight?.markLost(topic, owned);
     const dropped = this.pending.release(topic, owned);
-    this.options.metrics.bufferedRows.set(this.pending.rows.rows);
+    this.reportBufferedRows();
     return dropped;
   }
 
@@ -364,7 +378,6 @@ export class EventBuffer {
       const flush = this.pending;
       this.pending = new PendingFlush();
       this.lastFlushWasFull = flush.rows.rows >= this.options.flushRows;
-      this.options.metrics.bufferedRows.set(0);
       for (const wake of this.capacityWaiters.splice(0)) wake();
       this.inFlight = flush;
       try {
@@ -375,6 +388,7 @@ export class EventBuffer {
         return;
       } finally {
         this.inFlight = undefined;
+        this.reportBufferedRows(); // stored, or given up at the stop deadline
       }
     }
   }
@@ -390,6 +404,7 @@ export class EventBuffer {
       const dropped = flush.dropLost();
       if (dropped.rows > 0 || dropped.deadLetters > 0) {
         logger.info(dropped, 'dropped rows of a retried flush whose partitions moved to another replica');
+        this.reportBufferedRows();
       }
       const rowCount = flush.rows.rows;
       if (rowCount === 0) rowsStored = true;

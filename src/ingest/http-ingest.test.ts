@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEvent } from '../../test/support/events.ts';
 import { EVENT_TIME_RANGE, type RequestEvent } from '../events/request-event.ts';
+import { storableEventTimes } from '../store/event-store.ts';
 import { createHttpServer } from '../http/server.ts';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
@@ -152,6 +153,19 @@ describe('HTTP ingest: the request', () => {
     const body = `${JSON.stringify(event(30))}\n\n  \r\n{broken\r\n${JSON.stringify({ ...event(31), status: 'ok' })}\n\n`;
     const answer = await send(app, body, 'application/x-ndjson', `Bearer ${TOKEN}`);
     expect(answer.body.data).toMatchObject({ accepted: 1, rejected: 2, errors: [{ index: 3, reason: 'invalid_json' }, { index: 4, eventId: 'evt_unit_31', reason: 'validation_failed' }] });
+  });
+
+  it('rejects per event, naming the timestamp, an event older than EVENTS_TTL_DAYS before now, and takes the others', async () => {
+    const app = await server({ eventTimes: storableEventTimes(30) });
+    const dated = (i: number, ageDays: number) => ({ ...event(40 + i), timestamp: new Date(Date.now() - ageDays * 86_400_000).toISOString() });
+    const answer = await app.post([dated(0, 29), dated(1, 31), dated(2, 0)]);
+    expect(answer.status).toBe(202);
+    expect(answer.body.data).toMatchObject({
+      accepted: 2,
+      rejected: 1,
+      errors: [{ index: 1, reason: 'validation_failed', details: [{ path: ['timestamp'], message: expect.stringContaining('older than the raw events are kept (EVENTS_TTL_DAYS=30)') }] }],
+    });
+    expect(app.stored.flat()).toHaveLength(2);
   });
 
   it('reads a JSON array after a byte-order mark whatever the content type says', async () => {

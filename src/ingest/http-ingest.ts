@@ -21,6 +21,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import {
   parseRequestEventText,
   parseRequestEventValue,
+  timesAsOf,
   type FieldError,
   type ParseResult,
   type RejectionReason,
@@ -37,7 +38,7 @@ import type { RecentEventIds } from './recent-event-ids.ts';
 export interface HttpIngestOptions {
   token: string;
   maxEvents: number;
-  /** The event times storage holds (storableEventTimes): validation rejects the others. */
+  /** The event times storage holds (storableEventTimes, its bound that moves with the clock taken as of each post): validation rejects the others. */
   eventTimes: TimeRange;
   buffer: EventBuffer;
   recentIds: RecentEventIds;
@@ -213,7 +214,8 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     // With Kafka, storage is the consumer's business: the topic holds the events through its outage.
     if (publish ? overdue > 0 : !buffer.healthy) throw unavailable(publish !== undefined);
     if (recalled && (await settleWithin(recalled, timeoutMs)) === 'timeout') throw stillStarting();
-    const events = parseBody(request.body, isJsonType(request.headers['content-type']), options.maxEvents, options.eventTimes);
+    // The bound that moves with the clock (events older than the raw events are kept) as of this post.
+    const events = parseBody(request.body, isJsonType(request.headers['content-type']), options.maxEvents, timesAsOf(options.eventTimes, Date.now()));
     if (!publish && maxBufferedRows !== undefined && events.length > maxBufferedRows) throw moreThanBuffered(maxBufferedRows);
     const classified = classify(events);
     // Refused before anything is counted, buffered or remembered: the retry is a new post.

@@ -287,6 +287,66 @@ describe('KafkaIntake', () => {
     });
   });
 
+  describe('recall of stored eventIds', () => {
+    /** An intake with DEDUP_CACHE_SIZE 1000 whose storage holds `stored` ids of every partition; `steps` logs recalls and validations in order. */
+    async function recallingIntake(stored: string[] | Error, logger = createLogger('silent')) {
+      const steps: string[] = [];
+      const reads: { partition: number; sinceAgoMs: number; limit: number }[] = [];
+      const made = await intakeWithBatches(undefined, undefined, {
+        dedupCacheSize: 1000,
+        logger,
+        store: {
+          storedOffsets: async () => new Map(),
+          recentEventIds: async (source: { topic: string; partition: number }, since: Date, limit: number) => {
+            reads.push({ partition: source.partition, sinceAgoMs: Date.now() - since.getTime(), limit });
+            if (stored instanceof Error) throw stored;
+            return stored;
+          },
+        } as unknown as EventStore,
+        analysis: {
+          recallEventIds: async (eventIds: string[], partition: number) => void steps.push(`recall ${partition}: ${eventIds.join(',')}`),
+          analyzeBatch: async (_topic: string, partition: number, messages: KafkaMessage[]) => {
+            steps.push(`validate ${partition}: ${messages.length}`);
+            return { rows: Buffer.alloc(0), rowCount: messages.length, rejections: [], duplicates: 0, findings: [], ruleErrors: [] };
+          },
+          keepPartitions: async () => ({ findings: [], ruleErrors: [] }),
+        } as unknown as AnalysisThread,
+      });
+      return { ...made, steps, reads };
+    }
+
+    it('recalls the last hour of a partition an assignment brings before its first batch is validated, and again only when it comes back', async () => {
+      const { deliver, join, steps, reads } = await recallingIntake(['evt_a', 'evt_b']);
+      await deliver(range(0, 10), 200, '');
+      await deliver(range(10, 10), 200, '');
+      join(); // kept: this replica's memory of it is live
+      await deliver(range(20, 10), 200, '');
+      join([]); // it moves to another replica...
+      join(); // ... and comes back
+      await deliver(range(30, 10), 200, '');
+      expect(steps).toEqual(['recall 0: evt_a,evt_b', 'validate 0: 10', 'validate 0: 10', 'validate 0: 10', 'recall 0: evt_a,evt_b', 'validate 0: 10']);
+      expect(reads.map((read) => read.partition)).toEqual([0, 0]);
+      for (const { sinceAgoMs } of reads) expect(sinceAgoMs).toBeGreaterThanOrEqual(60 * 60_000);
+      for (const { sinceAgoMs } of reads) expect(sinceAgoMs).toBeLessThan(60 * 60_000 + 5_000);
+    });
+
+    it('recalls at most capacity / (2 x partitions owned) ids of a partition, so the partitions brought together never evict the memory of the others wholesale', async () => {
+      const { deliver, join, reads } = await recallingIntake([]);
+      await deliver(range(0, 10), 200, '');
+      join([0, 1, 2, 3], 'member-2'); // the group dropped this replica, which joined again with four partitions
+      await deliver(range(10, 10), 200, '');
+      expect(reads.map((read) => read.limit)).toEqual([500, 125]);
+    });
+
+    it('validates the batch all the same when the read fails, and logs it', async () => {
+      const warnings: { msg: string; partition?: number }[] = [];
+      const { deliver, steps } = await recallingIntake(new Error('injected: storage unreachable'), createLogger('warn', { write: (line: string) => void warnings.push(JSON.parse(line)) }));
+      await deliver(range(0, 10), 200, '');
+      expect(steps).toEqual(['validate 0: 10']);
+      expect(warnings).toContainEqual(expect.objectContaining({ msg: expect.stringContaining('cannot read the ids of events stored from the partition'), partition: 0 }));
+    });
+  });
+
   it('judges a partition an assignment brings once the alerts of other replicas are read since, retrying a failed read; one it keeps at once', async () => {
     /** Per read of the alerts: how many batches had been judged before it. */
     const reads: number[] = [];

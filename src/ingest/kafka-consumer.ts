@@ -10,9 +10,11 @@
  * still waiting on storage gives up), drains the shared EventBuffer (which commits through this
  * intake), then disconnects, within a deadline.
  *
- * A partition an assignment brings is judged once its detection windows are warmed (a warm-up that
- * storage fails is not fatal; one a rebalance cuts short leaves its batch to be fetched again) and
- * the alerts other replicas wrote are read again; a partition kept through a rebalance goes on at once.
+ * A partition an assignment brings is validated once the ids of its recently stored events are
+ * recalled (so a re-publish across a restart or a rebalance is a repeat) and judged once its
+ * detection windows are warmed (a recall or warm-up that storage fails is not fatal; one a rebalance
+ * cuts short leaves its batch to be fetched again) and the alerts other replicas wrote are read
+ * again; a partition kept through a rebalance goes on at once.
  *
  * Consumer lag (security_center_consumer_lag) is, per partition this replica owns, the partition's
  * end (high watermark) minus the group's committed offset: the messages not yet stored and
@@ -47,6 +49,14 @@ export interface KafkaIntakeOptions {
   onDetection(detection: Detection): void;
   /** Loads recent history of a partition this replica now owns into the detection windows, calling heartbeat after each page it loads. */
   warmPartition?(partition: number, heartbeat: () => Promise<void>): Promise<void>;
+  /**
+   * The capacity of the analysis thread's memory of recent eventIds (DEDUP_CACHE_SIZE). Set, a
+   * partition an assignment brings has the ids of its events stored in the last
+   * RECALL_EVENT_IDS_MS recalled into that memory before its first batch is validated (see
+   * recallEventIds), so that a re-publish of an event another replica, or this one before a
+   * restart, stored is dropped as a repeat rather than counted twice by the rollup.
+   */
+  dedupCacheSize?: number;
   /**
    * Learns the alerts other replicas wrote; rejects when they cannot be read. A partition an
    * assignment brings is judged only after one such read made since that assignment: an alert its
@@ -93,6 +103,9 @@ const MAX_BATCHES_IN_FLIGHT = 16;
 /** How often the consumer lag of the owned partitions is read from the brokers, fetching or paused. */
 export const LAG_INTERVAL_MS = 5_000;
 
+/** How far back a partition an assignment brings recalls the ids of its stored events (publishers retry within minutes), as posts without Kafka do at start (main.ts). */
+export const RECALL_EVENT_IDS_MS = 60 * 60_000;
+
 /** How long disconnect() waits for the consumer to leave its group (and the producer to close) before going on without. */
 export const DISCONNECT_DEADLINE_MS = 5_000;
 
@@ -110,7 +123,7 @@ export class KafkaIntake {
   private owned: ReadonlySet<number> = new Set();
   /** Stored offsets read from ClickHouse, per partition, refreshed after each rebalance. */
   private storedOffsets = new Map<number, Promise<number>>();
-  /** Detection warm-up per partition, started on its first batch after an assignment that brought it. */
+  /** Recall of stored eventIds, then detection warm-up, per partition, started on its first batch after an assignment that brought it. */
   private readonly warmups = new Map<number, Promise<void>>();
   /** This replica's member id in the group at the last assignment. */
   private memberId: string | undefined;
@@ -536,16 +549,48 @@ export class KafkaIntake {
    * warmed on its next assignment.
    */
   private warmup(partition: number, heartbeat: () => Promise<void>): Promise<void> {
-    const { warmPartition } = this.options;
-    if (!warmPartition) return Promise.resolve();
+    const { warmPartition, dedupCacheSize } = this.options;
+    if (!warmPartition && dedupCacheSize === undefined) return Promise.resolve();
     const warming = this.warmups.get(partition);
     if (warming) return warming;
-    const started = this.warmOrFailOpen(warmPartition, partition, heartbeat);
+    const started = (async () => {
+      // Every plan's events: the rollup counts them all, not only the entitled plans' the warm-up loads.
+      if (dedupCacheSize !== undefined) await this.recallEventIds(partition, dedupCacheSize);
+      if (warmPartition) await this.warmOrFailOpen(warmPartition, partition, heartbeat);
+    })();
     started.catch(() => {
       if (this.warmups.get(partition) === started) this.warmups.delete(partition);
     });
     this.warmups.set(partition, started);
     return started;
+  }
+
+  /**
+   * Recalls into the analysis thread's memory of recent eventIds the ids of a partition's events
+   * stored in the last RECALL_EVENT_IDS_MS (by the replica that owned it before, or by this one
+   * before a restart): that memory lives in the process and keeps only the partitions this replica
+   * owns, so without this a re-publish (a producer's retry or replay, a client's retry of a post)
+   * that crosses a restart or a rebalance would be stored again, and counted twice by the rollup.
+   * Runs before the partition's first batch is validated (the thread handles requests in order).
+   *
+   * At most capacity / (2 x partitions owned) ids, the newest: the memory is two generations of
+   * capacity / 2, and a generation filled up drops the older one whole. So the partitions an
+   * assignment brings recall at most one generation's worth together, and the newer generation of
+   * the ids of the partitions kept (those this replica had already seen) survives it; each recalls
+   * its share of what the memory is sure to hold (capacity / 2) when traffic is even. Recalling
+   * capacity / 2 for each would make every brought partition evict the others' ids wholesale.
+   * A failed read fails open, as the warm-up does: logged, and intake goes on.
+   */
+  private async recallEventIds(partition: number, capacity: number): Promise<void> {
+    const { store, analysis, topic, logger } = this.options;
+    const limit = Math.max(1, Math.floor(capacity / (2 * Math.max(1, this.owned.size))));
+    try {
+      const ids = await store.recentEventIds({ topic, partition }, new Date(Date.now() - RECALL_EVENT_IDS_MS), limit);
+      if (ids.length > 0) await analysis.recallEventIds(ids, partition);
+      logger.debug({ partition, eventIds: ids.length, limit }, 'recalled the ids of events stored from the partition');
+    } catch (error) {
+      logger.warn({ err: error, partition }, 'cannot read the ids of events stored from the partition: a re-publish of one of them is counted twice');
+    }
   }
 
   /** warmPartition; a failure other than the heartbeat's is logged, saying whether any page was loaded. */

@@ -1,8 +1,9 @@
 /**
  * A bounded memory of recently accepted eventIds, so an event published twice (a producer retry,
  * an HTTP client retrying a timed-out post) is stored and counted once. Kafka redelivery after a
- * restart is handled by stored offsets, not by this memory; the ids of events posted without Kafka
- * are recalled from storage at start (main.ts).
+ * restart is handled by stored offsets, not by this memory. What this process did not take in is
+ * recalled from storage: the ids of events posted without Kafka at start (main.ts), and those of a
+ * partition's events when an assignment brings it (kafka-consumer.ts).
  *
  * Two generations of half the capacity each: ids go into the current one; when it is full it becomes
  * the previous one and the oldest generation is dropped whole. That remembers between capacity/2 and

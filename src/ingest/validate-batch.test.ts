@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { REQUEST_EVENT_COLUMNS, tsvText } from '../store/event-store.ts';
+import { REQUEST_EVENT_COLUMNS, storableEventTimes, tsvText } from '../store/event-store.ts';
 import { prng } from '../../test/support/random.ts';
 import { RecentEventIds } from './recent-event-ids.ts';
 import { validateBatch, type RawBatch } from './validate-batch.ts';
@@ -66,6 +66,26 @@ describe('validateBatch', () => {
     expect(firstRow).toHaveLength(REQUEST_EVENT_COLUMNS.length);
     expect(firstRow[REQUEST_EVENT_COLUMNS.indexOf('user_agent')]).toBe(tsvText(userAgent));
     expect(firstRow[REQUEST_EVENT_COLUMNS.indexOf('source_offset')]).toBe('100');
+  });
+});
+
+describe('validateBatch and event times', () => {
+  it('rejects, naming the timestamp, an event older than EVENTS_TTL_DAYS as of the batch, which storage would drop at insert while the rollup counts it', () => {
+    const times = storableEventTimes(30);
+    const dayMs = 86_400_000;
+    // Validated 29 days after the events: all taken. 31 days after: the first is older than the raw events are kept.
+    const batch = () => batchOf([event(0), event(1)]);
+    const early = validateBatch(batch(), new RecentEventIds(100), times, T0 + 29 * dayMs);
+    expect({ rows: early.rowCount, rejections: early.rejections.length }).toEqual({ rows: 2, rejections: 0 });
+    const late = validateBatch(batch(), new RecentEventIds(100), times, T0 + 30 * dayMs + 1);
+    expect(late.rowCount).toBe(1);
+    expect(late.rejections.map(({ index, rejection }) => ({ index, reason: rejection.reason, errors: rejection.errors }))).toEqual([
+      {
+        index: 0,
+        reason: 'validation_failed',
+        errors: [{ path: ['timestamp'], message: expect.stringContaining('older than the raw events are kept (EVENTS_TTL_DAYS=30)') }],
+      },
+    ]);
   });
 });
 

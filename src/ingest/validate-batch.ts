@@ -4,7 +4,7 @@
  * thread (analysis-thread-main.ts).
  */
 import { isAscii } from 'node:buffer';
-import { parseRequestEventText, type Rejection, type RequestEvent, type TimeRange } from '../events/request-event.ts';
+import { EVENT_TIME_RANGE, parseRequestEventText, timesAsOf, type Rejection, type RequestEvent, type TimeRange } from '../events/request-event.ts';
 import { serializeEventRow } from '../store/event-store.ts';
 import type { RecentEventIds } from './recent-event-ids.ts';
 import { RowBuffer } from './row-buffer.ts';
@@ -46,8 +46,12 @@ export interface ValidatedBatch {
 
 const decoder = new TextDecoder();
 
-/** `times`: the event times storage holds (storableEventTimes); others are rejected. */
-export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times?: TimeRange): ValidatedBatch {
+/**
+ * `times`: the event times storage holds (storableEventTimes); others are rejected. Its bound that
+ * moves with the clock (events older than the raw events are kept) is taken as of `now`, once a batch.
+ */
+export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times: TimeRange = EVENT_TIME_RANGE, now = Date.now()): ValidatedBatch {
+  const storable = timesAsOf(times, now);
   const rows = new RowBuffer(Math.max(1024, batch.values.length * 2));
   const rejections: ValidatedBatch['rejections'] = [];
   const events: RequestEvent[] = [];
@@ -57,7 +61,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times?
   for (let index = 0; index < batch.ends.length; index++) {
     const end = batch.ends[index]!;
     const messageText = text(start, end);
-    const result = parseRequestEventText(messageText, times);
+    const result = parseRequestEventText(messageText, storable);
     start = end;
     if (!result.ok) {
       rejections.push({ index, rejection: result.rejection, text: messageText, offset: String(batch.offsets[index]), timestamp: String(batch.timestamps[index]) });

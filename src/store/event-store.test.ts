@@ -73,6 +73,11 @@ describe('storableEventTimes', () => {
     expect(times).toMatchObject({ min: EVENT_TIME_RANGE.min, max: latest });
     expect(times.why === undefined).toBe(latest === EVENT_TIME_RANGE.max);
   });
+
+  it.each([1, 30, 3650])('with EVENTS_TTL_DAYS=%i holds no event dated before the clock minus the days: its raw row would be dropped at insert', (days) => {
+    const times = storableEventTimes(days);
+    expect(times).toMatchObject({ maxAgeMs: days * 86_400_000, minWhy: expect.stringContaining(`older than the raw events are kept (EVENTS_TTL_DAYS=${days})`) });
+  });
 });
 
 describe('EventStore.insertRows', () => {

@@ -57,11 +57,18 @@ const DATETIME_MAX_SECOND = 2 ** 32 - 1;
  * (001_request_events.sql), would pass the end of DateTime (above 2228 days for 2100). Such a TTL
  * wraps into the past: the engine drops the row as expired at insert while the rollup counts it,
  * so validation refuses those times. (The rollup's, minute + 400 days, fits up to 2105.)
+ * For the same reason it starts `eventsTtlDays` before the clock (maxAgeMs, applied by timesAsOf):
+ * an older event's row has expired already, so the engine drops it at insert while the rollup counts
+ * it, and every guard against storing a redelivery twice, which reads raw rows, would miss it.
  */
 export function storableEventTimes(eventsTtlDays: number): TimeRange {
+  const kept = {
+    maxAgeMs: eventsTtlDays * 86_400_000,
+    minWhy: `an earlier event is older than the raw events are kept (EVENTS_TTL_DAYS=${eventsTtlDays}), and would be counted in metrics but not stored`,
+  };
   const latest = (DATETIME_MAX_SECOND - eventsTtlDays * 86_400) * 1000 + 999;
-  if (latest >= EVENT_TIME_RANGE.max) return EVENT_TIME_RANGE;
-  return { ...EVENT_TIME_RANGE, max: latest, why: `with EVENTS_TTL_DAYS=${eventsTtlDays}, a later event's retention would end past the last date storage holds (2106-02-07)` };
+  if (latest >= EVENT_TIME_RANGE.max) return { ...EVENT_TIME_RANGE, ...kept };
+  return { ...EVENT_TIME_RANGE, ...kept, max: latest, why: `with EVENTS_TTL_DAYS=${eventsTtlDays}, a later event's retention would end past the last date storage holds (2106-02-07)` };
 }
 
 /** ClickHouse DateTime64(3) text in UTC: 'YYYY-MM-DD hh:mm:ss.sss'. */

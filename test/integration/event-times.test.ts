@@ -4,12 +4,15 @@
  * past, and the engine drops the row as expired at insert while the rollup counts it (an event
  * dated 2099 with 10 years of retention, or any time an ISO string can write). Such an event must be
  * refused at validation, naming its timestamp: dead-lettered from Kafka, rejected over HTTP; intake
- * goes on, and every event accepted is stored, raw and in the rollup.
+ * goes on, and every event accepted is stored, raw and in the rollup. The same holds for an event
+ * dated more than EVENTS_TTL_DAYS ago, whose raw row has expired already: the engine would drop it at
+ * insert while the rollup counts it, and every guard against a redelivery (they read raw rows) would
+ * miss it, so it would be counted again each time it is delivered again.
  */
 import { describe, expect, it } from 'vitest';
 import { useEngines } from '../support/engines.ts';
 import { makeEvent } from '../support/events.ts';
-import { groupCaughtUp, readTopic } from '../support/kafka.ts';
+import { groupCaughtUp, produceAll, readTopic } from '../support/kafka.ts';
 import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const names = testNames('times');
@@ -77,5 +80,53 @@ describe('event times storage cannot hold', () => {
       { keys: `pk_live_${names.runId}_%` },
     );
     expect(rollup?.requests).toBe(4);
+  });
+
+  it('refuses an event older than EVENTS_TTL_DAYS over HTTP and from Kafka, delivered again or not, so the rollup counts only what is stored', async () => {
+    const { clickhouse, kafka } = engines;
+    const own = testNames('expired');
+    const config = testConfig({ brokers: engines.brokers, clickhouse, names: own, extra: { EVENTS_TTL_DAYS: '30' } });
+    const dated = (i: number, ageDays: number) => makeEvent(i, { runId: own.runId, startMs: Date.now() - ageDays * 86_400_000 });
+    // A backlog, a backfill or a producer whose clock is 40 days behind; and two events of today.
+    const old = Array.from({ length: 20 }, (_, i) => dated(i, 40));
+    const recent = [dated(20, 0), dated(21, 0)];
+    await produceAll(engines.producer, own.topic, [...old, ...recent].map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 100);
+    const first = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the first group commits past every message', 90_000);
+
+    const posted = [dated(30, 40), dated(31, 0)];
+    const response = await fetch(`${first.url}/v1/ingest/events`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify(posted),
+    });
+    expect(response.status).toBe(202);
+    const { data } = (await response.json()) as { data: { accepted: number; rejected: number; errors: { index: number; reason: string; details: unknown[] }[] } };
+    expect(data).toMatchObject({ accepted: 1, rejected: 1 });
+    expect(data.errors).toEqual([
+      { index: 0, eventId: posted[0]!.eventId, reason: 'validation_failed', details: [{ path: ['timestamp'], message: expect.stringContaining('older than the raw events are kept (EVENTS_TTL_DAYS=30)') }] },
+    ]);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the posted event is stored', 90_000);
+    await first.stop();
+
+    // A group reading from the beginning gets every message again (as a crash between store and commit would deliver them).
+    const replayGroup = `${own.groupId}.replay`;
+    const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse, names: { ...own, groupId: replayGroup }, extra: { EVENTS_TTL_DAYS: '30' } }));
+    await waitFor(() => groupCaughtUp(kafka, replayGroup, own.topic), 'the replay group reaches the end', 90_000);
+
+    // Dead-lettered by the first group; the replay group skips those below an offset stored since, and dead-letters the others again.
+    const deadLetters = (await readTopic(kafka, own.dlqTopic, old.length)).map((value) => JSON.parse(value));
+    expect(new Set(deadLetters.map((record) => JSON.parse(record.payload).eventId))).toEqual(new Set(old.map((event) => event.eventId)));
+    for (const record of deadLetters) {
+      expect(record.reason).toBe('validation_failed');
+      expect(record.errors).toEqual([{ path: ['timestamp'], message: expect.stringContaining('older than the raw events are kept (EVENTS_TTL_DAYS=30)') }]);
+    }
+    const [row] = await worker.clickhouse.queryRows<{ raw: number; rollup: number }>(
+      `SELECT (SELECT count() FROM ${clickhouse.database}.request_events WHERE api_key_id LIKE {keys:String}) AS raw,
+              (SELECT sum(requests) FROM ${clickhouse.database}.request_rollup_1m WHERE api_key_id LIKE {keys:String}) AS rollup`,
+      { keys: `pk_live_${own.runId}_%` },
+    );
+    // The three events of today, once each, raw and in the rollup; nothing of the old ones in either.
+    expect({ raw: Number(row!.raw), rollup: Number(row!.rollup) }).toEqual({ raw: 3, rollup: 3 });
   });
 });

@@ -245,7 +245,8 @@ describe.each([
       await waitFor(() => firstInsertBegun, 'the first insert has begun');
       // Posted while the first insert is under way: its rows wait for the next flush.
       const caughtAnswer = post(JSON.stringify([caught]));
-      await waitFor(async () => (await metricTotal(worker, 'security_center_buffered_rows')) === 1, 'the second post is buffered');
+      // The gauge counts the first post's row, in the insert under way, and the second's, waiting for the next.
+      await waitFor(async () => (await metricTotal(worker, 'security_center_buffered_rows')) === 2, 'the second post is buffered');
       failFirstInsert(); // an outage: both posts get 503, and their rows stay buffered
       expect((await beforeAnswer).status).toBe(503);
       expect((await caughtAnswer).status).toBe(503);
@@ -286,7 +287,8 @@ describe.each([
       await waitFor(() => insertBegun, 'the first insert has begun');
       expect((await fetch(`${slow.url}/ready`)).status).toBe(200);
       const waiting = postTo(52); // two more wait for the next flush: the buffer is at its limit
-      await waitFor(async () => (await metricTotal(slow, 'security_center_buffered_rows')) === 2, 'the second post is buffered');
+      // The gauge counts the two rows of the insert held and the two waiting for the next.
+      await waitFor(async () => (await metricTotal(slow, 'security_center_buffered_rows')) === 4, 'the second post is buffered');
       const notReady = await fetch(`${slow.url}/ready`);
       expect(notReady.status).toBe(503);
       expect(((await notReady.json()) as { reason: string }).reason).toContain('STORE_MAX_BUFFERED_ROWS');

@@ -1,11 +1,14 @@
 /** Schema migrations on the real ClickHouse engine: recorded, safe to run twice, TTL changes applied, data carried over. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseRequestEventValue } from '../../src/events/request-event.ts';
 import { createLogger } from '../../src/logger.ts';
 import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
-import { listMigrations, migrate } from '../../src/store/migrate.ts';
+import { EventStore, REQUEST_EVENT_COLUMNS, serializeEventRow } from '../../src/store/event-store.ts';
+import { listMigrations, migrate, renderMigration, splitStatements } from '../../src/store/migrate.ts';
 import { tablesIn, type Tables } from '../../src/store/tables.ts';
 import { AlertStore } from '../../src/store/alert-store.ts';
 import { makeAlert } from '../support/admin.ts';
+import { makeEvent } from '../support/events.ts';
 import { waitFor } from '../support/worker.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
 
@@ -38,6 +41,9 @@ describe('migrations', () => {
     expect(existing.map((row) => row.name)).toEqual(
       expect.arrayContaining(['alerts', 'alerts_by_time', 'request_events', 'request_rollup_1m', 'request_rollup_1m_mv', 'schema_migrations']),
     );
+    // A fresh install has no events: 012's backfill of key_networks_1d adds nothing.
+    const [networks] = await db.queryRows<{ rows: number }>(`SELECT count() AS rows FROM ${tables.keyNetworks1d}`);
+    expect(Number(networks!.rows)).toBe(0);
   });
 
   it('applies a changed EVENTS_TTL_DAYS to the existing table', async () => {
@@ -118,6 +124,56 @@ describe('migrations', () => {
     const after = new AlertStore(db, tables);
     expect(await after.get(alert.id, 'm_upgrade')).toMatchObject({ id: alert.id, title: alert.title, status: 'open' });
     expect(await after.list({ merchantId: 'm_upgrade' })).toHaveLength(1);
+  });
+
+  it('fills key_networks_1d from the events stored before 007 (012), so detection warms its memory of them, and adds nothing twice when run again', async () => {
+    // A worker of before 007: migrations 001-006 applied, and events of two days ago stored.
+    const tables = tablesIn(`${service.database}_before_007`);
+    const options = { tables, eventsTtlDays: 30 };
+    await db.command(`CREATE DATABASE IF NOT EXISTS ${tables.database}`);
+    await db.command(`CREATE TABLE IF NOT EXISTS ${tables.schemaMigrations} (version UInt32, name String, checksum String, applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = MergeTree ORDER BY version`);
+    const apply = async (versions: (version: number) => boolean) => {
+      for (const migration of listMigrations().filter((m) => versions(m.version))) {
+        for (const statement of splitStatements(renderMigration(migration.template, options))) await db.command(statement);
+        await db.command(`INSERT INTO ${tables.schemaMigrations} (version, name, checksum) VALUES ({v:UInt32}, {n:String}, {c:String})`, { v: migration.version, n: migration.name, c: migration.checksum });
+      }
+    };
+    await apply((version) => version <= 6);
+    const startMs = Date.now() - 2 * 86_400_000;
+    const insertEvents = async (events: Record<string, unknown>[]) => {
+      const lines = events.map((event, i) => {
+        const parsed = parseRequestEventValue(event);
+        if (!parsed.ok) throw new Error('fixture must be valid');
+        return `${serializeEventRow(parsed.event, { topic: 'api.request-metadata', partition: 0, offset: i })}\n`;
+      });
+      await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(lines.join('')), 'TabSeparated', {});
+    };
+    const before = Array.from({ length: 100 }, (_, i) => makeEvent(i, { runId: 'mig', startMs: startMs + i * 60_000 }));
+    await insertEvents(before);
+    await insertEvents(Array.from({ length: 10 }, (_, i) => makeEvent(i, { runId: 'mig_expired', startMs: Date.now() - 12 * 86_400_000 }))); // older than key_networks_1d keeps
+    // 007 applied by an earlier start, and the view then counted a second event in 20 of those groups (same key, network and day).
+    await apply((version) => version === 7);
+    await insertEvents(before.slice(0, 20).map((event) => ({ ...event, eventId: `${event.eventId}_again`, timestamp: new Date(Date.parse(String(event.timestamp)) + 1_000).toISOString() })));
+    const networks = async () => {
+      await db.command(`OPTIMIZE TABLE ${tables.keyNetworks1d} FINAL`);
+      const [row] = await db.queryRows<{ requests: number; rows: number }>(`SELECT sum(requests) AS requests, count() AS rows FROM ${tables.keyNetworks1d}`);
+      return { requests: Number(row!.requests), rows: Number(row!.rows) };
+    };
+    expect(await networks()).toEqual({ requests: 20, rows: 20 });
+
+    // The upgrade: the 100 events stored before 007 are added, the 20 the view counted are not added again.
+    expect(await migrate(db, options, logger)).toEqual(listMigrations().filter((m) => m.version > 7).map((m) => m.version));
+    expect(await networks()).toEqual({ requests: 120, rows: 100 });
+    const sightings: unknown[] = [];
+    await new EventStore(db, tables).networkSightings({ since: new Date(Date.now() - 7 * 86_400_000), topic: 'api.request-metadata', partition: 0 }, async (page) => void sightings.push(...page));
+    expect(sightings).toHaveLength(100);
+
+    // Events stored since go through the view; 012 run again (a crash before it was recorded) adds nothing, theirs or the earlier ones.
+    await insertEvents(Array.from({ length: 50 }, (_, i) => makeEvent(i, { runId: 'mig_after', startMs: Date.now() - 60 * 60_000 })));
+    expect(await networks()).toEqual({ requests: 170, rows: 150 });
+    await db.command(`ALTER TABLE ${tables.schemaMigrations} DELETE WHERE version = 12 SETTINGS mutations_sync = 1`);
+    expect(await migrate(db, options, logger)).toEqual([12]);
+    expect(await networks()).toEqual({ requests: 170, rows: 150 });
   });
 
   it('refuses to start when an applied migration has been edited', async () => {

@@ -4,7 +4,9 @@
  * split the partitions and store every event once between them; events stored without their views'
  * rows (a kill between the commits of one insert) are added to the views when redelivered; a
  * replica that loses partitions in a rebalance does not store the rows of them it still held, nor,
- * when its flush of them is being retried through a storage outage, the rows of that flush.
+ * when its flush of them is being retried through a storage outage, the rows of that flush; an
+ * eventId re-published after the replica that stored it restarted, or after its partition moved to
+ * another replica, is dropped as a repeat, not counted twice by the rollup.
  */
 import { describe, expect, it } from 'vitest';
 import type { Worker } from '../../src/main.ts';
@@ -79,6 +81,44 @@ describe('redelivery and replicas', () => {
     const totals = await worker.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) });
     expect(totals.requests).toBe(5_000);
   });
+  it('drops an eventId re-published after the replica that stored it restarted, or after its partition moved, and counts it once in the rollup', async () => {
+    const own = testNames('republish');
+    const startMs = Date.now() - 10 * 60_000;
+    const events = Array.from({ length: 200 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 50 }));
+    const messages = events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) }));
+    const republished = messages.slice(0, 50); // one event of each key, so of every partition the keys fall on
+    const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own });
+
+    const first = await engines.startWorker(config);
+    await produceAll(engines.producer, own.topic, messages, 200);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the first worker stores the events', 90_000);
+    // Within one process, the memory of recent eventIds drops the re-publish.
+    await produceAll(engines.producer, own.topic, republished, 200);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the first worker drops the repeats', 90_000);
+    expect(await metricTotal(first, 'security_center_events_duplicate_total')).toBe(50);
+    await first.stop();
+
+    // A deploy: the replica restarts, and the fleet (or a client's retry of a post) re-publishes the same events.
+    const second = await engines.startWorker(config);
+    await produceAll(engines.producer, own.topic, republished, 200);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the restarted worker consumes the re-publish', 90_000);
+    expect(await metricTotal(second, 'security_center_events_duplicate_total')).toBe(50);
+
+    // A rebalance: a second replica takes partitions over from the first, and the events are re-published once more.
+    const third = await engines.startWorker(config);
+    await waitForPartitionsSplit([second, third]);
+    await produceAll(engines.producer, own.topic, republished, 200);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'both replicas consume the re-publish', 90_000);
+    const duplicates = await Promise.all([second, third].map((worker) => metricTotal(worker, 'security_center_events_duplicate_total')));
+    expect(duplicates[1]).toBeGreaterThan(0); // the partitions it took over had events re-published
+    expect(duplicates[0]! + duplicates[1]!).toBe(100);
+
+    expect(await countRows(second, own.topic)).toMatchObject({ ids: 200 });
+    // What GET /admin/anomaly/metrics shows as totalRequests: every event once.
+    const totals = await second.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(Date.now() + 60_000) });
+    expect(totals.requests).toBe(200);
+  });
+
   it('adds to the views the events a killed replica stored without their view rows', async () => {
     // ClickHouse commits an insert's raw rows and each view's rows separately. A kill in between is
     // forced here by detaching the views while the second half is stored, and then rewinding the

@@ -180,7 +180,9 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       summary: 'Move an alert through its lifecycle',
       description:
         'open -> acknowledged -> resolved; open or acknowledged -> dismissed (needs a note: a false positive, ' +
-        'which silences the same pattern for a while). Any other move is 409 INVALID_TRANSITION. ' +
+        'which silences the same pattern for a while). Any other move is 409 INVALID_TRANSITION, and so is a move that ' +
+        'lost to a conflicting change of the same alert made at the same time (through another replica): of two changes ' +
+        'decided on the same stored alert, the first stored stands. ' +
         'Every change is recorded in the alert history with the caller and the note. The same move sent again by ' +
         'the same caller while it is the latest (a retry after a lost answer or a 503) answers 200 with the alert and is not recorded twice.',
       changes: true,

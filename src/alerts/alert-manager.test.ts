@@ -236,6 +236,51 @@ describe('AlertManager across replicas', () => {
     expect(next).toMatchObject({ change: 'updated', alert: { id: 'from-previous-owner', occurrences: 2 } });
   });
 
+  it('reopens a resolution made elsewhere when it hears of it after counting a recurrence as a repeat', () => {
+    const { alerts, advance } = manager();
+    const created = alerts.apply('m_1', rule, finding('high')).alert!;
+    // Another replica: acknowledged, then resolved at T0 + 1 s; this replica (the key's owner) has not synced.
+    const acknowledged = changeStatus(created, 'acknowledged', 'alice', undefined, T0 + 500);
+    if (!acknowledged.ok) throw new Error('refused');
+    const resolved = changeStatus(acknowledged.alert, 'resolved', 'alice', 'key rotated', T0 + 1_000);
+    if (!resolved.ok) throw new Error('refused');
+    // The attack comes back at T0 + 2 s: an escalation of the alert it thinks open.
+    advance(2_000);
+    expect(alerts.apply('m_1', rule, finding('critical', T0 + 2_000)).change).toBe('escalated');
+    // Its read of the others' alerts brings the resolution: the pattern recurred after it.
+    advance(1_000);
+    const merged = alerts.sync(resolved.alert);
+    expect(merged).toMatchObject({ status: 'open', severity: 'critical', lastSeenAt: new Date(T0 + 2_000).toISOString(), occurrences: 1 });
+    expect(merged.history.map((entry) => `${entry.actor}:${entry.from}->${entry.to}`)).toEqual([
+      'system:null->open',
+      'alice:open->acknowledged',
+      'alice:acknowledged->resolved',
+      'system:resolved->open',
+    ]);
+    expect(merged.history.at(-1)!.at > resolved.alert.history.at(-1)!.at).toBe(true);
+    // Read again, the resolved copy changes nothing: one reopen.
+    expect(alerts.sync(resolved.alert)).toEqual(merged);
+    expect(alerts.current(resolved.alert)).toEqual(merged);
+  });
+
+  it('does not reopen a resolution made elsewhere for evidence counted before it, nor for what the resolution knew', () => {
+    const { alerts, advance } = manager();
+    const created = alerts.apply('m_1', rule, finding('high')).alert!;
+    advance(500);
+    alerts.apply('m_1', rule, finding('high', T0 + 500)); // a repeat the resolving replica has not seen
+    const acknowledged = changeStatus(created, 'acknowledged', 'alice', undefined, T0 + 1_000);
+    if (!acknowledged.ok) throw new Error('refused');
+    const resolved = changeStatus(acknowledged.alert, 'resolved', 'alice', undefined, T0 + 2_000);
+    if (!resolved.ok) throw new Error('refused');
+    advance(2_000);
+    expect(alerts.sync(resolved.alert)).toMatchObject({ status: 'resolved', occurrences: 2 });
+    // A copy that knows the resolution, with evidence after it (its lastSeenAt came with the resolving copy), neither.
+    const other = manager();
+    const seen = { ...resolved.alert, lastSeenAt: new Date(T0 + 3_000).toISOString() };
+    other.alerts.sync(seen);
+    expect(other.alerts.sync(seen).status).toBe('resolved');
+  });
+
   it('keeps the later of two alerts for one key when their ids differ', () => {
     const { alerts } = manager();
     const older = alerts.apply('m_1', rule, finding('medium')).alert!;

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
-import { higherSeverity, latestEntry, mergeLifecycle, riskScore, severityRank, stampAfter, type Alert } from './alert.ts';
+import { episode, higherSeverity, latestEntry, mergeCopies, riskScore, severityRank, stampAfter, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
 import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
@@ -39,15 +39,11 @@ export function dedupKey(merchantId: string, type: string, scope: string): strin
   return `${merchantId}\u0000${type}\u0000${scope}`;
 }
 
-/** Two copies of one alert: the detection fields of the newer, the lifecycle of both. */
-function bothCopies(a: Alert, b: Alert): Alert {
-  const [newer, older] = a.updatedAt >= b.updatedAt ? [a, b] : [b, a];
-  return mergeLifecycle(newer, older);
-}
-
 export class AlertManager {
   /** The latest alert per dedup key (any status). */
   private readonly byKey = new Map<string, Alert>();
+  /** Alerts (by id) whose status change this replica is writing, and the status it moves them to. */
+  private readonly changing = new Map<string, AlertStatus>();
   private readonly now: () => number;
   private readonly newId: () => string;
 
@@ -81,15 +77,16 @@ export class AlertManager {
 
   /**
    * Learns a stored alert, which another replica may have written, or an admin's change once stored
-   * (so dedup sees dismissals and resolutions): an alert known here gets the
-   * lifecycle of both copies (an admin's dismissal made elsewhere silences its key here too); of two
-   * alerts for one dedup key, the later wins. Returns the alert the key now has.
+   * (so dedup sees dismissals and resolutions): an alert known here gets the lifecycle and the
+   * detection fields of both copies (merge: an admin's dismissal made elsewhere silences its key here
+   * too, and a copy made before our escalation does not lower it); of two alerts for one dedup key,
+   * the later wins. Returns the alert the key now has.
    */
   sync(stored: Alert): Alert {
     const key = dedupKey(stored.merchantId, stored.type, stored.scope);
     const known = this.byKey.get(key);
     let next = stored;
-    if (known?.id === stored.id) next = bothCopies(known, stored);
+    if (known?.id === stored.id) next = this.bothCopies(known, stored);
     else if (known && known.updatedAt > stored.updatedAt) next = known;
     this.byKey.set(key, next);
     return next;
@@ -102,7 +99,68 @@ export class AlertManager {
    */
   current(stored: Alert): Alert {
     const known = this.byKey.get(dedupKey(stored.merchantId, stored.type, stored.scope));
-    return known?.id === stored.id ? bothCopies(known, stored) : stored;
+    return known?.id === stored.id ? this.bothCopies(known, stored) : stored;
+  }
+
+  /**
+   * A change of ours that lost to a conflicting one stored through another replica (the stored copy
+   * holds the other move out of the same status): the stored lifecycle is taken, and our entry
+   * forgotten, so that no later write of ours brings it back (the history would show two moves out
+   * of one status). The detection fields of both copies stay. Returns the alert the key now has.
+   */
+  adoptLifecycle(stored: Alert, lost: HistoryEntry): Alert {
+    const key = dedupKey(stored.merchantId, stored.type, stored.scope);
+    const known = this.byKey.get(key);
+    if (known?.id !== stored.id) return this.sync(stored);
+    const next = this.merge(withoutEntry(known, lost), stored);
+    this.byKey.set(key, next);
+    return next;
+  }
+
+  /**
+   * One alert as two copies have it, made one (mergeCopies: the detection fields and the lifecycle of
+   * both, `ours` winning ties). A copy resolved while the other, not knowing of the resolution, counted
+   * evidence seen after it (the key's owner applies findings as repeats of the open alert until it
+   * hears of a resolution made through another replica) is a recurrence, as apply() would have found
+   * it: the alert is reopened (the system's entry, stamped after the resolution), its occurrences
+   * those the resolution did not know of.
+   */
+  merge(ours: Alert, theirs: Alert): Alert {
+    const merged = mergeCopies(ours, theirs);
+    const resolution = merged.status === 'resolved' ? latestEntry(merged) : undefined;
+    if (!resolution) return merged;
+    const knows = (copy: Alert) => copy.history.some((entry) => entry.at === resolution.at && entry.actor === resolution.actor && entry.to === resolution.to);
+    const [resolver, unaware] = knows(ours) ? [ours, theirs] : [theirs, ours];
+    if (knows(unaware) || episode(unaware) !== episode(resolver)) return merged;
+    if (unaware.lastSeenAt <= resolver.lastSeenAt || Date.parse(unaware.lastSeenAt) <= Date.parse(resolution.at)) return merged;
+    const at = stampAfter(resolution.at, this.now());
+    return this.withInsights({
+      ...merged,
+      status: 'open',
+      occurrences: Math.max(1, unaware.occurrences - resolver.occurrences),
+      updatedAt: stampAfter(merged.updatedAt, Date.parse(at)),
+      history: [...merged.history, { at, actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }],
+    });
+  }
+
+  /**
+   * A status change this replica is writing: until it ends (changeDone), a dismissal already silences
+   * the key here, as it will once stored (a finding meanwhile must not notify on-call of an alert
+   * being dismissed).
+   */
+  changeStarted(alertId: string, to: AlertStatus): void {
+    this.changing.set(alertId, to);
+  }
+
+  /** The status change is stored and learned (sync), or failed or lost: see changeStarted. */
+  changeDone(alertId: string): void {
+    this.changing.delete(alertId);
+  }
+
+  /** Two copies of one alert (see merge); of two copies alike, the newer's. */
+  private bothCopies(a: Alert, b: Alert): Alert {
+    const [newer, older] = a.updatedAt >= b.updatedAt ? [a, b] : [b, a];
+    return this.merge(newer, older);
   }
 
   apply(merchantId: string, rule: RuleInfo, finding: Finding): { alert: Alert | undefined; change: AlertChange } {
@@ -115,6 +173,7 @@ export class AlertManager {
     // until it leaves the window (and again after a warm-up). It is not a repeat, nor a recurrence of
     // a resolved or dismissed pattern: only evidence seen after the alert's last sighting (or after
     // the admin's resolution or dismissal) counts.
+    if (existing && this.changing.get(existing.id) === 'dismissed') return { alert: undefined, change: 'suppressed' };
     if (existing?.status === 'dismissed') {
       const dismissedAt = Date.parse(existing.updatedAt);
       if (now - dismissedAt < this.options.suppressionMs) return { alert: undefined, change: 'suppressed' };

@@ -341,7 +341,7 @@ describe('AlertService status changes and failed or slow writes', () => {
     await alerts.stop();
   });
 
-  it('writes a change again with the repeat detection has counted here meanwhile', async () => {
+  it('writes a change again with the repeat detection has counted here meanwhile, and the other copy\'s counters', async () => {
     const open = testAlert(T0);
     const { rows, store } = memoryStore(open);
     const alerts = await newService(store);
@@ -351,7 +351,9 @@ describe('AlertService status changes and failed or slow writes', () => {
     // A repeat counted here, due to be written in 5 s.
     alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: open.type, finding: makeFinding('critical', Date.now(), open.scope) }], ruleErrors: [] });
     await vi.advanceTimersByTimeAsync(1_200); // the read-back finds the change missing and writes it again at once
-    expect(rows.get(open.id)).toMatchObject({ status: 'acknowledged', occurrences: open.occurrences + 1 });
+    // The repeat here is no escalation (the alert is critical); of the two copies' counts, the higher
+    // (mergeDetection: increments on two replicas cannot be told apart, and a count never goes back).
+    expect(rows.get(open.id)).toMatchObject({ status: 'acknowledged', severity: 'critical', occurrences: 5 });
     await alerts.stop();
   });
 
@@ -417,5 +419,138 @@ describe('AlertService memory of closed alerts', () => {
     } finally {
       await alerts.stop();
     }
+  });
+});
+
+/** An open high velocity_attack alert of pk_live_a, created at T0 (its rule's findings update it). */
+const velocity = () => testAlert(T0, { type: 'velocity_attack', ruleId: 'velocity_attack', severity: 'high', riskScore: 0.8, recommendedAction: 'rate_limit' });
+
+/** A started service over `store`, on the (fake) clock. */
+async function started(store: AlertStore, onCritical?: AlertServiceHooks['onCritical']) {
+  const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => Date.now() }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), { onCritical });
+  await alerts.start();
+  return alerts;
+}
+
+describe('AlertService while a status change is written, or after it lost', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ now: T0 });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+  const detected = (alerts: AlertService, severity: Severity) =>
+    alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: makeFinding(severity, Date.now(), 'pk_live_a') }], ruleErrors: [] });
+
+  it('silences the key of an alert being dismissed: an escalation meanwhile notifies no one and is not stored', async () => {
+    const open = velocity();
+    const { rows, store, writes, releaseOne } = memoryStore(open);
+    const notified: string[] = [];
+    const alerts = await started(store, (alert, change) => notified.push(`${alert.id}:${change}`));
+    writes.holding = true;
+    const dismissing = alerts.changeStatus(open.id, 'm_1', { to: 'dismissed', actor: 'alice', note: 'our own load test' });
+    await vi.advanceTimersByTimeAsync(0);
+    // The dismissal is decided and being written; detection escalates the alert meanwhile.
+    await vi.advanceTimersByTimeAsync(5);
+    detected(alerts, 'critical');
+    writes.holding = false;
+    await releaseOne();
+    expect((await dismissing)?.ok).toBe(true);
+    await alerts.flush();
+    expect({ status: rows.get(open.id)?.status, severity: rows.get(open.id)?.severity, notified }).toEqual({ status: 'dismissed', severity: 'high', notified: [] });
+    await alerts.stop();
+  });
+
+  it('forgets a dismissal whose write failed: the next finding is counted, and notified when critical', async () => {
+    const open = velocity();
+    const { rows, store, writes } = memoryStore(open);
+    const notified: string[] = [];
+    const alerts = await started(store, (alert, change) => notified.push(`${alert.id}:${change}`));
+    writes.failing = true;
+    await expect(alerts.changeStatus(open.id, 'm_1', { to: 'dismissed', actor: 'alice', note: 'our own load test' })).rejects.toThrow('storage is down');
+    writes.failing = false;
+    await vi.advanceTimersByTimeAsync(5);
+    detected(alerts, 'critical');
+    await alerts.flush();
+    expect({ status: rows.get(open.id)?.status, severity: rows.get(open.id)?.severity, notified }).toEqual({ status: 'open', severity: 'critical', notified: [`${open.id}:escalated`] });
+    await alerts.stop();
+  });
+
+  it('forgets a change answered as made once a conflicting one stands instead: no later write of its own brings it back', async () => {
+    const open = velocity();
+    const { rows, store } = memoryStore(open);
+    const alerts = await started(store);
+    expect(await alerts.changeStatus(open.id, 'm_1', { to: 'dismissed', actor: 'alice', note: 'our load test' })).toMatchObject({ ok: true });
+    // A stale write lands over alice's dismissal, and bob acknowledges the alert through another replica, decided on that copy.
+    await vi.advanceTimersByTimeAsync(5);
+    const bob = changeStatus(open, 'acknowledged', 'bob', undefined, Date.now());
+    if (!bob.ok) throw new Error('refused');
+    rows.set(open.id, bob.alert);
+    await vi.advanceTimersByTimeAsync(2_100); // the read-back finds alice's dismissal lost to bob's move
+    // Detection here counts a repeat of the attack (the key is not silenced here) and writes it.
+    detected(alerts, 'high');
+    await alerts.flush();
+    const stored = rows.get(open.id)!;
+    expect(stored.history.map((entry) => `${entry.actor}:${entry.from}->${entry.to}`)).toEqual(['system:null->open', 'bob:open->acknowledged']);
+    expect(stored).toMatchObject({ status: 'acknowledged', occurrences: 2 });
+    await alerts.stop();
+  });
+});
+
+describe('AlertService reading the other replicas\' alerts', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ now: T0 });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+  /** A started service over a store whose every alert counts as written by another replica since the last read. */
+  const replica = async (...alerts: Alert[]) => {
+    const storage = memoryStore(...alerts);
+    storage.store.changedSince = async () => [...storage.rows.values()];
+    return { ...storage, service: await started(storage.store) };
+  };
+
+  it('writes what it knows over a stored copy a stale write weakened, with no finding to update the alert', async () => {
+    const escalated = { ...velocity(), severity: 'critical', riskScore: 0.95, recommendedAction: 'block', occurrences: 4, lastSeenAt: new Date(T0 + 4_000).toISOString() } as const;
+    const { rows, service, writes } = await replica(escalated);
+    // Another replica's write made from an older copy (a key's previous owner, say) lands over it.
+    const stale = { ...velocity(), occurrences: 2, lastSeenAt: new Date(T0 + 2_000).toISOString(), updatedAt: new Date(T0 + 5_000).toISOString() };
+    rows.set(stale.id, stale);
+    await vi.advanceTimersByTimeAsync(1_000);
+    const written = writes.count;
+    await service.syncWithStore();
+    await vi.advanceTimersByTimeAsync(100);
+    expect(writes.count).toBe(written + 1);
+    expect(rows.get(stale.id)).toMatchObject({ severity: 'critical', riskScore: 0.95, recommendedAction: 'block', occurrences: 4, lastSeenAt: escalated.lastSeenAt });
+    // Stored as known: the next read writes nothing.
+    await service.syncWithStore();
+    await vi.advanceTimersByTimeAsync(100);
+    expect(writes.count).toBe(written + 1);
+    await service.stop();
+  });
+
+  it('writes the alert reopened when it counted a recurrence before it heard of a resolution made elsewhere', async () => {
+    const open = velocity();
+    const { rows, service } = await replica(open);
+    // Acknowledged and resolved through another replica at T0 + 1 s.
+    const acknowledged = changeStatus(open, 'acknowledged', 'alice', undefined, T0 + 500);
+    if (!acknowledged.ok) throw new Error('refused');
+    const resolved = changeStatus(acknowledged.alert, 'resolved', 'alice', 'key rotated', T0 + 1_000);
+    if (!resolved.ok) throw new Error('refused');
+    rows.set(open.id, resolved.alert);
+    // The attack comes back at T0 + 2 s; this replica (the key's owner) thinks the alert open: a repeat, written within 5 s.
+    await vi.advanceTimersByTimeAsync(2_000);
+    service.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: makeFinding('high', Date.now(), 'pk_live_a') }], ruleErrors: [] });
+    await vi.advanceTimersByTimeAsync(10_000); // its read of the others' alerts, and its write
+    const stored = rows.get(open.id)!;
+    expect(stored).toMatchObject({ status: 'open', lastSeenAt: new Date(T0 + 2_000).toISOString() });
+    expect(stored.history.map((entry) => `${entry.actor}:${entry.from}->${entry.to}`)).toEqual([
+      'system:null->open',
+      'alice:open->acknowledged',
+      'alice:acknowledged->resolved',
+      'system:resolved->open',
+    ]);
+    await service.stop();
   });
 });

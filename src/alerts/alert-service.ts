@@ -7,17 +7,22 @@
  * reported (the admin sees it fail, and the change is not made behind their back).
  *
  * Several replicas share the alerts: an admin's change may be made on any of them, while the alert
- * is updated by the replica that owns its key. So every write first merges the stored copy's
- * lifecycle (mergeLifecycle: a status set elsewhere is never written back over), and every few
- * seconds each replica learns what the others wrote (a dismissal silences the key everywhere), and
- * again before it judges a partition a rebalance brought it (an alert created before the rebalance
- * is continued, not duplicated, by the key's new owner).
+ * is updated by the replica that owns its key (and, around a rebalance, by its previous owner too).
+ * So every write first merges the stored copy (AlertManager.merge: its lifecycle, so a status set
+ * elsewhere is never written back over, and its detection fields, so a severity, a count or a
+ * lastSeenAt is never lowered by a copy that did not know them), and every few seconds each replica
+ * learns what the others wrote (a dismissal silences the key everywhere; a stored copy weaker than
+ * what the replica knows is written again), and again before it judges a partition a rebalance
+ * brought it (an alert created before the rebalance is continued, not duplicated, by the key's new
+ * owner).
  *
  * Replicas' clocks differ by seconds, so no order is taken from them. Invariant: every write (a
  * detection update, an admin's change, the re-write of a change written over) is made from the
  * stored copy read just before it, and replaces that copy: its version is above the copy's
  * (AlertStore.save), and a change's history entry is stamped after the copy's entries (stampAfter).
- * What a clock says only orders writes made at the same time from the same copy.
+ * What a clock says only orders writes made at the same time from the same copy; of two admin's
+ * changes made from the same copy, the first stored stands (a compare-and-set: AlertStore.save with
+ * `decidedOn`), and the other is refused.
  */
 import { ENGINE_ERROR, type AnyRule, type EngineFinding } from '../detect/engine.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
@@ -25,7 +30,7 @@ import { HeldUntilOpen } from '../held-until-open.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { AlertStore, StoredAlert } from '../store/alert-store.ts';
-import { changeStatus, conflictingMove, isRepeatedChange, latestEntry, mergeLifecycle, type Alert, type AlertStatus, type HistoryEntry, type StatusChange } from './alert.ts';
+import { changeStatus, conflictingMove, isRepeatedChange, latestEntry, mergeCopies, mergeLifecycle, withoutEntry, type Alert, type AlertStatus, type HistoryEntry, type StatusChange } from './alert.ts';
 import type { AlertChange, AlertManager, RuleInfo } from './alert-manager.ts';
 
 export interface AlertServiceHooks {
@@ -112,8 +117,22 @@ export class AlertService {
   async syncWithStore(): Promise<void> {
     this.manager.forgetClosed();
     const startedAt = this.now();
-    for (const stored of await this.store.changedSince(new Date(this.syncedUpTo - SYNC_OVERLAP_MS))) this.manager.sync(stored);
+    for (const stored of await this.store.changedSince(new Date(this.syncedUpTo - SYNC_OVERLAP_MS))) {
+      const next = this.manager.sync(stored);
+      // The stored copy lacks what this replica knows: a write from an older copy landed over ours (a
+      // key's previous owner, an admin's change decided before our update), or the merge found a
+      // recurrence after a resolution made elsewhere (AlertManager.merge). Written, so the store is
+      // repaired even when no finding comes to update the alert.
+      if (next.id === stored.id && mergeCopies(stored, next) !== stored) this.repair(next);
+    }
     this.syncedUpTo = startedAt;
+  }
+
+  /** Queues a write of what this replica knows of an alert (an update already waiting keeps its time). */
+  private repair(alert: Alert): void {
+    const pending = this.unsaved.get(alert.id);
+    this.unsaved.set(alert.id, pending ? mergeCopies(alert, pending) : alert);
+    if (!pending) this.schedule(FLUSH_DELAY_MS);
   }
 
   /**
@@ -160,11 +179,13 @@ export class AlertService {
    * An admin's status change of one alert of a merchant (any merchant when undefined). It is decided
    * on the stored copy read just before the write, merged with ours (AlertManager.current: a status
    * change made through another replica counts), in this replica's queue of writes (so two changes
-   * of one alert here are decided one after the other). It is stored before it returns, and only
-   * then remembered for dedup (a dismissal silences the dedup key): a failed write rejects and leaves
-   * nothing behind, or was stored after all (its answer lost), so the caller's retry, the same move by
-   * the same actor, is accepted without recording it twice. Undefined when no such alert exists for
-   * that merchant.
+   * of one alert here are decided one after the other). It is written as a compare-and-set and read
+   * back (writeChange): it is answered made once it stands in storage, and refused (not_allowed) when
+   * a conflicting change decided on the same copy through another replica stood first. Only then is
+   * it remembered for dedup, though a dismissal silences the dedup key here while it is written. A
+   * failed write or read-back rejects and leaves nothing behind, or the change was stored after all
+   * (its answer lost), so the caller's retry, the same move by the same actor, is accepted without
+   * recording it twice. Undefined when no such alert exists for that merchant.
    */
   async changeStatus(
     id: string,
@@ -184,36 +205,80 @@ export class AlertService {
       }
       const outcome = changeStatus(current, change.to, change.actor, change.note, this.now());
       if (!outcome.ok) return outcome;
-      await this.store.save([outcome.alert], new Map([[id, stored.version]]));
-      // Another replica may have written a change of its own made from the same copy at the same time:
-      // the copy that stands (the highest version) decides. Read it back before answering; the change
-      // is stored, so a failed read is not a failed change (verifyLater reads it back again).
-      const [after] = await this.store.getMany([id]).catch(() => []);
-      const lost = after && this.lostTo(after, outcome.alert);
-      if (lost) {
-        this.logger.warn({ alertId: id, actor: change.actor, to: change.to, otherActor: lost.actor, otherTo: lost.to }, 'a status change lost to a conflicting one made at the same time through another replica; refused');
-        return { ok: false, reason: 'not_allowed' } as const;
+      // While it is written, a dismissal already silences the key here (no critical webhook for an
+      // alert being dismissed); forgotten if the write fails or loses.
+      this.manager.changeStarted(id, change.to);
+      try {
+        const { alert, lost } = await this.writeChange(outcome.alert, stored);
+        if (lost) {
+          this.logger.warn({ alertId: id, actor: change.actor, to: change.to, otherActor: lost.actor, otherTo: lost.to }, 'a status change lost to a conflicting one made at the same time through another replica; refused');
+          return { ok: false, reason: 'not_allowed' } as const;
+        }
+        // sync, not a plain set: detection may have updated our copy while the write was in progress.
+        this.manager.sync(alert);
+        this.verifyLater(alert);
+        this.logger.info({ alertId: id, merchantId: stored.alert.merchantId, actor: change.actor, to: change.to }, 'alert status changed');
+        return { ok: true, alert } as const;
+      } finally {
+        this.manager.changeDone(id);
       }
-      // sync, not a plain set: detection may have updated our copy while the write was in progress.
-      this.manager.sync(outcome.alert);
-      this.verifyLater(outcome.alert);
-      this.logger.info({ alertId: id, merchantId: stored.alert.merchantId, actor: change.actor, to: change.to }, 'alert status changed');
-      return outcome;
     });
   }
 
   /**
+   * Writes an admin's change decided on the stored copy `on`, as a compare-and-set (AlertStore.save
+   * with `decidedOn`), and reads the alert back before answering, as the copy that stands decides:
+   * - the change is there: made;
+   * - a conflicting move is there instead (another replica's change from the same status, which
+   *   landed first: ours was dropped by the table, or landed over a copy that lacked it): lost;
+   * - neither (a write without a conflicting move landed over the copy between our read and our
+   *   write, say the key's owner's escalation, and stands over ours): the change is made again at
+   *   once on the copy that stands, keeping its detection fields (mergeCopies), up to
+   *   MAX_VERIFICATIONS times; verifyLater goes on after that.
+   * Rejects when a write or a read fails: the change may or may not stand (the caller's retry tells).
+   */
+  private async writeChange(changed: Alert, on: StoredAlert): Promise<{ alert: Alert; lost?: HistoryEntry }> {
+    const entry = latestEntry(changed)!;
+    let ours = changed;
+    let base = on;
+    for (let attempt = 1; ; attempt++) {
+      await this.store.save([ours], new Map([[ours.id, base.version]]), { decidedOn: base.version });
+      const [after] = await this.store.getMany([ours.id]);
+      if (!after || mergeLifecycle(after.alert, ours) === after.alert) return { alert: ours };
+      const lost = this.lostTo(after, ours);
+      if (lost || attempt >= MAX_VERIFICATIONS) return { alert: ours, lost };
+      this.logger.warn({ alertId: ours.id, actor: entry.actor, to: entry.to }, 'a status change was written over by another replica before it was read back; writing it again');
+      ours = mergeCopies(after.alert, ours);
+      base = after;
+    }
+  }
+
+  /**
    * The conflicting change a change we stored lost to: one from the same status, made through another
-   * replica from the same copy at the same time (ClickHouse has no compare-and-set), which stands in
-   * the stored copy (the highest version) while ours is missing. Ours is then not written again (the
-   * history would hold two moves out of one status). Undefined when ours is stored, or was written
-   * over by a write without a conflicting move (the key's owner's): that is written again.
+   * replica (from the same copy, stored first: ours was dropped; or from a copy a racing write had
+   * left without ours), which stands in the stored copy (the highest version) while ours is missing.
+   * Ours is then forgotten here (forgetLost) and not written again (the history would hold two moves
+   * out of one status). Undefined when ours is stored, or was written over by a write without a
+   * conflicting move (the key's owner's): that is written again.
    */
   private lostTo(stored: StoredAlert, changed: Alert): HistoryEntry | undefined {
     if (mergeLifecycle(stored.alert, changed) === stored.alert) return undefined;
-    const theirs = conflictingMove(stored.alert, changed, latestEntry(changed)!);
-    if (theirs) this.manager.sync(stored.alert);
+    const ours = latestEntry(changed)!;
+    const theirs = conflictingMove(stored.alert, changed, ours);
+    if (theirs) this.forgetLost(stored.alert, ours);
     return theirs;
+  }
+
+  /**
+   * Our change `lost` lost to a conflicting one that stands in `stored`: this replica takes the stored
+   * lifecycle without our entry (AlertManager.adoptLifecycle), in memory and in an update waiting to
+   * be written, so that no later write of ours brings it back (two moves out of one status), and a
+   * lost dismissal does not silence the key here.
+   */
+  private forgetLost(stored: Alert, lost: HistoryEntry): void {
+    this.manager.adoptLifecycle(stored, lost);
+    const pending = this.unsaved.get(stored.id);
+    if (pending) this.unsaved.set(stored.id, mergeCopies(withoutEntry(pending, lost), stored));
   }
 
   /** Writes every unsaved alert; resolves when they are stored (or the write failed and is rescheduled). */
@@ -247,13 +312,14 @@ export class AlertService {
             );
             return;
           }
-          const merged = mergeLifecycle(stored.alert, changed);
-          if (merged === stored.alert) return;
+          if (mergeLifecycle(stored.alert, changed) === stored.alert) return;
+          const merged = mergeCopies(stored.alert, changed);
           this.logger.warn({ alertId: changed.id }, 'a status change was written over by another replica; writing it again');
           this.manager.sync(merged);
-          // Detection's update waiting to be written, if any, keeps its fields (it is newer).
+          // Detection's update waiting to be written, if any, is merged in (mergeCopies: neither copy's
+          // severity, counters or evidence are written back over).
           const pending = this.unsaved.get(changed.id);
-          this.unsaved.set(changed.id, pending ? mergeLifecycle(pending, merged) : merged);
+          this.unsaved.set(changed.id, pending ? mergeCopies(pending, merged) : merged);
           this.schedule(FLUSH_DELAY_MS);
           again('a status change keeps being written over');
         })
@@ -268,14 +334,15 @@ export class AlertService {
   }
 
   /**
-   * Our copies, each with the lifecycle of its stored copy merged in (see the contract above), and the
-   * versions of those stored copies, which the write replaces (AlertStore.save's `over`).
+   * Our copies, each with its stored copy merged in (AlertManager.merge: lifecycle and detection
+   * fields, see the contract above), and the versions of those stored copies, which the write
+   * replaces (AlertStore.save's `over`).
    */
   private async withStoredLifecycle(batch: readonly Alert[]): Promise<{ merged: Alert[]; over: Map<string, number> }> {
     const stored = new Map((await this.store.getMany(batch.map((alert) => alert.id))).map((theirs) => [theirs.alert.id, theirs]));
     const merged = batch.map((alert) => {
       const theirs = stored.get(alert.id);
-      return theirs ? mergeLifecycle(alert, theirs.alert) : alert;
+      return theirs ? this.manager.merge(alert, theirs.alert) : alert;
     });
     return { merged, over: new Map([...stored].map(([id, theirs]) => [id, theirs.version])) };
   }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SEVERITIES } from '../detect/types.ts';
-import { changeStatus, conflictingMove, higherSeverity, isAllowedTransition, isRepeatedChange, mergeLifecycle, riskScore, type Alert } from './alert.ts';
+import { changeStatus, conflictingMove, higherSeverity, isAllowedTransition, isRepeatedChange, mergeCopies, mergeDetection, mergeLifecycle, riskScore, withoutEntry, type Alert } from './alert.ts';
 
 describe('riskScore', () => {
   it.each([
@@ -49,29 +49,31 @@ describe('lifecycle', () => {
   });
 });
 
+/** An open high alert, as detection stored it. */
+const base: Alert = {
+  id: '6f1c1a8e-3a52-4a3e-9a4e-1d2f3b4c5d6e',
+  merchantId: 'm_1',
+  apiKeyId: 'pk_live_1',
+  type: 'velocity_attack',
+  scope: 'pk_live_1',
+  severity: 'high',
+  riskScore: 0.8,
+  recommendedAction: 'rate_limit',
+  status: 'open',
+  title: 't',
+  summary: 's',
+  evidence: {},
+  ruleId: 'velocity_attack',
+  ruleVersion: '1.0.0',
+  firstSeenAt: '2026-11-20T12:00:00.000Z',
+  lastSeenAt: '2026-11-20T12:05:00.000Z',
+  occurrences: 3,
+  createdAt: '2026-11-20T12:05:00.000Z',
+  updatedAt: '2026-11-20T12:06:00.000Z',
+  history: [{ at: '2026-11-20T12:05:00.000Z', actor: 'system', from: null, to: 'open', note: 'created by detection' }],
+};
+
 describe('changeStatus', () => {
-  const base: Alert = {
-    id: '6f1c1a8e-3a52-4a3e-9a4e-1d2f3b4c5d6e',
-    merchantId: 'm_1',
-    apiKeyId: 'pk_live_1',
-    type: 'velocity_attack',
-    scope: 'pk_live_1',
-    severity: 'high',
-    riskScore: 0.8,
-    recommendedAction: 'rate_limit',
-    status: 'open',
-    title: 't',
-    summary: 's',
-    evidence: {},
-    ruleId: 'velocity_attack',
-    ruleVersion: '1.0.0',
-    firstSeenAt: '2026-11-20T12:00:00.000Z',
-    lastSeenAt: '2026-11-20T12:05:00.000Z',
-    occurrences: 3,
-    createdAt: '2026-11-20T12:05:00.000Z',
-    updatedAt: '2026-11-20T12:06:00.000Z',
-    history: [{ at: '2026-11-20T12:05:00.000Z', actor: 'system', from: null, to: 'open', note: 'created by detection' }],
-  };
   const later = Date.parse('2026-11-20T13:00:00.000Z');
 
   it('records who moved the alert, when, from where to where, and why', () => {
@@ -190,5 +192,106 @@ describe('changeStatus', () => {
       expect(one.history).toEqual(other.history);
       expect(one.status).toBe(other.status);
     });
+  });
+});
+
+describe('mergeDetection (two replicas\' copies of one alert, their detection fields)', () => {
+  const high: Alert = { ...base, title: 'high title', summary: 'high summary', evidence: { observed: 300 } };
+  // The owner escalated its copy; another replica's copy (an admin's change) was made from an older one.
+  const escalated: Alert = {
+    ...high,
+    severity: 'critical',
+    riskScore: 0.95,
+    recommendedAction: 'block',
+    title: 'critical title',
+    summary: 'critical summary',
+    evidence: { observed: 900 },
+    aiInsights: ['900 requests a minute'],
+    lastSeenAt: '2026-11-20T12:07:00.000Z',
+    occurrences: 5,
+    updatedAt: '2026-11-20T12:07:00.000Z',
+  };
+  const acknowledged = changeStatus({ ...high, occurrences: 2, firstSeenAt: '2026-11-20T11:59:00.000Z' }, 'acknowledged', 'alice', undefined, Date.parse('2026-11-20T12:08:00.000Z'));
+  if (!acknowledged.ok) throw new Error('refused');
+  const stale = acknowledged.alert;
+
+  it('never lowers the severity: the higher one with what describes it, the highest counters, the earliest start', () => {
+    const merged = mergeCopies(stale, escalated);
+    const { severity, riskScore, recommendedAction, title, summary, evidence, aiInsights, lastSeenAt, occurrences } = escalated;
+    const described = { severity, riskScore, recommendedAction, title, summary, evidence, aiInsights, lastSeenAt, occurrences };
+    expect(merged).toEqual({ ...stale, ...described, firstSeenAt: '2026-11-20T11:59:00.000Z' });
+    // Either way round.
+    expect({ ...mergeCopies(escalated, stale), updatedAt: merged.updatedAt }).toEqual(merged);
+  });
+
+  it('keeps the risk score in the band of the severity kept', () => {
+    // A high copy's score at the top of its band never carries over to a critical one, nor the reverse.
+    const strongHigh: Alert = { ...high, riskScore: 0.899, occurrences: 9 };
+    const weakCritical: Alert = { ...escalated, riskScore: 0.9 };
+    expect(mergeDetection(strongHigh, weakCritical)).toMatchObject({ severity: 'critical', riskScore: 0.9, occurrences: 9 });
+    expect(mergeDetection(weakCritical, strongHigh)).toMatchObject({ severity: 'critical', riskScore: 0.9, occurrences: 9 });
+    // Of one severity, the higher score; a difference below the stored precision (Float32, 3 decimals) is none.
+    expect(mergeDetection(high, { ...high, riskScore: 0.85 }).riskScore).toBe(0.85);
+    expect(mergeDetection(high, { ...high, riskScore: 0.8000001 })).toBe(high);
+  });
+
+  it('of one severity, takes the description of the copy seen later', () => {
+    const later: Alert = { ...high, title: 'later', evidence: { observed: 400 }, lastSeenAt: '2026-11-20T12:06:00.000Z' };
+    expect(mergeDetection(high, later)).toMatchObject({ title: 'later', evidence: { observed: 400 }, lastSeenAt: later.lastSeenAt });
+    expect(mergeDetection(later, high)).toBe(later);
+  });
+
+  it('returns our copy itself when theirs adds nothing, and ignores a different alert', () => {
+    expect(mergeDetection(escalated, high)).toBe(escalated);
+    expect(mergeDetection(stale, { ...escalated, id: 'another' })).toBe(stale);
+    expect(mergeCopies(mergeCopies(stale, escalated), escalated)).toEqual(mergeCopies(stale, escalated));
+  });
+
+  it('does not bring an episode back after a reopen: the later episode\'s copy wins whole', () => {
+    const ack = changeStatus(escalated, 'acknowledged', 'alice', undefined, Date.parse('2026-11-20T12:10:00.000Z'));
+    if (!ack.ok) throw new Error('refused');
+    const resolved = changeStatus(ack.alert, 'resolved', 'alice', undefined, Date.parse('2026-11-20T12:11:00.000Z'));
+    if (!resolved.ok) throw new Error('refused');
+    // Reopened by a weaker recurrence, described by it alone.
+    const reopened: Alert = {
+      ...resolved.alert,
+      status: 'open',
+      severity: 'medium',
+      riskScore: 0.5,
+      recommendedAction: 'rate_limit',
+      title: 'medium title',
+      summary: 'medium summary',
+      evidence: { observed: 120 },
+      firstSeenAt: '2026-11-20T12:11:30.000Z',
+      lastSeenAt: '2026-11-20T12:12:00.000Z',
+      occurrences: 1,
+      updatedAt: '2026-11-20T12:12:00.000Z',
+      history: [...resolved.alert.history, { at: '2026-11-20T12:12:00.000Z', actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }],
+    };
+    delete reopened.aiInsights;
+    const description = (alert: Alert) => ({
+      severity: alert.severity,
+      riskScore: alert.riskScore,
+      recommendedAction: alert.recommendedAction,
+      title: alert.title,
+      evidence: alert.evidence,
+      firstSeenAt: alert.firstSeenAt,
+      lastSeenAt: alert.lastSeenAt,
+      occurrences: alert.occurrences,
+      insights: 'aiInsights' in alert,
+    });
+    // A copy from before the reopen, with its critical evidence, adds nothing to the reopened alert...
+    expect(mergeDetection(reopened, resolved.alert)).toBe(reopened);
+    expect(description(mergeCopies(reopened, escalated))).toEqual(description(reopened));
+    // ...and a copy from before it takes the reopened one's description whole.
+    const merged = mergeCopies(escalated, reopened);
+    expect(description(merged)).toEqual(description(reopened));
+    expect(merged.status).toBe('open');
+  });
+
+  it('forgets an entry (a change that lost): the status is then the latest remaining entry\'s', () => {
+    const entry = stale.history.at(-1)!;
+    expect(withoutEntry(stale, entry)).toMatchObject({ status: 'open', history: high.history });
+    expect(withoutEntry(high, entry)).toBe(high);
   });
 });

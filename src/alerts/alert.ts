@@ -135,8 +135,9 @@ export function isRepeatedChange(alert: Alert, to: AlertStatus, actor: string): 
 
 /**
  * A move made, unknown to `ours`, out of the status `entry` moved the alert out of: a conflicting
- * change made through another replica at the same time (ClickHouse has no compare-and-set, so both
- * can be decided on the same status). Undefined when there is none.
+ * change made through another replica at the same time (both decided on the same status: on the
+ * same stored copy, of which the compare-and-set keeps the first stored; or on a copy a racing write
+ * had left without the other). Undefined when there is none.
  */
 export function conflictingMove(stored: Alert, ours: Alert, entry: HistoryEntry): HistoryEntry | undefined {
   const known = new Set(ours.history.map(historyKey));
@@ -145,9 +146,10 @@ export function conflictingMove(stored: Alert, ours: Alert, entry: HistoryEntry)
 
 /**
  * One alert as two replicas have it: `ours` (the copy about to be written) and `theirs` (another
- * replica's, say with an admin's change). The result keeps our detection fields and the lifecycle of
- * both: the histories are merged (an entry is its time, actor and target status) and the status is
- * the target of the latest entry, so a change made on another replica is never written back over.
+ * replica's, say with an admin's change). The result keeps our detection fields (mergeDetection
+ * merges those) and the lifecycle of both: the histories are merged (an entry is its time, actor and
+ * target status) and the status is the target of the latest entry, so a change made on another
+ * replica is never written back over.
  * A change is stamped after the entries it was decided on (stampAfter), so the order of the entries
  * is the order of the changes whatever the replicas' clocks; ties are broken alike on every replica.
  * Returns `ours` itself when `theirs` adds nothing.
@@ -164,6 +166,88 @@ export function mergeLifecycle(ours: Alert, theirs: Alert): Alert {
     updatedAt: ours.updatedAt > theirs.updatedAt ? ours.updatedAt : theirs.updatedAt,
     history,
   };
+}
+
+/**
+ * How many times the alert was reopened (its resolved -> open entries): copies with the same count
+ * describe the same episode of the pattern; a reopen starts a new one, described by its own evidence.
+ */
+export function episode(alert: Alert): number {
+  let reopens = 0;
+  for (const entry of alert.history) if (entry.from === 'resolved' && entry.to === 'open') reopens++;
+  return reopens;
+}
+
+/**
+ * One alert as two replicas have it, for its detection fields (mergeLifecycle does its lifecycle):
+ * `ours` with what `theirs` knows that ours does not. Within one episode (see episode) neither copy
+ * is written back over: the higher severity with what describes it (title, summary, evidence,
+ * recommendedAction, ruleVersion, insights; of two copies of one severity, the one seen later), its
+ * highest riskScore (scores band by severity, so the score always fits the severity kept), the
+ * latest lastSeenAt, the most occurrences (increments counted on two replicas at once cannot be
+ * told apart, so they are not summed: the count never goes back, and may miss some) and the
+ * earliest firstSeenAt. A copy of a later episode gives all of its detection fields; one of an
+ * earlier episode, none (what was resolved does not come back). updatedAt is the later one's.
+ * Returns `ours` itself when `theirs` adds nothing.
+ */
+export function mergeDetection(ours: Alert, theirs: Alert): Alert {
+  if (ours.id !== theirs.id) return ours;
+  const [mine, other] = [episode(ours), episode(theirs)];
+  if (other < mine) return ours;
+  const detection = other > mine ? { ...detectionOf(theirs), riskScore: theirs.riskScore } : mergedDetection(ours, theirs);
+  const changed = (Object.keys(detection) as (keyof typeof detection)[]).some((field) => detection[field] !== ours[field]);
+  if (!changed) return ours;
+  const merged: Alert = { ...ours, ...detection, updatedAt: ours.updatedAt > theirs.updatedAt ? ours.updatedAt : theirs.updatedAt };
+  if (detection.aiInsights === undefined) delete merged.aiInsights;
+  return merged;
+}
+
+/** The fields that describe what was detected, as one copy has them. */
+function detectionOf(alert: Alert) {
+  return {
+    severity: alert.severity,
+    recommendedAction: alert.recommendedAction,
+    title: alert.title,
+    summary: alert.summary,
+    evidence: alert.evidence,
+    ruleVersion: alert.ruleVersion,
+    aiInsights: alert.aiInsights,
+    firstSeenAt: alert.firstSeenAt,
+    lastSeenAt: alert.lastSeenAt,
+    occurrences: alert.occurrences,
+  };
+}
+
+/** Two copies of one episode: see mergeDetection. */
+function mergedDetection(ours: Alert, theirs: Alert) {
+  const rank = severityRank(theirs.severity) - severityRank(ours.severity);
+  const describer = rank > 0 || (rank === 0 && theirs.lastSeenAt > ours.lastSeenAt) ? theirs : ours;
+  // Only a copy of the severity kept gives the score: each copy's score is in its severity's band.
+  // Scores are kept to 3 decimals, and stored as Float32: a smaller difference is none.
+  const riskScore = rank === 0 ? (theirs.riskScore > ours.riskScore + 0.0005 ? theirs.riskScore : ours.riskScore) : describer.riskScore;
+  return {
+    ...detectionOf(describer),
+    riskScore,
+    firstSeenAt: ours.firstSeenAt < theirs.firstSeenAt ? ours.firstSeenAt : theirs.firstSeenAt,
+    lastSeenAt: ours.lastSeenAt > theirs.lastSeenAt ? ours.lastSeenAt : theirs.lastSeenAt,
+    occurrences: Math.max(ours.occurrences, theirs.occurrences),
+  };
+}
+
+/**
+ * Two copies of one alert made one: the detection fields of both (mergeDetection), then the
+ * lifecycle of both (mergeLifecycle). Returns `ours` itself when `theirs` adds nothing.
+ */
+export function mergeCopies(ours: Alert, theirs: Alert): Alert {
+  return mergeLifecycle(mergeDetection(ours, theirs), theirs);
+}
+
+/** The alert without one entry of its history (a change that lost): its status is then its latest entry's. */
+export function withoutEntry(alert: Alert, lost: HistoryEntry): Alert {
+  const history = alert.history.filter((entry) => historyKey(entry) !== historyKey(lost));
+  if (history.length === alert.history.length) return alert;
+  const latest = history.reduce<HistoryEntry | undefined>((last, entry) => (last && compareEntries(last, entry) >= 0 ? last : entry), undefined);
+  return { ...alert, history, status: latest?.to ?? alert.status };
 }
 
 function historyKey(entry: HistoryEntry): string {

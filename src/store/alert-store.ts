@@ -131,37 +131,63 @@ export class AlertStore {
    * of the replicas that wrote the two (replicas' clocks differ by seconds; with the clock alone, a
    * replica whose clock is behind lost every write, an admin's change too, to one ahead). The clock
    * (in µs) is only a floor, which keeps versions growing across restarts. Two writes made from the
-   * same copy, at the same time, on two replicas still land in either order (no compare-and-set).
+   * same copy, at the same time, on two replicas still land in either order, except for an admin's
+   * change (`change`), which is a compare-and-set: see saveChange.
    */
-  async save(alerts: readonly Alert[], over?: ReadonlyMap<string, number>): Promise<void> {
+  async save(alerts: readonly Alert[], over?: ReadonlyMap<string, number>, change?: { decidedOn: number }): Promise<void> {
     if (alerts.length === 0) return;
-    const lines = alerts.map((alert) =>
-      JSON.stringify({
-        id: alert.id,
-        merchant_id: alert.merchantId,
-        api_key_id: alert.apiKeyId,
-        type: alert.type,
-        scope: alert.scope,
-        severity: alert.severity,
-        risk_score: alert.riskScore,
-        recommended_action: alert.recommendedAction,
-        status: alert.status,
-        title: alert.title,
-        summary: alert.summary,
-        evidence: JSON.stringify(alert.evidence),
-        rule_id: alert.ruleId,
-        rule_version: alert.ruleVersion,
-        first_seen_at: toClickHouseTime(Date.parse(alert.firstSeenAt)),
-        last_seen_at: toClickHouseTime(Date.parse(alert.lastSeenAt)),
-        occurrences: alert.occurrences,
-        created_at: toClickHouseTime(Date.parse(alert.createdAt)),
-        updated_at: toClickHouseTime(Date.parse(alert.updatedAt)),
-        history: JSON.stringify(alert.history),
-        ai_insights: alert.aiInsights ?? [],
-        version: (this.version = Math.max(this.version + 1, this.now() * 1000, (over?.get(alert.id) ?? 0) + 1)),
-      }),
-    );
+    if (change) return this.saveChange(alerts, change.decidedOn);
+    const lines = alerts.map((alert) => this.line(alert, (this.version = Math.max(this.version + 1, this.now() * 1000, (over?.get(alert.id) ?? 0) + 1))));
     await this.db.insert(this.tables.alerts, COLUMNS, Buffer.from(`${lines.join('\n')}\n`), 'JSONEachRow');
+  }
+
+  /**
+   * An admin's change of one alert, decided on its stored copy of version `decidedOn`: it stands only
+   * if no other change decided on that copy was stored before it, and no other write landed over that
+   * copy since it was read. Its insert carries the insert_deduplication_token
+   * `status:<id>:<decidedOn>`, and the table keeps the tokens of its latest blocks
+   * (non_replicated_deduplication_window, migration 013; a replicated table keeps them in Keeper), so
+   * of two changes decided on the same copy the one that lands second is dropped, whenever it lands,
+   * though its insert succeeds. Its version is
+   * decidedOn + 1, not floored by the clock: a write that landed over the copy since it was read (a
+   * detection update, with a clock-based version) stands over it. Either way the change is missing
+   * from what a read finds: the caller reads the alert back to know whether its change stands.
+   */
+  private async saveChange(alerts: readonly Alert[], decidedOn: number): Promise<void> {
+    const [alert] = alerts;
+    if (alerts.length !== 1 || !alert) throw new Error('an admin\'s change writes one alert');
+    await this.db.insert(this.tables.alerts, COLUMNS, Buffer.from(`${this.line(alert, decidedOn + 1)}\n`), 'JSONEachRow', {
+      insert_deduplicate: 1, // the default, here whatever a server's profile says: without it no change is ever dropped
+      insert_deduplication_token: `status:${alert.id}:${decidedOn}`,
+    });
+  }
+
+  /** One alert as a JSONEachRow line. */
+  private line(alert: Alert, version: number): string {
+    return JSON.stringify({
+      id: alert.id,
+      merchant_id: alert.merchantId,
+      api_key_id: alert.apiKeyId,
+      type: alert.type,
+      scope: alert.scope,
+      severity: alert.severity,
+      risk_score: alert.riskScore,
+      recommended_action: alert.recommendedAction,
+      status: alert.status,
+      title: alert.title,
+      summary: alert.summary,
+      evidence: JSON.stringify(alert.evidence),
+      rule_id: alert.ruleId,
+      rule_version: alert.ruleVersion,
+      first_seen_at: toClickHouseTime(Date.parse(alert.firstSeenAt)),
+      last_seen_at: toClickHouseTime(Date.parse(alert.lastSeenAt)),
+      occurrences: alert.occurrences,
+      created_at: toClickHouseTime(Date.parse(alert.createdAt)),
+      updated_at: toClickHouseTime(Date.parse(alert.updatedAt)),
+      history: JSON.stringify(alert.history),
+      ai_insights: alert.aiInsights ?? [],
+      version,
+    });
   }
 
   /** Alerts the engine must know at start: not closed, or closed recently enough to matter for dedup. */

@@ -13,7 +13,7 @@ import { RULES } from '../../rules/index.ts';
 import { AlertManager } from '../../src/alerts/alert-manager.ts';
 import { AlertService } from '../../src/alerts/alert-service.ts';
 import { finding } from '../../src/alerts/test-findings.ts';
-import type { Alert } from '../../src/alerts/alert.ts';
+import { changeStatus, type Alert } from '../../src/alerts/alert.ts';
 import type { Severity } from '../../src/detect/types.ts';
 import { createLogger } from '../../src/logger.ts';
 import { WorkerMetrics } from '../../src/metrics.ts';
@@ -68,8 +68,9 @@ describe('alerts shared by replicas', () => {
     return alerts;
   }
 
-  function detect(alerts: AlertService, scope: string, severity: Severity = 'high'): void {
-    alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding(severity, Date.now(), scope) }], ruleErrors: [] });
+  /** A finding of evidence seen up to `at` (now). */
+  function detect(alerts: AlertService, scope: string, severity: Severity = 'high', at = Date.now()): void {
+    alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding(severity, at, scope) }], ruleErrors: [] });
   }
 
   async function storedFor(scope: string) {
@@ -114,6 +115,8 @@ describe('alerts shared by replicas', () => {
   /**
    * The key's owner has a stale copy of the alert (it has not synced since a change made through
    * another replica), made newer than the stored one by a repeat; then an admin's change reaches it.
+   * The repeat's evidence was seen before the changes made elsewhere (evidence seen after a
+   * resolution is a recurrence: the merge reopens the alert).
    */
   async function staleOwner(scope: string, elsewhere: (id: string, other: AlertService, owner: AlertService) => Promise<void>) {
     const owner = await replica();
@@ -121,9 +124,11 @@ describe('alerts shared by replicas', () => {
     detect(owner, scope);
     await owner.flush();
     const { id } = await storedFor(scope);
+    await sleep(2);
+    const seenBefore = Date.now();
     await elsewhere(id, other, owner);
     await sleep(5); // the repeat and the change below come strictly later
-    detect(owner, scope);
+    detect(owner, scope, 'high', seenBefore);
     return { owner, id };
   }
 
@@ -239,6 +244,185 @@ describe('alerts shared by replicas', () => {
     detect(newOwner, 'pk_moved', 'high');
     await newOwner.flush();
     expect(await storedFor('pk_moved')).toMatchObject({ severity: 'high', occurrences: 2 });
+  });
+
+  it('keeps the owner\'s counters when it reads an admin\'s change made through another replica before its repeats are written', async () => {
+    const owner = await replica();
+    const admin = await replica();
+    const t0 = Date.now() - 10_000;
+    detect(owner, 'pk_counters', 'high', t0);
+    await owner.flush();
+    const { id } = await storedFor('pk_counters');
+    await sleep(100); // the creation's flush timer has run: the repeats below wait for the 5-second one
+    // Under attack: the owner counts repeats, written within 5 s.
+    for (let i = 1; i <= 4; i++) detect(owner, 'pk_counters', 'high', t0 + i * 500);
+    await sleep(5);
+    expect((await admin.changeStatus(id, 'm_1', { to: 'acknowledged', actor: 'alice' }))?.ok).toBe(true);
+    // The owner's read of the others' alerts comes before its repeats' write.
+    await owner.syncWithStore();
+    await owner.flush();
+    expect(await storedFor('pk_counters')).toMatchObject({ status: 'acknowledged', occurrences: 5, lastSeenAt: new Date(t0 + 2_000).toISOString() });
+    detect(owner, 'pk_counters', 'high', t0 + 3_000);
+    await owner.flush();
+    expect(await storedFor('pk_counters')).toMatchObject({ status: 'acknowledged', occurrences: 6, lastSeenAt: new Date(t0 + 3_000).toISOString() });
+  });
+
+  it('keeps an escalation that lands between an admin\'s read and write: the change is made on it, and on-call hears of it once', async () => {
+    const critical: string[] = [];
+    const owner = new AlertService(new AlertManager({ suppressionMs: 3_600_000 }), new AlertStore(db, tables), RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), {
+      onCritical: (alert, change) => critical.push(`${alert.id}:${change}`),
+    });
+    await owner.start();
+    replicas.push(owner);
+    let escalate: () => Promise<void> = async () => undefined;
+    const admin = await replicaWithClock(0, (now) => {
+      return new (class extends AlertStore {
+        override async getStored(alertId: string, merchantId: string | undefined) {
+          const stored = await super.getStored(alertId, merchantId);
+          await escalate(); // the owner's escalation lands after the admin's read
+          return stored;
+        }
+      })(db, tables, now);
+    });
+    detect(owner, 'pk_escalated_meanwhile', 'high');
+    await owner.flush();
+    const { id } = await storedFor('pk_escalated_meanwhile');
+    escalate = async () => {
+      escalate = async () => undefined;
+      detect(owner, 'pk_escalated_meanwhile', 'critical');
+      await owner.flush();
+      await sleep(2);
+    };
+    expect(await admin.changeStatus(id, 'm_1', { to: 'acknowledged', actor: 'alice' })).toMatchObject({ ok: true, alert: { status: 'acknowledged', severity: 'critical' } });
+    expect(await storedFor('pk_escalated_meanwhile')).toMatchObject({ status: 'acknowledged', severity: 'critical', recommendedAction: 'block' });
+    // The owner reads it, and the attack goes on at critical: a repeat, not a second escalation.
+    await owner.syncWithStore();
+    await sleep(5);
+    detect(owner, 'pk_escalated_meanwhile', 'critical');
+    await owner.flush();
+    expect(await storedFor('pk_escalated_meanwhile')).toMatchObject({ status: 'acknowledged', severity: 'critical', occurrences: 3 });
+    expect(critical).toEqual([`${id}:escalated`]);
+  });
+
+  it('keeps the escalation a key\'s previous owner stored after its new owner read the alert', async () => {
+    const previous = await replica();
+    const next = await replica();
+    detect(previous, 'pk_rebalanced', 'high');
+    await previous.flush();
+    // Rebalance: the new owner reads the alerts before judging the partition (high, as stored then).
+    await next.syncWithStore();
+    // The previous owner's escalation, decided just before the partition moved, lands after that read.
+    detect(previous, 'pk_rebalanced', 'critical');
+    await previous.flush();
+    // The new owner judges the attack, a little calmer now: a repeat at high, written over the escalation.
+    await sleep(5);
+    detect(next, 'pk_rebalanced', 'high');
+    await next.flush();
+    const stored = await storedFor('pk_rebalanced');
+    // Both owners counted a second occurrence: the higher count stands (occurrences are not summed).
+    expect({ severity: stored.severity, recommendedAction: stored.recommendedAction, occurrences: stored.occurrences }).toEqual({ severity: 'critical', recommendedAction: 'block', occurrences: 2 });
+    expect(stored.riskScore).toBeGreaterThanOrEqual(0.9);
+  });
+
+  it('keeps lastSeenAt when a key\'s previous owner writes its older repeat after the new owner\'s', async () => {
+    const previous = await replica();
+    const next = await replica();
+    const t0 = Date.now() - 10_000;
+    detect(previous, 'pk_late_write', 'high', t0);
+    await previous.flush();
+    await sleep(100); // the creation's flush timer has run: the repeat below waits for the 5-second one
+    await next.syncWithStore();
+    detect(previous, 'pk_late_write', 'high', t0 + 1_000); // counted just before the rebalance, not written yet
+    detect(next, 'pk_late_write', 'high', t0 + 5_000);
+    await next.flush();
+    await previous.flush(); // lands last
+    const stored = await storedFor('pk_late_write');
+    expect({ lastSeenAt: stored.lastSeenAt, occurrences: stored.occurrences }).toEqual({ lastSeenAt: new Date(t0 + 5_000).toISOString(), occurrences: 2 });
+  });
+
+  it('repairs, at its next read of the others\' alerts, an escalation a stale write lowered, with no finding to update the alert', async () => {
+    const owner = await replica();
+    detect(owner, 'pk_repaired', 'critical');
+    await owner.flush();
+    const escalated = await storedFor('pk_repaired');
+    // A write made from an older copy (high) lands over it: what enforcement reads is lowered.
+    await store.save([{ ...escalated, severity: 'high', riskScore: 0.8, recommendedAction: 'rate_limit', updatedAt: new Date().toISOString() }]);
+    expect(await storedFor('pk_repaired')).toMatchObject({ severity: 'high' });
+    await owner.syncWithStore();
+    await waitFor(async () => (await storedFor('pk_repaired')).severity === 'critical', 'the escalation is written again', 5_000);
+    expect(await storedFor('pk_repaired')).toMatchObject({ severity: 'critical', riskScore: escalated.riskScore, recommendedAction: 'block' });
+  });
+
+  it('stores an admin\'s change only on the copy it was decided on: a second change decided on that copy is dropped whenever it lands', async () => {
+    const alert = makeAlert(0, { merchantId: 'm_cas', createdAtMs: Date.now() - 60_000 });
+    await store.save([alert]);
+    const base = (await store.getStored(alert.id, 'm_cas'))!;
+    const move = (to: 'acknowledged' | 'dismissed', actor: string) => {
+      const outcome = changeStatus(base.alert, to, actor, 'a note', Date.now());
+      if (!outcome.ok) throw new Error('refused');
+      return outcome.alert;
+    };
+    await store.save([move('dismissed', 'alice')], undefined, { decidedOn: base.version });
+    const afterFirst = (await store.getStored(alert.id, 'm_cas'))!;
+    expect(afterFirst).toMatchObject({ version: base.version + 1, alert: { status: 'dismissed' } });
+    // Later, after a detection write landed over it too: still dropped.
+    await store.save([{ ...afterFirst.alert, occurrences: 7 }], new Map([[alert.id, afterFirst.version]]));
+    await store.save([move('acknowledged', 'bob')], undefined, { decidedOn: base.version });
+    expect((await store.get(alert.id, 'm_cas'))!).toMatchObject({ status: 'dismissed', occurrences: 7 });
+    const [versions] = await db.queryRows<{ n: number | string }>(`SELECT count() AS n FROM ${tables.alerts} WHERE id = {id:UUID} AND status = 'acknowledged'`, { id: alert.id });
+    expect(Number(versions?.n)).toBe(0);
+    // A change decided on a copy a write has landed over since stands below that write.
+    const stale = (await store.getStored(alert.id, 'm_cas'))!;
+    await store.save([{ ...stale.alert, occurrences: 8 }], new Map([[alert.id, stale.version]]));
+    await store.save([{ ...stale.alert, title: 'decided on the older copy' }], undefined, { decidedOn: stale.version });
+    expect((await store.get(alert.id, 'm_cas'))!).toMatchObject({ occurrences: 8, title: stale.alert.title });
+  });
+
+  it('refuses the second of two conflicting changes decided on the same copy, even when it lands after the first was read back', async () => {
+    // Both replicas read the same stored copy; the second one's write lands just after the first
+    // replica has read its own change back.
+    const bothRead = barrier(2);
+    let releaseSecond: () => void = () => undefined;
+    const secondMayWrite = new Promise<void>((resolve) => (releaseSecond = resolve));
+    class First extends AlertStore {
+      override async getStored(id: string, merchantId: string | undefined) {
+        const stored = await super.getStored(id, merchantId);
+        await bothRead();
+        return stored;
+      }
+      override async getMany(ids: readonly string[]) {
+        const result = await super.getMany(ids);
+        releaseSecond(); // the read-back is done: now the other write lands
+        return result;
+      }
+    }
+    class Second extends AlertStore {
+      override async getStored(id: string, merchantId: string | undefined) {
+        const stored = await super.getStored(id, merchantId);
+        await bothRead();
+        return stored;
+      }
+      override async save(...args: Parameters<AlertStore['save']>) {
+        await secondMayWrite;
+        await super.save(...args);
+      }
+    }
+    const first = await replicaWithClock(0, (now) => new First(db, tables, now));
+    const second = await replicaWithClock(0, (now) => new Second(db, tables, now));
+    const alert = makeAlert(0, { merchantId: 'm_race_late', createdAtMs: Date.now() - 60_000 });
+    await store.save([alert]);
+    const outcomes = await Promise.all([
+      first.changeStatus(alert.id, 'm_race_late', { to: 'dismissed', actor: 'alice', note: 'our load test' }),
+      second.changeStatus(alert.id, 'm_race_late', { to: 'acknowledged', actor: 'bob' }),
+    ]);
+    expect(outcomes.map((outcome) => outcome?.ok)).toEqual([true, false]);
+    const moves = async () => (await store.get(alert.id, 'm_race_late'))!.history.map((entry) => `${entry.actor}:${entry.from}->${entry.to}`);
+    expect(await moves()).toEqual(['system:null->open', 'alice:open->dismissed']);
+    // Neither replica writes the refused change back: not the read-backs, not a detection write of bob's replica.
+    second.handle({ findings: [{ merchantId: 'm_race_late', ruleId: alert.type, finding: finding('high', Date.now(), alert.scope) }], ruleErrors: [] });
+    await second.flush();
+    await sleep(2_500);
+    expect(await moves()).toEqual(['system:null->open', 'alice:open->dismissed']);
   });
 
   it('reads only each alert\'s latest version in the background reads: what changed, and what enforcement may act on', async () => {

@@ -1,0 +1,12 @@
+-- An admin's change of an alert is a compare-and-set (AlertStore.saveChange): it is inserted under
+-- the insert_deduplication_token `status:<alert id>:<version it was decided on>`, so of two changes
+-- decided on the same stored copy through two replicas, the one that lands second is dropped by the
+-- table, whenever it lands, and each replica's read-back tells it whether its own change stands.
+-- That needs the table to remember the tokens of its latest inserted blocks. Every alert write goes
+-- to alerts_by_time alone (tables.ts; the alerts table of 003 is no longer written, and no view reads
+-- either). Detection's writes carry no token and are compared by their rows, which always differ (a
+-- row's version is new with every write), so none of them is dropped. The window counts blocks of
+-- every replica (one per month of created_at an insert touches): a change's rival lands within the
+-- time of one read and one insert of it (milliseconds; seconds under load), while 10 replicas each
+-- writing alerts as often as they can (every 50 ms) take about a minute to fill 10,000.
+ALTER TABLE {{db}}.alerts_by_time MODIFY SETTING non_replicated_deduplication_window = 10000;

@@ -6,6 +6,8 @@ type Fixture = RuleFixture<(typeof rule)['defaults']>;
 const TEN_MINUTES_AGO = T0 - 10 * MINUTE;
 const HEADLESS_CHROME = 'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.6778.33 Safari/537.36';
 const ORDINARY = spread(100, TEN_MINUTES_AGO, 10 * MINUTE);
+/** A session read as a fleet that sends route templates reports it (contracts section 1). */
+const TEMPLATE = '/v1/verify/sessions/:id';
 /** GETs of distinct session ids, as an enumerating client makes them. */
 const walk = (count: number, userAgent: string, status = 200) =>
   spread(count, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ userAgent, method: 'GET', path: `/v1/verify/sessions/ses_${100_000 + i}`, status, ip: '192.0.2.99' }));
@@ -162,5 +164,59 @@ export const fixtures: Fixture[] = [
     window: keyWindow([{ at: T0 - 20 * MINUTE, userAgent: 'sqlmap/1.8.4#stable (https://sqlmap.org)' }, ...ORDINARY]),
     now: T0,
     expect: { findings: 0 },
+  },
+
+  // Route templates (contracts section 1): every session read is one path, so reads count on their own.
+  {
+    name: 'a headless browser reading 300 sessions in 10 minutes through a route template is medium',
+    kind: 'positive',
+    window: keyWindow([...ORDINARY, ...spread(300, TEN_MINUTES_AGO, 10 * MINUTE, { userAgent: HEADLESS_CHROME, method: 'GET', path: TEMPLATE, status: 200, ip: '192.0.2.99' })]),
+    now: T0,
+    expect: { findings: 1, severity: 'medium', title: /read 300 times/, evidence: { category: 'automation', tools: { HeadlessChrome: 300 }, distinctResources: 1, reads: 300, minAutomationReads: 100 } },
+  },
+  {
+    name: 'Scrapy reading 700 sessions in 10 minutes through a route template is high',
+    kind: 'positive',
+    window: keyWindow(spread(700, TEN_MINUTES_AGO, 10 * MINUTE, { userAgent: 'Scrapy/2.11.2 (+https://scrapy.org)', method: 'GET', path: TEMPLATE, status: 200 })),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { reads: 700, distinctResources: 1 } },
+  },
+  {
+    name: 'a headless browser in the merchant\'s end-to-end tests reading 60 sessions through a route template is quiet',
+    kind: 'negative',
+    window: keyWindow([...ORDINARY, ...spread(60, TEN_MINUTES_AGO, 10 * MINUTE, { userAgent: HEADLESS_CHROME, method: 'GET', path: TEMPLATE, status: 200 })]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a backup client whose name starts with a crawler\'s word (SpiderOakONE) reading at volume is not a crawler',
+    kind: 'negative',
+    window: keyWindow(spread(300, TEN_MINUTES_AGO, 10 * MINUTE, { userAgent: 'SpiderOakONE/7.5.0 (Linux; x86_64)', method: 'GET', path: TEMPLATE, status: 200 })),
+    now: T0,
+    expect: { findings: 0 },
+  },
+
+  // Attack tools' names as tokens: a product built around a tool is not the tool.
+  {
+    name: 'products built around a tool\'s name, joined by a hyphen (Nmap-Parser, python-nmap-report, Nuclei-Sync), are not attack tools',
+    kind: 'negative',
+    window: keyWindow(
+      ['Nmap-Parser/1.2', 'python-nmap-report/1.0', 'Nuclei-Sync/2.0 (+https://nuclei-sync.example)'].flatMap((userAgent, k) =>
+        spread(20, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ userAgent, path: `/v1/verify/sessions/ses_${k}_${i}` })),
+      ),
+    ),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'OpenVAS by its current user agent (Greenbone OS) and tools whose version follows a hyphen (DirBuster-1.0-RC1) are critical',
+    kind: 'positive',
+    window: keyWindow([
+      ...ORDINARY,
+      { at: T0 - 3 * MINUTE, userAgent: 'Mozilla/5.0 [en] (X11, U; Greenbone OS 22.04.27)', status: 404 },
+      { at: T0 - 2 * MINUTE, userAgent: 'DirBuster-1.0-RC1 (http://www.owasp.org/index.php/Category:OWASP_DirBuster_Project)', status: 404 },
+    ]),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { tools: { OpenVAS: 1, DirBuster: 1 } } },
   },
 ];

@@ -3,8 +3,11 @@
  *   - attack tools (scanners, fuzzers, brute forcers) alert at once: one request suffices; critical,
  *     action block. Someone is pointing an offensive tool at the API with this merchant's key.
  *   - headless browsers and scrapers alert only when they ENUMERATE: at least minDistinctResources
- *     distinct paths (resource ids) in the window; medium (investigate), high (rate_limit) from
- *     highDistinctResources or when most of their requests hit 404 (walking ids that do not exist).
+ *     distinct paths (resource ids) in the window, or at least minAutomationReads reads (GET, HEAD)
+ *     whatever their paths (a fleet that sends route templates, /v1/verify/sessions/:id, as
+ *     contracts section 1 asks, shows every session read as one path); medium (investigate), high
+ *     (rate_limit) from highDistinctResources or highAutomationReads, or when most of their
+ *     requests hit 404 (walking ids that do not exist).
  *   - ordinary HTTP libraries (curl, python-requests, axios, okhttp, Go-http-client, Java, node-fetch,
  *     undici, Ruby, Guzzle, .NET) are how server-side integrations call an API: never an alert.
  *   - an empty user agent is common for hand-written server clients: never an alert by itself.
@@ -12,7 +15,7 @@
  * counts only as a token of the user agent, never inside a longer word (a product's name). There is no
  * "good bot" list: a crawler's reputation says nothing about whether it should hold an API key.
  */
-import { DistinctValues, entryAdded, entryRemoved } from '../src/detect/tallies.ts';
+import { DistinctValues, entryAdded, entryRemoved, FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 export type UserAgentCategory = 'attack_tool' | 'headless' | 'scraper';
@@ -26,13 +29,15 @@ export interface UserAgentPattern {
 /**
  * A tool's name as a token of the user agent, case-insensitive: a letter right before or after it
  * means a longer word, an ordinary product's name ("BusinessUserSync" is not Nessus, "Burpple" not
- * Burp Suite, "Arachnid" not Arachni, "NucleiCount" not Nuclei). Anything else around it (start or
- * end, a space, "/", "-", "_", "(", a digit) is a token's edge, as in "Nikto/2.5.0" or
- * "acunetix_wvs_security_test". An attack tool is critical on a single request: its name must be
- * the product's, not part of someone else's.
+ * Burp Suite, "Arachnid" not Arachni, "NucleiCount" not Nuclei), and so does a hyphen joining it to
+ * another word ("Nmap-Parser/1.2", "python-nmap-report/1.0" and "Nuclei-Sync/2.0" are products
+ * built around a tool, not the tool). Anything else around it (start or end, a space, "/", "_",
+ * "(", a digit, a hyphen before a digit) is a token's edge, as in "Nikto/2.5.0",
+ * "DirBuster-1.0-RC1" or "acunetix_wvs_security_test". An attack tool is critical on a single
+ * request: its name must be the product's, not part of someone else's.
  */
 function token(names: string): RegExp {
-  return new RegExp(`(?<![a-z])(?:${names})(?![a-z])`, 'i');
+  return new RegExp(`(?<![a-z]|[a-z]-)(?:${names})(?![a-z]|-[a-z])`, 'i');
 }
 
 /** Default user agents of the tools; case-insensitive. Add a line to add a tool. */
@@ -51,7 +56,8 @@ export const USER_AGENT_PATTERNS: readonly UserAgentPattern[] = [
   { name: 'wfuzz', pattern: token('wfuzz'), category: 'attack_tool' },
   { name: 'Acunetix', pattern: token('acunetix'), category: 'attack_tool' },
   { name: 'Nessus', pattern: token('nessus'), category: 'attack_tool' },
-  { name: 'OpenVAS', pattern: token('openvas'), category: 'attack_tool' },
+  // OpenVAS scans as "OpenVAS-VT" (older) or "Greenbone OS" (its current user agent).
+  { name: 'OpenVAS', pattern: token('openvas(?:-vt)?|greenbone os'), category: 'attack_tool' },
   { name: 'w3af', pattern: token('w3af'), category: 'attack_tool' },
   { name: 'Burp Suite', pattern: token('burp(?:[ _-]?suite|collaborator)?'), category: 'attack_tool' },
   // THC Hydra sends "Mozilla/4.0 (Hydra)"; a bare "hydra" would also match Ory Hydra, an OAuth server.
@@ -80,7 +86,8 @@ export const USER_AGENT_PATTERNS: readonly UserAgentPattern[] = [
   { name: 'HTTrack', pattern: /httrack/i, category: 'scraper' },
   { name: 'Colly', pattern: /colly/i, category: 'scraper' },
   { name: 'Apify', pattern: /apify/i, category: 'scraper' },
-  { name: 'crawler', pattern: /crawl|spider|scraper/i, category: 'scraper' },
+  // The end of a word ("Baiduspider", "webcrawler"), not its start ("SpiderOakONE", a backup client).
+  { name: 'crawler', pattern: /(?:crawl(?:er)?|spider|scraper)(?![a-z])/i, category: 'scraper' },
 ];
 
 // One alternation rejects an ordinary user agent in a single regex run; the list is consulted only on a hit.
@@ -97,6 +104,9 @@ type Params = {
   /** Distinct paths (resource ids) a headless browser or scraper must fetch to count as enumerating. */
   minDistinctResources: number;
   highDistinctResources: number;
+  /** Reads (GET, HEAD) by headless browsers and scrapers that count as enumerating, whatever their paths (route templates hide the ids). */
+  minAutomationReads: number;
+  highAutomationReads: number;
   /** Share of the automation's requests answered 404 that makes enumeration high. */
   highNotFoundShare: number;
 };
@@ -104,25 +114,31 @@ type Params = {
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
-/** The screen's tally: when an attack tool was last seen, and the distinct paths of headless browsers and scrapers. */
+/** The screen's tally: when an attack tool was last seen, and the distinct paths and reads per minute of headless browsers and scrapers. */
 interface Tally {
   attackEvents: number;
   newestAttack: number;
   automationPaths: DistinctValues<string> | undefined;
+  /** Reads by headless browsers and scrapers per clock minute (the last READ_MINUTES); made with the first. */
+  automationReads: MinuteRing | undefined;
 }
+
+const READ_MINUTES = 16;
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'bot_traffic',
-  version: '1.0.1',
+  version: '1.1.0',
   title: 'Bot traffic',
   description:
     'A key is used by an attack tool (scanner, fuzzer, brute forcer), or by a headless browser or scraper that ' +
-    'walks through many resources.',
+    'walks through many resources or reads them at volume.',
   windowMs: 10 * MINUTE,
   defaults: {
     windowMinutes: 10,
     minDistinctResources: 30,
     highDistinctResources: 150,
+    minAutomationReads: 100,
+    highAutomationReads: 600,
     highNotFoundShare: 0.5,
   },
   actions: { low: 'monitor', medium: 'investigate', high: 'rate_limit', critical: 'block' },
@@ -130,8 +146,9 @@ export const rule: RuleDefinition<Params, Tally> = {
     'Server-side integrations using HTTP libraries (curl, python-requests, axios, okhttp, Go-http-client, Java, node-fetch, undici, Ruby, Guzzle, .NET): never matched.',
     'An empty user agent (common for hand-written clients): never an alert by itself.',
     'A product whose name contains a tool\'s (BusinessUserSync, Burpple, Arachnid, NucleiCount): a tool\'s name counts only as a token of the user agent, never inside a longer word.',
-    'Headless browsers in a merchant\'s end-to-end tests: a few paths, under minDistinctResources.',
-    'Paths sent as route templates (/v1/verify/sessions/:id) hide enumeration from this rule; high_failure_rate (404 probing) and velocity_attack still see it.',
+    'Headless browsers in a merchant\'s end-to-end tests: a few paths and a few dozen reads, under minDistinctResources and minAutomationReads.',
+    'A product built around a tool\'s name (Nmap-Parser, python-nmap-report, Nuclei-Sync): a name joined to another word by a hyphen is not the tool.',
+    'A merchant\'s own headless automation reading at volume (a PDF renderer fetching results) is reported (medium): allowlist its key or address.',
     'A merchant\'s own penetration test with a live key alerts as an attack tool, by design: dismiss it with a note or allowlist the key for the test.',
   ],
   evaluate(window, params, now) {
@@ -165,27 +182,38 @@ export const rule: RuleDefinition<Params, Tally> = {
     automation.reverse();
     const paths = new Set<string>();
     let notFound = 0;
+    let reads = 0;
     for (const event of automation) {
       paths.add(event.path);
       if (event.status === 404) notFound++;
+      if (isRead(event)) reads++;
     }
-    if (paths.size < params.minDistinctResources) return [];
+    const walking = paths.size >= params.minDistinctResources;
+    const reading = reads >= params.minAutomationReads;
+    if (!walking && !reading) return [];
     const notFoundShare = notFound / automation.length;
     const severity: Severity =
-      paths.size >= params.highDistinctResources || notFoundShare >= params.highNotFoundShare ? 'high' : 'medium';
-    const confidence = round(clamp01(0.5 + 0.5 * Math.log(paths.size / params.minDistinctResources) / Math.log(params.highDistinctResources / params.minDistinctResources)), 3);
+      paths.size >= params.highDistinctResources || reads >= params.highAutomationReads || notFoundShare >= params.highNotFoundShare ? 'high' : 'medium';
+    const score = (value: number, low: number, high: number) => (value >= low ? clamp01(Math.log(value / low) / Math.log(high / low)) : 0);
+    const confidence = round(
+      clamp01(0.5 + 0.5 * Math.max(score(paths.size, params.minDistinctResources, params.highDistinctResources), score(reads, params.minAutomationReads, params.highAutomationReads))),
+      3,
+    );
     const tools = countBy(automation, (e) => named.get(e.userAgent)!.name);
     const key = window.apiKeyId;
     const toolNames = Object.keys(tools).join(', ');
+    const what = walking
+      ? `fetched ${paths.size} distinct resources in ${params.windowMinutes} min (threshold ${params.minDistinctResources})`
+      : `read ${reads} times in ${params.windowMinutes} min (threshold ${params.minAutomationReads} reads)`;
     const finding: Finding = {
       scope: key,
       apiKeyId: key,
       severity,
       confidence,
-      title: `Bot enumeration on ${key}: ${toolNames} fetched ${paths.size} distinct resources in ${params.windowMinutes} min (threshold ${params.minDistinctResources})`,
+      title: `Bot enumeration on ${key}: ${toolNames} ${what}`,
       summary:
-        `${key} was used by ${toolNames} to request ${paths.size} distinct resources (${automation.length} requests, ` +
-        `${Math.round(notFoundShare * 100)}% not found) in ${params.windowMinutes} min, against a threshold of ${params.minDistinctResources}; ` +
+        `${key} was used by ${toolNames} to request ${paths.size} distinct resources (${automation.length} requests, ${reads} reads, ` +
+        `${Math.round(notFoundShare * 100)}% not found) in ${params.windowMinutes} min, against thresholds of ${params.minDistinctResources} resources or ${params.minAutomationReads} reads; ` +
         `ask the merchant whether this automation is theirs, otherwise ${severity === 'high' ? 'throttle the key and ' : ''}rotate its secret.`,
       evidence: {
         category: 'automation',
@@ -194,6 +222,8 @@ export const rule: RuleDefinition<Params, Tally> = {
         minDistinctResources: params.minDistinctResources,
         highDistinctResources: params.highDistinctResources,
         requests: automation.length,
+        reads,
+        minAutomationReads: params.minAutomationReads,
         notFoundShare: round(notFoundShare, 3),
         samplePaths: [...paths].slice(0, MAX_SAMPLES),
         ...distinctValues(automation),
@@ -207,11 +237,18 @@ export const rule: RuleDefinition<Params, Tally> = {
     return [finding];
   },
   screen: {
-    create: () => ({ attackEvents: 0, newestAttack: -Infinity, automationPaths: undefined }),
+    create: () => ({ attackEvents: 0, newestAttack: -Infinity, automationPaths: undefined, automationReads: undefined }),
     add(tally, event) {
       const verdict = rememberedVerdict(event.userAgent);
       if (!verdict) return 0;
-      if (verdict.category !== 'attack_tool') return entryAdded((tally.automationPaths ??= new DistinctValues()).add(event.path, event.timestamp));
+      if (verdict.category !== 'attack_tool') {
+        if (isRead(event)) {
+          const reads = (tally.automationReads ??= new MinuteRing(READ_MINUTES, [0]));
+          const at = reads.claim(event.timestamp);
+          if (at !== FORGOTTEN) reads.add(at, 0, 1);
+        }
+        return entryAdded((tally.automationPaths ??= new DistinctValues()).add(event.path, event.timestamp));
+      }
       tally.attackEvents++;
       if (event.timestamp > tally.newestAttack) tally.newestAttack = event.timestamp;
       return 0;
@@ -219,18 +256,38 @@ export const rule: RuleDefinition<Params, Tally> = {
     remove(tally, event) {
       const verdict = rememberedVerdict(event.userAgent);
       if (!verdict) return 0;
-      if (verdict.category !== 'attack_tool') return entryRemoved(tally.automationPaths!.remove(event.path, event.timestamp));
+      if (verdict.category !== 'attack_tool') {
+        if (isRead(event)) {
+          const at = tally.automationReads!.find(minuteOf(event.timestamp));
+          if (at >= 0) tally.automationReads!.add(at, 0, -1);
+        }
+        return entryRemoved(tally.automationPaths!.remove(event.path, event.timestamp));
+      }
       if (--tally.attackEvents === 0) tally.newestAttack = -Infinity;
       return 0;
     },
     entries: (tally) => tally.automationPaths?.size ?? 0,
     // An attack tool in the window fires at once; automation needs its distinct paths since the window
-    // start, which are at most the automation paths of the whole window.
+    // start, which are at most the automation paths of the whole window, or its reads since then, at
+    // most those of every minute the window touches.
     mayFire(tally, params, now) {
       const windowStart = now - params.windowMinutes * MINUTE;
       if (tally.newestAttack >= windowStart) return true;
       const paths = tally.automationPaths;
-      return paths !== undefined && paths.countSince(windowStart, 1) > 0 && !(paths.size < params.minDistinctResources);
+      if (paths === undefined || paths.countSince(windowStart, 1) === 0) return false;
+      if (!(paths.size < params.minDistinctResources)) return true;
+      const reads = tally.automationReads;
+      if (reads === undefined) return false;
+      const firstMinute = minuteOf(windowStart);
+      if (reads.newestMinute - firstMinute >= reads.size) return true;
+      let readsAtMost = 0;
+      for (let minute = firstMinute; minute <= reads.newestMinute; minute++) {
+        const at = reads.find(minute);
+        if (at === NO_EVENTS) continue;
+        if (at === FORGOTTEN) return true;
+        readsAtMost += reads.get(at, 0);
+      }
+      return !(readsAtMost < params.minAutomationReads);
     },
   },
 };
@@ -279,6 +336,11 @@ function attackFinding(key: string, attacks: WindowEvent[], verdicts: Map<string
     firstSeenAt: attacks[0]!.timestamp,
     lastSeenAt: attacks[attacks.length - 1]!.timestamp,
   };
+}
+
+/** A read of a resource: what enumerating a resource's ids is made of. */
+function isRead(event: WindowEvent): boolean {
+  return event.method === 'GET' || event.method === 'HEAD';
 }
 
 function distinctValues(events: readonly WindowEvent[]): Record<string, unknown> {

@@ -1,6 +1,6 @@
 import type { WindowEvent } from '../src/detect/types.ts';
 import type { rule } from './credential_sharing.ts';
-import { keyWindow, MINUTE, spread, T0, type EventSpec, type RuleFixture } from './fixtures.ts';
+import { at, keyWindow, MINUTE, spread, T0, type EventSpec, type PlaceName, type RuleFixture } from './fixtures.ts';
 
 type Fixture = RuleFixture<(typeof rule)['defaults']>;
 
@@ -16,6 +16,9 @@ const from = (n: number, country: string): Partial<WindowEvent> => ({ ip: `198.1
 function networks(count: number, countries: readonly string[], start = TEN_MINUTES_AGO, spanMs = 10 * MINUTE, offset = 0): EventSpec[] {
   return spread(count * 3, start, spanMs, (i) => from(offset + (i % count), countries[(i % count) % countries.length]!));
 }
+
+const NINE = ['BR', 'RU', 'IN', 'VN', 'NG', 'DE', 'FR', 'ID', 'TR'];
+const PLACE_NAMES = ['ashburn', 'newYork', 'montreal', 'dublin', 'london', 'frankfurt', 'madrid', 'amsterdam', 'moscow', 'saoPaulo', 'singapore', 'tokyo', 'sydney', 'mumbai', 'johannesburg', 'mexicoCity'] as const;
 
 export const fixtures: Fixture[] = [
   {
@@ -115,7 +118,7 @@ export const fixtures: Fixture[] = [
       severity: 'medium',
       evidence: { recentNetworks: 12, newNetworks: 6, knownNetworks: 6, countries: ['IN', 'NG', 'RU', 'VN'], distinctCountries: 4 },
       title: /: 6 new networks in 4 countries in 10 min \(idle in the previous 50 min\)$/,
-      summary: /used from 6 networks it had not used in the last 7 days \(besides 6 it had\) .* after no requests in the previous 50 min and/,
+      summary: /used from 6 networks it had not used in the last 7 days, in places it had not used either \(besides 6 of its own networks or places\) .* after no requests in the previous 50 min and/,
     },
   },
   {
@@ -125,4 +128,77 @@ export const fixtures: Fixture[] = [
     now: T0,
     expect: { findings: 1, severity: 'medium', evidence: { recentNetworks: 5, newNetworks: 5, knownNetworks: 0 } },
   },
+  // Finding 2: a network is new only when its place is new too. A job's cloud regions churn their
+  // egress /24s; strangers in other cities still count.
+  {
+    name: 'a nightly job in three cloud regions whose egress /24s churn: new /24s in the same cities as last night are its own',
+    kind: 'negative',
+    window: keyWindow(cloudJob(2), { history: cloudJob(1, TEN_MINUTES_AGO - DAY) }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'the churning cloud job with six strangers in cities it never used: the strangers alert, the job\'s fresh /24s do not count',
+    kind: 'positive',
+    window: keyWindow([...cloudJob(2), ...strangers(6, ['tokyo', 'sydney', 'mumbai', 'saoPaulo', 'johannesburg', 'moscow'])], { history: cloudJob(1, TEN_MINUTES_AGO - DAY) }),
+    now: T0,
+    expect: {
+      findings: 1,
+      severity: 'high',
+      evidence: { trigger: 'interval', recentNetworks: 12, newNetworks: 6, knownNetworks: 0, newNetworksInKnownPlaces: 6, distinctCountries: 6 },
+      summary: /\(besides 6 of its own networks or places\)/,
+    },
+  },
+  // Finding 3: a leak that grows a few networks an interval raises its own baseline; the window's
+  // new networks, many times the key's usual and the places it had, still tell it.
+  {
+    name: 'a key leaked gradually (2, 3, 4, 5, 6, 7 never-seen networks per 10 min, 9 countries) beside its own network is reported',
+    kind: 'positive',
+    window: keyWindow([...HOME, ...leak([2, 3, 4, 5, 6, 7], NINE)], { history: spread(60, T0 - DAY, 60 * MINUTE) }),
+    now: T0,
+    expect: {
+      findings: 1,
+      severity: 'high',
+      evidence: { trigger: 'window', windowNewNetworks: 27, knownPlaces: 1, recentNetworks: 8, newNetworks: 7, baselineNetworks: 5 },
+      title: /: 27 new networks in 9 countries in 60 min, more every interval \(usually 5 per 10 min\)$/,
+    },
+  },
+  {
+    name: 'a mobile carrier\'s churn growing over the hour (27 /24s) in one country is not sharing',
+    kind: 'negative',
+    window: keyWindow([...HOME, ...leak([2, 3, 4, 5, 6, 7], ['BR'])], { history: spread(60, T0 - DAY, 60 * MINUTE) }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a key whose users churn (six new networks every interval, 4 countries) and that had 16 places this week: its usual, not a leak',
+    kind: 'negative',
+    window: keyWindow([...HOME, ...leak([6, 6, 6, 6, 6, 6], ['BR', 'IN', 'DE', 'US'])], {
+      history: spread(160, T0 - DAY, 160 * MINUTE, (i) => at(PLACE_NAMES[i % PLACE_NAMES.length]!, `198.19.${i % PLACE_NAMES.length}.7`)),
+    }),
+    now: T0,
+    expect: { findings: 0 },
+  },
 ];
+
+/** A ten-minute run of a job in Ashburn, Dublin and Singapore: two egress /24s per region, new ones each night. */
+function cloudJob(night: number, start = TEN_MINUTES_AGO): EventSpec[] {
+  const regions: PlaceName[] = ['ashburn', 'dublin', 'singapore'];
+  return spread(60, start, 10 * MINUTE, (i) => at(regions[i % 3]!, `198.18.${night * 10 + (i % 6)}.${7 + (i % 5)}`));
+}
+
+/** `count` new networks at these places, three requests each, in the recent interval (/24s never used by a fixture's key). */
+function strangers(count: number, places: readonly PlaceName[]): EventSpec[] {
+  return spread(count * 3, TEN_MINUTES_AGO, 10 * MINUTE, (i) => at(places[i % count % places.length]!, `198.18.${200 + (i % count)}.9`));
+}
+
+
+/** counts[k] never-seen networks joining in the k-th interval of the hour (oldest first), three requests each; countries rotate. */
+function leak(counts: readonly number[], countries: readonly string[]): EventSpec[] {
+  let offset = 0;
+  return counts.flatMap((count, k) => {
+    const specs = networks(count, countries.slice(offset % countries.length).concat(countries.slice(0, offset % countries.length)), T0 - (60 - 10 * k) * MINUTE, 10 * MINUTE, offset);
+    offset += count;
+    return specs;
+  });
+}

@@ -1,10 +1,17 @@
-import { keyWindow, MINUTE, spread, T0, type RuleFixture } from './fixtures.ts';
+import { at, keyWindow, MINUTE, spread, T0, type RuleFixture } from './fixtures.ts';
 import type { rule } from './high_failure_rate.ts';
 
 type Fixture = RuleFixture<(typeof rule)['defaults']>;
 
 const TEN_MINUTES_AGO = T0 - 10 * MINUTE;
+const HOUR_AGO = T0 - 60 * MINUTE;
+const DAY = 24 * 60 * MINUTE;
 const OK = { status: 201 };
+const LOOKUP = { method: 'GET', path: '/v1/verify/sessions/:id' };
+/** Yesterday's traffic from the key's usual address (Ashburn): the key's history knows its network. */
+const USUAL = spread(48, T0 - DAY, 8 * 60 * MINUTE);
+/** Yesterday's traffic from the merchant's two sites: Ashburn and a second one in New York. */
+const TWO_SITES = [...USUAL, ...spread(48, T0 - DAY, 8 * 60 * MINUTE, at('newYork'))];
 
 export const fixtures: Fixture[] = [
   {
@@ -92,10 +99,132 @@ export const fixtures: Fixture[] = [
     expect: { findings: 0 },
   },
   {
-    name: 'a storm of 401s that ended 15 minutes ago is outside the window',
+    name: 'a storm of 401s that ended 65 minutes ago is outside both windows',
     kind: 'negative',
-    window: keyWindow([...spread(500, T0 - 25 * MINUTE, 10 * MINUTE, { status: 401 }), ...spread(100, TEN_MINUTES_AGO, 10 * MINUTE, OK)]),
+    window: keyWindow([...spread(500, T0 - 75 * MINUTE, 10 * MINUTE, { status: 401 }), ...spread(100, TEN_MINUTES_AGO, 10 * MINUTE, OK)]),
     now: T0,
     expect: { findings: 0 },
+  },
+  {
+    // It alerted (high) while it lasted; within the hour it is still the key's failures (the engine
+    // takes such a finding, no newer than the alert, as no repeat).
+    name: 'a storm of 401s that ended 15 minutes ago is still within the hour: medium',
+    kind: 'positive',
+    window: keyWindow([...spread(500, T0 - 25 * MINUTE, 10 * MINUTE, { status: 401 }), ...spread(100, TEN_MINUTES_AGO, 10 * MINUTE, OK)]),
+    now: T0,
+    expect: { findings: 1, severity: 'medium', evidence: { horizon: 'long', judgedBy: 'key', windowMinutes: 60, signalFailures: 500 } },
+  },
+
+  // A stranger hidden under the key's own traffic: each network new to the key is judged on its own.
+  {
+    name: 'a stranger walking ids: 400 × 404 from one new address under the key\'s own 1,200 successes is high',
+    kind: 'positive',
+    window: keyWindow(
+      [...spread(1200, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 200 }), ...spread(400, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 404, ...at('moscow') })],
+      { history: USUAL },
+    ),
+    now: T0,
+    expect: {
+      findings: 1,
+      severity: 'high',
+      title: /from 192\.0\.2\.0\/24/,
+      evidence: { judgedBy: 'network', network: '192.0.2.0/24', notFound: 400, judgedRequests: 400, observedShare: 1, keyJudgedRequests: 1600, horizon: 'short' },
+    },
+  },
+  {
+    name: 'a stranger guessing the secret: 60 × 401 from a new network among the key\'s 2,000 successes is medium',
+    kind: 'positive',
+    window: keyWindow([...spread(2000, TEN_MINUTES_AGO, 10 * MINUTE, OK), ...spread(60, TEN_MINUTES_AGO, 10 * MINUTE, { status: 401, ...at('saoPaulo') })], { history: USUAL }),
+    now: T0,
+    expect: { findings: 1, severity: 'medium', evidence: { judgedBy: 'network', network: '192.0.3.0/24', authFailures: 60, keyJudgedRequests: 2060 } },
+  },
+  {
+    name: 'the key\'s own network failing at a low share (300 × 404 among 1,500 lookups) is quiet',
+    kind: 'negative',
+    window: keyWindow(spread(1500, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ ...LOOKUP, status: i % 5 === 0 ? 404 : 200 })), { history: USUAL }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a new network of the merchant\'s failing at a low share (40 × 404 of 200) among the key\'s traffic is quiet',
+    kind: 'negative',
+    window: keyWindow(
+      [...spread(1000, TEN_MINUTES_AGO, 10 * MINUTE, OK), ...spread(200, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ ...LOOKUP, status: i % 5 === 0 ? 404 : 200, ...at('dublin') }))],
+      { history: USUAL },
+    ),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    // Its network was the key's yesterday: it is judged with the key (14%), not on its own.
+    name: 'the merchant\'s second site (seen yesterday) whose lookups mostly miss (200 × 404 of 220), among the key\'s successes, is quiet',
+    kind: 'negative',
+    window: keyWindow(
+      [
+        ...spread(1200, TEN_MINUTES_AGO, 10 * MINUTE, OK),
+        ...spread(220, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ ...LOOKUP, status: i % 11 === 0 ? 200 : 404, ...at('newYork') })),
+      ],
+      { history: TWO_SITES },
+    ),
+    now: T0,
+    expect: { findings: 0 },
+  },
+
+  // Low and slow: the hour, for guessing that never reaches minRequests in ten minutes.
+  {
+    name: 'low-and-slow guessing: 25 × 401 every 10 minutes for an hour (150 failures, 100%) is medium',
+    kind: 'positive',
+    window: keyWindow(spread(150, HOUR_AGO, 60 * MINUTE, { status: 401, ...at('moscow') })),
+    now: T0,
+    expect: { findings: 1, severity: 'medium', evidence: { horizon: 'long', judgedBy: 'key', authFailures: 150, judgedRequests: 150, windowMinutes: 60, longMinFailures: 100 } },
+  },
+  {
+    name: 'low-and-slow guessing from a stranger among the key\'s own 6,000 successes an hour is medium',
+    kind: 'positive',
+    window: keyWindow([...spread(6000, HOUR_AGO, 60 * MINUTE, OK), ...spread(150, HOUR_AGO, 60 * MINUTE, { status: 401, ...at('moscow') })], { history: USUAL }),
+    now: T0,
+    expect: { findings: 1, severity: 'medium', evidence: { horizon: 'long', judgedBy: 'network', network: '192.0.2.0/24', authFailures: 150, keyJudgedRequests: 6150 } },
+  },
+  {
+    name: 'a few scattered 401s an hour (10, from the key\'s own address) among its ordinary traffic are quiet',
+    kind: 'negative',
+    window: keyWindow([...spread(1800, HOUR_AGO, 60 * MINUTE, OK), ...spread(10, HOUR_AGO, 60 * MINUTE, { status: 401 })], { history: USUAL }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a stranger\'s 90 × 401 in an hour (under longMinFailures) among a quiet key\'s traffic is quiet',
+    kind: 'negative',
+    window: keyWindow([...spread(120, HOUR_AGO, 60 * MINUTE, OK), ...spread(90, HOUR_AGO, 60 * MINUTE, { status: 401, ...at('moscow') })], { history: USUAL }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+
+  // 404s alone from the key's own network never block it.
+  {
+    name: 'the merchant\'s own job (its usual address and library) looking up 1,200 ids, 1,100 unknown (404), is high, not critical',
+    kind: 'positive',
+    window: keyWindow([...spread(100, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 200 }), ...spread(1100, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 404 })], {
+      history: USUAL,
+    }),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { judgedBy: 'key', notFound: 1100, judgedRequests: 1200 } },
+  },
+  {
+    name: 'the same 1,100 × 404 of 1,200 from a network new to the key is critical',
+    kind: 'positive',
+    window: keyWindow(
+      [...spread(100, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 200, ...at('moscow') }), ...spread(1100, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 404, ...at('moscow') })],
+      { history: USUAL },
+    ),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { notFound: 1100, judgedRequests: 1200 } },
+  },
+  {
+    name: 'a brute force at volume from the key\'s own network (1,200 × 401 of 1,250) is still critical',
+    kind: 'positive',
+    window: keyWindow([...spread(50, TEN_MINUTES_AGO, 10 * MINUTE, OK), ...spread(1200, TEN_MINUTES_AGO, 10 * MINUTE, { status: 401 })], { history: USUAL }),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { judgedBy: 'key', authFailures: 1200 } },
   },
 ];

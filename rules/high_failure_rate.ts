@@ -5,12 +5,26 @@
  * 429 is the rate limiter doing its job and 5xx is the API's own fault: they are neither signal nor
  * part of the denominator, so an outage or a throttled key does not dilute or fake the share.
  *   share = (401 + 403 + 404) / (requests the API judged: everything except 429 and 5xx)
- * The rule fires when judged requests >= minRequests and share >= thresholdShare.
+ * The share is judged three ways, and the strongest finding is the key's one finding:
+ *   - the key's requests of the last windowMinutes (10): judged >= minRequests and share >= thresholdShare;
+ *   - each network (/24, /64) new to the key (not seen in the longWindowMinutes before now, per the
+ *     key's history) on its own, with the same minRequests and thresholdShare: a stranger walking
+ *     ids or guessing the secret is not hidden under the key's own successful traffic;
+ *   - over longWindowMinutes (60), the key's and each new network's requests: at least
+ *     longMinFailures (100) signal failures at thresholdShare or more (low-and-slow guessing that
+ *     never reaches minRequests in 10 minutes). Medium at most. The engine may thin a busy key's
+ *     events older than detailMs (10 min + 5 min of skew) to the first and the last of each network
+ *     and place per minute: a stranger sending a few requests a minute keeps nearly all of them,
+ *     while a busy network's older minutes count for less (fewer failures, never a made-up share
+ *     for a network whose newest 15 minutes are whole).
  * Severity grows with share and volume: medium from thresholdShare (50%); high at highShare (80%)
- * with at least highFailures signal failures; critical at criticalShare (90%) with criticalFailures.
+ * with at least highFailures signal failures; critical at criticalShare (90%) with criticalFailures,
+ * of which at least criticalFailures are 401/403 or 404s from networks new to the key: 404s alone
+ * from the key's own networks (its own job looking up ids it lacks) stop at high (rate_limit), since
+ * critical means block.
  */
-import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
-import type { Finding, RuleDefinition, Severity } from '../src/detect/types.ts';
+import { DistinctValues, entryAdded, entryRemoved, FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
+import type { Finding, KeyHistoryView, KeyWindow, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 
 type Params = {
   windowMinutes: number;
@@ -21,24 +35,66 @@ type Params = {
   highFailures: number;
   criticalShare: number;
   criticalFailures: number;
+  /** The longer horizon, for low-and-slow failures; also how far back a network must be unknown to the key to be judged on its own. */
+  longWindowMinutes: number;
+  /** Signal failures needed over longWindowMinutes (at thresholdShare or more). */
+  longMinFailures: number;
 };
 
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
-/** The screen's tally: judged requests and signal failures per clock minute, for the last RING_MINUTES. */
+/**
+ * The screen's tally: judged requests and signal failures per clock minute for the last
+ * RING_MINUTES, the same per block of BLOCK_MINUTES for the longer horizon, and the networks that
+ * sent signal failures (with their counts and newest time).
+ */
 const RING_MINUTES = 16;
+const BLOCK_MINUTES = 5;
+const RING_BLOCKS = 16;
 const JUDGED = 0;
 const FAILURES = 1;
 
-export const rule: RuleDefinition<Params, MinuteRing> = {
+interface Tally {
+  minutes: MinuteRing;
+  /** A MinuteRing of blocks: it is given timestamps divided by BLOCK_MINUTES, so its "minutes" are blocks. */
+  blocks: MinuteRing;
+  failingNetworks: FailingNetworks | undefined;
+  /** Signal failures in the window. */
+  failures: number;
+}
+
+/** What one population (the key, or one network) did over one horizon. */
+interface Counts {
+  judged: number;
+  auth: number;
+  notFound: number;
+}
+
+interface Verdict {
+  severity: Severity;
+  /** Undefined for the key as a whole. */
+  network: string | undefined;
+  minutes: number;
+  counts: Counts;
+  /** The key's counts over the same horizon. */
+  key: Counts;
+  long: boolean;
+}
+
+const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, critical: 3 };
+
+export const rule: RuleDefinition<Params, Tally> = {
   id: 'high_failure_rate',
-  version: '1.0.0',
+  version: '1.1.0',
   title: 'High failure rate',
   description:
     'Most of a key\'s requests are refused (401/403: credential guessing or a revoked key) or hit resources ' +
-    'that do not exist (404: probing), over a window long enough to rule out a glitch.',
-  windowMs: 10 * MINUTE,
+    'that do not exist (404: probing), over a window long enough to rule out a glitch; or most of the requests ' +
+    'of a network new to the key, however busy the key is otherwise; or, more slowly, over an hour.',
+  windowMs: 60 * MINUTE,
+  // The short horizon reads every event; the hour only counts, and tolerates a busy key's thinned minutes.
+  detailMs: 10 * MINUTE,
   defaults: {
     windowMinutes: 10,
     minRequests: 30,
@@ -47,6 +103,8 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     highFailures: 100,
     criticalShare: 0.9,
     criticalFailures: 1000,
+    longWindowMinutes: 60,
+    longMinFailures: 100,
   },
   actions: { low: 'monitor', medium: 'investigate', high: 'rate_limit', critical: 'block' },
   falsePositives: [
@@ -55,134 +113,330 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     'A handful of failures (3 of 5): no share is judged below minRequests judged requests.',
     'Validation errors (400, 422) are the integration\'s bugs, not abuse: they count as judged requests, not as failures.',
     'An old deployment still using a rotated secret fails 100% with 401 at its usual rate: it is reported (medium, or high at volume) because the merchant must fix it; dismiss it once fixed.',
+    'A second site of the merchant whose lookups mostly miss (404), among the key\'s successes: a network the key used before the last hour is judged with the key, not on its own.',
+    'The merchant\'s own job looking up ids it does not have (404) from the key\'s usual networks: at most high (rate_limit), never critical (block).',
+    'A few scattered 401s an hour among ordinary traffic: the hour needs longMinFailures (100) failures at thresholdShare.',
   ],
   evaluate(window, params, now) {
     const { events } = window;
-    const windowStart = now - params.windowMinutes * MINUTE;
-    // First pass: counters only; the evidence is built when the rule fires.
+    const shortStart = now - params.windowMinutes * MINUTE;
+    const longStart = now - params.longWindowMinutes * MINUTE;
+    const scanStart = Math.min(shortStart, longStart);
+    // First pass: the key's counters, for both horizons; the evidence is built when the rule fires.
+    const short: Counts = { judged: 0, auth: 0, notFound: 0 };
+    const long: Counts = { judged: 0, auth: 0, notFound: 0 };
     let first = events.length;
-    let judged = 0;
-    let auth = 0;
-    let notFound = 0;
-    let rateLimited = 0;
-    let serverErrors = 0;
     for (let i = events.length - 1; i >= 0; i--) {
-      const status = events[i]!.status;
-      if (events[i]!.timestamp < windowStart) break;
+      const event = events[i]!;
+      if (event.timestamp < scanStart) break;
       first = i;
-      if (status === 429) rateLimited++;
-      else if (status >= 500) serverErrors++;
-      else {
-        judged++;
-        if (status === 401 || status === 403) auth++;
-        else if (status === 404) notFound++;
+      if (event.timestamp >= shortStart) count(short, event.status);
+      if (event.timestamp >= longStart) count(long, event.status);
+    }
+    const isNew = newNetworks(window.history, longStart);
+    let best: Verdict | undefined;
+    const consider = (verdict: Verdict | undefined) => {
+      if (verdict && (!best || SEVERITY_RANK[verdict.severity] > SEVERITY_RANK[best.severity])) best = verdict;
+    };
+    consider(judge(short, params, false, () => strongFailures(events, first, shortStart, short, isNew), undefined, short, params.windowMinutes));
+    if (best?.severity !== 'critical') {
+      // Networks new to the key, on their own: only when the key has the failures one of them would need.
+      const networkMin = perNetworkMinimum(params);
+      const byNetwork =
+        failuresOf(short) >= networkMin || (failuresOf(long) >= networkMin && failuresOf(long) >= params.longMinFailures)
+          ? networkCounts(events, first, shortStart, longStart, isNew)
+          : undefined;
+      // At equal severity the key's short window first, then a network's, then the hour's.
+      for (const [network, counts] of byNetwork ?? []) {
+        consider(judge(counts.short, params, false, () => failuresOf(counts.short), network, short, params.windowMinutes));
+      }
+      if (!best) consider(judge(long, params, true, () => failuresOf(long), undefined, long, params.longWindowMinutes));
+      if (!best) {
+        for (const [network, counts] of byNetwork ?? []) {
+          consider(judge(counts.long, params, true, () => failuresOf(counts.long), network, long, params.longWindowMinutes));
+        }
       }
     }
-    const failures = auth + notFound;
-    if (judged < params.minRequests || failures === 0) return [];
-    const share = failures / judged;
-    if (share < params.thresholdShare) return [];
-
-    const severity: Severity =
-      share >= params.criticalShare && failures >= params.criticalFailures
-        ? 'critical'
-        : share >= params.highShare && failures >= params.highFailures
-          ? 'high'
-          : 'medium';
-    // How far past the threshold the share is, and how much volume stands behind it (log scale).
-    const shareScore = (share - params.thresholdShare) / Math.max(1e-9, 1 - params.thresholdShare);
-    const volumeScore = Math.log(failures / params.minRequests) / Math.log(params.criticalFailures / params.minRequests);
-    const confidence = round(clamp01(0.5 * clamp01(shareScore) + 0.5 * clamp01(volumeScore)), 3);
-
-    const windowEvents = events.slice(first);
-    const failing = windowEvents.filter((e) => isSignal(e.status));
-    const countsByStatus: Record<string, number> = {};
-    for (const event of windowEvents) countsByStatus[event.status] = (countsByStatus[event.status] ?? 0) + 1;
-    const topNotFoundPaths = top(failing.filter((e) => e.status === 404).map((e) => e.path), 5);
-    const ips = distinct(failing.map((e) => e.ip));
-    const networks = distinct(failing.map((e) => e.network));
-    const kind = auth >= notFound ? 'authentication failures (401/403)' : 'probing for missing resources (404)';
-    const key = window.apiKeyId;
-    const percent = Math.round(share * 100);
-    const advice =
-      auth >= notFound
-        ? 'check whether the merchant rotated or revoked this key; if not, someone is guessing its secret: rotate it'
-        : 'someone is enumerating resources with this key: check the paths and the source IPs with the merchant';
-
-    const finding: Finding = {
-      scope: key,
-      apiKeyId: key,
-      severity,
-      confidence,
-      title: `High failure rate on ${key}: ${percent}% of ${judged} requests failed (${failures} × 401/403/404)`,
-      summary:
-        `${failures} of the ${judged} requests ${key} made in the last ${params.windowMinutes} min that the API judged failed with 401/403/404 ` +
-        `(${percent}% against a threshold of ${Math.round(params.thresholdShare * 100)}%), mostly ${kind}, ` +
-        `from ${ips.count} IP(s); ${advice}.`,
-      evidence: {
-        observedShare: round(share, 3),
-        thresholdShare: params.thresholdShare,
-        signalFailures: failures,
-        authFailures: auth,
-        notFound,
-        judgedRequests: judged,
-        minRequests: params.minRequests,
-        excluded: { rateLimited, serverErrors },
-        countsByStatus,
-        topNotFoundPaths,
-        distinctIps: ips.count,
-        ips: ips.values,
-        distinctNetworks: networks.count,
-        networks: networks.values,
-        userAgents: distinct(failing.map((e) => e.userAgent)).values,
-        windowMinutes: params.windowMinutes,
-        sampleEventIds: failing.slice(-MAX_SAMPLES).map((e) => e.eventId),
-        windowMs: params.windowMinutes * MINUTE,
-      },
-      firstSeenAt: failing[0]!.timestamp,
-      lastSeenAt: failing[failing.length - 1]!.timestamp,
-    };
-    return [finding];
+    return best ? [finding(window, params, now, best, first)] : [];
   },
   screen: {
-    create: () => new MinuteRing(RING_MINUTES, [0, 0]),
-    add(ring, event) {
-      const at = ring.claim(event.timestamp);
-      if (at !== FORGOTTEN) count(ring, at, event.status, 1);
+    create: () => ({ minutes: new MinuteRing(RING_MINUTES, [0, 0]), blocks: new MinuteRing(RING_BLOCKS, [0, 0]), failingNetworks: undefined, failures: 0 }),
+    add(tally, event) {
+      const at = tally.minutes.claim(event.timestamp);
+      if (at !== FORGOTTEN) countIn(tally.minutes, at, event.status, 1);
+      const block = tally.blocks.claim(event.timestamp / BLOCK_MINUTES);
+      if (block !== FORGOTTEN) countIn(tally.blocks, block, event.status, 1);
+      if (!isSignal(event.status)) return 0;
+      tally.failures++;
+      return entryAdded((tally.failingNetworks ??= new FailingNetworks()).add(event.network, event.timestamp));
     },
-    remove(ring, event) {
-      const at = ring.find(minuteOf(event.timestamp));
-      if (at >= 0) count(ring, at, event.status, -1);
+    remove(tally, event) {
+      const at = tally.minutes.find(minuteOf(event.timestamp));
+      if (at >= 0) countIn(tally.minutes, at, event.status, -1);
+      const block = tally.blocks.find(minuteOf(event.timestamp / BLOCK_MINUTES));
+      if (block >= 0) countIn(tally.blocks, block, event.status, -1);
+      if (!isSignal(event.status)) return 0;
+      tally.failures--;
+      return entryRemoved(tally.failingNetworks!.remove(event.network, event.timestamp));
     },
-    // The window starts inside a minute: its counts lie between those of the minutes wholly inside it
-    // (at least) and of every minute it touches (at most), and so does the share.
-    mayFire(ring, params, now) {
-      const windowStart = now - params.windowMinutes * MINUTE;
-      const firstMinute = minuteOf(windowStart);
-      const firstWholeMinute = Math.ceil(windowStart / MINUTE);
-      if (ring.newestMinute - firstMinute >= ring.size) return true;
-      let judgedAtMost = 0;
-      let judgedAtLeast = 0;
-      let failuresAtMost = 0;
-      for (let minute = firstMinute; minute <= ring.newestMinute; minute++) {
-        const at = ring.find(minute);
-        if (at === NO_EVENTS) continue;
-        if (at === FORGOTTEN) return true;
-        judgedAtMost += ring.get(at, JUDGED);
-        failuresAtMost += ring.get(at, FAILURES);
-        if (minute >= firstWholeMinute) judgedAtLeast += ring.get(at, JUDGED);
-      }
-      if (judgedAtMost < params.minRequests || failuresAtMost === 0) return false;
-      return judgedAtLeast === 0 || !(failuresAtMost / judgedAtLeast < params.thresholdShare);
+    entries: (tally) => tally.failingNetworks?.size ?? 0,
+    // Each horizon's window starts inside a minute (a block): its counts lie between those of the
+    // minutes wholly inside it (at least) and of every minute it touches (at most), and so does the share.
+    // A network on its own has at most the failures it sent in the whole window.
+    mayFire(tally, params, now, history) {
+      // Every finding needs at least thresholdShare × minRequests failures (and one): most keys stop here.
+      const networkMin = perNetworkMinimum(params);
+      if (!(tally.failures >= networkMin)) return false;
+      const short = bounds(tally.minutes, now - params.windowMinutes * MINUTE);
+      if (short === undefined || mayReach(short, params.minRequests, params)) return true;
+      const longStart = now - params.longWindowMinutes * MINUTE;
+      const long = bounds(tally.blocks, longStart / BLOCK_MINUTES);
+      if (long === undefined) return true;
+      if (long.failuresAtMost >= params.longMinFailures && mayReach(long, params.minRequests, params)) return true;
+      if (!(long.failuresAtMost >= networkMin) && !(short.failuresAtMost >= networkMin)) return false;
+      const isNew = newNetworks(history, longStart);
+      const since = Math.min(longStart, now - params.windowMinutes * MINUTE);
+      return tally.failingNetworks?.some((network, failures, newest) => failures >= networkMin && newest >= since && isNew(network)) ?? false;
     },
   },
 };
+/** Counts an event of a population over a horizon, as the share counts it. */
+function count(counts: Counts, status: number): void {
+  if (status === 429 || status >= 500) return;
+  counts.judged++;
+  if (status === 401 || status === 403) counts.auth++;
+  else if (status === 404) counts.notFound++;
+}
 
-/** Counts an event in (sign 1) or out (sign -1) of its minute, as evaluate counts it. */
-function count(ring: MinuteRing, at: number, status: number, sign: 1 | -1): void {
+function failuresOf(counts: Counts): number {
+  return counts.auth + counts.notFound;
+}
+
+/** The fewest signal failures a network needs to be judged on its own, over either horizon. */
+function perNetworkMinimum(params: Params): number {
+  return Math.max(1, params.thresholdShare * params.minRequests);
+}
+
+/**
+ * Whether a network is new to the key: not seen before `since` in the key's history. Without a
+ * history (a unit test) every network is. The verdicts of the last network asked are kept at hand.
+ */
+function newNetworks(history: KeyHistoryView | undefined, since: number): (network: string) => boolean {
+  if (!history) return () => true;
+  let last: string | undefined;
+  let verdict = true;
+  return (network) => {
+    if (network !== last) {
+      last = network;
+      verdict = !history.knowsNetwork(network, since);
+    }
+    return verdict;
+  };
+}
+
+/**
+ * The severity a population's counts earn, or undefined when they do not fire. `strong` counts the
+ * failures that may make it critical (401/403, and 404s from networks new to the key); it is only
+ * asked when the rest of the critical bar is met. The long horizon is medium at most.
+ */
+function judge(
+  counts: Counts,
+  params: Params,
+  long: boolean,
+  strong: () => number,
+  network: string | undefined,
+  key: Counts,
+  minutes: number,
+): Verdict | undefined {
+  const failures = failuresOf(counts);
+  if (counts.judged < params.minRequests || failures === 0) return undefined;
+  const share = failures / counts.judged;
+  if (share < params.thresholdShare) return undefined;
+  if (long && failures < params.longMinFailures) return undefined;
+  const severity: Severity = long
+    ? 'medium'
+    : share >= params.criticalShare && failures >= params.criticalFailures && strong() >= params.criticalFailures
+      ? 'critical'
+      : share >= params.highShare && failures >= params.highFailures
+        ? 'high'
+        : 'medium';
+  return { severity, network, minutes, counts, key, long };
+}
+
+/** 401/403 in the short window, and its 404s from networks new to the key. */
+function strongFailures(events: readonly WindowEvent[], first: number, since: number, counts: Counts, isNew: (network: string) => boolean): number {
+  let strong = counts.auth;
+  if (counts.notFound === 0) return strong;
+  for (let i = first; i < events.length; i++) {
+    const event = events[i]!;
+    if (event.status === 404 && event.timestamp >= since && isNew(event.network)) strong++;
+  }
+  return strong;
+}
+
+/** The counts of each network new to the key, over both horizons (only networks that sent a signal failure). */
+function networkCounts(
+  events: readonly WindowEvent[],
+  first: number,
+  shortStart: number,
+  longStart: number,
+  isNew: (network: string) => boolean,
+): Map<string, { short: Counts; long: Counts }> {
+  const networks = new Map<string, { short: Counts; long: Counts }>();
+  let lastNetwork: string | undefined;
+  let last: { short: Counts; long: Counts } | undefined;
+  for (let i = first; i < events.length; i++) {
+    const event = events[i]!;
+    if (event.network !== lastNetwork) {
+      lastNetwork = event.network;
+      last = networks.get(event.network);
+      if (last === undefined && isNew(event.network)) {
+        last = { short: { judged: 0, auth: 0, notFound: 0 }, long: { judged: 0, auth: 0, notFound: 0 } };
+        networks.set(event.network, last);
+      }
+    }
+    if (last === undefined) continue;
+    if (event.timestamp >= shortStart) count(last.short, event.status);
+    if (event.timestamp >= longStart) count(last.long, event.status);
+  }
+  for (const [network, counts] of networks) if (failuresOf(counts.long) === 0 && failuresOf(counts.short) === 0) networks.delete(network);
+  return networks;
+}
+
+/** The finding of a verdict, its evidence read from the population's events over its horizon. */
+function finding(window: KeyWindow, params: Params, now: number, verdict: Verdict, first: number): Finding {
+  const { events } = window;
+  const since = now - verdict.minutes * MINUTE;
+  const { network, counts, severity } = verdict;
+  const windowEvents: WindowEvent[] = [];
+  for (let i = first; i < events.length; i++) {
+    const event = events[i]!;
+    if (event.timestamp >= since && (network === undefined || event.network === network)) windowEvents.push(event);
+  }
+  const auth = counts.auth;
+  const notFound = counts.notFound;
+  const failures = auth + notFound;
+  const judged = counts.judged;
+  const share = failures / judged;
+  // How far past the threshold the share is, and how much volume stands behind it (log scale).
+  const shareScore = (share - params.thresholdShare) / Math.max(1e-9, 1 - params.thresholdShare);
+  const floor = verdict.long ? params.longMinFailures : params.minRequests;
+  const volumeScore = Math.log(failures / floor) / Math.log(params.criticalFailures / floor);
+  const confidence = round(clamp01(0.5 * clamp01(shareScore) + 0.5 * clamp01(volumeScore)), 3);
+
+  const failing = windowEvents.filter((e) => isSignal(e.status));
+  const countsByStatus: Record<string, number> = {};
+  let rateLimited = 0;
+  let serverErrors = 0;
+  for (const event of windowEvents) {
+    countsByStatus[event.status] = (countsByStatus[event.status] ?? 0) + 1;
+    if (event.status === 429) rateLimited++;
+    else if (event.status >= 500) serverErrors++;
+  }
+  const topNotFoundPaths = top(failing.filter((e) => e.status === 404).map((e) => e.path), 5);
+  const ips = distinct(failing.map((e) => e.ip));
+  const networks = distinct(failing.map((e) => e.network));
+  const kind = auth >= notFound ? 'authentication failures (401/403)' : 'probing for missing resources (404)';
+  const key = window.apiKeyId;
+  const percent = Math.round(share * 100);
+  const minutes = verdict.minutes;
+  const advice =
+    auth >= notFound
+      ? 'check whether the merchant rotated or revoked this key; if not, someone is guessing its secret: rotate it'
+      : 'someone is enumerating resources with this key: check the paths and the source IPs with the merchant';
+  const keyFailures = failuresOf(verdict.key);
+  const source = network === undefined ? '' : ` from ${network}`;
+  const hidden =
+    network === undefined
+      ? ''
+      : ` The network is new to the key; the key as a whole failed ${keyFailures} of ${verdict.key.judged} (${Math.round((keyFailures / Math.max(1, verdict.key.judged)) * 100)}%).`;
+  const slow = verdict.long ? ` (at least ${params.longMinFailures} over ${minutes} min: slow and steady)` : '';
+
+  return {
+    scope: key,
+    apiKeyId: key,
+    severity,
+    confidence,
+    title: `High failure rate on ${key}: ${percent}% of ${judged} requests${source} failed (${failures} × 401/403/404${verdict.long ? ` in ${minutes} min` : ''})`,
+    summary:
+      `${failures} of the ${judged} requests ${key} made${source} in the last ${minutes} min that the API judged failed with 401/403/404 ` +
+      `(${percent}% against a threshold of ${Math.round(params.thresholdShare * 100)}%${slow}), mostly ${kind}, ` +
+      `from ${ips.count} IP(s); ${advice}.${hidden}`,
+    evidence: {
+      judgedBy: network === undefined ? 'key' : 'network',
+      ...(network === undefined ? {} : { network, keyJudgedRequests: verdict.key.judged, keySignalFailures: keyFailures }),
+      horizon: verdict.long ? 'long' : 'short',
+      observedShare: round(share, 3),
+      thresholdShare: params.thresholdShare,
+      signalFailures: failures,
+      authFailures: auth,
+      notFound,
+      judgedRequests: judged,
+      minRequests: params.minRequests,
+      ...(verdict.long ? { longMinFailures: params.longMinFailures } : {}),
+      excluded: { rateLimited, serverErrors },
+      countsByStatus,
+      topNotFoundPaths,
+      distinctIps: ips.count,
+      ips: ips.values,
+      distinctNetworks: networks.count,
+      networks: networks.values,
+      userAgents: distinct(failing.map((e) => e.userAgent)).values,
+      windowMinutes: minutes,
+      sampleEventIds: failing.slice(-MAX_SAMPLES).map((e) => e.eventId),
+      windowMs: minutes * MINUTE,
+    },
+    firstSeenAt: failing[0]!.timestamp,
+    lastSeenAt: failing[failing.length - 1]!.timestamp,
+  };
+}
+
+/** Counts an event in (sign 1) or out (sign -1) of its minute or block, as evaluate counts it. */
+function countIn(ring: MinuteRing, at: number, status: number, sign: 1 | -1): void {
   if (status === 429 || status >= 500) return;
   ring.add(at, JUDGED, sign);
   if (isSignal(status)) ring.add(at, FAILURES, sign);
+}
+
+interface Bounds {
+  judgedAtMost: number;
+  judgedAtLeast: number;
+  failuresAtMost: number;
+}
+
+/**
+ * What a ring says of the counts from `start` on (a ring of blocks is given `start` scaled as its
+ * timestamps are); undefined when it cannot say (the span is longer than
+ * the ring, or a slot it needs was taken over).
+ */
+function bounds(ring: MinuteRing, start: number): Bounds | undefined {
+  const firstSlot = minuteOf(start);
+  const firstWholeSlot = Math.ceil(start / MINUTE);
+  if (ring.newestMinute - firstSlot >= ring.size) return undefined;
+  const result: Bounds = { judgedAtMost: 0, judgedAtLeast: 0, failuresAtMost: 0 };
+  for (let slot = firstSlot; slot <= ring.newestMinute; slot++) {
+    const at = ring.find(slot);
+    if (at === NO_EVENTS) continue;
+    if (at === FORGOTTEN) return undefined;
+    result.judgedAtMost += ring.get(at, JUDGED);
+    result.failuresAtMost += ring.get(at, FAILURES);
+    if (slot >= firstWholeSlot) result.judgedAtLeast += ring.get(at, JUDGED);
+  }
+  return result;
+}
+
+/** Whether counts within these bounds may reach minRequests judged at thresholdShare. */
+function mayReach(b: Bounds, minRequests: number, params: Params): boolean {
+  if (b.judgedAtMost < minRequests || b.failuresAtMost === 0) return false;
+  return b.judgedAtLeast === 0 || !(b.failuresAtMost / b.judgedAtLeast < params.thresholdShare);
+}
+
+/** The networks that sent signal failures, with how many each sent in the window and the newest. */
+class FailingNetworks extends DistinctValues<string> {
+  some(test: (network: string, failures: number, newest: number) => boolean): boolean {
+    for (const [network, tally] of this.values) if (test(network, tally.events, tally.newest)) return true;
+    return false;
+  }
 }
 
 function isSignal(status: number): boolean {

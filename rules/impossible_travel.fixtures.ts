@@ -1,4 +1,4 @@
-import { at, keyWindow, MINUTE, spread, T0, type RuleFixture } from './fixtures.ts';
+import { at, keyWindow, MINUTE, SECOND, spread, T0, type RuleFixture } from './fixtures.ts';
 import type { rule } from './impossible_travel.ts';
 
 type Fixture = RuleFixture<(typeof rule)['defaults']>;
@@ -7,6 +7,9 @@ const DAY = 24 * 60 * MINUTE;
 
 // The key's ordinary life: one request a minute from us-east for the 50 minutes before T0 - 10 min.
 const HOME = spread(50, T0 - 60 * MINUTE, 50 * MINUTE, at('ashburn'));
+
+/** Title and summary of a hop out of Moscow, the place new to the key, into its own Ashburn. */
+const OUT_OF_MOSCOW = { title: /: Moscow, RU to Ashburn, US at /, summary: /\(Moscow, RU is new to the key\)/ };
 
 export const fixtures: Fixture[] = [
   {
@@ -145,8 +148,14 @@ export const fixtures: Fixture[] = [
       { history: spread(60, T0 - DAY - 60 * MINUTE, 60 * MINUTE, at('ashburn')) },
     ),
     now: T0,
-    // Moscow came first, from nowhere the key was seen: the hop into it from Ashburn is the attack.
-    expect: { findings: 1, severity: 'high', evidence: { from: { city: 'Ashburn' }, to: { city: 'Moscow' }, impossibleHops: 1, knownLocations: 1 } },
+    // Moscow came first, from nowhere the key was established: the hop out of it into Ashburn, and
+    // the hop back into it, are the attack (the first is the fastest, as fast as the second).
+    expect: {
+      findings: 1,
+      severity: 'high',
+      evidence: { from: { city: 'Moscow' }, to: { city: 'Ashburn' }, impossibleHops: 2, knownLocations: 1, newLocation: 'from' },
+      ...OUT_OF_MOSCOW,
+    },
   },
   {
     name: 'the attacker first after an idle hour, the key\'s own Ashburn back 10 minutes later, then Moscow again is travel',
@@ -169,6 +178,79 @@ export const fixtures: Fixture[] = [
     kind: 'negative',
     window: keyWindow(spread(8, T0 - 9 * MINUTE, 8 * MINUTE, (i) => at(i % 2 === 0 ? 'dublin' : 'ashburn')), {
       history: spread(60, T0 - DAY - 60 * MINUTE, 60 * MINUTE, (i) => at(i % 2 === 0 ? 'ashburn' : 'dublin')),
+    }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  // A thief's lone request while the key was idle makes his place part of the key's history, not
+  // one of its places: a place is the key's own once it was used over half an hour, on two days, or
+  // within half an hour of another of its places (a hop the rule judged then).
+  {
+    name: 'a thief whose one request at 06:00, while the key was idle, is in its history is still reported in the morning',
+    kind: 'positive',
+    window: keyWindow([...spread(20, T0 - 20 * MINUTE, 20 * MINUTE, at('ashburn')), { at: T0 - 30 * SECOND, ...at('moscow') }], {
+      history: [...spread(8 * 60, T0 - DAY, 8 * 60 * MINUTE, at('ashburn')), { at: T0 - 6 * 60 * MINUTE, ...at('moscow') }],
+    }),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { from: { city: 'Ashburn' }, to: { city: 'Moscow' }, newLocation: 'to', knownLocations: 1 } },
+  },
+  {
+    name: 'the thief first after an idle hour, the key\'s own Ashburn 5 minutes later: the hop out of his place is reported at once',
+    kind: 'positive',
+    window: keyWindow([{ at: T0 - 5 * MINUTE, ...at('moscow') }, { at: T0, ...at('ashburn') }], {
+      history: spread(60, T0 - DAY, 60 * MINUTE, at('ashburn')),
+    }),
+    now: T0,
+    expect: {
+      findings: 1,
+      severity: 'high',
+      evidence: { from: { city: 'Moscow' }, to: { city: 'Ashburn' }, gapMinutes: 5, impossibleHops: 1, newLocation: 'from' },
+      ...OUT_OF_MOSCOW,
+    },
+  },
+  {
+    name: 'the thief first after an idle hour, again 55 minutes later among the key\'s own requests: his first request does not make his place known',
+    kind: 'positive',
+    window: keyWindow(
+      [{ at: T0 - 55 * MINUTE - 30 * SECOND, ...at('moscow') }, ...spread(50, T0 - 50 * MINUTE, 50 * MINUTE, at('ashburn')), { at: T0 - 30 * SECOND, ...at('moscow') }],
+      { history: spread(60, T0 - DAY, 60 * MINUTE, at('ashburn')) },
+    ),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { from: { city: 'Ashburn' }, to: { city: 'Moscow' }, impossibleHops: 1, newLocation: 'to' } },
+  },
+  {
+    name: 'the thief seen once last night, then first after an idle hour and again 55 minutes later: his place in the history is not the key\'s',
+    kind: 'positive',
+    window: keyWindow(
+      [{ at: T0 - 55 * MINUTE - 30 * SECOND, ...at('moscow') }, ...spread(50, T0 - 50 * MINUTE, 50 * MINUTE, at('ashburn')), { at: T0 - 30 * SECOND, ...at('moscow') }],
+      { history: [...spread(60, T0 - DAY, 60 * MINUTE, at('ashburn')), { at: T0 - 10 * 60 * MINUTE, ...at('moscow') }] },
+    ),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { from: { city: 'Ashburn' }, to: { city: 'Moscow' }, impossibleHops: 1, newLocation: 'to' } },
+  },
+  {
+    name: 'a ten-minute daily job alternating between Ashburn and Dublin yesterday: today both are the key\'s own',
+    kind: 'negative',
+    window: keyWindow([...HOME, ...spread(60, T0 - 10 * MINUTE, 10 * MINUTE, (i) => at(i % 2 === 0 ? 'ashburn' : 'dublin'))], {
+      history: spread(60, T0 - DAY - 10 * MINUTE, 10 * MINUTE, (i) => at(i % 2 === 0 ? 'ashburn' : 'dublin')),
+    }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a region that served alone for hours yesterday (Dublin, while Ashburn was idle) is the key\'s own today',
+    kind: 'negative',
+    window: keyWindow([...HOME, ...spread(7, T0 - 10 * MINUTE, 7 * MINUTE, at('ashburn')), ...spread(3, T0 - 3 * MINUTE, 3 * MINUTE, at('dublin'))], {
+      history: [...spread(120, T0 - DAY - 12 * 60 * MINUTE, 2 * 60 * MINUTE, at('ashburn')), ...spread(240, T0 - DAY - 6 * 60 * MINUTE, 4 * 60 * MINUTE, at('dublin'))],
+    }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'the key\'s own second region first after an idle night, then Ashburn: a hop out of a known place is not travel',
+    kind: 'negative',
+    window: keyWindow([{ at: T0 - 5 * MINUTE, ...at('dublin') }, { at: T0, ...at('ashburn') }], {
+      history: [...spread(120, T0 - DAY - 12 * 60 * MINUTE, 2 * 60 * MINUTE, at('ashburn')), ...spread(240, T0 - DAY - 6 * 60 * MINUTE, 4 * 60 * MINUTE, at('dublin'))],
     }),
     now: T0,
     expect: { findings: 0 },

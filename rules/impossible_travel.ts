@@ -5,19 +5,23 @@
  *   speed = adjusted distance / gap; a hop is impossible when speed > maxSpeedKmh (900, an airliner)
  *   and adjusted distance > minDistanceKm (500).
  * Only hops that ended in the last recentMinutes are judged (older ones were judged by earlier
- * evaluations); the rest of the window is the key's memory of places: a hop INTO a place the key was
- * already known at (the same or a neighbouring one-degree cell, within about 100-200 km) is a
- * multi-region deployment alternating between known sites, not travel. Known: the places the key was
- * seen at before the window, in the last days the engine remembers (KeyWindow.history), so a region
- * that serves only in European hours, or a daily job, is not new when it wakes; and the places the
- * key reached in the window from a known one. So a key served from us-east and eu-west never alerts;
- * a key that suddenly also appears in a third, far place alerts when that place is new, also when
- * that place's request came first after the key was idle.
+ * evaluations); the rest of the window is the key's memory of places: a hop between two places the
+ * key was already known at (the same or a neighbouring one-degree cell, within about 100-200 km) is a
+ * multi-region deployment alternating between known sites, not travel; a hop into or out of a place
+ * the key was not known at is judged. Known: the places the key was established at before the
+ * window, in the last days the engine remembers (KeyWindow.history: seen there over at least half an
+ * hour, or on two days), so a region that serves only in European hours, or a daily job, is not new
+ * when it wakes; and the places the key reached in the window from a known one. One request from a
+ * place (a thief's, while the key was idle at night) does not make it known. So a key served from
+ * us-east and eu-west never alerts; a key that suddenly also appears in a third, far place alerts when
+ * that place is new, also when that place's request came first after the key was idle (the hop out of
+ * it is judged as soon as the key's own place answers).
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the impossible hops span at least criticalCountries countries.
  */
 import { addToMinutes, removeFromMinutes, seenInMinutes } from '../src/detect/tallies.ts';
 import type { Finding, GeoPoint, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
+import { cellOf, nearCells as nearKnown } from './network.ts';
 
 type Params = {
   /** History the rule remembers places over. */
@@ -67,7 +71,7 @@ interface Tally {
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
-  version: '1.1.0',
+  version: '1.2.0',
   title: 'Impossible travel',
   description:
     'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
@@ -87,12 +91,13 @@ export const rule: RuleDefinition<Params, Tally> = {
   },
   actions: { low: 'monitor', medium: 'investigate', high: 'investigate', critical: 'block' },
   falsePositives: [
-    'Multi-region deployment (e.g. us-east and eu-west) alternating all day: a hop into a place already seen in the window is not travel.',
+    'Multi-region deployment (e.g. us-east and eu-west) alternating all day: a hop between places already seen in the window is not travel.',
     'Address churn: two addresses of the same IP or the same network never count, whatever GeoIP says about them.',
     'GeoIP imprecision: each point\'s accuracy radius is subtracted from the distance; hops under minDistanceKm never count.',
     'Private or unknown addresses have no geo and are skipped.',
-    'A region idle for longer than the window (eu-west only in European hours, a daily job): a place the key was seen at in the last 7 days is known.',
+    'A region idle for longer than the window (eu-west only in European hours, a daily job): a place the key was established at in the last 7 days (seen there over at least 30 minutes, or on two days) is known.',
     'Not avoided: a region the key never used in the last 7 days (a new region comes online) alerts once; dismiss it with a note, or allowlist the key\'s networks.',
+    'Not avoided: a region the key used only briefly before (a job of a few minutes, on one day) is not established yet: its next hop with the key\'s other sites alerts again, once; from its second day it is known.',
   ],
   evaluate(window, params, now) {
     const { events } = window;
@@ -124,32 +129,46 @@ export const rule: RuleDefinition<Params, Tally> = {
     }
     if (!candidates) return [];
 
-    // Keep only hops into a place the key was not known at before the hop. Known: the places of the
-    // key's history (before the window), and a place the key arrived at from a known one (a possible
-    // move, or an impossible hop: reported here, or by an earlier evaluation). The window's first
-    // place counts as arrived at from a known one when the window starts in the middle of the key's
-    // traffic (its first event within recentMinutes of the window's start) or the key has no history.
-    // Not after the key was idle: then the first request may be the attacker's, and taken as known it
-    // would make every later hop into it (the key's own site, then the attacker again) look like
-    // alternation between the key's sites.
+    // Keep only hops into or out of a place the key was not known at before the hop. Known: the
+    // places the key was established at before the window (its history: seen there over at least
+    // half an hour, or on two days; one request while the key was idle, the attacker's maybe, is
+    // not), and a place the key arrived at from a known one (a possible move, or an impossible hop:
+    // reported here, or by an earlier evaluation). The window's first place is known when it is near
+    // an established one, or when the key has no established place at all (a new key, or no memory):
+    // then the window itself is all there is to go by. Not after the key was idle otherwise: the
+    // first request may be the attacker's, and taken as known it would make every later hop into it
+    // (the key's own site, then the attacker again) look like alternation between the key's sites.
     const hops: Hop[] = [];
-    /** Per hop kept: how many places (cells) the key was known at before it, its origin included. */
+    /** Per hop kept: how many places (cells) the key was known at before it, its known end included. */
     const knownBefore: number[] = [];
+    /** Per hop kept: which of its ends was not known before it. */
+    const newEnds: ('to' | 'from' | 'both')[] = [];
     const known = new Set<number>();
-    for (const geo of window.history?.placesBefore(windowStart) ?? []) known.add(cellOf(geo));
+    for (const geo of window.history?.establishedPlacesBefore(windowStart) ?? []) known.add(cellOf(geo));
     let lastGeo: GeoPoint | undefined;
     let next = 0;
     let start = first;
     while (start > 0 && events[start - 1]!.timestamp >= windowStart) start--;
-    let atKnownPlace = known.size === 0 || events[start]!.timestamp < windowStart + params.recentMinutes * MINUTE;
+    // The window's first, partial clock minute counts as one: whether the key was seen at a known
+    // place in it, not in what order (a busy key's history keeps, of each place in each minute, only
+    // its first and last event: the window's start may cut between them).
+    let atKnownPlace = known.size === 0;
+    const firstWholeMinute = Math.ceil(windowStart / MINUTE) * MINUTE;
+    for (let i = start; !atKnownPlace && i < events.length && events[i]!.timestamp < firstWholeMinute; i++) {
+      const geo = events[i]!.geo;
+      if (geo && nearKnown(known, geo)) atKnownPlace = true;
+    }
     for (let i = start; i < events.length && next < candidates.length; i++) {
       const geo = events[i]!.geo;
       if (!geo) continue;
       if (i === candidates[next]!.index) {
         const hop = candidates[next++]!.hop;
-        if (!nearKnown(known, hop.to.geo)) {
+        const toKnown = nearKnown(known, hop.to.geo);
+        const fromKnown = atKnownPlace && nearKnown(known, hop.from.geo);
+        if (!toKnown || !fromKnown) {
           hops.push(hop);
           knownBefore.push(known.size);
+          newEnds.push(toKnown ? 'from' : fromKnown ? 'to' : 'both');
         }
         atKnownPlace = true;
       } else if (geo === lastGeo) {
@@ -186,6 +205,9 @@ export const rule: RuleDefinition<Params, Tally> = {
     const fromName = placeName(worst.from);
     const toName = placeName(worst.to);
     const gapMinutes = round(worst.gapMs / MINUTE, 1);
+    const newEnd = newEnds[worstIndex]!;
+    const newToKey =
+      newEnd === 'to' ? `${toName} is new to the key` : newEnd === 'from' ? `${fromName} is new to the key` : 'neither place is one the key is known at';
     const samples = new Set<string>();
     for (const hop of hops) {
       if (samples.size >= 10) break;
@@ -200,7 +222,7 @@ export const rule: RuleDefinition<Params, Tally> = {
       title: `Impossible travel on ${key}: ${fromName} to ${toName} at ${Math.round(worst.speedKmh)} km/h (max ${params.maxSpeedKmh})`,
       summary:
         `${key} was used from ${worst.from.ip} (${fromName}) and ${gapMinutes} min later from ${worst.to.ip} (${toName}), ` +
-        `${Math.round(worst.adjustedKm)} km apart after GeoIP accuracy: ${Math.round(worst.speedKmh)} km/h against a maximum of ${params.maxSpeedKmh}; ` +
+        `${Math.round(worst.adjustedKm)} km apart after GeoIP accuracy: ${Math.round(worst.speedKmh)} km/h against a maximum of ${params.maxSpeedKmh} (${newToKey}); ` +
         `confirm with the merchant that both locations are theirs, otherwise ${severity === 'critical' ? 'block the key and ' : ''}rotate its secret.`,
       evidence: {
         from: point(worst.from),
@@ -214,6 +236,7 @@ export const rule: RuleDefinition<Params, Tally> = {
         impossibleHops: hops.length,
         countries: [...countries].sort(),
         knownLocations: knownBefore[worstIndex]!,
+        newLocation: newEnd,
         recentMinutes: params.recentMinutes,
         sampleEventIds: [...samples].slice(0, 10),
         windowMs: params.windowMinutes * MINUTE,
@@ -258,10 +281,12 @@ export const rule: RuleDefinition<Params, Tally> = {
     },
     entries: (tally) => tally.places.size,
     // A finding needs a recent hop (two geolocated events since the window start, at different points)
-    // into a point not known before the hop. With no history, a point also seen in a whole minute
-    // between the window start and the recent part was known before any recent hop into it. With a
-    // history, a point of the window may be unknown (reached only from the window's first place), so
-    // that holds only when every point of the window is near a place of the history: then none is new.
+    // into or out of a point not known before the hop; both ends of a recent hop were seen in the
+    // recent part. With no established place in the history, a point also seen in a whole minute
+    // between the window start and the recent part was known before any recent hop into or out of
+    // it. With one, a point of the window may be unknown (reached only from the window's first
+    // place), so that holds only when every point of the window is near an established place of the
+    // history: then none is new.
     mayFire(tally, params, now, history) {
       const windowStart = now - params.windowMinutes * MINUTE;
       const recentStart = now - params.recentMinutes * MINUTE;
@@ -275,7 +300,7 @@ export const rule: RuleDefinition<Params, Tally> = {
       for (const place of tally.places.values()) {
         if (place.newest >= recentStart && !seenInMinutes(place.minutes, firstWholeMinute, lastWholeMinute)) return true;
       }
-      const before = history?.placesBefore(windowStart) ?? [];
+      const before = history?.establishedPlacesBefore(windowStart) ?? [];
       if (before.length === 0) return false;
       const known = new Set(before.map(cellOf));
       for (const place of tally.places.values()) if (place.newest >= windowStart && !nearKnown(known, place)) return true;
@@ -318,23 +343,6 @@ function haversineKm(a: GeoPoint, b: GeoPoint): number {
 
 function samePoint(a: GeoPoint, b: GeoPoint): boolean {
   return a === b || (a.latitude === b.latitude && a.longitude === b.longitude);
-}
-
-/** A one-degree grid cell (about 100 km), as one number. */
-function cellOf(geo: GeoPoint): number {
-  return (Math.round(geo.latitude) + 90) * 1000 + ((Math.round(geo.longitude) + 540) % 360);
-}
-
-/** Whether the key was seen in this cell or one next to it. */
-function nearKnown(known: Set<number>, geo: { latitude: number; longitude: number }): boolean {
-  const lat = Math.round(geo.latitude);
-  const lon = Math.round(geo.longitude);
-  for (let dLat = -1; dLat <= 1; dLat++) {
-    for (let dLon = -1; dLon <= 1; dLon++) {
-      if (known.has((lat + dLat + 90) * 1000 + ((lon + dLon + 540) % 360))) return true;
-    }
-  }
-  return false;
 }
 
 function placeName(event: WindowEvent & { geo: GeoPoint }): string {

@@ -58,3 +58,23 @@ function expandIpv6(address: string): number[] | undefined {
   if (halves.length === 2 ? missing < 1 : missing !== 0) return undefined;
   return [...head, ...new Array<number>(missing).fill(0), ...tail];
 }
+
+/**
+ * The one-degree grid cell (about 100 km) of a point, as one number: how impossible_travel and
+ * credential_sharing tell a place the key knows from a new one. Pure.
+ */
+export function cellOf(point: { latitude: number; longitude: number }): number {
+  return (Math.round(point.latitude) + 90) * 1000 + ((Math.round(point.longitude) + 540) % 360);
+}
+
+/** Whether a point is in one of `cells` (cellOf) or a cell next to it: within about 100-200 km of a known place. */
+export function nearCells(cells: ReadonlySet<number>, point: { latitude: number; longitude: number }): boolean {
+  const lat = Math.round(point.latitude);
+  const lon = Math.round(point.longitude);
+  for (let dLat = -1; dLat <= 1; dLat++) {
+    for (let dLon = -1; dLon <= 1; dLon++) {
+      if (cells.has((lat + dLat + 90) * 1000 + ((lon + dLon + 540) % 360))) return true;
+    }
+  }
+  return false;
+}

@@ -141,4 +141,75 @@ export const fixtures: Fixture[] = [
     params: { minMinutesOver: 1 },
     expect: { findings: 1, severity: 'critical', evidence: { minutesOver: 1, minMinutesOver: 1 } },
   },
+
+  // Sustained means one stretch of minutes over the limit, not over minutes scattered in the window.
+  {
+    name: 'a cron job bursting once every 5 minutes (100 against 60, quiet in between) is not sustained',
+    kind: 'negative',
+    window: keyWindow([...perMinute([100], FIVE_MINUTES_AGO), ...spread(100, T0, 20 * SECOND)]),
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a cron job bursting 100 every other minute (50/min on average, against 60) is not sustained',
+    kind: 'negative',
+    window: keyWindow(perMinute([100, 0, 100, 0, 100], FIVE_MINUTES_AGO)),
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a flood that skips every other minute (600, 0, 600, 0, 600: 6x over the stretch) is still sustained: high',
+    kind: 'positive',
+    window: keyWindow(perMinute([600, 0, 600, 0, 600], FIVE_MINUTES_AGO)),
+    now: NOW,
+    expect: { findings: 1, severity: 'high', evidence: { minutesOver: 3, spanMinutes: 5, spanRatio: 6, sustainedRatio: 6, observedRequestsPerMinute: 600 } },
+  },
+  {
+    name: 'a lone spike of 900 before three minutes in a row at 2x is medium: the spike does not raise what the key sustained',
+    kind: 'positive',
+    window: keyWindow(perMinute([900, 30, 120, 120, 120], FIVE_MINUTES_AGO)),
+    now: NOW,
+    expect: { findings: 1, severity: 'medium', evidence: { minutesOver: 4, spanMinutes: 5, sustainedRatio: 2, observedRequestsPerMinute: 900 } },
+  },
+
+  // Events dated ahead of now (a producer's clock a few minutes fast) count in their own minutes.
+  {
+    name: 'a producer clock 3 minutes fast: its steady 50/min is not piled into the current minute, one real minute at 95 is not sustained',
+    kind: 'negative',
+    window: keyWindow([...spread(500, T0 - 6 * MINUTE, 10 * MINUTE).filter((e) => e.at <= NOW + 3 * MINUTE), ...perMinute([45], T0 - 3 * MINUTE)]),
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a flood of 300/min from a producer 3 minutes fast is judged minute by minute: 300 requests/min, high',
+    kind: 'positive',
+    window: keyWindow(spread(1650, T0 - 2 * MINUTE, 5.5 * MINUTE)),
+    now: NOW,
+    expect: { findings: 1, severity: 'high', title: /: 300 requests\/min \(limit 60\)/, evidence: { observedRequestsPerMinute: 300, minutesOver: 6 } },
+  },
+
+  // Events that carry no limit (rateLimitPerMinute 0: the fleet sent no RateLimit-Limit) are judged against defaultLimitPerMinute.
+  {
+    name: 'without a RateLimit-Limit, 200 requests/min for three minutes is judged against the plan\'s 60: high',
+    kind: 'positive',
+    window: keyWindow(perMinute([200, 200, 200], T0 - 3 * MINUTE, { rateLimitPerMinute: 0 }), { plan: 'enterprise' }),
+    now: NOW,
+    expect: { findings: 1, severity: 'high', evidence: { limitPerMinute: 60, minutesOver: 3 } },
+  },
+  {
+    name: 'without a RateLimit-Limit, 200 requests/min is within a defaultLimitPerMinute of 600 set for the plan',
+    kind: 'negative',
+    window: keyWindow(perMinute([200, 200, 200], T0 - 3 * MINUTE, { rateLimitPerMinute: 0 }), { plan: 'enterprise' }),
+    now: NOW,
+    params: { defaultLimitPerMinute: 600 },
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a limit the events carry wins over defaultLimitPerMinute: 200/min against a RateLimit-Limit of 100 is medium',
+    kind: 'positive',
+    window: keyWindow(perMinute([200, 200, 200], T0 - 3 * MINUTE, { rateLimitPerMinute: 100 }), { plan: 'enterprise' }),
+    now: NOW,
+    params: { defaultLimitPerMinute: 600 },
+    expect: { findings: 1, severity: 'medium', evidence: { limitPerMinute: 100, minutesOver: 3 } },
+  },
 ];

@@ -1,11 +1,20 @@
 /**
  * velocity_attack: a key sending more requests per minute than its rate limit allows, sustained.
  * Minutes are UTC clock minutes (as fixed-window rate limiters count them). A minute is "over" when
- * its count exceeds limit × thresholdRatio; the rule fires when at least minMinutesOver of the last
- * windowMinutes full minutes are over (the current, partial minute counts too once it is already
- * over, since its count can only grow). Severity follows the rate the key SUSTAINED — the
- * minMinutesOver-th busiest over minute — so one huge spike next to a mild excess stays medium:
- *   medium >= 1.5x the limit, high >= 3x, critical >= 10x.
+ * its count exceeds limit × thresholdRatio. The minutes judged are the last windowMinutes (5) full
+ * minutes, the current one, and any later minute the key's events are dated in (a producer's clock a
+ * little fast: admission takes events up to 5 minutes ahead), each minute with its own events; the
+ * current and later minutes are partial, and count once they are already over, since their counts
+ * can only grow. The rule fires when at least minMinutesOver (2) over minutes lie in one stretch of
+ * minutes whose own rate is over too: its requests above thresholdRatio × its minutes' limits. Back
+ * to back over minutes always are; a job bursting once every few minutes, quiet in between, is not
+ * (its stretch's rate is under the limit), while a flood that skips every other minute still is.
+ * Severity follows the rate the key SUSTAINED over that stretch — the minMinutesOver-th busiest
+ * over minute, or the stretch's own rate when lower — so one huge spike next to a mild excess stays
+ * medium: medium >= 1.5x the limit, high >= 3x, critical >= 10x. Of several such stretches, the
+ * finding reports the most severe, then the one with the most over minutes.
+ * A minute's limit is the highest an event of it carried (RateLimit-Limit); an event without one
+ * (rateLimitPerMinute 0) leaves it to defaultLimitPerMinute, the plan's default unless overridden.
  * Requests answered 5xx are not counted: during our own outage, clients retrying failed calls
  * multiply their rate without anything about them changing (high_failure_rate leaves 5xx out too).
  * 429 counts: that is the rate limiter seeing the flood.
@@ -17,33 +26,46 @@ import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/dete
 type Params = {
   /** Full clock minutes looked at, before the current one. */
   windowMinutes: number;
-  /** How many of them must be over: one spike minute is not an attack. */
+  /** How many over minutes one stretch must hold: one spike minute is not an attack. */
   minMinutesOver: number;
   /** A minute is over when its count exceeds limit × thresholdRatio; this is also the medium band. */
   thresholdRatio: number;
   highRatio: number;
   criticalRatio: number;
-  /** For an event without a usable limit (the engine normally fills the plan's default, 60). */
+  /** The limit of a minute whose events carry none (the fleet sends no RateLimit-Limit): the plan's default, 60, unless overridden per plan or merchant. */
   defaultLimitPerMinute: number;
 };
 
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
+/**
+ * Minutes after the current one that are judged, each on its own: admission takes events dated up
+ * to 5 minutes ahead of the clock (MAX_CLOCK_SKEW_MS), and a batch is judged as of its newest event,
+ * at most the clock. An event dated later still (judged as of an earlier batch's time) is left for
+ * the judgements as of its own time.
+ */
+const FUTURE_MINUTES = 5;
 
 /**
  * The screen's tally, per clock minute of the last RING_MINUTES: the events, and the lowest limit any
  * of them carried (a minute is judged against its highest limit, which is at least that; it is not
- * raised when events leave). An event without a usable limit counts as limit 0 (evaluate would judge
- * its minute against the default or another event's limit). Events answered 5xx are left out, as
- * evaluate leaves them out.
+ * raised when events leave); Infinity while none carried one (the minute is then judged against
+ * defaultLimitPerMinute). Events answered 5xx are left out, as evaluate leaves them out.
  */
-const RING_MINUTES = 8;
+const RING_MINUTES = 16;
 const EVENTS = 0;
 const LOWEST_LIMIT = 1;
 
+interface Over {
+  slot: number;
+  count: number;
+  limit: number;
+  ratio: number;
+}
+
 export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'velocity_attack',
-  version: '1.1.0',
+  version: '1.2.0',
   title: 'Velocity attack',
   description:
     'A key sends well above its per-minute rate limit for several minutes: a script hammering the API, ' +
@@ -61,7 +83,10 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
   falsePositives: [
     'A short legitimate burst (a batch job, a backfill) under limit × thresholdRatio: never over.',
     'A single spike minute: one minute over is not sustained (minMinutesOver = 2).',
+    'A cron job bursting once every few minutes, quiet in between: its over minutes are not one stretch over the limit.',
+    'A producer whose clock runs a few minutes fast: its events count in their own minutes, never piled into the current one.',
     'A raised limit (plan upgrade, custom RateLimit-Limit): each minute is judged against the highest limit its events carry.',
+    'A fleet that sends no RateLimit-Limit for a plan whose real limit is higher: set defaultLimitPerMinute for that plan or merchant.',
     'Retries during our own outage (a client retrying each 503 three times): requests answered 5xx are not counted.',
     'A nightly batch deliberately above the limit is still reported; allowlist the key or raise its limit.',
   ],
@@ -70,22 +95,24 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     const minutes = Math.max(1, Math.floor(params.windowMinutes));
     const currentMinute = Math.floor(now / MINUTE);
     const firstMinute = currentMinute - minutes;
-    // Slot i counts minute firstMinute + i; the last slot is the current, partial minute.
-    const counts = new Array<number>(minutes + 1).fill(0);
-    const limits = new Array<number>(minutes + 1).fill(0);
+    // Slot i counts minute firstMinute + i: the full minutes, the current one, then the minutes ahead.
+    const slots = minutes + 1 + FUTURE_MINUTES;
+    const counts = new Array<number>(slots).fill(0);
+    const limits = new Array<number>(slots).fill(0);
     // Events are in time order, so each minute's counted events lie in one run: from its first to
     // its last counted event (events answered 5xx, not counted, may sit among them).
-    const starts = new Array<number>(minutes + 1).fill(0);
-    const ends = new Array<number>(minutes + 1).fill(0);
+    const starts = new Array<number>(slots).fill(0);
+    const ends = new Array<number>(slots).fill(0);
     const windowStart = firstMinute * MINUTE;
+    const windowEnd = windowStart + slots * MINUTE;
     const first = firstAtOrAfter(events, windowStart);
     let slot = 0;
     let slotEnd = windowStart + MINUTE;
     for (let i = first; i < events.length; i++) {
       const event = events[i]!;
+      if (event.timestamp >= windowEnd) break;
       if (!counted(event)) continue;
-      // Events are in time order; one later than `now` counts in the current minute.
-      while (event.timestamp >= slotEnd && slot < minutes) {
+      while (event.timestamp >= slotEnd) {
         slot++;
         slotEnd += MINUTE;
       }
@@ -93,19 +120,47 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       ends[slot] = i + 1;
       if (event.rateLimitPerMinute > limits[slot]!) limits[slot] = event.rateLimitPerMinute;
     }
+    const limitOf = (slot: number) => (limits[slot]! > 0 ? limits[slot]! : params.defaultLimitPerMinute);
 
-    const over: { slot: number; count: number; limit: number; ratio: number }[] = [];
-    for (let slot = 0; slot <= minutes; slot++) {
-      const limit = limits[slot]! > 0 ? limits[slot]! : params.defaultLimitPerMinute;
+    const over: Over[] = [];
+    for (let slot = 0; slot < slots; slot++) {
+      const limit = limitOf(slot);
       const count = counts[slot]!;
       if (count > limit * params.thresholdRatio) over.push({ slot, count, limit, ratio: count / limit });
     }
     const needed = Math.max(1, Math.floor(params.minMinutesOver));
     if (over.length < needed) return [];
 
-    const byRatio = [...over].sort((a, b) => b.ratio - a.ratio);
-    const peak = byRatio[0]!;
-    const sustainedRatio = byRatio[needed - 1]!.ratio;
+    // The stretch from one over minute to another whose own rate is over, with the highest severity,
+    // then the most over minutes, then the highest sustained rate, then the latest; at most a dozen
+    // minutes, so every pair is tried.
+    const band = (ratio: number) => (ratio >= params.criticalRatio ? 2 : ratio >= params.highRatio ? 1 : 0);
+    let best: { from: number; to: number; ratio: number; sustained: number } | undefined;
+    for (let a = 0; a + needed - 1 < over.length; a++) {
+      let requests = 0;
+      let allowed = 0;
+      let slot = over[a]!.slot;
+      for (let b = a; b < over.length; b++) {
+        for (; slot <= over[b]!.slot; slot++) {
+          requests += counts[slot]!;
+          allowed += limitOf(slot);
+        }
+        const ratio = requests / allowed;
+        if (b - a + 1 < needed || !(ratio > params.thresholdRatio)) continue;
+        const sustained = Math.min(kthRatio(over, a, b, needed), ratio);
+        const better =
+          !best ||
+          band(sustained) > band(best.sustained) ||
+          (band(sustained) === band(best.sustained) &&
+            (b - a > best.to - best.from || (b - a === best.to - best.from && sustained >= best.sustained)));
+        if (better) best = { from: a, to: b, ratio, sustained };
+      }
+    }
+    if (!best) return [];
+    const stretch = over.slice(best.from, best.to + 1);
+    const spanMinutes = stretch[stretch.length - 1]!.slot - stretch[0]!.slot + 1;
+    const peak = stretch.reduce((top, o) => (o.ratio > top.ratio ? o : top));
+    const sustainedRatio = best.sustained;
     const severity: Severity =
       sustainedRatio >= params.criticalRatio ? 'critical' : sustainedRatio >= params.highRatio ? 'high' : 'medium';
     // Within the band, on a log scale; the critical band is read as 10x..30x the limit.
@@ -116,12 +171,12 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
           ? [params.highRatio, params.criticalRatio]
           : [params.thresholdRatio, params.highRatio];
     const inBand = Math.log(sustainedRatio / low) / Math.log(high / low);
-    const persistence = over.length / (minutes + 1);
-    const confidence = round(clamp01(0.5 * clamp01(inBand) + 0.5 * persistence), 3);
+    const persistence = stretch.length / (minutes + 1);
+    const confidence = round(clamp01(0.5 * clamp01(inBand) + 0.5 * clamp01(persistence)), 3);
 
     // Evidence: only the events of the over minutes.
     // The over minutes' events are runs of the window: read in place, not copied out.
-    const runs = over.map((o) => ({ start: starts[o.slot]!, end: ends[o.slot]! }));
+    const runs = stretch.map((o) => ({ start: starts[o.slot]!, end: ends[o.slot]! }));
     const { ips, networks, countries, userAgents } = distinctValues(events, runs);
     const lastRun = runs[runs.length - 1]!;
     const threshold = Math.floor(peak.limit * params.thresholdRatio);
@@ -130,6 +185,10 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       rule.actions[severity] === 'block'
         ? 'block the key and rotate its secret unless the merchant confirms the traffic'
         : 'throttle the key and ask the merchant whether this traffic is theirs';
+    const where =
+      spanMinutes === stretch.length
+        ? `${stretch.length} minutes in a row`
+        : `${stretch.length} of ${spanMinutes} minutes, ${round(best.ratio, 1)}x its limit over those ${spanMinutes}`;
 
     const finding: Finding = {
       scope: key,
@@ -138,7 +197,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       confidence,
       title: `Velocity attack on ${key}: ${peak.count} requests/min (limit ${peak.limit})`,
       summary:
-        `${key} exceeded ${round(params.thresholdRatio, 2)}x its rate limit in ${over.length} of the last ${minutes + 1} minutes ` +
+        `${key} exceeded ${round(params.thresholdRatio, 2)}x its rate limit in ${where} ` +
         `(sustained ${round(sustainedRatio, 1)}x, peak ${peak.count} requests/min against a limit of ${peak.limit}) ` +
         `from ${ips.count} IP(s) in ${networks.count} network(s); ${advice}.`,
       evidence: {
@@ -148,11 +207,13 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
         thresholdRatio: params.thresholdRatio,
         peakRatio: round(peak.ratio, 2),
         sustainedRatio: round(sustainedRatio, 2),
-        minutesOver: over.length,
+        minutesOver: stretch.length,
         minMinutesOver: needed,
+        spanMinutes,
+        spanRatio: round(best.ratio, 2),
         windowMinutes: minutes,
-        perMinute: over.map((o) => ({ minute: new Date((firstMinute + o.slot) * MINUTE).toISOString(), requests: o.count, limit: o.limit })),
-        requestsInOverMinutes: over.reduce((sum, o) => sum + o.count, 0),
+        perMinute: stretch.map((o) => ({ minute: new Date((firstMinute + o.slot) * MINUTE).toISOString(), requests: o.count, limit: o.limit })),
+        requestsInOverMinutes: stretch.reduce((sum, o) => sum + o.count, 0),
         distinctIps: ips.count,
         ips: ips.values,
         distinctNetworks: networks.count,
@@ -174,41 +235,44 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       const at = ring.claim(event.timestamp);
       if (at === FORGOTTEN) return;
       ring.add(at, EVENTS, 1);
-      ring.lower(at, LOWEST_LIMIT, event.rateLimitPerMinute > 0 ? event.rateLimitPerMinute : 0);
+      if (event.rateLimitPerMinute > 0) ring.lower(at, LOWEST_LIMIT, event.rateLimitPerMinute);
     },
     remove(ring, event) {
       if (!counted(event)) return;
       const at = ring.find(minuteOf(event.timestamp));
       if (at >= 0) ring.add(at, EVENTS, -1);
     },
-    // The minutes evaluate counts, each judged against its lowest limit: never fewer minutes over.
+    // The minutes evaluate counts, each judged against a limit no higher than evaluate's (its lowest
+    // carried limit, or the default when lower: evaluate takes the highest carried, else the default):
+    // never fewer minutes over, and evaluate needs minMinutesOver of them.
     mayFire(ring, params, now) {
       const minutes = Math.max(1, Math.floor(params.windowMinutes));
       const needed = Math.max(1, Math.floor(params.minMinutesOver));
       const currentMinute = minuteOf(now);
       const firstMinute = currentMinute - minutes;
-      // Events later than now count in the current minute, as in evaluate.
-      const lastMinute = Math.max(currentMinute, ring.newestMinute);
+      const lastMinute = Math.min(Math.max(currentMinute, ring.newestMinute), currentMinute + FUTURE_MINUTES);
       if (lastMinute - firstMinute >= ring.size || !(params.thresholdRatio >= 0)) return true;
+      const fallback = params.defaultLimitPerMinute;
       let over = 0;
-      let currentEvents = 0;
-      let currentLimit = Infinity;
       for (let minute = firstMinute; minute <= lastMinute; minute++) {
         const at = ring.find(minute);
         if (at === NO_EVENTS) continue;
         if (at === FORGOTTEN) return true;
-        if (minute < currentMinute) {
-          if (ring.get(at, EVENTS) > ring.get(at, LOWEST_LIMIT) * params.thresholdRatio) over++;
-        } else {
-          currentEvents += ring.get(at, EVENTS);
-          currentLimit = Math.min(currentLimit, ring.get(at, LOWEST_LIMIT));
-        }
+        const limit = Math.min(ring.get(at, LOWEST_LIMIT), fallback);
+        if (ring.get(at, EVENTS) > limit * params.thresholdRatio) over++;
       }
-      if (currentEvents > currentLimit * params.thresholdRatio) over++;
       return over >= needed;
     },
   },
 };
+
+/** The k-th highest ratio among over[a..b]. */
+function kthRatio(over: readonly Over[], a: number, b: number, k: number): number {
+  const ratios: number[] = [];
+  for (let i = a; i <= b; i++) ratios.push(over[i]!.ratio);
+  ratios.sort((x, y) => y - x);
+  return ratios[k - 1]!;
+}
 
 /** Whether the event counts toward the key's rate: not when the API failed it (5xx), which clients retry. */
 function counted(event: WindowEvent): boolean {

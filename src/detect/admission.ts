@@ -2,7 +2,7 @@
  * The engine's first step: which events detection looks at, and what it knows about them. An event
  * is admitted when its plan is entitled, no allowlist covers its key, address, network or user
  * agent, and it is not dated more than MAX_CLOCK_SKEW_MS ahead of the clock; it then becomes a
- * WindowEvent, with its network, geolocation and rate limit filled in.
+ * WindowEvent, with its network and geolocation filled in, and its rate limit when it carried one.
  * Stateless apart from bounded memories of addresses and user agents, and a count of the events
  * dated ahead.
  */
@@ -118,9 +118,23 @@ export class Admission {
       path: event.path,
       status: event.status,
       responseTimeMs: event.responseTimeMs,
-      rateLimitPerMinute: event.rateLimitPerMinute ?? DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan],
+      rateLimitPerMinute: carriedLimit(event),
       country: event.country ?? geo?.country,
       geo,
     };
   }
+}
+
+/**
+ * The limit an event carried (RateLimit-Limit), or 0 when it carried none: velocity_attack then
+ * judges its minute against its defaultLimitPerMinute parameter, the plan's default (60) unless an
+ * operator overrides it for the plan or the merchant (a fleet that sends no RateLimit-Limit for
+ * keys whose limit is higher). A limit equal to the plan's default counts as none: storage writes the
+ * plan's default for an event that carried none (request_events.rate_limit_per_minute), so the
+ * events warmed from it after a restart could not be told apart, and their minutes would be judged
+ * against 60 while the live ones are judged against the override.
+ */
+function carriedLimit(event: RequestEvent): number {
+  const limit = event.rateLimitPerMinute;
+  return limit === undefined || limit === DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan] ? 0 : limit;
 }

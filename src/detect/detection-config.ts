@@ -178,13 +178,14 @@ export interface TunableRule {
 /**
  * What is wrong with a numeric parameter's value, by the naming convention every rule follows: a
  * count, threshold or distance is never negative, a `…Share` is a fraction (0.5 is half: 50 would
- * never fire), a `…Minutes` is a whole number of minutes, and a window is at most the history the
- * engine keeps (a longer one would be cut short without a word).
+ * never fire), a `…Minutes` is a whole number of minutes, and a window (`windowMinutes`, or one
+ * named `…WindowMinutes`, such as high_failure_rate's `longWindowMinutes`) is at most the history
+ * the engine keeps (a longer one would be cut short without a word).
  */
 function numberProblem(name: string, value: number, historyMinutes: number): string | undefined {
   if (name.endsWith('Minutes')) {
     if (!Number.isInteger(value) || value < 1) return 'must be a whole number of minutes, at least 1';
-    if (name === 'windowMinutes' && value > historyMinutes) return `at most ${historyMinutes} (the engine keeps ${historyMinutes} minutes of history)`;
+    if (/^(?:w|.+W)indowMinutes$/.test(name) && value > historyMinutes) return `at most ${historyMinutes} (the engine keeps ${historyMinutes} minutes of history)`;
     return undefined;
   }
   if (value < 0) return 'must not be negative';

@@ -430,6 +430,7 @@ describe('DetectionEngine', () => {
     expect(parse({ plans: { buisness: { rules: {} } } })).toThrow(/plans\.buisness: unknown plan/);
     expect(parse({ plans: { business: { rules: { velocity_attack: { thresholdRatio: '3' } } } } })).toThrow(/plans\.business\.rules\.velocity_attack\.thresholdRatio: must be a number/);
     expect(parse({ plans: { business: { rules: { credential_sharing: { windowMinutes: 120 } } } } })).toThrow(/windowMinutes: at most 60/);
+    expect(parse({ plans: { business: { rules: { high_failure_rate: { longWindowMinutes: 90 } } } } })).toThrow(/high_failure_rate\.longWindowMinutes: at most 60/);
     // Values no rule could mean: a percentage for a share, a negative count, a fraction of a minute.
     expect(parse({ merchants: { m_1: { rules: { high_failure_rate: { thresholdShare: 50 } } } } })).toThrow(/high_failure_rate\.thresholdShare: must be a share from 0 to 1 \(0\.5 is half\), not 50/);
     expect(parse({ merchants: { m_1: { rules: { high_failure_rate: { minRequests: -1 } } } } })).toThrow(/minRequests: must not be negative/);
@@ -489,7 +490,8 @@ describe('DetectionEngine with the rules of rules/', () => {
           path: key.profile === 'bot' ? `/v1/verify/sessions/ses_${Math.floor(random() * 200)}` : '/v1/verify/sessions',
           status: failing ? pick([401, 403, 404]) : pick([200, 201, 201, 422, 429, 503]),
           responseTimeMs: 40,
-          ...(key.k % 4 === 0 ? { rateLimitPerMinute: pick([40, 60, 100]) } : {}),
+          // Two busy keys have a low limit (20), so that their bursts go over it even in a window capped at 100 events.
+          ...(key.k % 4 === 0 ? { rateLimitPerMinute: pick([40, 60, 100]) } : key.profile === 'busy' && key.k % 3 === 0 ? { rateLimitPerMinute: 20 } : {}),
         });
       }
       // A redelivery now and then.
@@ -596,6 +598,86 @@ describe('DetectionEngine with the rules of rules/', () => {
     expect(both([ordinary(600, `100.${places.length - 1}.2.2`)], T0 + 600_000)).toEqual(['impossible_travel']);
   });
 
+  // An operator whose fleet sends no RateLimit-Limit for enterprise keys, whose limit is 600, says so
+  // with defaultLimitPerMinute; events that carried no limit, or the plan's default (what storage
+  // writes for them, so what a warm-up reads back), are judged against it, and a limit an event
+  // carried still wins.
+  describe('velocity_attack\'s defaultLimitPerMinute, for events without a RateLimit-Limit', () => {
+    const MINUTE = 60_000;
+    const withConfig = (json: unknown) =>
+      new DetectionEngine({ rules: [...RULES], entitledPlans: ['business', 'enterprise'], geo, config: () => DetectionConfig.parse(JSON.stringify(json), RULES), clock: WALL_CLOCK });
+    const ENTERPRISE_AT_600 = { plans: { enterprise: { rules: { velocity_attack: { defaultLimitPerMinute: 600 } } } } };
+    /** 200 requests a minute for `minutes` minutes from `from`, by an enterprise key. */
+    const flood = (key: string, from: number, minutes: number, overrides: Partial<RequestEvent> = {}) => {
+      const events: RequestEvent[] = [];
+      for (let m = 0; m < minutes; m++) {
+        for (let i = 0; i < 200; i++) events.push(event(0, { eventId: `${key}_${from}_${m}_${i}`, apiKeyId: key, plan: 'enterprise', timestamp: from + m * MINUTE + i * 300, ip: '100.0.7.7', ...overrides }));
+      }
+      return events;
+    };
+    const velocity = (detection: DetectionEngine, events: RequestEvent[]) =>
+      events.flatMap((e) => detection.processBatch([e], WALL_CLOCK())).filter((finding) => finding.ruleId === 'velocity_attack');
+
+    it('judges 200/min against the plan\'s 60 by default, and against the override when set', () => {
+      expect(velocity(withConfig({}), flood('pk_live_default', T0, 3)).length).toBeGreaterThan(0);
+      expect(velocity(withConfig(ENTERPRISE_AT_600), flood('pk_live_ent', T0, 3))).toEqual([]);
+      // Other plans keep the default.
+      expect(velocity(withConfig(ENTERPRISE_AT_600), flood('pk_live_biz', T0, 3, { plan: 'business' })).length).toBeGreaterThan(0);
+    });
+
+    it('takes the plan\'s default that storage wrote for such events (a warm-up) as no limit, and a carried limit as the key\'s', () => {
+      const detection = withConfig(ENTERPRISE_AT_600);
+      // Warmed from storage: the same flood, as stored, carries the plan's default (60).
+      detection.warm(flood('pk_live_warm', T0, 3, { rateLimitPerMinute: 60 }));
+      expect(velocity(detection, flood('pk_live_warm', T0 + 3 * MINUTE, 2))).toEqual([]);
+      // A RateLimit-Limit of 100 the fleet did send is the key's limit: 200/min is twice it.
+      expect(velocity(detection, flood('pk_live_custom', T0, 3, { rateLimitPerMinute: 100 })).length).toBeGreaterThan(0);
+    });
+  });
+
+  // high_failure_rate through the engine, whose history of the key decides which networks are new.
+  describe('high_failure_rate\'s networks new to the key, and its hour', () => {
+    const MINUTE = 60_000;
+    const DAY = 24 * HOUR;
+    const detect = () => new DetectionEngine({ rules: [...RULES], entitledPlans: ['business'], geo, config: () => new DetectionConfig(), clock: () => T0 + 2 * DAY });
+    /** The key's own traffic: `perMinute` requests a minute from its usual address (Ashburn) for `minutes`. */
+    const own = (from: number, minutes: number, perMinute: number, overrides: Partial<RequestEvent> = {}) =>
+      Array.from({ length: minutes * perMinute }, (_, i) => event(0, { eventId: `own_${from}_${i}`, timestamp: from + Math.floor((i * MINUTE) / perMinute), ip: '100.0.7.7', ...overrides }));
+    const failures = (detection: DetectionEngine, events: RequestEvent[]) => {
+      const sorted = [...events].sort((a, b) => a.timestamp - b.timestamp);
+      const found: string[] = [];
+      // Batches of a second, as the analysis thread takes them.
+      for (let start = 0; start < sorted.length; ) {
+        let end = start + 1;
+        while (end < sorted.length && sorted[end]!.timestamp - sorted[start]!.timestamp < 1000) end++;
+        const batch = sorted.slice(start, end);
+        for (const { ruleId, finding } of detection.processBatch(batch, batch.at(-1)!.timestamp)) if (ruleId === 'high_failure_rate') found.push(`${finding.severity} ${finding.evidence.judgedBy} ${finding.evidence.horizon}`);
+        start = end;
+      }
+      return found;
+    };
+    const TODAY = T0 + DAY;
+
+    it('finds a stranger guessing the secret slowly (25 × 401 every 10 minutes) among the key\'s 100 requests a minute, and not the key alone', () => {
+      const yesterday = own(T0, 60, 10);
+      const today = own(TODAY, 60, 100);
+      const stranger = Array.from({ length: 150 }, (_, i) => event(0, { eventId: `guess_${i}`, timestamp: TODAY + i * 24_000, ip: '100.4.9.9', status: 401 }));
+      expect(failures(detect(), [...yesterday, ...today])).toEqual([]);
+      const found = failures(detect(), [...yesterday, ...today, ...stranger]);
+      expect(found.length).toBeGreaterThan(0);
+      expect(new Set(found)).toEqual(new Set(['medium network long']));
+    });
+
+    it('finds a stranger walking ids among the key\'s successes, but not the merchant\'s second site (seen yesterday) doing the same', () => {
+      const walk = (ip: string) => Array.from({ length: 400 }, (_, i) => event(0, { eventId: `walk_${ip}_${i}`, timestamp: TODAY + 50 * MINUTE + i * 1500, ip, method: 'GET', path: '/v1/verify/sessions/:id', status: 404 }));
+      const yesterday = [...own(T0, 60, 10), ...own(T0, 60, 2, { ip: '100.2.8.8', eventId: undefined })].map((e, i) => ({ ...e, eventId: `y${i}` }));
+      const today = own(TODAY, 60, 120);
+      expect(failures(detect(), [...yesterday, ...today, ...walk('100.2.8.8')])).toEqual([]);
+      const found = failures(detect(), [...yesterday, ...today, ...walk('100.4.9.9')]);
+      expect(found).toContain('high network short');
+    });
+  });
+
   describe('a key\'s history beyond its window', () => {
     const DAY = 24 * HOUR;
     const historyEngine = () =>
@@ -696,6 +778,106 @@ describe('DetectionEngine with the rules of rules/', () => {
       moved.recall(sightings, 1);
       moved.keepPartitions(new Set([2]));
       expect(job(moved, T0, 2)).toEqual(['credential_sharing', 'impossible_travel']);
+    });
+  });
+
+  // A key's history built as in production (one batch per event, every rule): a thief's lone
+  // request while the key is idle must not make his place the key's own; a job's fresh egress /24s
+  // in its own cities must not look like sharing; a leak that grows must not become its own baseline.
+  describe('the rules reading a key\'s history, fed one event at a time', () => {
+    const DAY = 24 * HOUR;
+    const MINUTE = 60_000;
+    // 100.<p>.x.y is at places[p]: 0 Ashburn, 3 Dublin, 8 Moscow, 10 Singapore, ...
+    const ASHBURN = '100.0.1.10';
+    const MOSCOW = '100.8.1.10';
+    const historyEngine = () =>
+      new DetectionEngine({ rules: [...RULES], entitledPlans: ['business'], geo, config: () => new DetectionConfig(), clock: () => T0 + 30 * DAY });
+    let seq = 0;
+    const at = (timestamp: number, ip: string) => event(0, { eventId: `h${++seq}`, timestamp, ip });
+    /** Each event in its own batch, in time order; the rules that fired, with when. */
+    function run(detection: DetectionEngine, events: RequestEvent[]): { ruleId: string; at: number; title: string }[] {
+      const fired: { ruleId: string; at: number; title: string }[] = [];
+      for (const e of [...events].sort((a, b) => a.timestamp - b.timestamp)) {
+        for (const { ruleId, finding } of detection.process([e], e.timestamp)) fired.push({ ruleId, at: e.timestamp, title: finding.title });
+      }
+      return fired;
+    }
+    type Fired = { ruleId: string; at: number; title: string };
+    const travel = (fired: Fired[]) => fired.filter((f) => f.ruleId === 'impossible_travel');
+    const sharing = (fired: Fired[]) => fired.filter((f) => f.ruleId === 'credential_sharing');
+    const minutes = (from: number, to: number, ip: string) => Array.from({ length: Math.round((to - from) / MINUTE) }, (_, m) => at(from + m * MINUTE, ip));
+
+    it('reports a thief whose first request fell while the owner was idle, when both use the key a minute apart the next morning', () => {
+      const events = [...minutes(T0 - DAY, T0 - DAY + 8 * HOUR, ASHBURN), at(T0 - 6 * HOUR, MOSCOW), ...minutes(T0, T0 + 40 * MINUTE, ASHBURN), at(T0 + 20 * MINUTE + 30_000, MOSCOW)];
+      const fired = travel(run(historyEngine(), events));
+      expect(fired.length).toBeGreaterThan(0);
+      expect(fired[0]).toMatchObject({ at: T0 + 20 * MINUTE + 30_000, title: expect.stringContaining('Ashburn, US to Moscow, RU') });
+    });
+
+    it('reports the thief first after an idle hour as soon as the owner answers, and again 55 minutes later', () => {
+      const events = [...minutes(T0 - DAY, T0 - DAY + HOUR, ASHBURN), at(T0, MOSCOW), ...minutes(T0 + 5 * MINUTE, T0 + HOUR, ASHBURN), at(T0 + 55 * MINUTE + 30_000, MOSCOW)];
+      const fired = travel(run(historyEngine(), events));
+      expect(fired[0]).toMatchObject({ at: T0 + 5 * MINUTE, title: expect.stringContaining('Moscow, RU to Ashburn, US') });
+      expect(fired.some((f) => f.at === T0 + 55 * MINUTE + 30_000 && f.title.includes('Ashburn, US to Moscow, RU'))).toBe(true);
+    });
+
+    it('stays quiet for a ten-minute daily job alternating between two regions, from its second day', () => {
+      const job = (start: number) => Array.from({ length: 60 }, (_, i) => at(start + i * 10_000, i % 2 ? '100.3.1.10' : ASHBURN));
+      const detection = historyEngine();
+      expect(travel(run(detection, job(T0))).length).toBeGreaterThan(0); // its first run: Dublin is new
+      expect(run(detection, job(T0 + DAY))).toEqual([]);
+    });
+
+    it('stays quiet for a region that served alone for hours, then alternates with the key\'s other one', () => {
+      const events = [
+        ...minutes(T0 - DAY - 12 * HOUR, T0 - DAY - 10 * HOUR, ASHBURN),
+        ...minutes(T0 - DAY - 6 * HOUR, T0 - DAY - 2 * HOUR, '100.3.1.10'),
+        ...Array.from({ length: 60 }, (_, i) => at(T0 + i * 30_000, i % 2 ? '100.3.1.10' : ASHBURN)),
+      ];
+      expect(travel(run(historyEngine(), events))).toEqual([]);
+    });
+
+    it('alerts on the first night only for a job in three cloud regions whose egress /24s churn every night', () => {
+      const detection = historyEngine();
+      const regions = [0, 3, 10]; // Ashburn, Dublin, Singapore
+      const night = (n: number) => Array.from({ length: 60 }, (_, i) => at(T0 + n * DAY + i * 10_000, `100.${regions[i % 3]}.${n * 2 + (i % 2) + 1}.${(i % 7) + 1}`));
+      const perNight = [0, 1, 2].map((n) => sharing(run(detection, night(n))).length > 0);
+      expect(perNight).toEqual([true, false, false]);
+    });
+
+    it('still reports strangers in other cities beside the churning job', () => {
+      const detection = historyEngine();
+      const regions = [0, 3, 10];
+      const night = (n: number) => Array.from({ length: 60 }, (_, i) => at(T0 + n * DAY + i * 10_000, `100.${regions[i % 3]}.${n * 2 + (i % 2) + 1}.${(i % 7) + 1}`));
+      run(detection, night(0));
+      // Tokyo, Sydney, Mumbai, São Paulo, Johannesburg, Mexico City: one network each.
+      const strangers = [11, 12, 13, 9, 14, 15].flatMap((p, k) => [0, 1, 2].map((r) => at(T0 + DAY + 30_000 + k * 60_000 + r * 1000, `100.${p}.9.${r + 1}`)));
+      expect(sharing(run(detection, [...night(1), ...strangers])).length).toBeGreaterThan(0);
+    });
+
+    it('reports a key leaked gradually (2 to 7 never-seen networks per 10 minutes in many countries): the leak is not its own baseline', () => {
+      const events: RequestEvent[] = [];
+      for (let d = 7; d >= 1; d--) events.push(...minutes(T0 - d * DAY, T0 - d * DAY + HOUR, ASHBURN));
+      events.push(...minutes(T0, T0 + HOUR, ASHBURN));
+      let stranger = 0;
+      [2, 3, 4, 5, 6, 7].forEach((count, k) => {
+        for (let j = 0; j < count; j++, stranger++) {
+          const place = 1 + (stranger % 15); // anywhere but Ashburn: 100.<place>.<stranger>.x
+          for (let r = 0; r < 3; r++) events.push(at(T0 + k * 10 * MINUTE + 30_000 + j * 60_000 + r * 1000, `100.${place}.${100 + stranger}.${r + 1}`));
+        }
+      });
+      const fired = sharing(run(historyEngine(), events));
+      expect(fired.length).toBeGreaterThan(0);
+      expect(fired[0]!.title).toMatch(/new networks in \d+ countries in 60 min, more every interval/);
+    });
+
+    it('stays quiet for a mobile carrier\'s addresses churning more every interval, all in one country', () => {
+      const events: RequestEvent[] = [...minutes(T0 - DAY, T0 - DAY + HOUR, ASHBURN), ...minutes(T0, T0 + HOUR, ASHBURN)];
+      let n = 0;
+      [2, 3, 4, 5, 6, 7].forEach((count, k) => {
+        for (let j = 0; j < count; j++, n++) events.push(at(T0 + k * 10 * MINUTE + 30_000 + j * 60_000, `100.${n % 2 ? 1 : 0}.${100 + n}.7`)); // New York and Ashburn
+      });
+      expect(sharing(run(historyEngine(), events))).toEqual([]);
     });
   });
 

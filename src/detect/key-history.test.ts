@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { HISTORY_MS, KeyHistory, MAX_SIGHTINGS } from './key-history.ts';
+import { ESTABLISHED_MS, HISTORY_MS, KeyHistory, MAX_SIGHTINGS } from './key-history.ts';
 import type { GeoPoint } from './types.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
@@ -62,6 +62,57 @@ describe('KeyHistory', () => {
     expect(history.knowsNetwork('old', T0 + HISTORY_MS + HOUR)).toBe(false);
     expect(history.knowsNetwork('old', T0 + HISTORY_MS + HOUR + 1)).toBe(true);
     expect(history.placesBefore(Infinity)).toEqual([tokyo, dublin]);
+  });
+});
+
+describe('KeyHistory established places', () => {
+  const MINUTE = 60_000;
+  const ashburn: GeoPoint = { latitude: 39.04, longitude: -77.49, accuracyKm: 20, country: 'US' };
+  const moscow: GeoPoint = { latitude: 55.76, longitude: 37.62, accuracyKm: 50, country: 'RU' };
+
+  it('takes a place as established once seen there half an hour after its first sighting, not before', () => {
+    const history = new KeyHistory();
+    for (let m = 0; m <= 40; m++) history.saw('a', ashburn, T0 + m * MINUTE);
+    expect(history.establishedPlacesBefore(T0 + ESTABLISHED_MS)).toEqual([]);
+    expect(history.establishedPlacesBefore(T0 + ESTABLISHED_MS + 1)).toEqual([ashburn]);
+    history.endRun();
+    expect(history.establishedPlacesBefore(T0 + ESTABLISHED_MS + 1)).toEqual([ashburn]);
+  });
+
+  it('does not take a lone request hours away from the key\'s other places as established, until it comes back', () => {
+    const history = new KeyHistory();
+    for (let m = 0; m < 8 * 60; m++) history.saw('a', ashburn, T0 - 24 * HOUR + m * MINUTE);
+    history.saw('m', moscow, T0 - 6 * HOUR); // at night, the key idle
+    expect(history.placesBefore(T0)).toEqual([ashburn, moscow]);
+    expect(history.establishedPlacesBefore(T0)).toEqual([ashburn]);
+    // Back in the morning, half a minute after the owner: established from then on (that hop was judged).
+    history.saw('a', ashburn, T0);
+    history.saw('m', moscow, T0 + 30_000);
+    expect(history.establishedPlacesBefore(T0 + 30_000)).toEqual([ashburn]);
+    expect(history.establishedPlacesBefore(T0 + 30_001)).toEqual([ashburn, moscow]);
+  });
+
+  it('takes places seen within half an hour of each other as established: a short job alternating between regions', () => {
+    const history = new KeyHistory();
+    for (let i = 0; i < 60; i++) history.saw(i % 2 ? 'd' : 'a', i % 2 ? moscow : ashburn, T0 + i * 10_000);
+    expect(history.establishedPlacesBefore(T0 + 10_001)).toEqual([ashburn, moscow]);
+    expect(history.establishedPlacesBefore(T0 + 10_000)).toEqual([]);
+  });
+
+  it('takes the overlapping short sightings warmed from storage as established, in any order, and a lone one among days of another not', () => {
+    const warmed = new KeyHistory();
+    warmed.saw('d', moscow, T0 + 600_000);
+    warmed.saw('d', moscow, T0);
+    warmed.saw('a', ashburn, T0);
+    warmed.saw('a', ashburn, T0 + 600_000);
+    expect(warmed.establishedPlacesBefore(T0 + 600_001)).toEqual([moscow, ashburn]);
+    // Ashburn over five days (one sighting: the first and the last), Moscow once in between.
+    const lone = new KeyHistory();
+    lone.saw('a', ashburn, T0 - 5 * 24 * HOUR);
+    lone.saw('a', ashburn, T0);
+    lone.saw('m', moscow, T0 - 2 * 24 * HOUR);
+    lone.saw('m', moscow, T0 - 2 * 24 * HOUR);
+    expect(lone.establishedPlacesBefore(T0 + 1)).toEqual([ashburn]);
   });
 });
 

@@ -1,6 +1,7 @@
 /**
  * What the engine remembers of a key beyond its window: the networks it was seen from and the
- * places it was seen at over the last days (HISTORY_MS), each with the first and the last time.
+ * places it was seen at over the last days (HISTORY_MS), each with the first and the last time,
+ * and for a place when it became established (ESTABLISHED_MS).
  * A window holds an hour; this is what tells a key's own networks and sites, used on and off (a
  * daily job from five regions, a region that serves only in European hours), from new ones.
  * Rules read it through KeyWindow.history (KeyHistoryView in types.ts). It outlives the key's
@@ -16,6 +17,19 @@ export const HISTORY_MS = 7 * 24 * 60 * 60_000;
  * end users) keeps the ones seen most recently; such a key has a high baseline in its window anyway.
  */
 export const MAX_SIGHTINGS = 256;
+
+/**
+ * A place is established (the key's own, to impossible_travel) once the key was seen there again at
+ * least this long after it was first seen there (over half an hour of use, or on two days), or was
+ * seen there within this long of a sighting at another of its places: impossible_travel judged
+ * that hop (it judges every hop of its window as it arrives), and reported it if it was impossible,
+ * so the place is either near the other one or already in an alert. One request of a thief while
+ * the key was idle at night is neither; a region that serves for hours, or a ten-minute daily job
+ * alternating between its regions, is. Sightings warmed from storage (a network's first and last
+ * request over the days) count alike: a network seen on two days spans them, and the short
+ * sightings of one job's networks overlap.
+ */
+export const ESTABLISHED_MS = 30 * 60_000;
 
 /** Sightings last seen more than HISTORY_MS ago are looked for at most this often per key. */
 const EXPIRE_EVERY_MS = 60 * 60_000;
@@ -46,6 +60,8 @@ interface Sighting {
 
 interface PlaceSighting extends Sighting {
   geo: GeoPoint;
+  /** The earliest time seen at least ESTABLISHED_MS after `first` (as far as known: never earlier than it was); Infinity until then. */
+  established: number;
 }
 
 export class KeyHistory implements KeyHistoryView {
@@ -61,9 +77,16 @@ export class KeyHistory implements KeyHistoryView {
   private runNetwork: string | undefined;
   private runGeo: GeoPoint | undefined;
   private runSighting: Sighting | undefined;
-  private runPlace: Sighting | undefined;
+  private runPlace: PlaceSighting | undefined;
   private runFirst = Infinity;
   private runLast = -Infinity;
+  /** The run's place becomes established at the run's earliest event from this time (its first + ESTABLISHED_MS when the run began). */
+  private runEstablishAt = Infinity;
+  private runEstablished = Infinity;
+  /** The place of the last run that had one, and that run's times: the other end of a hop into the next place. */
+  private lastPlace: PlaceSighting | undefined;
+  private lastPlaceFirst = Infinity;
+  private lastPlaceLast = -Infinity;
   private latest = -Infinity;
   private expiredAt = -Infinity;
 
@@ -73,6 +96,7 @@ export class KeyHistory implements KeyHistoryView {
     if (network !== this.runNetwork || geo !== this.runGeo) this.startRun(network, geo, timestamp);
     if (timestamp < this.runFirst) this.runFirst = timestamp;
     if (timestamp > this.runLast) this.runLast = timestamp;
+    if (timestamp >= this.runEstablishAt && timestamp < this.runEstablished) this.runEstablished = timestamp;
   }
 
   /** The latest time the key was seen anywhere. */
@@ -93,6 +117,17 @@ export class KeyHistory implements KeyHistoryView {
     for (const place of this.places.values()) {
       const first = place === this.runPlace && this.runFirst < place.first ? this.runFirst : place.first;
       if (first < before) geos.push(place.geo);
+    }
+    return geos;
+  }
+
+  establishedPlacesBefore(before: number): GeoPoint[] {
+    // Read without ending the current run, as placesBefore: the run's place is judged with the run's times.
+    const geos: GeoPoint[] = [];
+    for (const place of this.places.values()) {
+      const established =
+        place === this.runPlace ? establishedWith(place, this.runFirst, this.runLast, this.runEstablished) : place.established;
+      if (established < before) geos.push(place.geo);
     }
     return geos;
   }
@@ -126,16 +161,24 @@ export class KeyHistory implements KeyHistoryView {
   /** The current run's times go into its network's and its place's sightings (every read does this first). */
   endRun(): void {
     if (this.runNetwork === undefined) return;
-    const { runSighting: sighting, runPlace: place, runFirst: first, runLast: last } = this;
+    const { runSighting: sighting, runPlace: place, runFirst: first, runLast: last, runEstablished: established } = this;
     this.runNetwork = undefined;
     this.runGeo = undefined;
     this.runSighting = undefined;
     this.runPlace = undefined;
     this.runFirst = Infinity;
     this.runLast = -Infinity;
+    this.runEstablishAt = Infinity;
+    this.runEstablished = Infinity;
     if (last > this.latest) this.latest = last;
     widen(sighting!, first, last);
-    if (place !== undefined) widen(place, first, last);
+    if (place !== undefined) {
+      place.established = establishedWith(place, first, last, established); // before widen: it reads the place's own times
+      widen(place, first, last);
+      this.lastPlace = place;
+      this.lastPlaceFirst = first;
+      this.lastPlaceLast = last;
+    }
   }
 
   private startRun(network: string, geo: GeoPoint | undefined, timestamp: number): void {
@@ -143,7 +186,22 @@ export class KeyHistory implements KeyHistoryView {
     this.runNetwork = network;
     this.runGeo = geo;
     this.runSighting = this.networkSighting(network, timestamp);
-    this.runPlace = this.placeSighting(geo, timestamp);
+    const place = (this.runPlace = this.placeSighting(geo, timestamp));
+    if (place === undefined) return;
+    this.runEstablishAt = place.first + ESTABLISHED_MS;
+    // A hop from the last place to this one: both are established when it is within ESTABLISHED_MS
+    // of that place's run. Of a long run (hours of traffic from one site), only of its last event:
+    // a lone request hours after it, or one among days of a site's sightings warmed from storage,
+    // is not near it in time.
+    const other = this.lastPlace;
+    if (other === undefined || other === place) return;
+    const first = this.lastPlaceFirst;
+    const last = this.lastPlaceLast;
+    const from = last - first < ESTABLISHED_MS ? first - ESTABLISHED_MS : last - ESTABLISHED_MS;
+    if (timestamp < from || timestamp > last + ESTABLISHED_MS) return;
+    const at = Math.max(timestamp, last);
+    if (at < other.established) other.established = at;
+    if (at < place.established) place.established = at;
   }
 
   /** The network's sighting, entered (seen at `timestamp`) if it is new. */
@@ -162,7 +220,7 @@ export class KeyHistory implements KeyHistoryView {
     const key = `${geo.latitude},${geo.longitude}`;
     const known = this.places.get(key);
     if (known !== undefined) return known;
-    const place = { first: timestamp, last: timestamp, geo };
+    const place = { first: timestamp, last: timestamp, geo, established: Infinity };
     this.places.set(key, place);
     this.entered(this.places);
     return place;
@@ -173,6 +231,25 @@ export class KeyHistory implements KeyHistoryView {
     this.count.entries++;
     if (sightings.size > MAX_SIGHTINGS * 1.25) this.count.entries -= keepLatest(sightings);
   }
+}
+
+/**
+ * When a place is established, with a run's times merged in: the earliest of the times known to
+ * have been seen there (the place's first, last and established time, the run's first, last and
+ * established time) that is ESTABLISHED_MS after the earliest of them. Only these few times are
+ * kept, so it may come out later than the truth (the place then counts as new for a while longer:
+ * a sighting that comes in late, as warm-up's do), never earlier.
+ */
+function establishedWith(place: PlaceSighting, runFirst: number, runLast: number, runEstablished: number): number {
+  const from = Math.min(place.first, runFirst) + ESTABLISHED_MS;
+  return earliestFrom(from, earliestFrom(from, earliestFrom(from, place.established, place.first, place.last), runFirst, runLast), runEstablished, runEstablished);
+}
+
+/** The earliest of `earliest`, `a` and `b` that is at or after `from` (`earliest` is, or is Infinity). */
+function earliestFrom(from: number, earliest: number, a: number, b: number): number {
+  if (a >= from && a < earliest) earliest = a;
+  if (b >= from && b < earliest) earliest = b;
+  return earliest;
 }
 
 function widen(sighting: Sighting, first: number, last: number): void {

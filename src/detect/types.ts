@@ -40,7 +40,10 @@ export interface WindowEvent {
   path: string;
   status: number;
   responseTimeMs: number;
-  /** Limit in force for the key (RateLimit-Limit), or the plan's default. */
+  /**
+   * Limit in force for the key (RateLimit-Limit), or 0 when the event carried none or the plan's
+   * default (admission.ts): velocity_attack then uses its defaultLimitPerMinute parameter.
+   */
   rateLimitPerMinute: number;
   /** ISO 3166-1 alpha-2: from the edge when it sent one, else from geo, else undefined. */
   country?: string;
@@ -50,7 +53,8 @@ export interface WindowEvent {
 
 /**
  * What the engine remembers of a key beyond its window: the networks it was seen from and the places
- * it was seen at over the last days (7), with the first time of each. "Before the window" is the
+ * it was seen at over the last days (7), with the first time of each (and, for a place, when it
+ * became established). "Before the window" is the
  * key's own habit (a daily job from five regions, a site idle for hours); inside the window, rules
  * judge the events themselves.
  */
@@ -59,6 +63,12 @@ export interface KeyHistoryView {
   knowsNetwork(network: string, before: number): boolean;
   /** The points (exact coordinates) the key was seen at before `before`, within the remembered days. */
   placesBefore(before: number): GeoPoint[];
+  /**
+   * The points the key was established at before `before`: seen there again, before `before`, at
+   * least half an hour after it was first seen there (over half an hour of use, or on two days;
+   * ESTABLISHED_MS in key-history.ts). A single request (a thief's while the key was idle) is not.
+   */
+  establishedPlacesBefore(before: number): GeoPoint[];
 }
 
 /** The recent history of one API key, oldest event first. */

@@ -8,14 +8,14 @@ import { connectClickHouse } from '../../src/store/clickhouse.ts';
 import { EventStore } from '../../src/store/event-store.ts';
 import { tablesIn } from '../../src/store/tables.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
-import { makeMixedStream } from '../support/events.ts';
+import { asOfToday, makeMixedStream } from '../support/events.ts';
 import { groupCaughtUp, produceAll, readTopic, testKafka } from '../support/kafka.ts';
 import { spawnWorker, type WorkerProcess } from '../support/process.ts';
 import { scrapeMetric, testEnv, testNames, waitFor } from '../support/worker.ts';
 
 const TOTAL = 100_000;
 const names = testNames('crash');
-const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 15, 0, 0) };
+const eventOptions = { runId: names.runId, startMs: asOfToday(Date.UTC(2026, 10, 20, 15, 0, 0)) };
 
 describe('worker process killed mid-stream', () => {
   const kafka = testKafka(inject('kafkaBrokers'));

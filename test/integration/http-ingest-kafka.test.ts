@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { Worker } from '../../src/main.ts';
 import { startKafka, type KafkaService } from '../services/kafka.ts';
 import { useEngines } from '../support/engines.ts';
-import { makeEvent, type RequestEventInput } from '../support/events.ts';
+import { asOfToday, makeEvent, type RequestEventInput } from '../support/events.ts';
 import { groupCaughtUp } from '../support/kafka.ts';
 import { TEST_INGEST_TOKEN, metricTotal, scrapeMetric, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
 
@@ -47,7 +47,7 @@ describe('HTTP ingest through Kafka', () => {
 
   it('stores events posted to one replica and again to the other once, through the topic, and the rollup counts them once', async () => {
     const runId = `${names.runId}_retry`;
-    const startMs = Date.UTC(2026, 10, 21, 9, 0, 0);
+    const startMs = asOfToday(Date.UTC(2026, 10, 21, 9, 0, 0));
     const events = Array.from({ length: 40 }, (_, i) => makeEvent(i, { runId, startMs, keys: 8 }));
     // The client posts to one replica, and retries the same events on the other (its answer was lost).
     for (const replica of replicas) {
@@ -78,8 +78,8 @@ describe('HTTP ingest through Kafka', () => {
       );
     const before = await counts();
     const runId = `${names.runId}_counted`;
-    const events = Array.from({ length: 10 }, (_, i) => makeEvent(i, { runId, startMs: Date.UTC(2026, 10, 21, 10, 0, 0), keys: 4 }));
-    const invalid = { ...makeEvent(10, { runId, startMs: Date.UTC(2026, 10, 21, 10, 0, 0) }), ip: 'not-an-ip' };
+    const events = Array.from({ length: 10 }, (_, i) => makeEvent(i, { runId, startMs: asOfToday(Date.UTC(2026, 10, 21, 10, 0, 0)), keys: 4 }));
+    const invalid = { ...makeEvent(10, { runId, startMs: asOfToday(Date.UTC(2026, 10, 21, 10, 0, 0)) }), ip: 'not-an-ip' };
     const response = await post(replicas[0]!, [...events, invalid, events[0]]);
     expect(response.body.data).toMatchObject({ accepted: 10, rejected: 1, duplicates: 1 });
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the replicas consume what was posted', 60_000);
@@ -119,7 +119,7 @@ describe('HTTP ingest through Kafka', () => {
     let broker: KafkaService | undefined;
     let worker: Worker;
     const own = testNames('httpkafka_outage');
-    const startMs = Date.UTC(2026, 10, 21, 11, 0, 0);
+    const startMs = asOfToday(Date.UTC(2026, 10, 21, 11, 0, 0));
 
     beforeAll(async () => {
       if (!ownBroker) return;

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker } from '../../src/main.ts';
 import { startClickHouse, type ClickHouseService } from '../services/clickhouse.ts';
-import { makeEvent } from '../support/events.ts';
+import { asOfToday, makeEvent } from '../support/events.ts';
 import { groupCaughtUp, testKafka } from '../support/kafka.ts';
 import { TEST_INGEST_TOKEN, metricTotal, testConfig, testNames, waitFor } from '../support/worker.ts';
 
@@ -27,7 +27,7 @@ describe.each([
   { way: 'through Kafka', viaKafka: true },
 ])('HTTP ingest, $way', ({ viaKafka }) => {
   const names = testNames(viaKafka ? 'httpk' : 'http');
-  const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 16, 0, 0) };
+  const eventOptions = { runId: names.runId, startMs: asOfToday(Date.UTC(2026, 10, 20, 16, 0, 0)) };
   let worker: Worker;
   let outage = false;
   /** Runs before each insert: a test holds or fails the inserts of the rows it names. */

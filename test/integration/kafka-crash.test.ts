@@ -12,7 +12,7 @@ import { KafkaIntake } from '../../src/ingest/kafka-consumer.ts';
 import { createLogger } from '../../src/logger.ts';
 import { WorkerMetrics } from '../../src/metrics.ts';
 import type { EventStore } from '../../src/store/event-store.ts';
-import { makeEvent } from '../support/events.ts';
+import { asOfToday, makeEvent } from '../support/events.ts';
 import { testKafka } from '../support/kafka.ts';
 import { testNames, waitFor } from '../support/worker.ts';
 
@@ -60,7 +60,7 @@ describe('Kafka intake after a crash kafkajs will not restart', () => {
     try {
       await intake.start();
       expect(intake.stoppedReason).toBeUndefined();
-      const event = makeEvent(0, { runId: names.runId, startMs: Date.UTC(2026, 10, 21, 9, 0, 0) });
+      const event = makeEvent(0, { runId: names.runId, startMs: asOfToday(Date.UTC(2026, 10, 21, 9, 0, 0)) });
       await producer.send({ topic: names.topic, messages: [{ key: event.apiKeyId, value: JSON.stringify(event) }] });
       await waitFor(() => stopped.length > 0, 'the intake reports that it stopped', 30_000);
       expect(stopped).toHaveLength(1);

@@ -8,13 +8,13 @@ import { describe, expect, it } from 'vitest';
 import type { RequestEvent } from '../../src/events/request-event.ts';
 import type { EventStore } from '../../src/store/event-store.ts';
 import { useEngines } from '../support/engines.ts';
-import { makeMixedStream } from '../support/events.ts';
+import { asOfToday, makeMixedStream } from '../support/events.ts';
 import { groupCaughtUp, produceAll, readTopic } from '../support/kafka.ts';
 import { testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const TOTAL = 100_000;
 const names = testNames('ingest');
-const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 12, 0, 0) };
+const eventOptions = { runId: names.runId, startMs: asOfToday(Date.UTC(2026, 10, 20, 12, 0, 0)) };
 
 describe('Kafka intake into ClickHouse', () => {
   const engines = useEngines();

@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/logger.ts';
 import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { useEngines } from '../support/engines.ts';
-import { makeEvent } from '../support/events.ts';
+import { asOfToday, makeEvent } from '../support/events.ts';
 import { groupCaughtUp, produceAll } from '../support/kafka.ts';
 import { metricTotal, testConfig, testNames, waitFor } from '../support/worker.ts';
 
@@ -18,7 +18,7 @@ describe('Kafka intake: consumer lag during an outage, and shutdown', () => {
 
   it('reports the lag growing during a storage outage, with no batch consumed, and 0 again after it', async () => {
     const own = testNames('lag');
-    const startMs = Date.UTC(2026, 10, 21, 5, 0, 0);
+    const startMs = asOfToday(Date.UTC(2026, 10, 21, 5, 0, 0));
     const events = Array.from({ length: 6_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
     const messages = events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) }));
     let outage = false;
@@ -60,7 +60,7 @@ describe('Kafka intake: consumer lag during an outage, and shutdown', () => {
 
   it('a worker stopped while a batch waits on a storage read that does not answer leaves its group and stops within the budget', async () => {
     const own = testNames('stophang');
-    const startMs = Date.UTC(2026, 10, 21, 7, 0, 0);
+    const startMs = asOfToday(Date.UTC(2026, 10, 21, 7, 0, 0));
     const events = Array.from({ length: 1_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 100 }));
     let hanging = 0;
     let release: () => void = () => undefined;

@@ -11,7 +11,7 @@ import type { RequestEvent } from '../../src/events/request-event.ts';
 import type { Worker } from '../../src/main.ts';
 import { serializeEventRow } from '../../src/store/event-store.ts';
 import { useEngines } from '../support/engines.ts';
-import { makeEvent } from '../support/events.ts';
+import { asOfToday, makeEvent } from '../support/events.ts';
 import { groupCaughtUp } from '../support/kafka.ts';
 import { testConfig, testNames, waitFor, type TestNames } from '../support/worker.ts';
 
@@ -29,7 +29,7 @@ describe('a topic created again', () => {
   /** Rows as a worker stores them, of events `evt_old_<runId>_<i>` at these partitions and offsets of the topic. */
   async function storeEarlierIncarnation(worker: Worker, names: TestNames, offsets: { partition: number; offset: number }[]): Promise<void> {
     const rows = offsets.map(({ partition, offset }, i) => {
-      const input = makeEvent(i, { runId: `old_${names.runId}`, startMs: Date.UTC(2026, 10, 19, 8, 0, 0) });
+      const input = makeEvent(i, { runId: `old_${names.runId}`, startMs: asOfToday(Date.UTC(2026, 10, 19, 8, 0, 0)) });
       const event = { ...input, timestamp: Date.parse(String(input.timestamp)) } as unknown as RequestEvent;
       return `${serializeEventRow(event, { topic: names.topic, partition, offset })}\n`;
     });
@@ -38,7 +38,7 @@ describe('a topic created again', () => {
 
   /** `count` new events, spread evenly over the partitions. */
   async function produceNew(producer: Producer, names: TestNames, count: number): Promise<void> {
-    const events = Array.from({ length: count }, (_, i) => makeEvent(i, { runId: names.runId, startMs: Date.UTC(2026, 10, 19, 10, 0, 0) }));
+    const events = Array.from({ length: count }, (_, i) => makeEvent(i, { runId: names.runId, startMs: asOfToday(Date.UTC(2026, 10, 19, 10, 0, 0)) }));
     for (let start = 0; start < count; start += 1000) {
       const messages = events.slice(start, start + 1000).map((event, i) => ({ partition: (start + i) % PARTITIONS, key: event.apiKeyId, value: JSON.stringify(event) }));
       await producer.send({ topic: names.topic, acks: -1, messages });

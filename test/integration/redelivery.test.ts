@@ -11,12 +11,12 @@
 import { describe, expect, it } from 'vitest';
 import type { Worker } from '../../src/main.ts';
 import { useEngines } from '../support/engines.ts';
-import { makeEvent } from '../support/events.ts';
+import { asOfToday, makeEvent } from '../support/events.ts';
 import { commitGroupOffsets, groupCaughtUp, produceAll } from '../support/kafka.ts';
 import { metricTotal, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
 
 const names = testNames('redeliver');
-const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 14, 0, 0) };
+const eventOptions = { runId: names.runId, startMs: asOfToday(Date.UTC(2026, 10, 20, 14, 0, 0)) };
 
 describe('redelivery and replicas', () => {
   const engines = useEngines();
@@ -65,7 +65,7 @@ describe('redelivery and replicas', () => {
     // A topic of its own, stored once by a first group; a second group then starts from the
     // beginning, so every message it reads is a redelivery of a stored one.
     const own = testNames('replay');
-    const startMs = Date.UTC(2026, 10, 20, 16, 0, 0); // an hour of its own, for the rollup total below
+    const startMs = asOfToday(Date.UTC(2026, 10, 20, 16, 0, 0)); // an hour of its own, for the rollup total below
     const events = Array.from({ length: 5_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs }));
     await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
     const first = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own }));
@@ -124,7 +124,7 @@ describe('redelivery and replicas', () => {
     // forced here by detaching the views while the second half is stored, and then rewinding the
     // group to before that half, as if the kill came before the commit too.
     const own = testNames('rollup');
-    const startMs = Date.UTC(2026, 10, 20, 17, 0, 0);
+    const startMs = asOfToday(Date.UTC(2026, 10, 20, 17, 0, 0));
     const events = Array.from({ length: 4_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
     const messages = events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) }));
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own });
@@ -194,7 +194,7 @@ describe('redelivery and replicas', () => {
     // takes partitions over from their committed offsets, still at the start: the first must not
     // store its rows of those partitions as well.
     const own = testNames('handover');
-    const startMs = Date.UTC(2026, 10, 20, 18, 0, 0);
+    const startMs = asOfToday(Date.UTC(2026, 10, 20, 18, 0, 0));
     const events = Array.from({ length: 4_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own });
     const holding = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own, extra: { STORE_FLUSH_INTERVAL_MS: '10000' } });
@@ -216,7 +216,7 @@ describe('redelivery and replicas', () => {
     // them. When storage comes back, the first one's retry must leave those partitions' rows out:
     // raw rows would collapse on merge, but the rollup would count them twice for good.
     const own = testNames('outagemove');
-    const startMs = Date.UTC(2026, 10, 20, 19, 0, 0);
+    const startMs = asOfToday(Date.UTC(2026, 10, 20, 19, 0, 0));
     const events = Array.from({ length: 4_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
     await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own });
@@ -257,7 +257,7 @@ describe('redelivery and replicas', () => {
     // committed offsets, and the messages it had validated and dropped must be stored now, not
     // taken for repeats.
     const own = testNames('roundtrip');
-    const startMs = Date.UTC(2026, 10, 20, 20, 0, 0);
+    const startMs = asOfToday(Date.UTC(2026, 10, 20, 20, 0, 0));
     const events = Array.from({ length: 4_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
     const holding = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own, extra: { STORE_FLUSH_INTERVAL_MS: '10000' } });
     const first = await engines.startWorker(holding);
@@ -278,7 +278,7 @@ describe('redelivery and replicas', () => {
 
   it('a worker stopped while it warms up a partition stops cleanly, and the next stores every event once', async () => {
     const own = testNames('stopwarm');
-    const startMs = Date.UTC(2026, 10, 20, 22, 0, 0);
+    const startMs = asOfToday(Date.UTC(2026, 10, 20, 22, 0, 0));
     const events = Array.from({ length: 3_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 100 }));
     await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own });

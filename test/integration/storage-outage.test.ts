@@ -5,12 +5,12 @@
  */
 import { describe, expect, it } from 'vitest';
 import { useEngines } from '../support/engines.ts';
-import { makeEvent } from '../support/events.ts';
+import { asOfToday, makeEvent } from '../support/events.ts';
 import { committedTotal, groupCaughtUp, produceAll } from '../support/kafka.ts';
 import { testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const names = testNames('outage');
-const eventOptions = { runId: names.runId, startMs: Date.UTC(2026, 10, 20, 13, 0, 0) };
+const eventOptions = { runId: names.runId, startMs: asOfToday(Date.UTC(2026, 10, 20, 13, 0, 0)) };
 
 describe('storage outage', () => {
   const engines = useEngines();
@@ -62,7 +62,7 @@ describe('storage outage', () => {
   it('when storage cannot be read at a partition\'s first batch, waits, says so on /ready, and loses nothing', async () => {
     const { clickhouse, producer } = engines;
     const own = testNames('unreadable');
-    const startMs = Date.UTC(2026, 10, 20, 15, 0, 0);
+    const startMs = asOfToday(Date.UTC(2026, 10, 20, 15, 0, 0));
     const events = Array.from({ length: 3_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs }));
     await produceAll(producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
     // Reads of how far partitions are stored fail; everything else works.
@@ -134,7 +134,7 @@ describe('storage outage', () => {
     // deadline and commits nothing of it; the events are delivered again to the next worker.
     const { clickhouse, producer } = engines;
     const own = testNames('hanging');
-    const startMs = Date.UTC(2026, 10, 20, 16, 0, 0);
+    const startMs = asOfToday(Date.UTC(2026, 10, 20, 16, 0, 0));
     const events = Array.from({ length: 1_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 100 }));
     const config = testConfig({ brokers: engines.brokers, clickhouse, names: own });
     let inserts = 0;

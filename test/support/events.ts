@@ -14,6 +14,19 @@ const USER_AGENTS = [
 ];
 const PATHS = ['/v1/verify/sessions', '/v1/verify/sessions/:id'];
 
+const DAY_MS = 86_400_000;
+/** The day these suites' fixed event times were written against. */
+const WRITTEN_ON = Date.UTC(2026, 10, 22);
+
+/**
+ * A fixed event time, as written in a test (November 2026), moved forward by the whole days since:
+ * the same time of day, as many days before today. Workers refuse events older than EVENTS_TTL_DAYS,
+ * so times written as constants must follow the clock to stay storable whatever day the suite runs.
+ */
+export function asOfToday(writtenMs: number): number {
+  return writtenMs + Math.max(0, Math.floor((Date.now() - WRITTEN_ON) / DAY_MS)) * DAY_MS;
+}
+
 export interface EventOptions {
   runId: string;
   /** Epoch ms of event 0; event i is i ms later. */

@@ -30,7 +30,7 @@ import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';
 import { EventBuffer } from './ingest/event-buffer.ts';
 import { registerHttpIngest } from './ingest/http-ingest.ts';
 import { createKafka } from './ingest/kafka-client.ts';
-import { KafkaIntake } from './ingest/kafka-consumer.ts';
+import { KafkaIntake, RECALL_EVENT_IDS_MS } from './ingest/kafka-consumer.ts';
 import { RecentEventIds } from './ingest/recent-event-ids.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { WorkerMetrics } from './metrics.ts';
@@ -58,9 +58,6 @@ const BUFFER_STOP_MS = 12_000;
 
 /** Most events posted during start-up that wait for detection; later ones are stored but not judged. */
 const MAX_EVENTS_HELD_FOR_DETECTION = 50_000;
-
-/** How far back a start recalls the ids of posted events, so that a client's retry across a restart is a duplicate (clients retry within minutes). */
-const RECALL_POSTED_IDS_MS = 60 * 60_000;
 
 const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
@@ -312,7 +309,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   const recalled = config.kafka ? undefined : new Promise<void>((resolve) => (postedIdsRecalled = resolve));
   const recallPostedIds = async () => {
     try {
-      const ids = await store.recentEventIds(HTTP_SOURCE, new Date(Date.now() - RECALL_POSTED_IDS_MS), Math.ceil(config.ingest.dedupCacheSize / 2));
+      const ids = await store.recentEventIds(HTTP_SOURCE, new Date(Date.now() - RECALL_EVENT_IDS_MS), Math.ceil(config.ingest.dedupCacheSize / 2));
       for (const id of ids) recentIds.checkAndAdd(id);
       logger.info({ eventIds: ids.length }, 'recalled the ids of recently posted events');
     } catch (error) {

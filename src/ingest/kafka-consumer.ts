@@ -103,7 +103,7 @@ const MAX_BATCHES_IN_FLIGHT = 16;
 /** How often the consumer lag of the owned partitions is read from the brokers, fetching or paused. */
 export const LAG_INTERVAL_MS = 5_000;
 
-/** How far back a partition an assignment brings recalls the ids of its stored events (publishers retry within minutes), as posts without Kafka do at start (main.ts). */
+/** How far back the ids of stored events are recalled, so that a retry or re-publish across a restart or rebalance is a repeat (publishers retry within minutes): by a partition an assignment brings, and, without Kafka, by a start for posted events (main.ts). */
 export const RECALL_EVENT_IDS_MS = 60 * 60_000;
 
 /** How long disconnect() waits for the consumer to leave its group (and the producer to close) before going on without. */

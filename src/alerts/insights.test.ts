@@ -152,6 +152,19 @@ describe('insights of credential_sharing', () => {
     expect(insights[0]).toMatch(new RegExp(`^Leaked or published key: used from ${evidence.recentNetworks} networks .* in 12 countries`));
     expect(insights[1]).toBe(`It has no earlier use in the last ${evidence.windowMinutes} min to compare with: the key may be new, or newly exposed.`);
   });
+  it('quotes a leak growing over the window with the window\'s new networks, countries and minutes', () => {
+    const { pattern, insights, evidence } = explain(
+      'credential_sharing',
+      fixtureFinding('credential_sharing', 'a key leaked gradually (2, 3, 4, 5, 6, 7 never-seen networks per 10 min, 9 countries) beside its own network is reported'),
+    );
+    expect(evidence).toMatchObject({ trigger: 'window', windowNewNetworks: 27, newNetworks: 7, windowMinutes: 60 });
+    expect(pattern).toBe('shared_key');
+    expect(insights).toEqual([
+      `Key in several hands: used from 27 new networks in 9 countries (${evidence.windowCountries.slice(0, 5).join(', ')} and 4 more) in 60 min.`,
+      'New parties keep joining: 7 new networks in the last 10 min alone.',
+      `It usually calls from ${evidence.baselineNetworks} networks per 10 min: it now looks shared by several parties.`,
+    ]);
+  });
 });
 
 describe('insights of impossible_travel', () => {

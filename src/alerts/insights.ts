@@ -232,11 +232,16 @@ function explainBot(evidence: EvidenceReader): Explanation {
 }
 
 function explainSharing(evidence: EvidenceReader, severity: Severity): Explanation {
-  const networks = evidence.count('recentNetworks');
-  const countries = evidence.strings('countries');
-  const countryCount = evidence.count('distinctCountries') ?? (countries.length > 0 ? countries.length : undefined);
-  const ips = evidence.count('distinctIps');
-  const interval = within(evidence.count('intervalMinutes'));
+  // A finding over the whole window (a leak growing interval by interval) is quoted with the window's
+  // new networks, countries and minutes; the last interval's figures alone would understate it.
+  const byWindow = evidence.text('trigger') === 'window';
+  const networks = evidence.count(byWindow ? 'windowNewNetworks' : 'recentNetworks');
+  const countries = evidence.strings(byWindow ? 'windowCountries' : 'countries');
+  const listedCountries = countries.length > 0 ? countries.length : undefined;
+  const countryCount = byWindow ? listedCountries : (evidence.count('distinctCountries') ?? listedCountries);
+  // distinctIps counts the last interval's addresses: quoted only beside that interval's networks.
+  const ips = byWindow ? undefined : evidence.count('distinctIps');
+  const interval = within(evidence.count(byWindow ? 'windowMinutes' : 'intervalMinutes'));
   // The rule's critical band is a key used from so many networks and countries that it is public.
   const pattern: AttackPattern = severity === 'critical' ? 'leaked_key' : 'shared_key';
   if (networks === undefined || countryCount === undefined) {
@@ -246,7 +251,13 @@ function explainSharing(evidence: EvidenceReader, severity: Severity): Explanati
   const addresses = ips === undefined ? '' : ` (${plural(ips, 'IP address', 'IP addresses')})`;
   const named = countries.length > 0 ? ` (${listed(countries.map((c) => quoted(c, 10)), 5)})` : '';
   const lead = pattern === 'leaked_key' ? 'Leaked or published key' : 'Key in several hands';
-  const insights = [`${lead}: used from ${figure(networks)} networks${addresses} in ${plural(countryCount, 'country', 'countries')}${named}${interval}.`];
+  const fresh = byWindow ? ' new' : '';
+  const insights = [`${lead}: used from ${figure(networks)}${fresh} networks${addresses} in ${plural(countryCount, 'country', 'countries')}${named}${interval}.`];
+  if (byWindow) {
+    const recent = evidence.count('newNetworks');
+    const perInterval = evidence.count('intervalMinutes');
+    if (recent !== undefined && perInterval !== undefined) insights.push(`New parties keep joining: ${plural(recent, 'new network')} in the last ${figure(perInterval)} min alone.`);
+  }
 
   const baseline = evidence.count('baselineNetworks');
   const baselineIntervals = evidence.count('baselineIntervals');

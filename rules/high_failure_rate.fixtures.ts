@@ -139,6 +139,34 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'medium', evidence: { judgedBy: 'network', network: '192.0.3.0/24', authFailures: 60, keyJudgedRequests: 2060 } },
   },
   {
+    // A proxy pool: no network sends minRequests, but the networks new to the key fail together.
+    name: 'a stranger rotating through 40 new networks, 2 × 401 from each, among the key\'s 1,200 successes is medium',
+    kind: 'positive',
+    window: keyWindow([...spread(1200, TEN_MINUTES_AGO, 10 * MINUTE, OK), ...spread(80, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ status: 401, ip: `203.0.${i % 40}.7` }))], {
+      history: USUAL,
+    }),
+    now: T0,
+    expect: {
+      findings: 1,
+      severity: 'medium',
+      title: /from 40 networks new to the key/,
+      evidence: { judgedBy: 'new_networks', newNetworks: 40, authFailures: 80, judgedRequests: 80, distinctNetworks: 40, keyJudgedRequests: 1280, horizon: 'short' },
+    },
+  },
+  {
+    name: 'the key\'s end users on 60 new networks, 1 in 5 of their lookups missing (404), among its successes is quiet',
+    kind: 'negative',
+    window: keyWindow(
+      [
+        ...spread(1200, TEN_MINUTES_AGO, 10 * MINUTE, OK),
+        ...spread(300, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ ...LOOKUP, status: i % 5 === 0 ? 404 : 200, ip: `203.0.${i % 60}.7` })),
+      ],
+      { history: USUAL },
+    ),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
     name: 'the key\'s own network failing at a low share (300 × 404 among 1,500 lookups) is quiet',
     kind: 'negative',
     window: keyWindow(spread(1500, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ ...LOOKUP, status: i % 5 === 0 ? 404 : 200 })), { history: USUAL }),
@@ -184,6 +212,15 @@ export const fixtures: Fixture[] = [
     window: keyWindow([...spread(6000, HOUR_AGO, 60 * MINUTE, OK), ...spread(150, HOUR_AGO, 60 * MINUTE, { status: 401, ...at('moscow') })], { history: USUAL }),
     now: T0,
     expect: { findings: 1, severity: 'medium', evidence: { horizon: 'long', judgedBy: 'network', network: '192.0.2.0/24', authFailures: 150, keyJudgedRequests: 6150 } },
+  },
+  {
+    name: 'low-and-slow guessing through a proxy pool: 150 × 401 an hour from 50 new networks among the key\'s 6,000 successes is medium',
+    kind: 'positive',
+    window: keyWindow([...spread(6000, HOUR_AGO, 60 * MINUTE, OK), ...spread(150, HOUR_AGO, 60 * MINUTE, (i) => ({ status: 401, ip: `203.0.${i % 50}.7` }))], {
+      history: USUAL,
+    }),
+    now: T0,
+    expect: { findings: 1, severity: 'medium', evidence: { horizon: 'long', judgedBy: 'new_networks', newNetworks: 50, authFailures: 150, keyJudgedRequests: 6150 } },
   },
   {
     name: 'a few scattered 401s an hour (10, from the key\'s own address) among its ordinary traffic are quiet',

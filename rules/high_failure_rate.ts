@@ -9,8 +9,10 @@
  *   - the key's requests of the last windowMinutes (10): judged >= minRequests and share >= thresholdShare;
  *   - each network (/24, /64) new to the key (not seen in the longWindowMinutes before now, per the
  *     key's history) on its own, with the same minRequests and thresholdShare: a stranger walking
- *     ids or guessing the secret is not hidden under the key's own successful traffic;
- *   - over longWindowMinutes (60), the key's and each new network's requests: at least
+ *     ids or guessing the secret is not hidden under the key's own successful traffic; and the new
+ *     networks together, so that a stranger rotating through many networks (a proxy pool, a
+ *     botnet), a few requests from each, is not hidden either;
+ *   - over longWindowMinutes (60), the key's, each new network's and the new networks' requests: at least
  *     longMinFailures (100) signal failures at thresholdShare or more (low-and-slow guessing that
  *     never reaches minRequests in 10 minutes). Medium at most. The engine may thin a busy key's
  *     events older than detailMs (10 min + 5 min of skew) to the first and the last of each network
@@ -71,10 +73,14 @@ interface Counts {
   notFound: number;
 }
 
+/** The requests a verdict judged: the key's, one new network's, or those of every network new to the key. */
+type Population = { kind: 'key' } | { kind: 'network'; network: string } | { kind: 'new_networks'; networks: number };
+
+const KEY: Population = { kind: 'key' };
+
 interface Verdict {
   severity: Severity;
-  /** Undefined for the key as a whole. */
-  network: string | undefined;
+  population: Population;
   minutes: number;
   counts: Counts;
   /** The key's counts over the same horizon. */
@@ -86,7 +92,7 @@ const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, cr
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'high_failure_rate',
-  version: '1.1.0',
+  version: '1.2.0',
   title: 'High failure rate',
   description:
     'Most of a key\'s requests are refused (401/403: credential guessing or a revoked key) or hit resources ' +
@@ -115,6 +121,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     'An old deployment still using a rotated secret fails 100% with 401 at its usual rate: it is reported (medium, or high at volume) because the merchant must fix it; dismiss it once fixed.',
     'A second site of the merchant whose lookups mostly miss (404), among the key\'s successes: a network the key used before the last hour is judged with the key, not on its own.',
     'The merchant\'s own job looking up ids it does not have (404) from the key\'s usual networks: at most high (rate_limit), never critical (block).',
+    'The key\'s end users arriving from many new networks (a mobile app, a browser integration): their networks are judged together only at thresholdShare, so a few missing lookups among their successes stay quiet.',
     'A few scattered 401s an hour among ordinary traffic: the hour needs longMinFailures (100) failures at thresholdShare.',
   ],
   evaluate(window, params, now) {
@@ -138,26 +145,30 @@ export const rule: RuleDefinition<Params, Tally> = {
     const consider = (verdict: Verdict | undefined) => {
       if (verdict && (!best || SEVERITY_RANK[verdict.severity] > SEVERITY_RANK[best.severity])) best = verdict;
     };
-    consider(judge(short, params, false, () => strongFailures(events, first, shortStart, short, isNew), undefined, short, params.windowMinutes));
+    consider(judge(short, params, false, () => strongFailures(events, first, shortStart, short, isNew), KEY, short, params.windowMinutes));
     if (best?.severity !== 'critical') {
       // Networks new to the key, on their own: only when the key has the failures one of them would need.
       const networkMin = perNetworkMinimum(params);
-      const byNetwork =
+      const fresh =
         failuresOf(short) >= networkMin || (failuresOf(long) >= networkMin && failuresOf(long) >= params.longMinFailures)
           ? networkCounts(events, first, shortStart, longStart, isNew)
           : undefined;
-      // At equal severity the key's short window first, then a network's, then the hour's.
-      for (const [network, counts] of byNetwork ?? []) {
-        consider(judge(counts.short, params, false, () => failuresOf(counts.short), network, short, params.windowMinutes));
+      // The new networks together only when there are several: one is judged on its own already.
+      const together: Population | undefined = fresh && fresh.networks > 1 ? { kind: 'new_networks', networks: fresh.networks } : undefined;
+      // At equal severity the key's short window first, then a network's, then the new networks', then the hour's.
+      for (const [network, counts] of fresh?.failing ?? []) {
+        consider(judge(counts.short, params, false, () => failuresOf(counts.short), { kind: 'network', network }, short, params.windowMinutes));
       }
-      if (!best) consider(judge(long, params, true, () => failuresOf(long), undefined, long, params.longWindowMinutes));
+      if (together) consider(judge(fresh!.all.short, params, false, () => failuresOf(fresh!.all.short), together, short, params.windowMinutes));
+      if (!best) consider(judge(long, params, true, () => failuresOf(long), KEY, long, params.longWindowMinutes));
       if (!best) {
-        for (const [network, counts] of byNetwork ?? []) {
-          consider(judge(counts.long, params, true, () => failuresOf(counts.long), network, long, params.longWindowMinutes));
+        for (const [network, counts] of fresh?.failing ?? []) {
+          consider(judge(counts.long, params, true, () => failuresOf(counts.long), { kind: 'network', network }, long, params.longWindowMinutes));
         }
+        if (together) consider(judge(fresh!.all.long, params, true, () => failuresOf(fresh!.all.long), together, long, params.longWindowMinutes));
       }
     }
-    return best ? [finding(window, params, now, best, first)] : [];
+    return best ? [finding(window, params, now, best, first, isNew)] : [];
   },
   screen: {
     create: () => ({ minutes: new MinuteRing(RING_MINUTES, [0, 0]), blocks: new MinuteRing(RING_BLOCKS, [0, 0]), failingNetworks: undefined, failures: 0 }),
@@ -194,9 +205,10 @@ export const rule: RuleDefinition<Params, Tally> = {
       if (long === undefined) return true;
       if (long.failuresAtMost >= params.longMinFailures && mayReach(long, params.minRequests, params)) return true;
       if (!(long.failuresAtMost >= networkMin) && !(short.failuresAtMost >= networkMin)) return false;
+      // A new network on its own, or the new networks together, with the failures one would need.
       const isNew = newNetworks(history, longStart);
       const since = Math.min(longStart, now - params.windowMinutes * MINUTE);
-      return tally.failingNetworks?.some((network, failures, newest) => failures >= networkMin && newest >= since && isNew(network)) ?? false;
+      return tally.failingNetworks?.reach(networkMin, (network, newest) => newest >= since && isNew(network)) ?? false;
     },
   },
 };
@@ -244,7 +256,7 @@ function judge(
   params: Params,
   long: boolean,
   strong: () => number,
-  network: string | undefined,
+  population: Population,
   key: Counts,
   minutes: number,
 ): Verdict | undefined {
@@ -260,7 +272,7 @@ function judge(
       : share >= params.highShare && failures >= params.highFailures
         ? 'high'
         : 'medium';
-  return { severity, network, minutes, counts, key, long };
+  return { severity, population, minutes, counts, key, long };
 }
 
 /** 401/403 in the short window, and its 404s from networks new to the key. */
@@ -274,44 +286,68 @@ function strongFailures(events: readonly WindowEvent[], first: number, since: nu
   return strong;
 }
 
-/** The counts of each network new to the key, over both horizons (only networks that sent a signal failure). */
+interface Horizons {
+  short: Counts;
+  long: Counts;
+}
+
+const horizons = (): Horizons => ({ short: { judged: 0, auth: 0, notFound: 0 }, long: { judged: 0, auth: 0, notFound: 0 } });
+
+/**
+ * The counts of the networks new to the key, over both horizons: of each one that sent a signal
+ * failure (`failing`), and of all of them together (`all`, over `networks` networks).
+ */
 function networkCounts(
   events: readonly WindowEvent[],
   first: number,
   shortStart: number,
   longStart: number,
   isNew: (network: string) => boolean,
-): Map<string, { short: Counts; long: Counts }> {
-  const networks = new Map<string, { short: Counts; long: Counts }>();
+): { failing: Map<string, Horizons>; all: Horizons; networks: number } {
+  const failing = new Map<string, Horizons>();
+  const all = horizons();
   let lastNetwork: string | undefined;
-  let last: { short: Counts; long: Counts } | undefined;
+  let last: Horizons | undefined;
   for (let i = first; i < events.length; i++) {
     const event = events[i]!;
     if (event.network !== lastNetwork) {
       lastNetwork = event.network;
-      last = networks.get(event.network);
+      last = failing.get(event.network);
       if (last === undefined && isNew(event.network)) {
-        last = { short: { judged: 0, auth: 0, notFound: 0 }, long: { judged: 0, auth: 0, notFound: 0 } };
-        networks.set(event.network, last);
+        last = horizons();
+        failing.set(event.network, last);
       }
     }
     if (last === undefined) continue;
     if (event.timestamp >= shortStart) count(last.short, event.status);
     if (event.timestamp >= longStart) count(last.long, event.status);
   }
-  for (const [network, counts] of networks) if (failuresOf(counts.long) === 0 && failuresOf(counts.short) === 0) networks.delete(network);
-  return networks;
+  const networks = failing.size;
+  for (const [network, counts] of failing) {
+    add(all.short, counts.short);
+    add(all.long, counts.long);
+    if (failuresOf(counts.long) === 0 && failuresOf(counts.short) === 0) failing.delete(network);
+  }
+  return { failing, all, networks };
+}
+
+function add(total: Counts, counts: Counts): void {
+  total.judged += counts.judged;
+  total.auth += counts.auth;
+  total.notFound += counts.notFound;
 }
 
 /** The finding of a verdict, its evidence read from the population's events over its horizon. */
-function finding(window: KeyWindow, params: Params, now: number, verdict: Verdict, first: number): Finding {
+function finding(window: KeyWindow, params: Params, now: number, verdict: Verdict, first: number, isNew: (network: string) => boolean): Finding {
   const { events } = window;
   const since = now - verdict.minutes * MINUTE;
-  const { network, counts, severity } = verdict;
+  const { population, counts, severity } = verdict;
+  const inPopulation =
+    population.kind === 'key' ? () => true : population.kind === 'network' ? (e: WindowEvent) => e.network === population.network : (e: WindowEvent) => isNew(e.network);
   const windowEvents: WindowEvent[] = [];
   for (let i = first; i < events.length; i++) {
     const event = events[i]!;
-    if (event.timestamp >= since && (network === undefined || event.network === network)) windowEvents.push(event);
+    if (event.timestamp >= since && inPopulation(event)) windowEvents.push(event);
   }
   const auth = counts.auth;
   const notFound = counts.notFound;
@@ -345,11 +381,15 @@ function finding(window: KeyWindow, params: Params, now: number, verdict: Verdic
       ? 'check whether the merchant rotated or revoked this key; if not, someone is guessing its secret: rotate it'
       : 'someone is enumerating resources with this key: check the paths and the source IPs with the merchant';
   const keyFailures = failuresOf(verdict.key);
-  const source = network === undefined ? '' : ` from ${network}`;
+  const source =
+    population.kind === 'key' ? '' : population.kind === 'network' ? ` from ${population.network}` : ` from ${population.networks} networks new to the key`;
+  const keyShare = `the key as a whole failed ${keyFailures} of ${verdict.key.judged} (${Math.round((keyFailures / Math.max(1, verdict.key.judged)) * 100)}%)`;
   const hidden =
-    network === undefined
+    population.kind === 'key'
       ? ''
-      : ` The network is new to the key; the key as a whole failed ${keyFailures} of ${verdict.key.judged} (${Math.round((keyFailures / Math.max(1, verdict.key.judged)) * 100)}%).`;
+      : population.kind === 'network'
+        ? ` The network is new to the key; ${keyShare}.`
+        : ` None of these networks sent enough on its own to be judged, together they failed: one party rotating addresses (a proxy pool, a botnet); ${keyShare}.`;
   const slow = verdict.long ? ` (at least ${params.longMinFailures} over ${minutes} min: slow and steady)` : '';
 
   return {
@@ -363,8 +403,10 @@ function finding(window: KeyWindow, params: Params, now: number, verdict: Verdic
       `(${percent}% against a threshold of ${Math.round(params.thresholdShare * 100)}%${slow}), mostly ${kind}, ` +
       `from ${ips.count} IP(s); ${advice}.${hidden}`,
     evidence: {
-      judgedBy: network === undefined ? 'key' : 'network',
-      ...(network === undefined ? {} : { network, keyJudgedRequests: verdict.key.judged, keySignalFailures: keyFailures }),
+      judgedBy: population.kind,
+      ...(population.kind === 'network' ? { network: population.network } : {}),
+      ...(population.kind === 'new_networks' ? { newNetworks: population.networks } : {}),
+      ...(population.kind === 'key' ? {} : { keyJudgedRequests: verdict.key.judged, keySignalFailures: keyFailures }),
       horizon: verdict.long ? 'long' : 'short',
       observedShare: round(share, 3),
       thresholdShare: params.thresholdShare,
@@ -433,8 +475,12 @@ function mayReach(b: Bounds, minRequests: number, params: Params): boolean {
 
 /** The networks that sent signal failures, with how many each sent in the window and the newest. */
 class FailingNetworks extends DistinctValues<string> {
-  some(test: (network: string, failures: number, newest: number) => boolean): boolean {
-    for (const [network, tally] of this.values) if (test(network, tally.events, tally.newest)) return true;
+  /** Whether the networks that pass the test sent at least `failures` signal failures in the window, together. */
+  reach(failures: number, test: (network: string, newest: number) => boolean): boolean {
+    let sum = 0;
+    for (const [network, tally] of this.values) {
+      if (test(network, tally.newest) && (sum += tally.events) >= failures) return true;
+    }
     return false;
   }
 }

@@ -17,7 +17,7 @@ import { parseRequestEventText } from '../src/events/request-event.ts';
 import { createLogger } from '../src/logger.ts';
 import { startWorker } from '../src/main.ts';
 import { connectClickHouse } from '../src/store/clickhouse.ts';
-import { DEFAULT_RATE_LIMIT_PER_MINUTE, type RequestEvent } from '../src/events/request-event.ts';
+import type { RequestEvent } from '../src/events/request-event.ts';
 import type { ClickHouse, RowFormat } from '../src/store/clickhouse.ts';
 import { EVENT_INSERT_SETTINGS, REQUEST_EVENT_COLUMNS, serializeEventRow, toClickHouseTime, type EventSource } from '../src/store/event-store.ts';
 import { migrate } from '../src/store/migrate.ts';
@@ -185,7 +185,7 @@ function jsonEachRowLine(event: RequestEvent, source: EventSource): string {
     path: event.path,
     status: event.status,
     response_time_ms: event.responseTimeMs,
-    rate_limit_per_minute: event.rateLimitPerMinute ?? DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan],
+    rate_limit_per_minute: event.rateLimitPerMinute ?? 0,
     country: event.country ?? '',
     source_topic: source.topic,
     source_partition: source.partition,

@@ -6,7 +6,7 @@
  * Stateless apart from bounded memories of addresses and user agents, and a count of the events
  * dated ahead.
  */
-import { DEFAULT_RATE_LIMIT_PER_MINUTE, type RequestEvent } from '../events/request-event.ts';
+import type { RequestEvent } from '../events/request-event.ts';
 import { networkOf } from '../../rules/network.ts';
 import type { DetectionConfig } from './detection-config.ts';
 import type { GeoLookup } from './geo.ts';
@@ -129,12 +129,9 @@ export class Admission {
  * The limit an event carried (RateLimit-Limit), or 0 when it carried none: velocity_attack then
  * judges its minute against its defaultLimitPerMinute parameter, the plan's default (60) unless an
  * operator overrides it for the plan or the merchant (a fleet that sends no RateLimit-Limit for
- * keys whose limit is higher). A limit equal to the plan's default counts as none: storage writes the
- * plan's default for an event that carried none (request_events.rate_limit_per_minute), so the
- * events warmed from it after a restart could not be told apart, and their minutes would be judged
- * against 60 while the live ones are judged against the override.
+ * keys whose limit is higher). Storage keeps the difference (0 in request_events.rate_limit_per_minute),
+ * so events warmed after a restart are judged as the live ones were.
  */
 function carriedLimit(event: RequestEvent): number {
-  const limit = event.rateLimitPerMinute;
-  return limit === undefined || limit === DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan] ? 0 : limit;
+  return event.rateLimitPerMinute ?? 0;
 }

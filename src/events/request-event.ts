@@ -10,9 +10,6 @@ import { containsSecret, redactSecrets } from './secrets.ts';
 export const PLANS = ['free', 'pro', 'business', 'enterprise'] as const;
 export type Plan = (typeof PLANS)[number];
 
-/** Rate limit per key when the event does not carry RateLimit-Limit (spec section 8). */
-export const DEFAULT_RATE_LIMIT_PER_MINUTE: Record<Plan, number> = { free: 60, pro: 60, business: 60, enterprise: 60 };
-
 /** Times an event may carry, in epoch ms, both ends included. */
 export interface TimeRange {
   readonly min: number;

@@ -39,7 +39,7 @@ describe('serializeEventRow', () => {
       path: '/v1/verify/sessions/:id?q="a"\\\\t',
       status: '404',
       response_time_ms: '1.5',
-      rate_limit_per_minute: '60',
+      rate_limit_per_minute: '0', // it carried none
       country: '',
       source_topic: 't',
       source_partition: '3',

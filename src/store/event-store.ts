@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
-import { DEFAULT_RATE_LIMIT_PER_MINUTE, EVENT_TIME_RANGE, type Plan, type RequestEvent, type TimeRange } from '../events/request-event.ts';
+import { EVENT_TIME_RANGE, type Plan, type RequestEvent, type TimeRange } from '../events/request-event.ts';
 import type { ClickHouseSettings } from '@clickhouse/client';
 import type { NetworkSighting } from '../detect/key-history.ts';
 import type { ClickHouse } from './clickhouse.ts';
@@ -111,7 +111,8 @@ const asIs = (value: string) => value;
  */
 export function serializeEventRow(event: RequestEvent, source: EventSource, sourceText?: string): string {
   const text = sourceText === undefined || sourceText.includes('\\') ? tsvText : asIs;
-  const rateLimit = event.rateLimitPerMinute ?? DEFAULT_RATE_LIMIT_PER_MINUTE[event.plan];
+  // 0: the event carried no limit (velocity_attack then judges it against the plan's or merchant's default).
+  const rateLimit = event.rateLimitPerMinute ?? 0;
   return (
     `${text(event.eventId)}\t${toClickHouseTime(event.timestamp)}\t${text(event.merchantId)}\t${event.plan}` +
     `\t${text(event.apiKeyId)}\t${event.environment}\t${event.ip}\t${text(event.userAgent)}\t${event.method}` +
@@ -624,8 +625,9 @@ function toRequestEvent(row: StoredEvent): RequestEvent {
     path: row.path,
     status: row.status,
     responseTimeMs: row.response_time_ms,
-    rateLimitPerMinute: row.rate_limit_per_minute,
   };
+  // 0 is "carried none" (rows stored before migration 014 hold the plan's default, 60, instead).
+  if (row.rate_limit_per_minute > 0) event.rateLimitPerMinute = row.rate_limit_per_minute;
   if (row.country) event.country = row.country;
   return event;
 }

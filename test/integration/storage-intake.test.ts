@@ -118,4 +118,20 @@ describe('storage and intake', () => {
     await alerts.save([alert]);
     expect(await alerts.get(alert.id, 'm_iso')).toMatchObject({ createdAt: alert.createdAt, firstSeenAt: alert.firstSeenAt });
   });
+
+  it('keeps which events carried no rate limit, so that they are warmed back without one', async () => {
+    unreachable = false;
+    writesFail = false;
+    await worker.ready;
+    const startMs = Date.UTC(2031, 6, 1, 12, 0, 0);
+    const runId = `${names.runId}_limits`;
+    const none = makeEvent(0, { runId, startMs, keys: 1 });
+    const sixty = { ...makeEvent(1, { runId, startMs, keys: 1 }), rateLimitPerMinute: 60 };
+    expect((await post([none, sixty])).status).toBe(202);
+    const read = new Map<unknown, number | undefined>();
+    await worker.store.recentEvents({ since: new Date(startMs - 1), merchantId: none.merchantId as string }, async (events) => {
+      for (const stored of events) if (stored.eventId.startsWith(`evt_${runId}_`)) read.set(stored.eventId, stored.rateLimitPerMinute);
+    });
+    expect(read).toEqual(new Map([[none.eventId, undefined], [sixty.eventId, 60]]));
+  });
 });

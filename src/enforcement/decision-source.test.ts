@@ -12,7 +12,7 @@ const MINUTE = 60_000;
 
 /** A source over alerts the test sets (or a failing read), on a clock the test moves. */
 function source(mode: 'shadow' | 'enforce' = 'enforce') {
-  const state = { now: T0, alerts: [] as Alert[], failing: false, since: [] as number[], config: new DetectionConfig(), historyFailing: false };
+  const state = { now: T0, alerts: [] as Alert[], failing: false, since: [] as number[], config: new DetectionConfig(), historyFailing: false, slowWrite: undefined as Promise<void> | undefined };
   const history: DecisionRecord[] = [];
   const lines: { level: number; msg: string; [field: string]: unknown }[] = [];
   const metrics = new WorkerMetrics({ defaultMetrics: false });
@@ -25,6 +25,7 @@ function source(mode: 'shadow' | 'enforce' = 'enforce') {
       return state.alerts;
     },
     writeHistory: async (records) => {
+      if (state.slowWrite) await state.slowWrite;
       if (state.historyFailing) throw new Error('injected: history cannot be written');
       history.push(...records);
     },
@@ -189,5 +190,51 @@ describe('DecisionSource', () => {
     ]);
     expect(lines.filter((line) => line.level >= 40).map((line) => line.msg)).toEqual(['writing enforcement history failed; its records are kept (up to 10000) and written after the next read']);
     expect(lines.at(-1)?.msg).toBe('enforcement history can be written again');
+  });
+
+  describe('on a graceful stop, writes what its history lacks', () => {
+    const written = (history: DecisionRecord[]) => history.map(({ apiKeyId, endedAt }) => ({ apiKeyId, endedAt }));
+    const startAndEnd = (endedAt: number) => [
+      { apiKeyId: 'pk_live_a', endedAt: null },
+      { apiKeyId: 'pk_live_a', endedAt },
+    ];
+
+    it('the records it kept after failed writes', async () => {
+      const { state, decisions, history } = source();
+      state.historyFailing = true;
+      state.alerts = [attack('pk_live_a', { lastSeenAt: new Date(T0).toISOString() })];
+      await decisions.refresh();
+      state.now = T0 + 2_000;
+      state.alerts = [];
+      await decisions.refresh();
+      state.historyFailing = false;
+      await decisions.stop();
+      expect(written(history)).toEqual(startAndEnd(T0 + 2_000));
+    });
+
+    it('an end queued while another write was in flight', async () => {
+      const { state, decisions, history } = source();
+      let release!: () => void;
+      state.slowWrite = new Promise<void>((resolve) => (release = resolve));
+      state.alerts = [attack('pk_live_a', { lastSeenAt: new Date(T0).toISOString() })];
+      await decisions.refresh(); // the start's write hangs
+      state.now = T0 + 2_000;
+      state.alerts = []; // dismissed: the end waits for the next write
+      await decisions.refresh();
+      state.slowWrite = undefined;
+      release();
+      await decisions.stop();
+      expect(written(history)).toEqual(startAndEnd(T0 + 2_000));
+    });
+
+    it('the end of a decision that lapsed since the last read', async () => {
+      const { state, decisions, history } = source();
+      state.alerts = [attack('pk_live_a', { lastSeenAt: new Date(T0 - 30 * MINUTE + 1_000).toISOString() })];
+      await decisions.refresh();
+      state.now = T0 + 1_500; // lapsed at T0 + 1 s, the next read not yet due
+      expect(decisions.current()?.decisions).toEqual([]);
+      await decisions.stop();
+      expect(written(history)).toEqual(startAndEnd(T0 + 1_000));
+    });
   });
 });

@@ -78,10 +78,22 @@ export class DecisionSource {
     this.timer.unref();
   }
 
+  /**
+   * Stops reading. What the replica knows that its history lacks is written once more (main.ts bounds
+   * the wait): the decisions that lapsed since the last read, records queued behind a write in
+   * flight, and those kept after a failed write. Otherwise each would stay "in force" in the history.
+   */
   async stop(): Promise<void> {
     clearInterval(this.timer);
     await this.refreshing;
+    const snapshot = this.snapshot;
+    const current = this.current();
+    if (snapshot !== undefined && current !== undefined && current !== snapshot) {
+      this.record(current.decisions, this.now());
+      this.snapshot = { ...snapshot, decisions: current.decisions };
+    }
     await this.writing;
+    await this.writeHistory();
   }
 
   /** The decisions as of the last read, without those expired since; undefined when there is none or it is stale. */

@@ -17,6 +17,9 @@ describe('secrets', () => {
     ['/v1/keys/sk_a1', true],
     ['/v1/verify?key=sk_live_x&next=1', true],
     ['svc_test_pk_1.sk_t', true],
+    // A full key glued to the key characters before it, or whose public part repeats its prefix.
+    ['token-svc_live_pk_a.s3cr3t', true],
+    ['svc_live_svc_live_pk.s3cr3t', true],
     // After an escape that stands for a separator, in a URL or in JSON text.
     ['/v1/cb?next=%2Fhook%3Fkey%3Dsk_live_x', true],
     ['{"userAgent":"a\\nsk_live_x"}', true],
@@ -68,6 +71,14 @@ describe('secrets', () => {
     const redacted = redactSecrets('key=svc_live_pk_abc123.sk_9f8e7d6c5b4a3210 end');
     expect(redacted).toBe('key=svc_live_pk_abc123.[REDACTED] end');
     expect(redacted).not.toContain('9f8e7d6c');
+  });
+
+  it('keeps the public part of a full key glued to the text before it, and of one whose public part repeats the prefix', () => {
+    expect(redactSecrets('token-svc_live_pk_a.s3cr3t;a_svc_test_pk.s3cr3t end')).toBe('token-svc_live_pk_a.[REDACTED];a_svc_test_pk.[REDACTED] end');
+    expect(redactSecrets('svc_live_svc_live_pk.s3cr3t.svc_live_x')).toBe('svc_live_svc_live_pk.[REDACTED].svc_live_x');
+    const long = `${'svc_live_'.repeat(2_000)}pk.s3cr3t`;
+    expect(containsSecret(long)).toBe(true);
+    expect(redactSecrets(long)).toBe(`${'svc_live_'.repeat(2_000)}pk.[REDACTED]`);
   });
 
   it('redacts a bare secret wherever it appears, repeatedly', () => {
@@ -140,5 +151,38 @@ describe('secrets written with escapes', () => {
   it('redacts key characters written with escapes, URL escapes written with JSON escapes too', () => {
     expect(redactSecrets('/v1/keys/sk_li%76e_%\\u00341b "next"')).toBe('/v1/keys/sk_[REDACTED] "next"');
     expect(redactSecrets('/v1/cb?next=%\\u0032Fsk_live_x&a=1')).toBe('/v1/cb?next=%\\u0032Fsk_[REDACTED]&a=1');
+  });
+});
+
+describe('secret scan cost', () => {
+  const SIZE = 16 * 1024; // a user agent at Node's header limit: the API caller chooses it, and it is scanned before it is cut
+  /** Scanning `text` both ways, five times: the least of several runs (a busy machine only adds time), within a second. */
+  function scanMs(text: string): number {
+    let least = Number.POSITIVE_INFINITY;
+    const deadline = performance.now() + 1_000;
+    for (let run = 0; run < 7 && (run === 0 || performance.now() < deadline); run++) {
+      const started = performance.now();
+      for (let i = 0; i < 5; i++) {
+        containsSecret(text);
+        redactSecrets(text);
+      }
+      least = Math.min(least, performance.now() - started);
+    }
+    return least;
+  }
+
+  // Benign text of the same size that the pre-check lets through too, so every regex scans it.
+  const benign = 'Mozilla/5.0 (svc_live_a; FBLC/sk_SK) '.repeat(SIZE).slice(0, SIZE);
+
+  it.each(['svc_live_', 'svc_test_', 'svc_live_a'])('scans 16 KiB repeating %j in time linear in its length, as it does benign text', (unit) => {
+    const hostile = unit.repeat(SIZE).slice(0, SIZE);
+    scanMs(benign); // compiled and warm, both
+    const benignMs = scanMs(benign);
+    const hostileMs = scanMs(hostile);
+    // Linear: about 1 ms for these five scans, a few times benign text's. Quadratic (a match tried at
+    // every `svc_<env>_`, each reading to the end of the run): about 500 ms, a thousand times it.
+    const measured = JSON.stringify({ hostileMs, benignMs });
+    expect(hostileMs, measured).toBeLessThan(50);
+    expect(hostileMs / benignMs, measured).toBeLessThan(25);
   });
 });

@@ -72,8 +72,17 @@ function mayHoldSecret(text: string): boolean {
   return PLAIN_HINT.test(text) || text.includes('%') || text.includes('\\');
 }
 
-// A whole key: keep the safe public part, drop what follows the dot.
-const FULL_KEY = /(svc_(?:test|live)_[A-Za-z0-9_-]+)\.[A-Za-z0-9_-]+/g;
+const KEY_PREFIX = 'svc_(?:test|live)_';
+/**
+ * A whole key: keep the safe public part, drop what follows the dot. It is tried only at the first
+ * `svc_<env>_` of a run of key characters, where the leftmost match starts anyway (so it matches
+ * what it would without the check, a key glued to the text before it included). Tried at every
+ * one, each try would read to the end of the run looking for the dot: text that repeats
+ * `svc_live_` (a user agent is the API caller's to choose) would cost time quadratic in its length.
+ * The check comes after the prefix, so that the regex still skips from `svc_` to `svc_`, and reads
+ * back only to the previous prefix or the start of the run: linear time.
+ */
+const FULL_KEY = new RegExp(String.raw`(${KEY_PREFIX}(?<!${KEY_PREFIX}[A-Za-z0-9_-]*?${KEY_PREFIX})[A-Za-z0-9_-]+)\.[A-Za-z0-9_-]+`, 'g');
 
 export const REDACTED = '[REDACTED]';
 

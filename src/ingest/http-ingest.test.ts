@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify';
+import { gzipSync } from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEvent } from '../../test/support/events.ts';
 import { EVENT_TIME_RANGE, type RequestEvent } from '../events/request-event.ts';
@@ -120,6 +121,61 @@ describe('HTTP ingest: the request', () => {
     expect((await send(app, '<events/>', 'application/xml', `Bearer ${TOKEN}`)).status).toBe(415);
     expect((await send(app, Buffer.alloc(2 << 20, 'a'), 'application/json', `Bearer ${TOKEN}`)).status).toBe(413);
     expect(app.stored).toEqual([]);
+  });
+
+  it('refuses (415) a body in a content coding or charset it does not read, without reading it; Accept-Encoding: identity for a coding; 401 first', async () => {
+    const app = await server();
+    /** `authorization` '' sends none. */
+    const post = async (headers: Record<string, string>, payload: string | Buffer, authorization = `Bearer ${TOKEN}`) => {
+      const response = await app.app.inject({ method: 'POST', url: '/v1/ingest/events', headers: { 'content-type': 'application/json', ...headers, ...(authorization && { authorization }) }, payload });
+      return { status: response.statusCode, acceptEncoding: response.headers['accept-encoding'], body: response.json() as unknown };
+    };
+    const json = JSON.stringify([event(50)]);
+    for (const encoding of ['gzip', 'GZIP', 'x-gzip', 'br', 'deflate', 'identity, gzip', 'gzip, identity']) {
+      expect({ encoding, ...(await post({ 'content-encoding': encoding }, gzipSync(json))) }).toEqual({
+        encoding,
+        status: 415,
+        acceptEncoding: 'identity',
+        body: { success: false, error: { code: 'UNSUPPORTED_MEDIA_TYPE', message: 'Content-Encoding is not supported: send the body uncompressed' } },
+      });
+    }
+    for (const contentType of [
+      'application/json; charset=utf-16le',
+      'application/json; charset="UTF-16"',
+      'application/json;charset=ISO-8859-1',
+      'text/plain; charset=latin1',
+      'application/x-ndjson; profile=x; charset=windows-1252',
+      'application/json; charset=utf-8; charset=utf-16',
+      'application/json; charset=""',
+    ]) {
+      expect({ contentType, ...(await post({ 'content-type': contentType }, Buffer.from(json, 'utf16le'))) }).toEqual({
+        contentType,
+        status: 415,
+        body: { success: false, error: { code: 'UNSUPPORTED_MEDIA_TYPE', message: 'Only UTF-8 bodies are read: send charset=utf-8, or no charset' } },
+      });
+    }
+    // Without the token, 401 whatever the body is in.
+    for (const [headers, authorization] of [[{ 'content-encoding': 'gzip' }, ''], [{ 'content-type': 'application/json; charset=utf-16le' }, 'Bearer not-the-token']] as const) {
+      expect((await post(headers, 'x', authorization)).status).toBe(401);
+    }
+    expect(app.stored).toEqual([]);
+    // What it reads: no coding but identity, and UTF-8 or US-ASCII named in any case, quoted or not.
+    const readable: Record<string, string>[] = [
+      { 'content-encoding': 'identity' },
+      { 'content-encoding': 'IDENTITY' },
+      { 'content-encoding': 'identity, ' },
+      { 'content-type': 'application/json; charset=UTF-8' },
+      { 'content-type': 'application/json;charset="utf-8"' },
+      { 'content-type': 'application/json; charset=us-ascii' },
+      { 'content-type': 'application/json; charset=utf8' },
+      { 'content-type': 'application/x-ndjson; charset="US-ASCII"' },
+      { 'content-type': 'application/json; note="a;charset=utf-16"; charset=utf-8' },
+    ];
+    for (const [i, headers] of readable.entries()) {
+      const answer = await post(headers, JSON.stringify([event(51 + i)]));
+      expect({ headers, status: answer.status, body: answer.body }).toMatchObject({ headers, status: 202, body: { data: { accepted: 1 } } });
+    }
+    expect(app.stored.flat()).toHaveLength(readable.length);
   });
 
   it('refuses a JSON string, which is not NDJSON however it reads', async () => {

@@ -209,8 +209,13 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
   }
 
   // The token is checked before the body is read: a caller without it gets 401, whatever it sent,
-  // and never has the worker read and parse up to INGEST_MAX_BODY_BYTES.
-  app.post('/v1/ingest/events', { onRequest: async (request) => authenticate(request) }, async (request, reply) => {
+  // and never has the worker read and parse up to INGEST_MAX_BODY_BYTES. Then, still unread, a body
+  // the parsers would misread is refused (415).
+  const onRequest = async (request: FastifyRequest) => {
+    authenticate(request);
+    refuseUndecodedBody(request);
+  };
+  app.post('/v1/ingest/events', { onRequest }, async (request, reply) => {
     // With Kafka, storage is the consumer's business: the topic holds the events through its outage.
     if (publish ? overdue > 0 : !buffer.healthy) throw unavailable(publish !== undefined);
     if (recalled && (await settleWithin(recalled, timeoutMs)) === 'timeout') throw stillStarting();
@@ -245,6 +250,52 @@ async function settleWithin(done: Promise<void>, timeoutMs: number, onOutage?: (
     clearTimeout(timer);
     removeListener?.();
   }
+}
+
+/** The charsets the parsers read a body in: they read UTF-8 (`utf8` is a common label of it), and US-ASCII is a part of it. */
+const READABLE_CHARSETS = new Set(['utf-8', 'utf8', 'us-ascii']);
+
+/**
+ * 415 UNSUPPORTED_MEDIA_TYPE for a body the parsers would misread: one in a content coding (they do
+ * not decode gzip or any other, and would call it invalid JSON), with `Accept-Encoding: identity` as
+ * RFC 9110 (15.5.16) asks; or in a charset other than UTF-8 (they read every body as UTF-8: UTF-16
+ * would be invalid JSON, Latin-1's accented letters U+FFFD). The header values are not echoed.
+ */
+function refuseUndecodedBody(request: FastifyRequest): void {
+  const encoding = request.headers['content-encoding'];
+  if (encoding !== undefined && !isIdentity(encoding)) {
+    throw new HttpError(415, 'UNSUPPORTED_MEDIA_TYPE', 'Content-Encoding is not supported: send the body uncompressed', undefined, { 'accept-encoding': 'identity' });
+  }
+  const contentType = request.headers['content-type'];
+  if (contentType !== undefined && charsetsOf(contentType).some((charset) => !READABLE_CHARSETS.has(charset))) {
+    throw new HttpError(415, 'UNSUPPORTED_MEDIA_TYPE', 'Only UTF-8 bodies are read: send charset=utf-8, or no charset');
+  }
+}
+
+/** Whether a Content-Encoding value names no coding but identity (empty list elements are allowed, RFC 9110 5.6.1). */
+function isIdentity(encoding: string): boolean {
+  return encoding.split(',').every((coding) => {
+    const name = coding.trim().toLowerCase();
+    return name === '' || name === 'identity';
+  });
+}
+
+/**
+ * One parameter of a Content-Type value, from its `;` on: its name, and its value, a quoted string
+ * (a `;` in it is the value's; the closing quote may be missing) or a token. It matches at any `;`
+ * without backtracking: a header of 16 KiB (Node's limit) is read in one pass.
+ */
+const PARAMETER = /;\s*([^;=\s]*)\s*(?:=\s*(?:"((?:[^"\\]|\\.)*)"?|([^;]*)))?/y;
+
+/** The charset parameters of a Content-Type value, lower case, a quoted one unquoted (`"UTF-8"` is `utf-8`). */
+function charsetsOf(contentType: string): string[] {
+  const charsets: string[] = [];
+  for (let at = contentType.indexOf(';'); at !== -1; at = contentType.indexOf(';', PARAMETER.lastIndex)) {
+    PARAMETER.lastIndex = at;
+    const [, name, quoted, token] = PARAMETER.exec(contentType)!;
+    if (name!.toLowerCase() === 'charset') charsets.push((quoted?.replace(/\\(.)/g, '$1') ?? token ?? '').trim().toLowerCase());
+  }
+  return charsets;
 }
 
 /** Whether the body was read as JSON (application/json): a string then is a JSON string, not NDJSON text. */

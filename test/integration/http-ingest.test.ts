@@ -3,6 +3,7 @@
  * directly, and through the real Kafka broker (KAFKA_BROKERS set), where the worker's own consumer
  * stores what was posted. The answers are the same both ways; only what a 202 waits for differs.
  */
+import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker } from '../../src/main.ts';
@@ -201,6 +202,27 @@ describe.each([
     const response = await post('a,b,c', { 'content-type': 'text/csv' });
     expect(response.status).toBe(415);
     expect(response.body.error.code).toBe('UNSUPPORTED_MEDIA_TYPE');
+  });
+
+  it('answers a body in a content coding or charset it does not read with 415 (Accept-Encoding: identity for a coding), after the token check, and stores nothing of it', async () => {
+    const event = makeEvent(60, eventOptions);
+    const body = JSON.stringify([event]);
+    const send = async (headers: Record<string, string>, payload: string | Buffer, token = auth) => {
+      const response = await fetch(`${worker.url}/v1/ingest/events`, { method: 'POST', headers: { 'content-type': 'application/json', ...token, ...headers }, body: payload });
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- response shapes are asserted below
+      return { status: response.status, acceptEncoding: response.headers.get('accept-encoding'), body: (await response.json()) as any };
+    };
+    const refused = { success: false, error: { code: 'UNSUPPORTED_MEDIA_TYPE', message: expect.any(String) } };
+    expect(await send({ 'content-encoding': 'gzip' }, gzipSync(body))).toEqual({ status: 415, acceptEncoding: 'identity', body: refused });
+    expect(await send({ 'content-type': 'application/json; charset=utf-16le' }, Buffer.from(body, 'utf16le'))).toEqual({ status: 415, acceptEncoding: null, body: refused });
+    expect(await send({ 'content-type': 'text/plain; charset="ISO-8859-1"' }, Buffer.from(body, 'latin1'))).toEqual({ status: 415, acceptEncoding: null, body: refused });
+    // A caller without the token learns nothing more: 401.
+    expect((await send({ 'content-encoding': 'gzip' }, gzipSync(body), { authorization: 'Bearer wrong-token-wrong-token' })).status).toBe(401);
+    expect(await storedIds()).not.toContain(event.eventId);
+    // The same body as it reads it: no coding but identity, UTF-8 named in any case, quoted or not.
+    const taken = await send({ 'content-type': 'application/json; charset="UTF-8"', 'content-encoding': 'identity' }, body);
+    expect({ status: taken.status, data: taken.body.data }).toMatchObject({ status: 202, data: { accepted: 1 } });
+    expect((await storedIds()).filter((id) => id === event.eventId)).toHaveLength(1);
   });
 
   it.skipIf(viaKafka)('answers 503 with Retry-After while storage is down, and a retry is not counted twice', async () => {

@@ -43,14 +43,14 @@ export async function registerAdminApi(app: FastifyInstance, options: AdminApiOp
         secured.addHook('onRequest', async (request) => {
           attachPrincipal(request, await options.authenticator.authenticate(request.headers.authorization));
         });
-        // After authentication, so the limit is per token and unauthenticated calls are not counted;
+        // After authentication, so the limit is per user and unauthenticated calls are not counted;
         // before the body is read, so a request over the limit is refused without reading it, and
         // one whose body cannot be read (a 400) is counted too.
         await secured.register(rateLimit, {
           hook: 'preParsing',
           max: options.rateLimitPerMinute,
           timeWindow: 60_000,
-          keyGenerator: (request: FastifyRequest) => principalOf(request).tokenId,
+          keyGenerator: (request: FastifyRequest) => principalOf(request).limitKey,
           // RateLimit-Limit, -Remaining, -Reset (seconds) on every response, as the API fleet's own.
           enableDraftSpec: true,
           errorResponseBuilder: (_request, context) => rateLimitedError(context.ttl / 1000),

@@ -20,8 +20,11 @@ export interface AdminPrincipal {
   merchantId: string;
   plan: string;
   role: AdminRole;
-  /** A digest of the token: the rate limiter's key, never the token itself. */
-  tokenId: string;
+  /**
+   * The rate limiter's key: a digest of the user and its merchant. Not of the token's text: one
+   * signature can be spelled several ways (base64url's spare bits, padding), each a bucket of its own.
+   */
+  limitKey: string;
 }
 
 const claimsSchema = z.object({
@@ -71,7 +74,8 @@ export class AdminAuthenticator {
     }
     // A well-signed token whose role is none of ours is authenticated but not authorized.
     if (!isAdminRole(role)) throw new HttpError(403, 'FORBIDDEN', 'The token\'s role has no access to the Security Center');
-    return { userId: sub, merchantId, plan, role, tokenId: createHash('sha256').update(token).digest('base64url').slice(0, 22) };
+    const limitKey = createHash('sha256').update(`${merchantId}\u0000${sub}`).digest('base64url').slice(0, 22);
+    return { userId: sub, merchantId, plan, role, limitKey };
   }
 }
 

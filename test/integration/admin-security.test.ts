@@ -1,7 +1,7 @@
 /**
  * The admin API's security suite, over real HTTP on the real ClickHouse engine: forged, expired,
  * premature and unsigned tokens; each role against each endpoint; merchant A probing merchant B's
- * alert ids, filters and cursors; malformed and hostile input in every parameter; the per-token
+ * alert ids, filters and cursors; malformed and hostile input in every parameter; the per-user
  * rate limit. Each case asserts the exact status and error code, and that nothing of B leaks to A.
  */
 import { SignJWT, UnsecuredJWT } from 'jose';
@@ -31,7 +31,7 @@ describe('admin API security', () => {
   let alertsOfB: Alert[];
   let tokenCount = 0;
 
-  /** A token of its own for each use, so the per-token rate limit never couples two cases. */
+  /** A user of its own for each use, so the per-user rate limit never couples two cases. */
   const fresh = (merchantId: string, role: AdminRole, plan?: string) => token(merchantId, role, { userId: `u${tokenCount++}`, plan });
   const call = (bearer: string | undefined, path: string, init?: Parameters<typeof adminCall>[3]) => adminCall(worker.url, bearer, path, init);
 
@@ -327,6 +327,26 @@ describe('admin API security', () => {
     expect(limited.headers.get('ratelimit-limit')).toBe(String(RATE_LIMIT));
     expect(limited.headers.get('ratelimit-remaining')).toBe('0');
     expect((await call(await fresh(A, 'viewer'), '/alerts')).status).toBe(200);
+  });
+
+  it('limits a user, not a spelling of its token: the signature\'s spare bits and padding give no fresh bucket, nor does a second token', async () => {
+    const busy = await fresh(A, 'viewer');
+    for (let i = 0; i < RATE_LIMIT; i++) expect((await call(busy, '/metrics')).status).toBe(200);
+    expect((await call(busy, '/metrics')).status).toBe(429);
+    // HS256's 32 bytes leave 2 unused bits in the last base64url character; jose also takes padding.
+    const [header, payload, signature] = busy.split('.') as [string, string, string];
+    const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+    const last = alphabet.indexOf(signature.at(-1)!);
+    const spellings = [0, 1, 2, 3].flatMap((low) => {
+      const spelled = signature.slice(0, -1) + alphabet[(last & ~3) | low];
+      return [spelled, `${spelled}=`];
+    });
+    const statuses: number[] = [];
+    for (const spelled of spellings.filter((s) => s !== signature)) statuses.push((await call(`${header}.${payload}.${spelled}`, '/metrics')).status);
+    expect(statuses).toEqual(Array(7).fill(429));
+    const sameUser = await token(A, 'viewer', { userId: JSON.parse(Buffer.from(payload, 'base64url').toString()).sub as string, ttlSeconds: 1800 });
+    expect(sameUser).not.toBe(busy);
+    expect((await call(sameUser, '/metrics')).status).toBe(429);
   });
 
   it('counts requests whose body cannot be read, and refuses them over the limit before reading it', async () => {

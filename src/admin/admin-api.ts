@@ -1,6 +1,6 @@
 /**
  * The admin API under /admin/anomaly (contracts section 3). Contract: every route is authenticated
- * (auth.ts), rate limited per token (429 RATE_LIMITED with Retry-After), validated with its zod
+ * (auth.ts), rate limited per user (429 RATE_LIMITED with Retry-After), validated with its zod
  * schemas (400 in Format B naming each bad field) and answered in the `{success:true, data}`
  * envelope; routes that change something refuse viewers with 403. The OpenAPI document of the same
  * routes is served at /admin/anomaly/openapi.json without authentication.
@@ -17,7 +17,7 @@ import { parseInput } from './validation.ts';
 export interface AdminApiOptions {
   authenticator: AdminAuthenticator;
   routes: readonly AdminRoute[];
-  /** Requests per token per minute. */
+  /** Requests per user per minute. */
   rateLimitPerMinute: number;
   maxBodyBytes: number;
   version: string;

@@ -287,6 +287,9 @@ export class EventBuffer {
    * dropped. A flush already being stored commits no offset of those partitions; its rows of them
    * (and dead letters not sent yet) leave it before its next attempt if the one running fails (a
    * storage outage: the new owner may store them meanwhile), while the attempt running keeps them.
+   * `owned` is what the replica keeps through the rebalance: a partition the group gives back to a
+   * replica it had dropped meanwhile (a session that timed out) is left out of it, as lost, since
+   * another replica may have stored and committed it since (kafka-consumer.ts).
    * Returns how many rows it dropped from those waiting.
    */
   releasePartitions(topic: string, owned: ReadonlySet<number>): number {

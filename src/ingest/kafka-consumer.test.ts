@@ -6,7 +6,7 @@ import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
 import type { EventStore } from '../store/event-store.ts';
 import type { AnalysisThread } from './analysis-thread.ts';
-import type { EventBuffer } from './event-buffer.ts';
+import { EventBuffer, type OffsetMark } from './event-buffer.ts';
 import { BacklogWatch, KafkaIntake, type KafkaIntakeOptions } from './kafka-consumer.ts';
 
 describe('BacklogWatch', () => {
@@ -45,8 +45,8 @@ describe('KafkaIntake', () => {
     const analysed: number[][] = [];
     const made: string[] = [];
     const sent: ProducerRecord[] = [];
-    /** The pause state of the stand-in consumer group, and the calls that set it. */
-    const group = { paused: false, calls: [] as string[], leave: async () => undefined as void };
+    /** The pause state of the stand-in consumer group, and the calls that set it; how it leaves and commits. */
+    const group = { paused: false, calls: [] as string[], leave: async () => undefined as void, commit: async () => undefined as void };
     /** Set to a promise that does not settle to make storage reads hang (a black-holed server). */
     const storage: { hang?: Promise<never> } = {};
     const buffer = { healthy: true, add: () => Promise.resolve(), waitForCapacity: async () => undefined, releasePartitions: () => 0 };
@@ -63,7 +63,7 @@ describe('KafkaIntake', () => {
       },
       pause: () => (group.calls.push('pause'), (group.paused = true)),
       resume: () => (group.calls.push('resume'), (group.paused = false)),
-      commitOffsets: async () => undefined,
+      commitOffsets: () => group.commit(),
       disconnect: () => group.leave(),
     };
     const admin = {
@@ -344,6 +344,142 @@ describe('KafkaIntake', () => {
       await deliver(range(0, 10), 200, '');
       expect(steps).toEqual(['validate 0: 10']);
       expect(warnings).toContainEqual(expect.objectContaining({ msg: expect.stringContaining('cannot read the ids of events stored from the partition'), partition: 0 }));
+    });
+  });
+
+  describe('after the group dropped this replica and gave its partitions back (a rejoin under a new member id)', () => {
+    /**
+     * An intake (intakeWithBatches) whose buffer is a real EventBuffer that holds its rows (a long
+     * flush interval) until drained. `storage.storedUpTo` is the highest offset of partition 0
+     * storage holds, `storage.ids` the ids it recalls; `steps` logs what the analysis thread is
+     * asked, in order, and `analysisGate.wait`, once set, holds its answers.
+     */
+    async function intakeHoldingRows() {
+      const stored: string[] = [];
+      const commits: OffsetMark[][] = [];
+      const steps: string[] = [];
+      const storage: { storedUpTo?: number; ids: string[] } = { ids: [] };
+      const analysisGate: { wait?: Promise<void> } = {};
+      const brokers = { end: 1_000, committed: -1 };
+      const metrics = new WorkerMetrics({ defaultMetrics: false });
+      const buffer = new EventBuffer({
+        flushRows: 1_000_000,
+        flushIntervalMs: 60_000,
+        maxBufferedRows: 1_000_000,
+        storeRows: async (body) => void stored.push(...body.toString('utf8').trim().split('\n')),
+        sendDeadLetters: async () => undefined,
+        commit: async (offsets) => void commits.push([...offsets]),
+        metrics,
+        logger: createLogger('silent'),
+      });
+      const made = await intakeWithBatches(brokers, 60_000, {
+        buffer,
+        metrics,
+        dedupCacheSize: 1000,
+        store: {
+          storedOffsets: async () => new Map(storage.storedUpTo === undefined ? [] : [[0, storage.storedUpTo]]),
+          eventIdsAtFirstStoredOffset: async () => undefined,
+          repairViews: async () => ({ rollup: 0, keyNetworks: 0 }),
+          recentEventIds: async () => storage.ids,
+        } as unknown as EventStore,
+        analysis: {
+          analyzeBatch: async (_topic: string, _partition: number, messages: KafkaMessage[]) => {
+            steps.push(`validate ${messages[0]!.offset}-${messages.at(-1)!.offset}`);
+            await analysisGate.wait;
+            const rows = Buffer.from(messages.map((message) => `evt_${message.offset}\n`).join(''));
+            return { rows, rowCount: messages.length, rejections: [], duplicates: 0, findings: [], ruleErrors: [] };
+          },
+          recallEventIds: async (eventIds: string[], partition: number) => void steps.push(`recall ${partition}: ${eventIds.join(',')}`),
+          keepPartitions: async (partitions: number[]) => (steps.push(`keep [${partitions.join(',')}]`), { findings: [], ruleErrors: [] }),
+        } as unknown as AnalysisThread,
+      });
+      /** A batch of partition 0 with these offsets, handed in and (once analysed) to the buffer. */
+      const deliver = (offsets: number[]) => made.deliver(offsets, brokers.end, '');
+      /** Back in the group under another member id (the group dropped this replica), with partition 0 again. */
+      const rejoin = () => made.join([0], 'member-2');
+      return { ...made, buffer, deliver, rejoin, stored, commits, steps, storage, analysisGate, brokers, metrics };
+    }
+
+    const evt = (offsets: number[]) => offsets.map((offset) => `evt_${offset}`);
+
+    it('drops the rows it held of a partition given back, which another replica stored meanwhile, commits none of their old offsets, and reads the partition again as one brought', async () => {
+      const { buffer, rejoin, deliver, stored, commits, steps, storage } = await intakeHoldingRows();
+      await deliver(range(0, 10)); // held in the buffer: neither stored nor committed
+      // This replica stalls past its session timeout; the group gives partition 0 to another replica,
+      // which reads it from the committed offset (none: the start), stores offsets 0-9 and commits 10.
+      storage.storedUpTo = 9;
+      storage.ids = evt(range(0, 10));
+      rejoin();
+      await deliver(range(10, 5)); // fetched from the offset the other replica committed
+      await buffer.drain();
+      expect(stored).toEqual(evt(range(10, 5)));
+      expect(commits).toEqual([[{ topic: 't', partition: 0, offset: 15 }]]);
+      // Its memory of the partition's ids is cleared, then what storage holds is recalled before the next batch is validated.
+      expect(steps).toEqual(['keep []', 'validate 0-9', 'keep []', `recall 0: ${evt(range(0, 10)).join(',')}`, 'validate 10-14']);
+    });
+
+    it('skips what the other replica stored when the partition is read again from an older committed offset', async () => {
+      const { buffer, rejoin, deliver, stored, commits, storage } = await intakeHoldingRows();
+      await deliver(range(0, 10));
+      storage.storedUpTo = 9; // stored by the other replica, which had not committed yet when it lost the partition
+      rejoin();
+      await deliver(range(0, 15)); // fetched again from the committed offset: the start
+      await buffer.drain();
+      expect(stored).toEqual(evt(range(10, 5)));
+      expect(commits).toEqual([[{ topic: 't', partition: 0, offset: 15 }]]);
+    });
+
+    it('reads again, and stores, the messages it held past what the other replica stored before the partition came back', async () => {
+      const { buffer, rejoin, deliver, stored, commits, storage } = await intakeHoldingRows();
+      await deliver(range(0, 20)); // held: offsets 0-19
+      storage.storedUpTo = 9; // the other replica stored offsets 0-9 and committed 10, then the group gave the partition back
+      rejoin();
+      await deliver(range(10, 15)); // from the committed offset: 10-19 are this replica's to store now, not repeats
+      await buffer.drain();
+      expect(stored).toEqual(evt(range(10, 15)));
+      expect(commits).toEqual([[{ topic: 't', partition: 0, offset: 25 }]]);
+    });
+
+    it('keeps the rows it holds of a partition a rebalance leaves with it under the same member id', async () => {
+      const { buffer, join, deliver, stored, commits, steps } = await intakeHoldingRows();
+      await deliver(range(0, 10));
+      join(); // another replica joined or left; partition 0 stays here, under the same member id
+      await deliver(range(10, 5));
+      await buffer.drain();
+      expect(stored).toEqual(evt(range(0, 15)));
+      expect(commits).toEqual([[{ topic: 't', partition: 0, offset: 15 }]]);
+      expect(steps).toEqual(['keep []', 'validate 0-9', 'keep [0]', 'validate 10-14']);
+    });
+
+    it('does not hand to the buffer a batch fetched before the group dropped it and analysed after it rejoined', async () => {
+      const { buffer, rejoin, deliver, stored, commits, steps, storage, analysisGate } = await intakeHoldingRows();
+      let analysed!: () => void;
+      analysisGate.wait = new Promise<void>((resolve) => (analysed = resolve));
+      const delivering = deliver(range(0, 10));
+      await vi.waitFor(() => expect(steps).toContain('validate 0-9')); // the analysis thread has not answered yet
+      storage.storedUpTo = 9;
+      rejoin();
+      analysed();
+      await delivering;
+      analysisGate.wait = undefined;
+      await deliver(range(10, 5));
+      await buffer.drain();
+      expect(stored).toEqual(evt(range(10, 5)));
+      expect(commits).toEqual([[{ topic: 't', partition: 0, offset: 15 }]]);
+    });
+
+    it('does not take a commit begun before it rejoined, which may land after it, for the committed offset of the partition', async () => {
+      const { intake, rejoin, group, brokers, metrics } = await intakeHoldingRows();
+      let committed!: () => void;
+      group.commit = () => new Promise<void>((resolve) => (committed = resolve));
+      const commit = intake.commit([{ topic: 't', partition: 0, offset: 10 }]); // retried by kafkajs while the group is without this replica
+      brokers.committed = 500; // the other replica's progress meanwhile
+      rejoin();
+      const lag = async () => (await metrics.consumerLag.get()).values.find((value) => value.labels.partition === 0)?.value;
+      await vi.waitFor(async () => expect(await lag()).toBe(500));
+      committed();
+      await commit;
+      expect(await lag()).toBe(500);
     });
   });
 

@@ -14,7 +14,11 @@
  * recalled (so a re-publish across a restart or a rebalance is a repeat) and judged once its
  * detection windows are warmed (a recall or warm-up that storage fails is not fatal; one a rebalance
  * cuts short leaves its batch to be fetched again) and the alerts other replicas wrote are read
- * again; a partition kept through a rebalance goes on at once.
+ * again; a partition kept through a rebalance goes on at once. One the group gives back to this
+ * replica after dropping it (a rejoin under a new member id: a session that timed out, a crash) is
+ * not kept but lost and brought: what this replica still held of it (buffered rows, offsets to
+ * commit, how far it was handed off, its recent ids and windows) is dropped first, as another
+ * replica may have stored and committed it meanwhile.
  *
  * Consumer lag (security_center_consumer_lag) is, per partition this replica owns, the partition's
  * end (high watermark) minus the group's committed offset: the messages not yet stored and
@@ -121,6 +125,12 @@ export class KafkaIntake {
   private readonly handedOff = new Map<number, number>();
   /** Partitions of the topic this replica owns since the last rebalance. */
   private owned: ReadonlySet<number> = new Set();
+  /**
+   * Per owned partition, the assignment (count) that brought it: a batch fetched under an earlier
+   * one (before the partition moved away and back, or before the group dropped this replica and
+   * gave it back) is not handed to the buffer, as its partition's rows were released since.
+   */
+  private readonly tenures = new Map<number, number>();
   /** Stored offsets read from ClickHouse, per partition, refreshed after each rebalance. */
   private storedOffsets = new Map<number, Promise<number>>();
   /** Recall of stored eventIds, then detection warm-up, per partition, started on its first batch after an assignment that brought it. */
@@ -192,6 +202,10 @@ export class KafkaIntake {
       this.readFailure = undefined; // the batch that kept failing may have gone with its partition
       const owned = event.payload.memberAssignment[options.topic] ?? [];
       this.brought = this.broughtBy(event.payload.memberId, owned);
+      // The partitions kept through this rebalance; every other one was lost, even one the
+      // assignment gives back: when the group dropped this replica meanwhile (a session that timed
+      // out), another replica may have stored and committed what this one still holds of it.
+      const kept = owned.filter((partition) => !this.brought.has(partition));
       // The windows of the partitions it keeps are live: warming them again would re-read up to a
       // million events each while intake waits. Those it brings are warmed on their first batch, and
       // judged once the alerts other replicas wrote have been read again (handleBatch).
@@ -204,10 +218,13 @@ export class KafkaIntake {
       options.metrics.consumerLag.reset();
       this.partitionEnds.clear();
       this.committedOffsets.clear();
-      this.releasePartitions(new Set(owned));
+      this.releasePartitions(new Set(owned), new Set(kept));
       this.readLagSoon();
-      // Keys of partitions that moved to another replica are its to watch now.
-      options.analysis.keepPartitions(owned).catch(() => undefined);
+      // Keys of partitions that moved to another replica are its to watch now. Those of a partition
+      // given back after the group dropped this replica are forgotten too, with the ids of its
+      // events: the rows not stored were dropped, and whatever was stored meanwhile is recalled and
+      // warmed again before its first batch, as for any partition an assignment brings.
+      options.analysis.keepPartitions(kept).catch(() => undefined);
       logger.info({ assignment: event.payload.memberAssignment }, 'kafka partitions assigned');
     });
     this.consumer.on(this.consumer.events.CRASH, (event) => {
@@ -422,13 +439,37 @@ export class KafkaIntake {
     return sendInRequests(this.producer, this.options.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })));
   }
 
+  /**
+   * Commits offsets the buffer stored up to. The buffer drops the marks of partitions lost in a
+   * rebalance before it commits (releasePartitions), so a commit made after one never carries them.
+   * One made before it and still being retried when it comes may land under the new membership
+   * (kafkajs retries a failed commit, with the group's generation at each attempt), and move the
+   * group's committed offset of a partition back behind another replica's commits until the
+   * partition's next commit (a later rebalance reads it again from there, skipping what is stored).
+   * It cannot be called back; it is not taken here for the partition's committed offset (the lag),
+   * which is read again from the brokers instead, and it is logged.
+   */
   async commit(offsets: readonly OffsetMark[]): Promise<void> {
     if (offsets.length === 0) return;
-    await this.consumer.commitOffsets(offsets.map((mark) => ({ ...mark, offset: String(mark.offset) })));
-    for (const { topic, partition, offset } of offsets) {
-      if (topic !== this.options.topic || !this.owned.has(partition)) continue;
+    const tenures = offsets.map(({ partition }) => this.tenures.get(partition));
+    await this.consumer.commitOffsets(offsets.map(({ topic, partition, offset }) => ({ topic, partition, offset: String(offset) })));
+    const overtaken: number[] = [];
+    for (const [index, { topic, partition, offset }] of offsets.entries()) {
+      if (topic !== this.options.topic) continue;
+      if (this.tenures.get(partition) !== tenures[index]) {
+        overtaken.push(partition);
+        continue;
+      }
+      if (!this.owned.has(partition)) continue;
       this.committedOffsets.set(partition, offset);
       this.reportLag(partition);
+    }
+    if (overtaken.length > 0) {
+      this.options.logger.info(
+        { partitions: overtaken },
+        'an offset commit begun before a rebalance ended after it: if it landed under the new membership, the committed offset of these partitions may lag behind until their next commit',
+      );
+      this.readLagSoon();
     }
   }
 
@@ -439,6 +480,10 @@ export class KafkaIntake {
     const started = performance.now();
     const { topic, partition } = batch;
     const { metrics } = this.options;
+    // The assignment this batch was fetched under: one that ends before the batch is handed off
+    // (its partition lost, if only to be given back) leaves the batch to be fetched again.
+    const tenure = this.tenures.get(partition);
+    const stillHeld = () => tenure !== undefined && this.tenures.get(partition) === tenure;
     // Stopping meanwhile: the batch is left to the next owner (nothing of it is committed).
     const payload = { heartbeat, isRunning, isStale };
     const alreadyStored = await this.unlessStopping(this.whenReadable(() => this.skipUpTo(batch), 'cannot read how far partitions are stored', partition, payload));
@@ -452,8 +497,10 @@ export class KafkaIntake {
       if ((await this.unlessStopping(synced.then(() => true))) === undefined) return;
     }
     // Lost in a rebalance meanwhile: its messages are the new owner's, and validating them here would
-    // make this replica take them for repeats if the partition came back.
-    if (!this.owned.has(partition) || isStale() || !isRunning() || this.stopping.signal.aborted) return;
+    // make this replica take them for repeats if the partition came back. So is one given back after
+    // the group dropped this replica: its memory of the partition was cleared (releasePartitions),
+    // and it is read again from the committed offset.
+    if (!stillHeld() || isStale() || !isRunning() || this.stopping.signal.aborted) return;
     const fresh = batch.messages.filter((message) => Number(message.offset) > alreadyStored);
     const redelivered = batch.messages.length - fresh.length;
     const analysis = fresh.length > 0 ? this.options.analysis.analyzeBatch(topic, partition, fresh) : undefined;
@@ -473,7 +520,8 @@ export class KafkaIntake {
     this.batchesInFlight++;
     const step = this.chain.then(async () => {
       const result = analysis ? await analysis : undefined;
-      if (!this.owned.has(partition)) return; // moved to another replica meanwhile: its messages are the new owner's
+      // Moved to another replica meanwhile (perhaps given back since): its messages are the owner's, read again from the committed offset.
+      if (!stillHeld()) return;
       const deadLetters = (result?.rejections ?? []).map(({ rejection, text, offset, timestamp }) => toDeadLetter(rejection, text, { topic, partition, offset, timestamp }));
       if (result && result.duplicates > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, result.duplicates);
       void this.buffer.add({ encodedRows: result && { bytes: result.rows, count: result.rowCount }, deadLetters, offsets: [mark], endsBacklog });
@@ -504,16 +552,20 @@ export class KafkaIntake {
   }
 
   /**
-   * After a rebalance, lets go of partitions that moved to another replica: what the buffer still
-   * holds of them is dropped (the new owner reads it again from the committed offset), and so is
-   * the memory of how far they were handed off, which would skip those messages if a partition
-   * came back.
+   * After a rebalance, lets go of every partition not kept through it: those that moved to another
+   * replica, and those given back after the group dropped this replica (another replica may have
+   * owned them meanwhile). What the buffer still holds of them is dropped, offsets included (the
+   * owner reads it again from the committed offset, skipping what is stored), and so is the memory
+   * of how far they were handed off, which would skip those messages when a partition comes back,
+   * or commit an offset that another replica's commits have passed.
    */
-  private releasePartitions(owned: ReadonlySet<number>): void {
+  private releasePartitions(owned: ReadonlySet<number>, kept: ReadonlySet<number>): void {
     this.owned = owned;
-    for (const partition of this.handedOff.keys()) if (!owned.has(partition)) this.handedOff.delete(partition);
-    const dropped = this.buffer.releasePartitions(this.options.topic, owned);
-    if (dropped > 0) this.options.logger.info({ rows: dropped }, 'dropped buffered rows of partitions now owned by another replica');
+    for (const partition of this.handedOff.keys()) if (!kept.has(partition)) this.handedOff.delete(partition);
+    for (const partition of this.tenures.keys()) if (!kept.has(partition)) this.tenures.delete(partition);
+    for (const partition of owned) if (!kept.has(partition)) this.tenures.set(partition, this.assignment);
+    const dropped = this.buffer.releasePartitions(this.options.topic, kept);
+    if (dropped > 0) this.options.logger.info({ rows: dropped }, 'dropped buffered rows of partitions lost in a rebalance (now another replica\'s, or given back after the group dropped this one)');
   }
 
   /**

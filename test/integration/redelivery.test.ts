@@ -6,7 +6,8 @@
  * replica that loses partitions in a rebalance does not store the rows of them it still held, nor,
  * when its flush of them is being retried through a storage outage, the rows of that flush; an
  * eventId re-published after the replica that stored it restarted, or after its partition moved to
- * another replica, is dropped as a repeat, not counted twice by the rollup.
+ * another replica, is dropped as a repeat, not counted twice by the rollup; a replica the group
+ * dropped and gave its partitions back stores none of the rows it held from before.
  */
 import { describe, expect, it } from 'vitest';
 import type { Worker } from '../../src/main.ts';
@@ -274,6 +275,63 @@ describe('redelivery and replicas', () => {
 
     await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the first replica commits every partition to the end', 90_000);
     expect(await countRows(first, own.topic)).toEqual({ rows: 4_000, ids: 4_000 });
+  });
+
+  it('a replica the group dropped (its session timed out) and gave its partitions back stores none of the rows it held, nor commits their old offsets', async () => {
+    // The first replica holds what it read (a long flush interval). A second joins and takes half the
+    // partitions; the first keeps the rest, rows and all. The first then stalls in a storage read
+    // past its session timeout (no heartbeats): the group drops it and gives every partition to the
+    // second, which stores them from their committed offsets (the start), more events too, and
+    // commits. The second leaves; the first, back, rejoins under a new member id and gets every
+    // partition again. It must store none of the rows it held from before, and commit none of their
+    // offsets: the rollup would count them twice, and the group's committed offsets would move back.
+    const own = testNames('rejoin');
+    const startMs = asOfToday(Date.UTC(2026, 10, 20, 21, 0, 0));
+    const events = Array.from({ length: 3_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
+    const messages = events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) }));
+    const held = messages.slice(0, 2_000);
+    let stall: Promise<void> | undefined;
+    let endStall!: () => void;
+    let stalled = false;
+    const first = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own, extra: { STORE_FLUSH_INTERVAL_MS: '60000' } }), {
+      // The read of how far a partition is stored, made by its first batch after each assignment.
+      wrapClickHouse: (db) => ({
+        ...db,
+        queryRows: async (...args: Parameters<typeof db.queryRows>) => {
+          if (stall && args[0].includes('max(source_offset)')) {
+            stalled = true;
+            await stall;
+          }
+          return db.queryRows(...args);
+        },
+      }),
+    });
+    await produceAll(engines.producer, own.topic, held, 500);
+    await waitFor(async () => (await metricTotal(first, 'security_center_buffered_rows')) === held.length, 'the first replica holds every event', 30_000);
+
+    stall = new Promise<void>((resolve) => (endStall = resolve));
+    const second = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own }));
+    await waitFor(() => stalled, 'the first replica stalls in the first batch of a partition it kept', 60_000);
+    await produceAll(engines.producer, own.topic, messages.slice(held.length), 500);
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'the second replica, alone in the group, commits every partition to the end', 90_000);
+    await second.stop();
+
+    endStall();
+    await waitFor(async () => (await metricTotal(first, 'security_center_assigned_partitions')) === 4, 'the first replica rejoins and gets every partition', 60_000);
+    await first.stop(); // drains what it holds, and commits it
+    const caughtUp = await groupCaughtUp(kafka, own.groupId, own.topic);
+    const storedBy = await Promise.all([first, second].map((worker) => metricTotal(worker, 'security_center_events_stored_total')));
+    // A worker of its own, without Kafka, reads storage once the others are stopped.
+    const probe = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names: testNames('rejoinprobe') }));
+    const raw = await countRows(probe, own.topic);
+    const { requests } = await probe.store.trafficTotals({ from: new Date(startMs - 60_000), to: new Date(startMs + 60_000) });
+    expect({ caughtUp, storedFirst: storedBy[0], stored: storedBy[0]! + storedBy[1]!, raw, requests }).toEqual({
+      caughtUp: true, // no old offset committed over the second replica's
+      storedFirst: 0, // it had nothing left to store once back
+      stored: messages.length,
+      raw: { rows: messages.length, ids: messages.length },
+      requests: messages.length, // the rollup counts every event once
+    });
   });
 
   it('a worker stopped while it warms up a partition stops cleanly, and the next stores every event once', async () => {

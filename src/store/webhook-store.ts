@@ -2,10 +2,11 @@
  * Webhook endpoints, messages (with their attempt log), breakers and replicas' heartbeats in
  * ClickHouse (migrations 005, 006, 011).
  * Contract: every row is written whole with a higher version and read FINAL (a retried write of a
- * new message repeats its first version, so it never undoes a later write; a heartbeat is read as
- * its owner's latest); every read an admin can cause is scoped by merchant; a signing secret is
- * written only as row data (never in query text, which a server may log), sealed when a key is
- * configured (secret-box.ts), and blanked when the endpoint is removed.
+ * new message repeats its first version, so it never undoes a later write; a claim of another
+ * replica's message takes the version just above the one read, so it loses to any write made since;
+ * a heartbeat is read as its owner's latest); every read an admin can cause is scoped by merchant;
+ * a signing secret is written only as row data (never in query text, which a server may log),
+ * sealed when a key is configured (secret-box.ts), and blanked when the endpoint is removed.
  */
 import { z } from 'zod';
 import type { ClickHouse } from './clickhouse.ts';
@@ -73,10 +74,23 @@ export interface BreakerState {
 }
 
 /**
- * A pending message with, for a merchant message, the merchant's endpoint as registered now, and
- * when the reading replica may attempt it (`dueAt`: its next attempt for its owner, later for others).
+ * A pending message with, for a merchant message, the merchant's endpoint as registered now, when
+ * the reading replica may attempt it (`dueAt`: its next attempt for its owner, later for others),
+ * and the version of the row read (`storedVersion`, which a claim of it builds on).
  */
-export type PendingMessage = WebhookMessage & { dueAt: number; endpoint?: Pick<WebhookEndpoint, 'endpointId' | 'url' | 'secret'> };
+export type PendingMessage = WebhookMessage & {
+  dueAt: number;
+  storedVersion: number;
+  endpoint?: Pick<WebhookEndpoint, 'endpointId' | 'url' | 'secret'>;
+};
+
+/**
+ * What became of a claim (claimMessage), read back: `claimed` (it stands, and the previous owner is
+ * still silent), `taken` (a write made since the read it was made from won: the owner's outcome, a
+ * cancellation, another replica's claim), `owner_alive` (the previous owner wrote a heartbeat since:
+ * it may be attempting the message itself).
+ */
+export type ClaimVerdict = 'claimed' | 'taken' | 'owner_alive';
 
 /**
  * Who reads pending messages: its own are due on schedule, another replica's only once both its
@@ -144,7 +158,9 @@ const messageColumns = {
 };
 const messageRow = z.object({ ...messageColumns, body: z.string() });
 const deliveryRow = z.object(messageColumns);
-const pendingRow = messageRow.extend({ due_at: time, registered_endpoint_id: z.string(), registered_url: z.string(), registered_secret: z.string(), registered_since: time });
+const pendingRow = messageRow.extend({ version: z.coerce.number(), due_at: time, registered_endpoint_id: z.string(), registered_url: z.string(), registered_secret: z.string(), registered_since: time });
+
+const claimRow = z.object({ owner: z.string(), version: z.coerce.number(), seen_at: time });
 
 const breakerRow = z.object({
   endpoint_id: z.string(),
@@ -335,7 +351,7 @@ export class WebhookStore {
     // An owner without a heartbeat (one that predates them) reads as silent since the epoch.
     const rows = await this.db.queryRows(
       `SELECT m.*, e.endpoint_id AS registered_endpoint_id, e.url AS registered_url, e.secret AS registered_secret, e.created_at AS registered_since
-         FROM (SELECT ${READ_COLUMNS}, body,
+         FROM (SELECT ${READ_COLUMNS}, body, version,
                       if(owner IN ('', {owner:String}), next_attempt_at,
                          greatest(next_attempt_at, r.seen_at) + toIntervalMillisecond({adoptAfterMs:UInt32})) AS due_at
                  FROM ${this.tables.webhookMessages} FINAL
@@ -359,8 +375,8 @@ export class WebhookStore {
       },
     );
     return rows.map((row) => {
-      const { due_at, registered_endpoint_id, registered_url, registered_secret, registered_since, ...message } = pendingRow.parse(row);
-      const parsed = { ...toMessage(message), dueAt: due_at };
+      const { version, due_at, registered_endpoint_id, registered_url, registered_secret, registered_since, ...message } = pendingRow.parse(row);
+      const parsed = { ...toMessage(message), dueAt: due_at, storedVersion: version };
       // A registration made after the message (the endpoint was removed, then registered again; a
       // replacement keeps its createdAt) does not take it: removing the endpoint cancelled it.
       return parsed.destination === 'merchant' && registered_url && registered_since <= parsed.createdAt + REPLICA_CLOCK_SKEW_MS
@@ -374,6 +390,46 @@ export class WebhookStore {
           }
         : parsed;
     });
+  }
+
+  /**
+   * Claims another replica's pending message for `owner` before attempting it: writes it as it was
+   * read, but owned by `owner` and due at `leaseUntil` (when `owner` makes it again should it stop
+   * before storing the attempt), with the version just above the one read. So the claim wins over
+   * the row it was made from, and loses to any write made since (the previous owner's outcome, a
+   * cancellation), whatever the replicas' clocks; two replicas' claims of one row tie, and the one
+   * inserted last stands. Returns the claim's version, for claimStands.
+   */
+  async claimMessage(message: PendingMessage, owner: string, leaseUntil: number, at: number): Promise<number> {
+    const { dueAt: _dueAt, storedVersion, endpoint: _endpoint, ...row } = message;
+    const version = storedVersion + 1;
+    await this.saveMessages([{ ...row, owner, nextAttemptAt: leaseUntil, updatedAt: at, version }]);
+    return version;
+  }
+
+  /**
+   * Reads a claim back (see ClaimVerdict): whether the message is still as `owner` claimed it, and
+   * its previous owner still silent for `adoptAfterMs` at `now` (by the reader's clock, as
+   * pendingMessages judges it; an owner without a heartbeat is silent since the epoch).
+   */
+  async claimStands(
+    message: Pick<WebhookMessage, 'id' | 'merchantId'>,
+    claim: { owner: string; version: number },
+    previousOwner: string,
+    now: number,
+    adoptAfterMs: number,
+  ): Promise<ClaimVerdict> {
+    const rows = await this.db.queryRows(
+      `SELECT m.owner AS owner, toString(m.version) AS version, r.seen_at AS seen_at
+         FROM (SELECT owner, version
+                 FROM ${this.tables.webhookMessages} FINAL
+                WHERE merchant_id = {merchantId:String} AND id = {id:UUID}) AS m
+         CROSS JOIN (SELECT max(seen_at) AS seen_at FROM ${this.tables.webhookReplicas} WHERE owner = {previousOwner:String}) AS r`,
+      { merchantId: message.merchantId, id: message.id, previousOwner },
+    );
+    const [row] = rows.map((line) => claimRow.parse(line));
+    if (!row || row.owner !== claim.owner || row.version !== claim.version) return 'taken';
+    return row.seen_at + adoptAfterMs > now ? 'owner_alive' : 'claimed';
   }
 
   /** Records that this replica is alive (by its clock): while recent, others do not adopt its messages. */

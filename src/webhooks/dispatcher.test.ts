@@ -8,7 +8,7 @@ import type { Alert } from '../alerts/alert.ts';
 import { testAlert } from '../alerts/test-findings.ts';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
-import type { WebhookStore } from '../store/webhook-store.ts';
+import type { ClaimVerdict, PendingMessage, WebhookMessage, WebhookStore } from '../store/webhook-store.ts';
 import { ALERT_EVENT, ATTEMPT_SCHEDULE_MS, nextAttemptAt, WebhookDispatcher, webhookBody } from './dispatcher.ts';
 import { targetPolicy } from './target-policy.ts';
 import { waitFor } from '../../test/support/worker.ts';
@@ -153,5 +153,163 @@ describe('nextAttemptAt', () => {
   ])('%s', (_case, attempt, at, due) => {
     const createdAt = Date.UTC(2026, 10, 21, 10, 0, 0);
     expect(nextAttemptAt(createdAt, attempt, createdAt + at)).toBe(createdAt + due);
+  });
+});
+
+/**
+ * A fake store serving one pending on-call message (to a loopback URL, which the default target
+ * policy refuses at send time: an attempt without network), and recording what is written.
+ */
+function oneMessageStore(message: Partial<PendingMessage>, options: { verdict?: ClaimVerdict } = {}) {
+  const now = Date.UTC(2026, 10, 21, 10, 0, 0);
+  const pending: PendingMessage = {
+    id: '00000000-0000-4000-8000-000000000001',
+    alertId: '00000000-0000-4000-8000-000000000002',
+    merchantId: 'm_1',
+    destination: 'oncall',
+    endpointId: '',
+    target: '',
+    body: '{}',
+    status: 'pending',
+    owner: 'replica-a',
+    attempts: 0,
+    nextAttemptAt: now,
+    lastOutcome: '',
+    lastError: '',
+    attemptLog: [],
+    createdAt: now,
+    updatedAt: now,
+    dueAt: now,
+    storedVersion: 7,
+    ...message,
+  };
+  const written: WebhookMessage[] = [];
+  const claims: { owner: string; leaseUntil: number }[] = [];
+  let served = false;
+  const store = {
+    nextVersion: () => 1,
+    saveHeartbeat: async () => undefined,
+    loadBreakers: async () => [],
+    saveBreakers: async () => undefined,
+    endpoints: async () => new Map(),
+    pendingMessages: async () => (served ? [] : ((served = true), [pending])),
+    saveMessages: async (messages: WebhookMessage[]) => void written.push(...messages),
+    claimMessage: async (_message: PendingMessage, owner: string, leaseUntil: number) => (claims.push({ owner, leaseUntil }), pending.storedVersion + 1),
+    claimStands: async () => options.verdict ?? 'claimed',
+  } as unknown as WebhookStore;
+  return { store, now, written, claims };
+}
+
+function dispatcherOn(store: WebhookStore, now: number, owner = 'replica-a') {
+  return new WebhookDispatcher({
+    store,
+    owner,
+    now: () => now,
+    oncall: { url: 'https://127.0.0.1/hook', secret: 'x'.repeat(32) },
+    policy: targetPolicy(), // refuses loopback: the attempt ends as blocked_target without a request
+    metrics: new WorkerMetrics({ defaultMetrics: false }),
+    logger: createLogger('silent'),
+    pollIntervalMs: 10,
+    rescanIntervalMs: 60_000,
+  });
+}
+
+describe('WebhookDispatcher: adopted messages', () => {
+  it('claims another replica\'s message before attempting it, and attempts it only when the claim stands', async () => {
+    const { store, now, written, claims } = oneMessageStore({ owner: 'replica-a' });
+    const dispatcher = dispatcherOn(store, now, 'replica-b');
+    await dispatcher.start();
+    try {
+      await waitFor(() => written.length === 1, 'the attempt stored', 5_000);
+      expect(claims).toEqual([{ owner: 'replica-b', leaseUntil: expect.any(Number) }]);
+      expect(claims[0]!.leaseUntil).toBeGreaterThan(now);
+      expect(written[0]).toMatchObject({ owner: 'replica-b', attempts: 1, lastOutcome: 'blocked_target' });
+    } finally {
+      await dispatcher.stop();
+    }
+  });
+
+  it.each(['taken', 'owner_alive'] as const)('makes no attempt when the claim read back is %s', async (verdict) => {
+    const { store, now, written, claims } = oneMessageStore({ owner: 'replica-a' }, { verdict });
+    const dispatcher = dispatcherOn(store, now, 'replica-b');
+    await dispatcher.start();
+    try {
+      await waitFor(() => claims.length === 1, 'the claim', 5_000);
+      await new Promise((resolve) => setTimeout(resolve, 1_500)); // the claim's wait (2 polls + 1 s) and more
+      expect(written).toEqual([]);
+    } finally {
+      await dispatcher.stop();
+    }
+  });
+
+  it('does not claim its own messages', async () => {
+    const { store, now, written, claims } = oneMessageStore({ owner: 'replica-a' });
+    const dispatcher = dispatcherOn(store, now, 'replica-a');
+    await dispatcher.start();
+    try {
+      await waitFor(() => written.length === 1, 'the attempt stored', 5_000);
+      expect(claims).toEqual([]);
+    } finally {
+      await dispatcher.stop();
+    }
+  });
+});
+
+describe('WebhookDispatcher: the 15-minute budget', () => {
+  it('makes the first attempt however late (a message stored late), and expires a retry due past the budget', async () => {
+    const late = oneMessageStore({ owner: 'replica-a' });
+    const first = dispatcherOn(late.store, late.now + 20 * 60_000);
+    await first.start();
+    await waitFor(() => late.written.length === 1, 'the attempt stored', 5_000);
+    await first.stop();
+    expect(late.written[0]).toMatchObject({ status: 'failed', attempts: 1, lastOutcome: 'blocked_target' });
+
+    const retry = oneMessageStore({ owner: 'replica-a', attempts: 1 });
+    const second = dispatcherOn(retry.store, retry.now + 20 * 60_000);
+    await second.start();
+    await waitFor(() => retry.written.length === 1, 'the outcome stored', 5_000);
+    await second.stop();
+    expect(retry.written[0]).toMatchObject({ status: 'failed', attempts: 1, lastOutcome: 'expired' });
+  });
+});
+
+describe('WebhookDispatcher: a stale heartbeat', () => {
+  it('reads and attempts nothing while its last stored heartbeat is half the adoption delay old, and reads again once one is stored', async () => {
+    let now = Date.UTC(2026, 10, 21, 10, 0, 0);
+    let heartbeatsFail = false;
+    let reads = 0;
+    const store = {
+      saveHeartbeat: async () => {
+        if (heartbeatsFail) throw new Error('storage is down');
+      },
+      loadBreakers: async () => [],
+      pendingMessages: async () => (reads++, []),
+    } as unknown as WebhookStore;
+    const dispatcher = new WebhookDispatcher({
+      store,
+      now: () => now,
+      adoptAfterMs: 60_000,
+      policy: targetPolicy(),
+      metrics: new WorkerMetrics({ defaultMetrics: false }),
+      logger: createLogger('silent'),
+      pollIntervalMs: 10,
+      rescanIntervalMs: 10,
+    });
+    await dispatcher.start();
+    try {
+      await waitFor(() => reads > 3, 'reads every poll', 2_000);
+      heartbeatsFail = true;
+      now += 30_000; // its heartbeat, which fails from now on, is 30 s old
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const readsWhileStale = reads;
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(reads).toBe(readsWhileStale);
+      expect(dispatcher.up).toBe(false);
+      heartbeatsFail = false;
+      await waitFor(() => reads > readsWhileStale + 3, 'reads again once a heartbeat is stored', 2_000);
+      expect(dispatcher.up).toBe(true);
+    } finally {
+      await dispatcher.stop();
+    }
   });
 });

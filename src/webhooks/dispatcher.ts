@@ -4,8 +4,10 @@
  *  - `notify` never throws and never waits: detection is not slowed by webhooks. A notification
  *    becomes one message per destination (the on-call endpoint when configured, the merchant's when
  *    registered), stored before its first attempt.
- *  - Attempts are due 0, 1 and 5 minutes after the message was created, none later than 15 minutes
- *    after; the message id is svc-id on every attempt, and the body is the same bytes every time.
+ *  - Attempts are due 0, 1 and 5 minutes after the message was created. The first is made however
+ *    late (a notification stored only once storage came back from an outage, a worker down past
+ *    the budget); no retry starts later than 15 minutes after. The message id is svc-id on every
+ *    attempt, and the body is the same bytes every time.
  *  - Attempt state lives in storage, so another dispatcher on the same storage (after a restart)
  *    resumes on schedule. A message is delivered at least once: an attempt cut short by a stop
  *    or a crash is made again.
@@ -13,7 +15,12 @@
  *    (`owner`, stable across its restarts), and another replica attempts it only once its owner is
  *    gone (no heartbeat for `adoptAfterMs`) and it is that overdue, owning it from then on. So one
  *    alert pages on-call once, not once per replica, even while the owner has a backlog; a dead
- *    replica's messages go out a minute late.
+ *    replica's messages go out a minute late. An owner that only looked gone (restarted, or its
+ *    heartbeats failed through a storage outage) must not make the attempt an adopter makes:
+ *    the adopter first stores a claim (the message as read, owned by it, with the version just
+ *    above the one read), waits a few polls, and sends only if the claim still stands and the owner
+ *    is still silent; the owner attempts nothing while its own heartbeat is stale, nor messages
+ *    whose stored owner is no longer itself.
  *  - Replicas share breakers: each stores the pauses and closures it decides, and takes in the
  *    others' every few seconds.
  *  - Memory is bounded: at most `concurrency` attempts are in flight and at most twice that many
@@ -33,6 +40,7 @@ import type { WorkerMetrics } from '../metrics.ts';
 import {
   ENDPOINT_REMOVED,
   type BreakerState,
+  type ClaimVerdict,
   type Destination,
   type FullDestinations,
   type MessageToSave,
@@ -42,7 +50,7 @@ import {
   type WebhookStore,
 } from '../store/webhook-store.ts';
 import { CircuitBreakers } from './breaker.ts';
-import { sendWebhook, type AttemptResult, type SendOptions } from './sender.ts';
+import { REQUEST_TIMEOUT_MS, sendWebhook, type AttemptResult, type SendOptions } from './sender.ts';
 import type { TargetPolicy } from './target-policy.ts';
 import { signWebhook, WEBHOOK_HEADERS } from './verify.ts';
 
@@ -68,6 +76,12 @@ const RETRY_DELAY_MS = 1_000;
 export const ADOPT_AFTER_MS = 60_000;
 /** Heartbeats per ADOPT_AFTER_MS: a few may be late or fail without the owner looking gone. */
 const HEARTBEATS_PER_ADOPTION = 6;
+/**
+ * A replica whose last stored heartbeat is this share of ADOPT_AFTER_MS old attempts nothing until it
+ * stores one again: well before others may take it for gone, with room for an attempt and its
+ * write, and for the replicas' clocks being apart.
+ */
+const STALE_HEARTBEAT_SHARE = 0.5;
 /** How often the stored breakers are read again (by the dispatcher's clock): other replicas' pauses hold here too. */
 export const BREAKER_REFRESH_MS = 5_000;
 
@@ -113,6 +127,12 @@ export interface DispatcherStats {
   /** Attempts in flight, at most so far. */
   maxSending: number;
 }
+
+/**
+ * An attempt not made: cut short by stop(), an adopted message whose claim did not stand (read
+ * again at once), or one whose claim could not be stored or read (read again a second later).
+ */
+type NoAttempt = 'stopped' | 'yielded' | 'claim_failed';
 
 interface Notification {
   alertId: string;
@@ -178,6 +198,13 @@ export class WebhookDispatcher {
   private breakersReadAt = Number.NEGATIVE_INFINITY;
   private readonly heartbeatMs: number;
   private lastHeartbeatAt = Number.NEGATIVE_INFINITY;
+  /** A read of due messages was skipped for a stale heartbeat: the next stored heartbeat reads again. */
+  private waitingForHeartbeat = false;
+  private readonly pollMs: number;
+  /** How long an adopter waits between storing its claim and reading it back (real milliseconds). */
+  private readonly claimSettleMs: number;
+  /** How long a claim holds the message (by the dispatcher's clock): the claim's wait and an attempt. */
+  private readonly claimLeaseMs: number;
   private beating: Promise<void> | undefined;
   private peakSending = 0;
   private readonly attempts = new Set<Promise<void>>();
@@ -201,6 +228,11 @@ export class WebhookDispatcher {
     this.owner = options.owner ?? hostname();
     this.adoptAfterMs = options.adoptAfterMs ?? ADOPT_AFTER_MS;
     this.heartbeatMs = this.adoptAfterMs / HEARTBEATS_PER_ADOPTION;
+    this.pollMs = options.pollIntervalMs ?? 1_000;
+    // Long enough for a live owner whose storage just came back to store a heartbeat (it tries at
+    // every poll), and for another adopter's claim made from the same read to land.
+    this.claimSettleMs = 2 * this.pollMs + 1_000;
+    this.claimLeaseMs = this.claimSettleMs + (options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS) + 5_000;
     this.concurrency = options.concurrency ?? DEFAULT_CONCURRENCY;
     this.maxUnsaved = options.maxUnsaved ?? DEFAULT_MAX_UNSAVED;
     this.logger = options.logger;
@@ -222,7 +254,7 @@ export class WebhookDispatcher {
     await this.refreshBreakers();
     this.started = true;
     this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(this.now()));
-    const pollMs = this.options.pollIntervalMs ?? 1_000;
+    const pollMs = this.pollMs;
     const rescanMs = this.options.rescanIntervalMs ?? 30_000;
     this.pollTimer = setInterval(() => {
       this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(this.now())); // pauses end by themselves
@@ -382,6 +414,14 @@ export class WebhookDispatcher {
         // A slot frees when its attempt ends; its message stays held until its result is stored.
         const free = Math.min(this.concurrency - this.sending, 2 * this.concurrency - this.busy.size);
         if (free <= 0 || this.stopped) break;
+        if (!this.heartbeatFresh(this.now())) {
+          // Others may take this replica for gone and adopt its messages: it attempts nothing until
+          // it has stored a heartbeat again, and then reads anew (an adopter's claim hides the
+          // message from it; one that lands later finds this replica alive and does not send).
+          this.waitingForHeartbeat = true;
+          this.beatInBackground();
+          break;
+        }
         await this.refreshBreakers();
         const now = this.now();
         const reader = { owner: this.owner, adoptAfterMs: this.adoptAfterMs };
@@ -431,8 +471,15 @@ export class WebhookDispatcher {
     this.peakSending = Math.max(this.peakSending, this.sending);
     const attempt = this.attempt(message).finally(() => this.sending--).then(
       (outcome) => {
-        if (!outcome) {
-          this.busy.delete(message.id); // cut short by stop(): the next dispatcher makes it again
+        if (outcome === 'stopped' || outcome === 'claim_failed') {
+          // Cut short by stop() (the next dispatcher makes it again), or its claim failed (the
+          // poll reads it again: claim() made it due a second from now).
+          this.busy.delete(message.id);
+          return;
+        }
+        if (outcome === 'yielded') {
+          this.busy.delete(message.id); // its claim did not stand: read it again as it is now
+          this.tickSoon.request();
           return;
         }
         this.outcomes.push(outcome);
@@ -448,11 +495,12 @@ export class WebhookDispatcher {
     void attempt.finally(() => this.attempts.delete(attempt));
   }
 
-  /** One attempt of one message; undefined when stop() cut it short. */
-  private async attempt(message: PendingMessage): Promise<Outcome | undefined> {
-    const now = this.now();
+  /** One attempt of one message, or why none was made (see NoAttempt). */
+  private async attempt(message: PendingMessage): Promise<Outcome | NoAttempt> {
+    let now = this.now();
     const number = message.attempts + 1;
-    if (now >= message.createdAt + DELIVERY_BUDGET_MS) {
+    // The budget bounds retries: a first attempt is made however late (stored late, after an outage).
+    if (message.attempts > 0 && now >= message.createdAt + DELIVERY_BUDGET_MS) {
       return this.conclude(message, 'failed', 'expired', 'the 15-minute delivery budget ran out', now);
     }
     const target = this.targetOf(message);
@@ -469,23 +517,29 @@ export class WebhookDispatcher {
     } else if (pausedUntil !== undefined) {
       result = { outcome: 'circuit_open', error: `endpoint paused until ${new Date(pausedUntil).toISOString()}`, durationMs: 0 };
     } else {
-      const timestamp = String(now);
-      const request = {
-        url: target.url,
-        body: message.body,
-        headers: {
-          [WEBHOOK_HEADERS.id]: message.id,
-          [WEBHOOK_HEADERS.timestamp]: timestamp,
-          [WEBHOOK_HEADERS.signature]: signWebhook(target.secret, message.id, timestamp, message.body),
-        },
-      };
-      this.countRequest(target.endpointId, message, +1);
+      this.countRequest(target.endpointId, message, +1); // from the claim on: it holds a place toward the breaker's limit
       try {
+        if (message.owner !== '' && message.owner !== this.owner) {
+          const verdict = await this.claim(message);
+          if (verdict === 'stopped' || verdict === 'failed') return verdict === 'stopped' ? 'stopped' : 'claim_failed';
+          if (verdict !== 'claimed') return 'yielded';
+          now = this.now(); // the attempt starts once claimed
+        }
+        const timestamp = String(now);
+        const request = {
+          url: target.url,
+          body: message.body,
+          headers: {
+            [WEBHOOK_HEADERS.id]: message.id,
+            [WEBHOOK_HEADERS.timestamp]: timestamp,
+            [WEBHOOK_HEADERS.signature]: signWebhook(target.secret, message.id, timestamp, message.body),
+          },
+        };
         result = await sendWebhook(request, this.sendOptions);
       } finally {
         this.countRequest(target.endpointId, message, -1);
       }
-      if (this.abort.signal.aborted) return undefined;
+      if (this.abort.signal.aborted) return 'stopped';
       breaker = this.breakers.record(target.endpointId, result.outcome === 'delivered', this.now());
       this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(this.now()));
     }
@@ -525,6 +579,33 @@ export class WebhookDispatcher {
       },
       ...(breaker ? { breaker } : {}),
     };
+  }
+
+  /**
+   * Claims another replica's message before sending it (WebhookStore.claimMessage), waits
+   * `claimSettleMs`, and reads the claim back: the request goes out only when it still stands and
+   * the previous owner is still silent. Otherwise the message is left as it is now: to whoever
+   * wrote since, or (the owner came back) to this replica's claim, made when its lease ends. A
+   * claim that cannot be stored or read sends nothing.
+   */
+  private async claim(message: PendingMessage): Promise<ClaimVerdict | 'stopped' | 'failed'> {
+    try {
+      const at = this.now();
+      const version = await this.store.claimMessage(message, this.owner, at + this.claimLeaseMs, at);
+      await sleep(this.claimSettleMs, undefined, { signal: this.abort.signal });
+      const verdict = await this.store.claimStands(message, { owner: this.owner, version }, message.owner, this.now(), this.adoptAfterMs);
+      this.storageOk = true;
+      if (verdict !== 'claimed') {
+        this.logger.info({ messageId: message.id, alertId: message.alertId, destination: message.destination, owner: message.owner, verdict }, 'adopted webhook message not sent: its claim did not stand');
+      }
+      return verdict;
+    } catch (error) {
+      if (this.abort.signal.aborted) return 'stopped';
+      this.storageOk = false;
+      this.nextDueAt = Math.min(this.nextDueAt, this.now() + RETRY_DELAY_MS);
+      this.logger.error({ err: error, messageId: message.id }, 'claiming an adopted webhook message failed; retrying');
+      return 'failed';
+    }
   }
 
   /** Counts a request to an endpoint starting (+1) or ending (-1). */
@@ -589,11 +670,26 @@ export class WebhookDispatcher {
     this.lastHeartbeatAt = at;
   }
 
+  /** Whether its last stored heartbeat is recent enough that no other replica may take it for gone. */
+  private heartbeatFresh(now: number): boolean {
+    return now - this.lastHeartbeatAt < this.adoptAfterMs * STALE_HEARTBEAT_SHARE;
+  }
+
   /** A heartbeat from the poll timer; one that fails is tried again at the next poll. */
   private beatInBackground(): void {
     if (this.beating) return;
     this.beating = this.beat()
-      .catch((error: unknown) => this.logger.error({ err: error }, 'storing the webhook heartbeat failed; retrying'))
+      .then(() => {
+        this.storageOk = true;
+        if (this.waitingForHeartbeat && this.started && !this.stopped) {
+          this.waitingForHeartbeat = false;
+          this.tickSoon.request();
+        }
+      })
+      .catch((error: unknown) => {
+        this.storageOk = false;
+        this.logger.error({ err: error }, 'storing the webhook heartbeat failed; retrying');
+      })
       .finally(() => {
         this.beating = undefined;
       });

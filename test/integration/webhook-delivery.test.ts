@@ -20,7 +20,7 @@ import { SecretBox } from '../../src/webhooks/secret-box.ts';
 import { targetPolicy } from '../../src/webhooks/target-policy.ts';
 import { verifyWebhook } from '../../src/webhooks/verify.ts';
 import { useEngines } from '../support/engines.ts';
-import { makeTestCertificates, startReceiver, type Receiver, type TestCertificates } from '../support/https-receiver.ts';
+import { makeTestCertificates, startReceiver, type Answer, type Receiver, type TestCertificates } from '../support/https-receiver.ts';
 import { freePort } from '../support/ports.ts';
 import { waitFor } from '../support/worker.ts';
 
@@ -491,6 +491,221 @@ describe('webhook delivery', () => {
       await b.stop();
     }
   }, 60_000);
+
+  /** A connection whose storage calls fail while `fault.down` (only heartbeats with `fault.heartbeatsOnly`). */
+  function faulty(fault: { down: boolean; heartbeatsOnly?: boolean }) {
+    return (db: ClickHouse, tables: Tables): ClickHouse => {
+      const fail = (table?: string) => {
+        if (fault.down && (!fault.heartbeatsOnly || table === tables.webhookReplicas)) throw new Error('ECONNREFUSED (storage outage)');
+      };
+      return {
+        ...db,
+        async insert(...args: Parameters<ClickHouse['insert']>) {
+          fail(args[0]);
+          return db.insert(...args);
+        },
+        async queryRows(...args: Parameters<ClickHouse['queryRows']>) {
+          if (!fault.heartbeatsOnly) fail();
+          return db.queryRows(...args);
+        },
+      } as ClickHouse;
+    };
+  }
+
+  /** Sends per svc-id on one path. */
+  const sendsPerMessage = (path: string) => {
+    const sends = new Map<string, number>();
+    for (const request of requestsTo(path)) sends.set(String(request.headers['svc-id']), (sends.get(String(request.headers['svc-id'])) ?? 0) + 1);
+    return [...sends.values()];
+  };
+
+  it('an owner restarted with the same WORKER_ID while another replica makes the attempt it adopted does not make that attempt too', async () => {
+    const clock = testClock();
+    const t0 = clock.now();
+    const path = `/oncall-owner-back-${randomUUID()}`;
+    let answer: Answer = 503;
+    receiver.answer((request) => (request.path === path ? answer : 200));
+    const oncall = { url: `${receiver.origin}${path}`, secret: ONCALL_SECRET };
+    const a = await startDispatcher({ now: clock.now, oncall, owner: 'replica-a' });
+    a.dispatcher.notify(alert('m_owner_back'));
+    await waitFor(async () => (await deliveries(a.store))[0]?.attempts === 1, 'first attempt stored', 10_000);
+    await a.stop(); // down for more than a minute (a deploy, a crash loop)
+
+    answer = 'hang'; // the receiver is slow to answer the adopted attempt
+    const timing = { requestTimeoutMs: 2_000, connectTimeoutMs: 2_000, rescanIntervalMs: 50 };
+    const b = await startDispatcher({ now: clock.now, oncall, owner: 'replica-b', database: a.tables.database, ...timing });
+    clock.set(t0 + MINUTE + ADOPT_AFTER_MS);
+    await waitFor(() => requestsTo(path).length === 2, 'the adopted second attempt sent', 10_000);
+    const back = await startDispatcher({ now: clock.now, oncall, owner: 'replica-a', database: a.tables.database, ...timing });
+    try {
+      // B's attempt times out, and its outcome is stored; the owner, back meanwhile, sent nothing.
+      await waitFor(async () => (await deliveries(b.store))[0]?.attempts === 2, 'the adopted attempt stored', 10_000);
+      await settle(500);
+      expect(sendsPerMessage(path)).toEqual([2]);
+      expect((await deliveries(b.store))[0]).toMatchObject({ status: 'pending', attempts: 2, owner: 'replica-b', lastOutcome: 'timeout' });
+    } finally {
+      await back.stop();
+      await b.stop();
+    }
+  }, 60_000);
+
+  it.each([
+    // Storage answers A again while B's adopted attempt is in flight: A must not send it too.
+    ['a live owner whose storage was unreachable for two minutes (its heartbeats failed)', { down: false }, 'in flight'],
+    // A could have sent its due attempt all along: it must not, as long as it looks gone to others.
+    ['an owner that could not store its heartbeats for two minutes, while its reads and other writes succeeded', { down: false, heartbeatsOnly: true }, 'stored'],
+  ] as const)('%s does not make the attempt another replica adopted meanwhile', async (_case, faultMode, restoreOnce) => {
+    const fault: { down: boolean; heartbeatsOnly?: boolean } = { ...faultMode };
+    const clock = testClock();
+    const t0 = clock.now();
+    const path = `/oncall-outage-owner-${randomUUID()}`;
+    let answer: Answer = 503;
+    receiver.answer((request) => (request.path === path ? answer : 200));
+    const oncall = { url: `${receiver.origin}${path}`, secret: ONCALL_SECRET };
+    const timing = { requestTimeoutMs: 2_000, connectTimeoutMs: 2_000, rescanIntervalMs: 50 };
+    const a = await startDispatcher({ now: clock.now, oncall, owner: 'replica-a', wrap: faulty(fault), ...timing });
+    const b = await startDispatcher({ now: clock.now, oncall, owner: 'replica-b', database: a.tables.database, ...timing });
+    try {
+      a.dispatcher.notify(alert('m_outage_owner'));
+      await waitFor(async () => (await deliveries(a.store))[0]?.attempts === 1, 'first attempt stored', 10_000);
+      fault.down = true; // to B, A looks gone; A's second attempt falls due meanwhile
+      answer = 'hang';
+      clock.set(t0 + 2 * MINUTE);
+      await waitFor(() => requestsTo(path).length === 2, 'the second attempt sent', 10_000);
+      if (restoreOnce === 'in flight') fault.down = false;
+      await waitFor(async () => (await deliveries(b.store))[0]?.attempts === 2, 'the second attempt stored', 10_000);
+      await settle(500);
+      fault.down = false;
+      expect(sendsPerMessage(path)).toEqual([2]);
+      expect((await deliveries(b.store))[0]).toMatchObject({ attempts: 2, owner: 'replica-b' });
+      await waitFor(() => a.dispatcher.up, 'A up again', 5_000);
+    } finally {
+      await a.stop();
+      await b.stop();
+    }
+  }, 60_000);
+
+  /**
+   * Replica A makes the first attempt of an on-call message and stops; replica B, a minute later,
+   * reads it as due and adopts the second. Between that read and B's claim, A comes back (same
+   * WORKER_ID) and sends the second attempt itself, answered with `answer`; then `beforeClaim` runs.
+   */
+  async function ownerBackBeforeClaim(answer: Answer, beforeClaim: (owner: Harness) => Promise<void>) {
+    const clock = testClock();
+    const t0 = clock.now();
+    const adoptAt = t0 + MINUTE + ADOPT_AFTER_MS;
+    const path = `/oncall-before-claim-${randomUUID()}`;
+    let answering: Answer = 503;
+    receiver.answer((request) => (request.path === path ? answering : 200));
+    const oncall = { url: `${receiver.origin}${path}`, secret: ONCALL_SECRET };
+    const timing = { requestTimeoutMs: 2_000, connectTimeoutMs: 2_000, rescanIntervalMs: 50 };
+    const a = await startDispatcher({ now: clock.now, oncall, owner: 'replica-a', ...timing });
+    a.dispatcher.notify(alert('m_before_claim'));
+    await waitFor(async () => (await deliveries(a.store))[0]?.attempts === 1, 'first attempt stored', 10_000);
+    await a.stop();
+    answering = answer;
+    let a2: Harness | undefined;
+    let adopterReads = 0;
+    let claimChecks = 0;
+    const wrap = (db: ClickHouse): ClickHouse => ({
+      ...db,
+      async queryRows<T>(...args: Parameters<ClickHouse['queryRows']>) {
+        const startedAt = clock.now(); // B's clock as it reads, so whether the message is due to it
+        const rows = await db.queryRows<T>(...args);
+        if (args[0].includes('CROSS JOIN')) claimChecks++; // B reads its claim back
+        // B's first read of due messages made once the message is a minute overdue with A silent.
+        if (args[0].includes('AS due_at') && startedAt >= adoptAt && rows.length > 0 && adopterReads++ === 0) {
+          a2 = await startDispatcher({ now: clock.now, oncall, owner: 'replica-a', database: a.tables.database, ...timing });
+          await waitFor(() => requestsTo(path).length === 2, 'the owner, back, sent the second attempt', 10_000);
+          await beforeClaim(a2);
+        }
+        return rows;
+      },
+    } as ClickHouse);
+    const b = await startDispatcher({ now: clock.now, oncall, owner: 'replica-b', database: a.tables.database, wrap, ...timing });
+    clock.set(adoptAt);
+    await waitFor(() => claimChecks > 0, 'B read its claim back', 20_000);
+    return { clock, path, b, a2: a2!, stop: async () => (await a2?.stop(), await b.stop()) };
+  }
+
+  it('an adopter whose claim lands after the owner came back and read the message does not send it: the owner does', async () => {
+    const { path, b, a2, stop } = await ownerBackBeforeClaim('hang', async () => undefined);
+    try {
+      // B found the owner alive and sent nothing; the owner's attempt times out and is stored.
+      await waitFor(async () => (await deliveries(b.store))[0]?.attempts === 2, 'the owner\'s attempt stored', 10_000);
+      await settle(500);
+      expect(sendsPerMessage(path)).toEqual([2]);
+      expect((await deliveries(a2.store))[0]).toMatchObject({ attempts: 2, owner: 'replica-a', lastOutcome: 'timeout' });
+    } finally {
+      await stop();
+    }
+  }, 60_000);
+
+  it('an adopter\'s claim made from a read that the owner\'s stored outcome has since overtaken loses to that outcome, whatever comes after', async () => {
+    const { clock, path, b, stop } = await ownerBackBeforeClaim(200, async (owner) => {
+      await waitFor(async () => (await deliveries(owner.store))[0]?.status === 'delivered', 'the owner\'s delivery stored', 10_000);
+    });
+    try {
+      clock.advance(10 * MINUTE); // past any lease the claim could have taken
+      await settle(1_000);
+      expect(sendsPerMessage(path)).toEqual([2]);
+      expect((await deliveries(b.store))[0]).toMatchObject({ status: 'delivered', attempts: 2, owner: 'replica-a' });
+    } finally {
+      await stop();
+    }
+  }, 60_000);
+
+  it('makes the first attempt of a critical alert stored only after a storage outage longer than the 15-minute budget (no retry after it)', async () => {
+    const clock = testClock();
+    const t0 = clock.now();
+    const path = `/late-store-${randomUUID()}`;
+    receiver.answer((request) => (request.path === `${path}/merchant` ? 503 : 200));
+    const fault = { down: false };
+    const h = await startDispatcher({ now: clock.now, oncall: { url: `${receiver.origin}${path}/oncall`, secret: ONCALL_SECRET }, wrap: faulty(fault), rescanIntervalMs: 50 });
+    try {
+      await registerEndpoint(h.store, 'm_late_store', `${receiver.origin}${path}/merchant`, t0);
+      fault.down = true;
+      h.dispatcher.notify(alert('m_late_store'));
+      await settle(500);
+      clock.set(t0 + 16 * MINUTE); // storage is back 16 minutes later
+      fault.down = false;
+      await waitFor(async () => {
+        const all = await deliveries(h.store);
+        return all.length === 2 && all.every((d) => d.status !== 'pending');
+      }, 'both messages final', 15_000);
+      const byDestination = Object.fromEntries((await deliveries(h.store)).map((d) => [d.destination, d]));
+      expect(byDestination.oncall).toMatchObject({ status: 'delivered', attempts: 1, lastOutcome: 'delivered', createdAt: t0 });
+      // The merchant's endpoint failed that late first attempt: a retry would start past the budget.
+      expect(byDestination.merchant).toMatchObject({ status: 'failed', attempts: 1, lastOutcome: 'http_error' });
+      clock.advance(5 * MINUTE);
+      await settle();
+      expect(receiver.received.filter((request) => request.path.startsWith(path)).map((request) => request.path).sort()).toEqual([`${path}/merchant`, `${path}/oncall`]);
+      // The body still says when the alert was raised.
+      expect(JSON.parse(requestsTo(`${path}/oncall`)[0]!.rawBody).timestamp).toBe(new Date(t0).toISOString());
+    } finally {
+      await h.stop();
+    }
+  }, 60_000);
+
+  it('makes the first attempt of a message stored before the worker went down past the budget, not expiring it unsent', async () => {
+    const clock = testClock();
+    const t0 = clock.now();
+    const path = `/oncall-never-tried-${randomUUID()}`;
+    receiver.answer(200);
+    const oncall = { url: `${receiver.origin}${path}`, secret: ONCALL_SECRET };
+    const first = await startDispatcher({ now: clock.now, oncall, noStart: true });
+    first.dispatcher.notify(alert('m_never_tried'));
+    await waitFor(async () => (await deliveries(first.store)).length === 1, 'message stored', 10_000);
+    await first.stop(); // down before its first attempt, for 20 minutes
+    clock.set(t0 + 20 * MINUTE);
+    const second = await startDispatcher({ now: clock.now, oncall, database: first.tables.database });
+    try {
+      await waitFor(async () => (await deliveries(second.store))[0]?.status === 'delivered', 'delivered late', 10_000);
+      expect(requestsTo(path)).toHaveLength(1);
+    } finally {
+      await second.stop();
+    }
+  });
 
   it('makes the attempt after a late one (adopted from a replica that died before it) a schedule step later, not at once', async () => {
     const clock = testClock();

@@ -123,6 +123,21 @@ describe('loadConfig', () => {
     expect(config.webhooks.oncall?.secret).toBe(key);
   });
 
+  it('reads ADMIN_JWT_SECRET_PREVIOUS, for rotating the admin secret, with the same length rule, and never logs it', () => {
+    const current = 'current-admin-jwt-secret-0123456789abcdef';
+    const previous = 'previous-admin-jwt-secret-0123456789abcdef';
+    const config = loadConfig({ ADMIN_ENABLED: 'true', ADMIN_JWT_SECRET: current, ADMIN_JWT_SECRET_PREVIOUS: previous });
+    expect(config.admin.previousJwtSecret).toBe(previous);
+    expect(loadConfig({ ADMIN_ENABLED: 'true', ADMIN_JWT_SECRET: current }).admin.previousJwtSecret).toBeUndefined();
+    expect(problemsOf({ ADMIN_ENABLED: 'true', ADMIN_JWT_SECRET: current, ADMIN_JWT_SECRET_PREVIOUS: 'short' })).toEqual([
+      'ADMIN_JWT_SECRET_PREVIOUS: must be at least 32 characters',
+    ]);
+    const lines: string[] = [];
+    createLogger('info', { write: (line: string) => lines.push(line) }).info({ config }, 'config');
+    expect(lines[0]).not.toContain(previous);
+    expect(lines[0]).not.toContain(current);
+  });
+
   it('refuses a DEDUP_CACHE_SIZE under 1000 (0 would drop no re-published event)', () => {
     expect(problemsOf({ DEDUP_CACHE_SIZE: '0' })).toEqual([expect.stringMatching(/^DEDUP_CACHE_SIZE: /)]);
     expect(problemsOf({ DEDUP_CACHE_SIZE: '999' })).toEqual([expect.stringMatching(/^DEDUP_CACHE_SIZE: /)]);

@@ -272,6 +272,7 @@ const envSchema = z
     DETECTION_MAX_WINDOW_EVENTS: z.coerce.number().int().min(1_000).max(1_000_000_000).optional(),
 
     ADMIN_JWT_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
+    ADMIN_JWT_SECRET_PREVIOUS: z.string().min(32, 'must be at least 32 characters').optional(),
     ADMIN_RATE_LIMIT_PER_MINUTE: envInt(600, 1, 1_000_000),
     ADMIN_MAX_BODY_BYTES: envInt(16 * 1024, 256, 1024 * 1024),
     ADMIN_CACHE_TTL_MS: envInt(5_000, 0, 300_000),
@@ -387,6 +388,8 @@ export interface Config {
   readonly ingest: { readonly token?: string; readonly maxBodyBytes: number; readonly maxEvents: number; readonly dedupCacheSize: number };
   readonly admin: {
     readonly jwtSecret?: string;
+    /** While rotating ADMIN_JWT_SECRET: the old secret, whose tokens are still accepted until they expire. */
+    readonly previousJwtSecret?: string;
     readonly entitledPlans: readonly string[];
     readonly rateLimitPerMinute: number;
     readonly maxBodyBytes: number;
@@ -507,6 +510,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     },
     admin: {
       jwtSecret: env.ADMIN_JWT_SECRET,
+      previousJwtSecret: env.ADMIN_JWT_SECRET_PREVIOUS,
       entitledPlans: env.ENTITLED_PLANS,
       rateLimitPerMinute: env.ADMIN_RATE_LIMIT_PER_MINUTE,
       maxBodyBytes: env.ADMIN_MAX_BODY_BYTES,

@@ -20,6 +20,7 @@ const REDACTED_PATHS = [
   'config.clickhouse.password',
   'config.ingest.token',
   'config.admin.jwtSecret',
+  'config.admin.previousJwtSecret',
   'config.webhooks.oncall.secret',
   'config.kafka.sasl.password',
 ];

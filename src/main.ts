@@ -342,7 +342,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   else if (enforcement) logger.warn('INGEST_TOKEN is not set: enforcement decisions are logged, but GET /v1/enforcement/decisions is off');
   if (config.features.admin && config.admin.jwtSecret) {
     await registerAdminApi(app, {
-      authenticator: new AdminAuthenticator(config.admin.jwtSecret, config.admin.entitledPlans),
+      authenticator: new AdminAuthenticator(config.admin.jwtSecret, config.admin.entitledPlans, config.admin.previousJwtSecret),
       routes: [
         ...alertRoutes({
           alertStore,

@@ -42,30 +42,22 @@ const CLOCK_TOLERANCE_SECONDS = 5;
 const MAX_TOKEN_LENGTH = 4096;
 
 export class AdminAuthenticator {
-  private readonly key: Uint8Array;
+  /** The current secret first, then (while ADMIN_JWT_SECRET is being rotated) the previous one. */
+  private readonly keys: readonly Uint8Array[];
   private readonly entitledPlans: ReadonlySet<string>;
   /** The 403 PLAN_UPGRADE_REQUIRED message, naming the plans that are entitled (ENTITLED_PLANS). */
   private readonly upgradeMessage: string;
 
-  constructor(secret: string, entitledPlans: readonly string[]) {
-    this.key = new TextEncoder().encode(secret);
+  constructor(secret: string, entitledPlans: readonly string[], previousSecret?: string) {
+    const encoder = new TextEncoder();
+    this.keys = [secret, ...(previousSecret === undefined || previousSecret === secret ? [] : [previousSecret])].map((text) => encoder.encode(text));
     this.entitledPlans = new Set(entitledPlans);
     this.upgradeMessage = planUpgradeMessage([...this.entitledPlans]);
   }
 
   /** Verifies the bearer token of a request; throws HttpError 401 or 403. */
   async authenticate(authorization: string | undefined): Promise<AdminPrincipal> {
-    const token = bearerToken(authorization);
-    let payload: unknown;
-    try {
-      ({ payload } = await jwtVerify(token, this.key, {
-        algorithms: [ALGORITHM],
-        requiredClaims: ['exp', 'sub'],
-        clockTolerance: CLOCK_TOLERANCE_SECONDS,
-      }));
-    } catch (error) {
-      throw unauthorized(error instanceof joseErrors.JWTExpired ? 'Token has expired' : 'Token is invalid');
-    }
+    const payload = await this.verify(bearerToken(authorization));
     const claims = claimsSchema.safeParse(payload);
     if (!claims.success) throw unauthorized('Token lacks the claims sub, merchantId, plan and role');
     const { sub, merchantId, plan, role } = claims.data;
@@ -76,6 +68,27 @@ export class AdminAuthenticator {
     if (!isAdminRole(role)) throw new HttpError(403, 'FORBIDDEN', 'The token\'s role has no access to the Security Center');
     const limitKey = createHash('sha256').update(`${merchantId}\u0000${sub}`).digest('base64url').slice(0, 22);
     return { userId: sub, merchantId, plan, role, limitKey };
+  }
+
+  /**
+   * The token's verified claims. A signature that does not match the current secret is tried with the
+   * previous one, so that rotating ADMIN_JWT_SECRET across replicas and issuers signs no one out.
+   */
+  private async verify(token: string): Promise<unknown> {
+    for (const [index, key] of this.keys.entries()) {
+      try {
+        const { payload } = await jwtVerify(token, key, {
+          algorithms: [ALGORITHM],
+          requiredClaims: ['exp', 'sub'],
+          clockTolerance: CLOCK_TOLERANCE_SECONDS,
+        });
+        return payload;
+      } catch (error) {
+        const anotherKeyMayMatch = error instanceof joseErrors.JWSSignatureVerificationFailed && index < this.keys.length - 1;
+        if (!anotherKeyMayMatch) throw unauthorized(error instanceof joseErrors.JWTExpired ? 'Token has expired' : 'Token is invalid');
+      }
+    }
+    throw unauthorized('Token is invalid'); // not reached: the last key's failure is thrown above
   }
 }
 

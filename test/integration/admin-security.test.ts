@@ -23,6 +23,8 @@ const A = `m_${names.runId}_a`;
 const B = `m_${names.runId}_b`;
 const RATE_LIMIT = 60;
 const MISSING_ID = '00000000-0000-4000-8000-000000000000';
+/** The secret being rotated out: its tokens are still let in until they expire. */
+const PREVIOUS_SECRET = 'previous-admin-jwt-secret-0123456789abcdef';
 
 describe('admin API security', () => {
   let clickhouse: ClickHouseService;
@@ -54,7 +56,7 @@ describe('admin API security', () => {
 
   beforeAll(async () => {
     clickhouse = await startClickHouse();
-    const config = testConfig({ clickhouse, names, extra: { ...ADMIN_ENV, ADMIN_RATE_LIMIT_PER_MINUTE: String(RATE_LIMIT) } });
+    const config = testConfig({ clickhouse, names, extra: { ...ADMIN_ENV, ADMIN_JWT_SECRET_PREVIOUS: PREVIOUS_SECRET, ADMIN_RATE_LIMIT_PER_MINUTE: String(RATE_LIMIT) } });
     worker = await startWorker(config, { logger: createLogger('silent') });
     await worker.ready;
     const now = Date.now();
@@ -106,6 +108,17 @@ describe('admin API security', () => {
       expect((await call(undefined, '/alerts', { headers: { authorization: `bearer ${good}` } })).status).toBe(200);
       expectFormatA(await call(undefined, '/alerts', { headers: { authorization: `Basic ${good}` } }), 401, 'UNAUTHORIZED');
       expectFormatA(await call(undefined, `/alerts?access_token=${good}`), 401, 'UNAUTHORIZED');
+    });
+
+    it('lets in tokens of the previous secret while ADMIN_JWT_SECRET is rotated, and still refuses their forgeries', async () => {
+      const ofPrevious = await token(A, 'viewer', { userId: `u${tokenCount++}`, secret: PREVIOUS_SECRET });
+      const listed = await call(ofPrevious, '/alerts');
+      expect(listed.status, listed.text).toBe(200);
+      expect(listed.body.data.alerts.map((one: Alert) => one.id).sort()).toEqual(alertsOfA.map((one) => one.id).sort());
+      const [header, payload] = ofPrevious.split('.') as [string, string, string];
+      const forged = await token(A, 'viewer', { userId: 'forger', secret: 'another-admin-jwt-secret-0123456789abcdef' });
+      expectFormatA(await call(`${header}.${payload}.${forged.split('.')[2]}`, '/alerts'), 401, 'UNAUTHORIZED');
+      expectFormatA(await call(await token(A, 'viewer', { secret: PREVIOUS_SECRET, ttlSeconds: -60 }), '/alerts'), 401, 'UNAUTHORIZED');
     });
 
     it('lets in the admins of a merchant whose id is as long as request events may carry, and operators name it', async () => {

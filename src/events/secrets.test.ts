@@ -81,6 +81,16 @@ describe('secrets', () => {
     expect(redactSecrets(long)).toBe(`${'svc_live_'.repeat(2_000)}pk.[REDACTED]`);
   });
 
+  it('takes a secret in the standard base64 alphabet whole, bare or after a full key\'s dot', () => {
+    expect(redactSecrets('key=sk_live_Ab+9/xQ+zZ== end')).toBe('key=sk_[REDACTED]== end');
+    expect(redactSecrets('Bearer svc_live_pk_a1.sk_Ab+9/xQ+zZ==')).toBe('Bearer svc_live_pk_a1.[REDACTED]==');
+    expect(redactSecrets('Bearer svc_live_pk_a1.Ab+9/xQ+zZ== x')).toBe('Bearer svc_live_pk_a1.[REDACTED]== x');
+    expect(redactSecrets('{"u":"sk\\u005fAb+9/xQ\\u002bzZ"}')).toBe('{"u":"sk_[REDACTED]"}');
+    // A lead followed by no key character is still no secret; the locale before a slash stays the locale.
+    expect(containsSecret('a sk_/b sk_+c')).toBe(false);
+    expect(redactSecrets('FBLC/sk_SK/FBAV')).toBe('FBLC/sk_SK/FBAV');
+  });
+
   it('redacts a bare secret wherever it appears, repeatedly', () => {
     const text = 'a sk_AAAAAAAAAA b sk_BBBBBBBBBB';
     expect(redactSecrets(text)).toBe('a sk_[REDACTED] b sk_[REDACTED]');

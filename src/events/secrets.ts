@@ -58,7 +58,12 @@ const BEFORE_TOKEN = String.raw`(?:^|[^A-Za-z0-9]|${CHARACTER_ESCAPE}|\\[bfnrt])
 const LEAD = `${written('s')}${written('k')}${written('_')}`;
 // The Slovak locale is two capitals and no key character after them, escaped or not (`sk_SK%41…` is a key).
 const LOCALE = String.raw`[A-Z]{2}(?![A-Za-z0-9_-]|${KEY_CHARACTER_ESCAPE})`;
-const KEY_CHARACTERS = String.raw`(?:[A-Za-z0-9_-]|${CHARACTER_ESCAPE})+`;
+/**
+ * A secret's characters: after the lead, a key character (or an escape), then base64's `+` and `/` as
+ * well, so that a secret in the standard base64 alphabet is taken whole. What follows a secret in a
+ * path (`sk_…/rotate`) goes with it: more is redacted than needed, never less.
+ */
+const KEY_CHARACTERS = String.raw`(?:[A-Za-z0-9_-]|${CHARACTER_ESCAPE})(?:[A-Za-z0-9_+/-]|${CHARACTER_ESCAPE})*`;
 const BARE_SECRET = new RegExp(`${LEAD}(?<=${BEFORE_TOKEN}${LEAD})(?!${LOCALE})${KEY_CHARACTERS}`, 'g');
 /**
  * Cheap pre-check (this runs on every event): text that fails it holds no secret. A lead (see written)
@@ -82,7 +87,7 @@ const KEY_PREFIX = 'svc_(?:test|live)_';
  * The check comes after the prefix, so that the regex still skips from `svc_` to `svc_`, and reads
  * back only to the previous prefix or the start of the run: linear time.
  */
-const FULL_KEY = new RegExp(String.raw`(${KEY_PREFIX}(?<!${KEY_PREFIX}[A-Za-z0-9_-]*?${KEY_PREFIX})[A-Za-z0-9_-]+)\.[A-Za-z0-9_-]+`, 'g');
+const FULL_KEY = new RegExp(String.raw`(${KEY_PREFIX}(?<!${KEY_PREFIX}[A-Za-z0-9_-]*?${KEY_PREFIX})[A-Za-z0-9_-]+)\.[A-Za-z0-9_-][A-Za-z0-9_+/-]*`, 'g');
 
 export const REDACTED = '[REDACTED]';
 

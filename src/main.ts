@@ -24,7 +24,6 @@ import { describeConfig, listenConfigError, loadConfig, withBundledCas, ConfigEr
 import { enforcementAdminRoutes, registerDecisionRoutes } from './enforcement/decision-routes.ts';
 import { DecisionSource } from './enforcement/decision-source.ts';
 import type { RequestEvent } from './events/request-event.ts';
-import { HeldUntilOpen } from './held-until-open.ts';
 import { createHttpServer } from './http/server.ts';
 import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';
 import { EventBuffer } from './ingest/event-buffer.ts';
@@ -55,9 +54,6 @@ const STOP_BUDGET_MS = 27_000;
 /** Of the budget, the most the HTTP server's close and the hand-off of fetched batches may each wait; the buffer's drain has its own 10 s. */
 const STOP_STEP_MS = 5_000;
 const BUFFER_STOP_MS = 12_000;
-
-/** Most events posted during start-up that wait for detection; later ones are stored but not judged. */
-const MAX_EVENTS_HELD_FOR_DETECTION = 50_000;
 
 const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
@@ -209,6 +205,10 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     // operator who turned detection off to silence it may expect: ENFORCEMENT_MODE is the switch.
     logger.warn({ setting: 'ENFORCEMENT_MODE', mode: config.enforcement.mode }, 'FEATURE_ANOMALY_DETECTION is off, but enforcement serves the decisions of the alerts stored; set ENFORCEMENT_MODE=off to stop it');
   }
+  if (config.kafka && !analysis) {
+    // The consumer stores and judges, so it runs with detection only: a worker that looks alive beside a topic it never reads must say so.
+    logger.warn({ setting: 'FEATURE_ANOMALY_DETECTION' }, 'KAFKA_BROKERS is set but FEATURE_ANOMALY_DETECTION is off: nothing is consumed from Kafka; set FEATURE_ANOMALY_DETECTION=true to consume it');
+  }
   const detectionLoad = new DetectionLoadMonitor(metrics, logger.child({ component: 'detection' }));
   const onDetection = (detection: Detection) => {
     if (detection.load) detectionLoad.record(detection.load);
@@ -220,7 +220,9 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   // Built now, started last (see `ready` below): with Kafka, posts go to the topic from the start,
   // and are consumed once the consumer starts.
   let intake: KafkaIntake | undefined;
-  let stopRequested = false;
+  // Aborted by stop(): a start-up still under way ends before its next step (or warm-up page), and retries end.
+  const abort = new AbortController();
+  const stopIfRequested = () => abort.signal.throwIfAborted();
   const buffer = new EventBuffer({
     ...config.store,
     storeRows: deps.wrapStoreRows ? deps.wrapStoreRows(storeRows) : storeRows,
@@ -228,7 +230,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     commit: (offsets) => (intake ? intake.commit(offsets) : Promise.resolve()),
     onOutage: () => intake?.pause(),
     onRecovery: () => {
-      if (!stopRequested) intake?.resume(); // storage back while draining at shutdown: intake stays paused
+      if (!abort.signal.aborted) intake?.resume(); // storage back while draining at shutdown: intake stays paused
     },
     deadLetterTopic: config.kafka?.dlqTopic,
     metrics,
@@ -256,14 +258,12 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     !config.kafka && buffer.bufferedRows >= config.store.maxBufferedRows
       ? `storage is not keeping up: ${buffer.bufferedRows} rows wait for it (STORE_MAX_BUFFERED_ROWS), and posts are refused`
       : undefined;
-  // Events posted (without Kafka) before detection has started are judged once it has: earlier, the
-  // open alerts are not loaded (a finding would open a second alert) and the windows not warmed (a
-  // key's usual networks would all look new). The warm-up leaves the held ones out: warmed, they
-  // would count as repeats when released, and never be judged.
-  const postedForDetection = new HeldUntilOpen<RequestEvent>(MAX_EVENTS_HELD_FOR_DETECTION, (events) => {
-    analysis?.detect(events).then(onDetection, (error: unknown) => logger.error({ err: error }, 'detection failed'));
-  });
-  const heldEventIds = new Set<string>();
+  // Without Kafka, posts wait (then get 503) until detection has started: judged earlier, an event
+  // could open a second alert (the open alerts are not loaded) or find a key's usual networks new (the
+  // windows are not warmed); stored and held in memory instead, it would be judged by no one were the
+  // worker stopped first, as the next start warms its windows with it.
+  let detectionStarted: () => void = () => {};
+  const postsJudged = config.kafka ? undefined : new Promise<void>((resolve) => (detectionStarted = resolve));
   // At most a budget's worth of a partition's events, the newest, of the plans detection evaluates,
   // read and handed over a page at a time (a million events at once would hold about a gigabyte of
   // the analysis thread's heap). Then the networks the partition's keys were seen from over the days
@@ -275,7 +275,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     await store.recentEvents(
       { since: new Date(asOf - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) },
       async (events) => {
-        await analysis.warm(heldEventIds.size > 0 ? events.filter((event) => !heldEventIds.has(event.eventId)) : events, partition);
+        await analysis.warm(events, partition);
         await heartbeat?.();
       },
     );
@@ -321,6 +321,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   if (analysis && config.ingest.token) {
     registerHttpIngest(app, {
       recalled,
+      detectionStarted: postsJudged,
+      detectionStopped: () => analysis.failureReason !== undefined,
       maxBufferedRows: config.store.maxBufferedRows,
       token: config.ingest.token,
       maxEvents: config.ingest.maxEvents,
@@ -332,7 +334,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       // key's partition stores and detects all of its events, and drops a retry sent elsewhere.
       publish: intake && ((events) => intake!.publish(events)),
       onAccepted: (events) => {
-        for (const held of postedForDetection.take(events)) heldEventIds.add(held.eventId);
+        analysis.detect(events).then(onDetection, (error: unknown) => logger.error({ err: error }, 'detection failed'));
       },
     });
   } else if (ingestEnabled) {
@@ -370,7 +372,6 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   const url = typeof address === 'object' && address ? `http://${formatHost(address.address)}:${address.port}` : '';
   logger.info({ url }, 'http server listening');
 
-  const abort = new AbortController();
   let webhooksStarted: Promise<void> | undefined;
   // Start-up: /ready answers 503 until every step here is done, each saying why (`startingUp`).
   const ready = (async () => {
@@ -378,10 +379,12 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       migrate(clickhouse, { tables, eventsTtlDays: config.clickhouse.eventsTtlDays }, logger),
     );
     migrated = true;
+    stopIfRequested();
     if (recalled) void recallPostedIds();
     enforcement?.start();
     if (secretKey) await resealWebhookSecrets(webhookStore, previousSecretKey !== undefined, logger);
     if (!analysis) return;
+    stopIfRequested();
     // Webhook start-up (the breakers' states, then attempting what is due) is needed for delivery
     // only: until it is done, critical alerts' notifications are stored all the same, and attempted
     // once it is. So it holds back neither the steps below nor readiness (taking traffic away from
@@ -390,26 +393,30 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     // Without the open alerts (and recent dismissals), a finding would open a second alert where
     // one is open, and a dismissed pattern would not stay quiet: not ready until they are loaded,
     // and the Kafka consumer starts only then (events posted before then wait: with Kafka in the
-    // topic, without it in postedForDetection).
+    // topic, without it in the client, which is answered once detection has started or with 503).
     startingUp = 'open alerts not loaded yet';
     await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(), () => {
       startingUp = 'storage unavailable: cannot load the open alerts (retrying)';
     });
+    stopIfRequested();
     startingUp = 'detection starting';
     await analysis.ready;
     // Events posted over HTTP and stored directly (without Kafka) belong to no partition: every
     // replica warms them. Like a partition's, a failed warm-up is not fatal: those windows hold the
-    // pages loaded before it failed.
+    // pages loaded before it failed. A stop ends it at the next page.
     let pagesLoaded = 0;
-    await warm(analysis, '', -1, async () => void pagesLoaded++).catch((error: unknown) =>
+    await warm(analysis, '', -1, async () => {
+      pagesLoaded++;
+      stopIfRequested();
+    }).catch((error: unknown) => {
+      stopIfRequested();
       logger.warn(
         { err: error, pagesLoaded },
         pagesLoaded === 0 ? 'detection warm-up of HTTP events failed; their windows start empty' : 'detection warm-up of HTTP events failed part-way; their windows hold only the pages loaded',
-      ),
-    );
-    const { released, dropped } = postedForDetection.open();
-    heldEventIds.clear();
-    if (released + dropped > 0) logger.info({ events: released, notJudged: dropped }, 'events posted during start-up handed to detection');
+      );
+    });
+    stopIfRequested();
+    detectionStarted();
     if (intake) {
       startingUp = undefined; // the consumer's start says why it is not consuming yet (intake.notReadyReason)
       await retryUntilDone('starting kafka intake', logger, abort.signal, () => intake!.start());
@@ -429,7 +436,6 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
-      stopRequested = true;
       logger.info('stopping');
       abort.abort();
       const stopBy = Date.now() + STOP_BUDGET_MS;
@@ -464,6 +470,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
 /** Retries a start-up step with backoff (a server may come up after the worker does); `onFailure` hears of each failed attempt. */
 async function retryUntilDone(what: string, logger: Logger, signal: AbortSignal, step: () => Promise<unknown>, onFailure?: () => void): Promise<void> {
   for (let attempt = 1; ; attempt++) {
+    signal.throwIfAborted();
     try {
       await step();
       return;
@@ -538,8 +545,10 @@ async function main(): Promise<void> {
       );
   }
   await started;
-  process.once('SIGTERM', () => shutdown('SIGTERM'));
-  process.once('SIGINT', () => shutdown('SIGINT'));
+  // `on`, not `once`: a repeated signal while stopping must not fall back to Node's default (dying
+  // mid-drain); shutdown() ignores repeats, and its 30 s timer bounds the stop.
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

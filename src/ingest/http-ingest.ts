@@ -9,7 +9,9 @@
  * topic, keyed by apiKeyId as the fleet keys its events: the replica that owns the key's partition
  * stores and detects them, so a key's events meet in one place and a retry sent to another replica
  * is dropped there as a redelivery. Either way, when that cannot be done in time the answer is 503
- * with Retry-After, and a retry of the same events is not counted twice.
+ * with Retry-After, and a retry of the same events is not counted twice. Without Kafka, posts are
+ * also answered 503 until this replica's detection has started, and once its thread has stopped:
+ * nothing is stored that no one would judge.
  *
  * Without Kafka, an event counts as a duplicate only once its rows are durable: a retry of events
  * still being stored (a post answered 503 whose rows stayed buffered) waits for them as their own
@@ -60,6 +62,14 @@ export interface HttpIngestOptions {
    */
   recalled?: Promise<void>;
   /**
+   * Without Kafka: settles once detection has started (the open alerts loaded, the windows warmed).
+   * Until then a post waits for it (up to storeTimeoutMs, then 503): events stored before it would be
+   * judged by no one if the worker stopped first, as the next start warms its windows with them.
+   */
+  detectionStarted?: Promise<void>;
+  /** Without Kafka: set when detection can judge nothing more (its thread stopped); posts are refused with 503 then, not stored unjudged. */
+  detectionStopped?(): boolean;
+  /**
    * Without Kafka: the most rows `buffer` holds waiting for the next flush (the buffer's
    * maxBufferedRows, STORE_MAX_BUFFERED_ROWS). A post whose accepted events would take it past this
    * is refused with 503 and Retry-After, neither buffered nor remembered; a post of more events than
@@ -94,7 +104,7 @@ const NDJSON_TYPES = ['application/x-ndjson', 'application/ndjson', 'application
 
 export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOptions): void {
   const authenticate = bearerTokenCheck(options.token, 'ingest token');
-  const { publish, buffer, recentIds, metrics, recalled, maxBufferedRows } = options;
+  const { publish, buffer, recentIds, metrics, recalled, detectionStarted, maxBufferedRows } = options;
   const timeoutMs = options.storeTimeoutMs ?? 10_000;
   /**
    * Posts whose events the brokers had not acknowledged by their deadline and still have not: while
@@ -219,6 +229,8 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     // With Kafka, storage is the consumer's business: the topic holds the events through its outage.
     if (publish ? overdue > 0 : !buffer.healthy) throw unavailable(publish !== undefined);
     if (recalled && (await settleWithin(recalled, timeoutMs)) === 'timeout') throw stillStarting();
+    if (detectionStarted && (await settleWithin(detectionStarted, timeoutMs)) === 'timeout') throw detectionNotJudging('has not started yet');
+    if (options.detectionStopped?.()) throw detectionNotJudging('has stopped');
     // The bound that moves with the clock (events older than the raw events are kept) as of this post.
     const events = parseBody(request.body, isJsonType(request.headers['content-type']), options.maxEvents, timesAsOf(options.eventTimes, Date.now()));
     if (!publish && maxBufferedRows !== undefined && events.length > maxBufferedRows) throw moreThanBuffered(maxBufferedRows);
@@ -376,6 +388,10 @@ function moreThanBuffered(maxBufferedRows: number): HttpError {
 /** 503 with Retry-After: the same code whichever way events are stored, so clients retry alike. */
 function stillStarting(): HttpError {
   return new HttpError(503, 'STORAGE_UNAVAILABLE', 'Storage has not yet said which events were stored before this worker started; retry later', undefined, { 'retry-after': '5' });
+}
+
+function detectionNotJudging(state: string): HttpError {
+  return new HttpError(503, 'STORAGE_UNAVAILABLE', `Detection ${state} on this worker; retry later`, undefined, { 'retry-after': '5' });
 }
 
 function bufferFull(): HttpError {

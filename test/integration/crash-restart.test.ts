@@ -1,7 +1,9 @@
 /**
  * The worker as a real process: killed with SIGKILL mid-stream and restarted, it still stores each
- * valid event once and dead-letters each malformed one; on SIGTERM it drains, commits and exits 0.
+ * valid event once and dead-letters each malformed one; on SIGTERM it drains, commits and exits 0,
+ * and a SIGTERM repeated while it drains does not cut the drain short.
  */
+import { connect } from 'node:net';
 import type { Producer } from 'kafkajs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { connectClickHouse } from '../../src/store/clickhouse.ts';
@@ -11,7 +13,7 @@ import { startClickHouse, type ClickHouseService } from '../services/clickhouse.
 import { asOfToday, makeMixedStream } from '../support/events.ts';
 import { groupCaughtUp, produceAll, readTopic, testKafka } from '../support/kafka.ts';
 import { spawnWorker, type WorkerProcess } from '../support/process.ts';
-import { scrapeMetric, testEnv, testNames, waitFor } from '../support/worker.ts';
+import { scrapeMetric, TEST_INGEST_TOKEN, testEnv, testNames, waitFor } from '../support/worker.ts';
 
 const TOTAL = 100_000;
 const names = testNames('crash');
@@ -93,5 +95,25 @@ describe('worker process killed mid-stream', () => {
     ).map((value) => JSON.parse(value));
     const seen = new Map(deadLetters.map((record) => [record.payload as string, record.reason as string]));
     expect(seen).toEqual(expectedDeadLetters);
+  });
+
+  it('a SIGTERM repeated while the first one drains is ignored: the drain ends, and the process exits 0', async () => {
+    const worker = await spawnWorker(testEnv({ clickhouse, names: testNames('crashsig'), extra: { LOG_LEVEL: 'info' } }));
+    processes.push(worker);
+    await waitFor(async () => (await fetch(`${worker.url}/ready`).catch(() => undefined))?.status === 200, `ready\n${worker.output()}`, 90_000);
+
+    // A post whose body is still arriving keeps the drain's first step (closing the HTTP server) busy.
+    const socket = connect(Number(new URL(worker.url).port), '127.0.0.1');
+    socket.on('error', () => undefined);
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.write(`POST /v1/ingest/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TEST_INGEST_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n[`);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+
+    worker.child.kill('SIGTERM');
+    await waitFor(() => worker.output().includes('"msg":"stopping"'), 'the first SIGTERM starts the drain', 10_000);
+    worker.child.kill('SIGTERM'); // an orchestrator or an operator repeating the signal
+    const exit = await worker.exited;
+    socket.destroy();
+    expect({ exit, stopped: worker.output().includes('"msg":"stopped"') }, worker.output().slice(-2000)).toEqual({ exit: { code: 0, signal: null }, stopped: true });
   });
 });

@@ -171,7 +171,8 @@ describe('enforcement decisions', () => {
     const off = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra: ADMIN_ENV }));
     // Detection off does not turn enforcement off (ENFORCEMENT_MODE does): it serves the stored alerts' decisions, and says so.
     const warnings: string[] = [];
-    const notDetecting = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra: { ENFORCEMENT_MODE: 'shadow', FEATURE_ANOMALY_DETECTION: 'false' } }), {
+    // With KAFKA_BROKERS set, as an operator who turned detection off may leave it: nothing is consumed, and it says so.
+    const notDetecting = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names, extra: { ENFORCEMENT_MODE: 'shadow', FEATURE_ANOMALY_DETECTION: 'false' } }), {
       logger: createLogger('warn', { write: (line: string) => warnings.push(JSON.parse(line).msg) }),
     });
     try {
@@ -187,6 +188,7 @@ describe('enforcement decisions', () => {
       expect((await readDecisions(off.url)).status).toBe(404);
       await waitFor(async () => ((await readDecisions(notDetecting.url, `?apiKeyId=${apiKeyId}`)).body.data?.shadowDecisions ?? []).length === 1, 'a replica without detection serves the decision', 30_000);
       expect(warnings).toContainEqual(expect.stringMatching(/FEATURE_ANOMALY_DETECTION is off, but enforcement serves the decisions of the alerts stored; set ENFORCEMENT_MODE=off/));
+      expect(warnings).toContainEqual(expect.stringMatching(/^KAFKA_BROKERS is set but FEATURE_ANOMALY_DETECTION is off: nothing is consumed from Kafka/));
 
       // Admins see the shadow decision as not applied; with enforcement off, the mode and nothing else.
       const shadowView = await adminCall(shadow.url, await token(MERCHANT, 'viewer'), `/enforcement?apiKeyId=${apiKeyId}`);

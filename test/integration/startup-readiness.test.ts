@@ -3,11 +3,13 @@
  * with reads failing at the storage boundary: a worker whose open alerts cannot be loaded would
  * open a second alert where one is open, so it answers 503 saying so until they are loaded; a
  * webhook dispatcher that cannot start holds back neither intake nor readiness (it is needed for
- * delivery only, and is retried beside them). Events posted meanwhile are taken: without Kafka stored
- * and judged once detection has started, so they continue the open alert instead of opening a
- * second; with Kafka produced to the topic, and stored and judged once the consumer has started.
- * A setting the worker cannot start with stops the process at once: exit 2, every problem named;
- * started in-process, it rejects and releases its thread and storage client.
+ * delivery only, and is retried beside them). Events posted meanwhile: without Kafka refused with 503
+ * until detection has started (stored earlier, they would be judged by no one if the worker stopped
+ * first), then judged as continuing the open alert; with Kafka produced to the topic, and stored
+ * and judged once the consumer has started. A stop during start-up ends it before its next step;
+ * an analysis thread that dies turns /ready to 503 and posts away. A setting the worker cannot
+ * start with stops the process at once: exit 2, every problem named; started in-process, it
+ * rejects and releases its thread and storage client.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -16,7 +18,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { afterAll, describe, expect, it } from 'vitest';
+import type { Worker as ThreadWorker } from 'node:worker_threads';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import type { Config } from '../../src/config.ts';
 import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker, type WorkerDeps } from '../../src/main.ts';
@@ -24,6 +27,19 @@ import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { useEngines } from '../support/engines.ts';
 import { spawnWorker } from '../support/process.ts';
 import { readiness, TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
+
+// Every analysis thread made, so that a test can end one as a native fault or an exhausted heap would.
+const analysisThreads = vi.hoisted(() => [] as ThreadWorker[]);
+vi.mock('node:worker_threads', async (importOriginal) => {
+  const actual = await importOriginal<typeof import('node:worker_threads')>();
+  class RecordedWorker extends actual.Worker {
+    constructor(...args: ConstructorParameters<typeof actual.Worker>) {
+      super(...args);
+      analysisThreads.push(this);
+    }
+  }
+  return { ...actual, default: { ...actual, Worker: RecordedWorker }, Worker: RecordedWorker };
+});
 
 /** Storage whose reads that contain `marker` fail while `failing()` says so; counts the failed and the answered ones. */
 function failingReads(marker: string, failing: () => boolean) {
@@ -79,14 +95,13 @@ describe('/ready while start-up steps are retried', () => {
     }
   });
 
-  it('without Kafka, judges events posted while the open alerts cannot be loaded once they are: the open alert goes on, no second one opens', async () => {
+  it('without Kafka, refuses posts with 503 until the open alerts are loaded and detection has started, then judges a retry: the open alert goes on, no second one opens', async () => {
     const names = testNames('startposted');
     const apiKeyId = `pk_live_${names.runId}`;
-    const postAttack = async (url: string) => expect((await postEvents(url, [attackToolRequest(apiKeyId)])).status).toBe(202);
     const alertsOfKey = async (worker: Worker) => (await worker.alertStore.loadForDedup(new Date(0))).filter((alert) => alert.apiKeyId === apiKeyId);
 
     const first = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names }));
-    await postAttack(first.url);
+    expect((await postEvents(first.url, [attackToolRequest(apiKeyId)])).status).toBe(202);
     await waitFor(async () => (await alertsOfKey(first)).length === 1, 'the first worker opens the alert', 30_000);
     const [opened] = await alertsOfKey(first);
     await first.stop();
@@ -96,10 +111,18 @@ describe('/ready while start-up steps are retried', () => {
     const second = await start(testConfig({ clickhouse: engines.clickhouse, names }), { wrapClickHouse });
     try {
       await waitFor(() => reads.failed >= 1, 'the second worker cannot load the open alerts', 60_000);
-      await postAttack(second.url);
-      await new Promise((resolve) => setTimeout(resolve, 1_000)); // time enough to judge it, were it judged now
+      // Neither stored nor held: stored now, it would be judged by no one were this worker stopped before detection starts.
+      const attack = attackToolRequest(apiKeyId);
+      const refused = await postEvents(second.url, [attack]);
+      expect({ status: refused.status, retryAfter: refused.headers.get('retry-after'), body: await refused.json() }).toEqual({
+        status: 503,
+        retryAfter: '5',
+        body: { success: false, error: { code: 'STORAGE_UNAVAILABLE', message: 'Detection has not started yet on this worker; retry later' } },
+      });
       unreadable = false;
       await second.ready;
+      const retried = await postEvents(second.url, [attack]);
+      expect(((await retried.json()) as { data: unknown }).data).toMatchObject({ accepted: 1, duplicates: 0 });
       await waitFor(async () => (await alertsOfKey(second)).some((alert) => alert.occurrences === 2), 'the posted event continues the open alert', 30_000, async () => JSON.stringify(await alertsOfKey(second)));
       const alerts = await alertsOfKey(second);
       expect(alerts.map((alert) => ({ id: alert.id, occurrences: alert.occurrences }))).toEqual([{ id: opened!.id, occurrences: 2 }]);
@@ -161,6 +184,73 @@ describe('/ready while start-up steps are retried', () => {
         )[0]!;
       await waitFor(async () => (await stored()).rows > 0, 'the posted event is stored', 30_000);
       expect(await stored()).toEqual({ rows: 1, fromTopic: 1 });
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it('a stop requested while storage migrates ends start-up before its next step: no open alerts read, no warm-up, no Kafka join, never ready', async () => {
+    let migrate!: () => void;
+    const migrationHeld = new Promise<void>((resolve) => (migrate = resolve));
+    let stopRequested = false;
+    const readsAfterStop: string[] = [];
+    // The reads of the steps after the migration: the open alerts, and the warm-up's events and networks.
+    const laterStep = /WHERE status IN \('open', 'acknowledged'\) OR updated_at|request_events|key_networks_1d/;
+    const noteRead = (query: string) => {
+      if (stopRequested && laterStep.test(query)) readsAfterStop.push(query.replace(/\s+/g, ' ').slice(0, 80));
+    };
+    const wrapClickHouse = (db: ClickHouse): ClickHouse => ({
+      ...db,
+      command: async (query, params, settings) => {
+        await migrationHeld;
+        return db.command(query, params, settings);
+      },
+      queryRows: async <T,>(query: string, params?: Record<string, unknown>) => {
+        noteRead(query);
+        await migrationHeld;
+        return db.queryRows<T>(query, params);
+      },
+      queryPages: async (query, ...rest) => {
+        noteRead(query);
+        return db.queryPages(query, ...rest);
+      },
+    });
+    const lines: { msg: string }[] = [];
+    const logger = createLogger('info', { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const worker = await startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: testNames('startstop') }), { logger, wrapClickHouse });
+    stopRequested = true; // SIGTERM while the migrations run (held here)
+    const stopped = worker.stop();
+    migrate();
+    await stopped;
+    const messages = lines.map((line) => line.msg);
+    expect({ laterReads: readsAfterStop, ready: messages.includes('ready'), kafkaStarted: messages.includes('kafka intake started'), stopped: messages.includes('stopped') }).toEqual({
+      laterReads: [],
+      ready: false,
+      kafkaStarted: false,
+      stopped: true,
+    });
+  });
+
+  it('without Kafka, once the analysis thread has died, answers /ready and posts with 503 and reports it: nothing is stored that no one would judge', async () => {
+    const names = testNames('startthread');
+    const fatal: Error[] = [];
+    const before = analysisThreads.length;
+    const worker = await start(testConfig({ clickhouse: engines.clickhouse, names }), { onFatal: (error) => fatal.push(error) });
+    try {
+      await worker.ready;
+      expect(analysisThreads).toHaveLength(before + 1);
+      await analysisThreads[before]!.terminate(); // as a native fault or an exhausted heap would end it
+      await waitFor(() => fatal.length === 1, 'onFatal hears that the analysis thread stopped');
+      expect(await readiness(worker.url)).toMatchObject({ status: 503, reason: expect.stringMatching(/^analysis thread stopped/) });
+      const refused = await postEvents(worker.url, [attackToolRequest(`pk_live_${names.runId}`)]);
+      expect({ status: refused.status, body: await refused.json() }).toEqual({
+        status: 503,
+        body: { success: false, error: { code: 'STORAGE_UNAVAILABLE', message: 'Detection has stopped on this worker; retry later' } },
+      });
+      const [stored] = await worker.clickhouse.queryRows<{ rows: number }>(`SELECT count() AS rows FROM ${engines.clickhouse.database}.request_events WHERE api_key_id = {key:String}`, {
+        key: `pk_live_${names.runId}`,
+      });
+      expect(stored!.rows).toBe(0);
     } finally {
       await worker.stop();
     }

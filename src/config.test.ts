@@ -210,6 +210,7 @@ describe('loadConfig: GEOIP_CITY_DB', () => {
 });
 
 describe('loadConfig: DETECTION_CONFIG_FILE', () => {
+  const SECRET_FILE_CONTENT = 'Zq8vN2kR7xW4pL9tB3mH6cJ1yF5sD0gA';
   const valid = join(dir, 'detection.json');
   writeFileSync(valid, JSON.stringify({ allowlist: { keys: ['pk_live_probe'] }, plans: { enterprise: { rules: { velocity_attack: { thresholdRatio: 2 } } } } }));
   const notJson = join(dir, 'not-json.json');
@@ -233,6 +234,17 @@ describe('loadConfig: DETECTION_CONFIG_FILE', () => {
     const problems = problemsOf({ DETECTION_CONFIG_FILE: file, PORT: 'eighty', LOG_LEVEL: 'loud' });
     expect(problems.map((line) => line.split(':')[0])).toEqual(['LOG_LEVEL', 'PORT', 'DETECTION_CONFIG_FILE']);
     expect(problems[2]!.startsWith(problem), problems[2]).toBe(true);
+  });
+
+  it.each([
+    ['the start of the text', `${SECRET_FILE_CONTENT}\n`, 'not valid JSON'],
+    ['a string running to its end', `{"allowlist": {"keys": ["${SECRET_FILE_CONTENT}`, 'not valid JSON at line 1, column 58'],
+    ['a property after its second line', `{\n  "allowlist": {},\n  ${SECRET_FILE_CONTENT}: 1\n}`, 'not valid JSON at line 3, column 3'],
+  ])('names where a file that is not JSON goes wrong, never quoting it (it may be a secret mounted by mistake): %s', (_, content, where) => {
+    const file = join(dir, 'mounted-secret');
+    writeFileSync(file, content);
+    const message = problemsOf({ DETECTION_CONFIG_FILE: file }).join('\n');
+    expect(message).toBe(`DETECTION_CONFIG_FILE: ${file}: ${where}`);
   });
 });
 

@@ -102,7 +102,7 @@ export class DetectionConfig {
    * was tuned.
    */
   static parse(text: string, rules?: readonly TunableRule[]): DetectionConfig {
-    const parsed = detectionConfigSchema.safeParse(JSON.parse(text));
+    const parsed = detectionConfigSchema.safeParse(parseJson(text));
     if (!parsed.success) {
       throw new Error(`invalid detection config: ${parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`).join('; ')}`);
     }
@@ -226,4 +226,19 @@ function overrideProblems(input: z.output<typeof detectionConfigSchema>, rules: 
     }
   }
   return problems;
+}
+
+/**
+ * JSON.parse, whose error says where the text stops being JSON but quotes none of it (V8's quotes
+ * the start of the text): a file named by mistake may be a mounted secret, and the error is logged.
+ */
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    const position = /at position (\d+)/.exec((error as Error).message)?.[1];
+    if (position === undefined) throw new Error('not valid JSON');
+    const before = text.slice(0, Number(position)).split('\n');
+    throw new Error(`not valid JSON at line ${before.length}, column ${before.at(-1)!.length + 1}`);
+  }
 }

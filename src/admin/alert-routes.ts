@@ -85,11 +85,12 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
 
   async function dashboard(range: keyof typeof DASHBOARD_RANGES, merchantId: string | undefined) {
     const { rangeMs, bucketSeconds } = DASHBOARD_RANGES[range];
-    // The range ends with the bucket in progress and starts on a bucket's start, so every point of
-    // the trends but the last is a whole bucket (a first point cut short would read as a drop).
+    // The range ends with the bucket in progress and starts at the start of the bucket that holds
+    // now - range, so the whole range is covered (one bucket more than the range holds) and every
+    // point of the trends but the last is a whole bucket (a first point cut short would read as a drop).
     const bucketMs = bucketSeconds * 1000;
     const to = new Date(now());
-    const from = new Date(Math.ceil(to.getTime() / bucketMs) * bucketMs - rangeMs);
+    const from = new Date(Math.floor((to.getTime() - rangeMs) / bucketMs) * bucketMs);
     const [summary, trend, topKeys, recent, seen] = await Promise.all([
       metrics({ from, to, merchantId }),
       deps.eventStore.trafficTrend({ from, to, merchantId, bucketSeconds }),
@@ -235,8 +236,8 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
       operationId: 'getDashboard',
       summary: 'Metrics, traffic and success trends, riskiest keys, recent alerts and AI insights for a range',
       description:
-        'Trends have one point per minute for 1h, per 15 minutes for 24h and per hour for 7d, from a bucket\'s start ' +
-        '(metrics.from) to the bucket in progress, the only one not whole; a point without ' +
+        'Trends have one point per minute for 1h, per 15 minutes for 24h and per hour for 7d, from the start of the ' +
+        'bucket that holds the range\'s start (metrics.from) to the bucket in progress, the only one not whole; a point without ' +
         'requests has successRate null (no rate, not 0%). ' +
         'recentAlerts are the 10 newest alerts created in the range. ' +
         'With FEATURE_AI_RISK_SCORING on, aiInsights names the attack patterns across the alerts seen in the range ' +

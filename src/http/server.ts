@@ -5,7 +5,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import { HttpError, handleError, renderError, toHttpError, validationError } from './errors.ts';
@@ -53,8 +53,13 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
   app.addHook('onRequest', async () => {
     if (closing) throw new HttpError(503, 'SERVICE_UNAVAILABLE', 'The worker is shutting down; retry', undefined, { 'retry-after': '1', connection: 'close' });
   });
-  app.setNotFoundHandler((_request, reply) => {
-    void reply.code(404).send(renderError(new HttpError(404, 'NOT_FOUND', 'Not found')));
+  app.setNotFoundHandler(answerNotFound);
+  // A path no route serves is answered before its body is parsed: otherwise an empty or malformed
+  // JSON body would get the parser's 400 instead of the 404 (the not-found handler runs after parsing).
+  app.addHook('onRequest', async (request, reply) => {
+    if (!request.is404) return;
+    answerNotFound(request, reply);
+    return reply;
   });
 
   const startedAt = Date.now();
@@ -77,6 +82,11 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
   });
 
   return app;
+}
+
+/** The one answer to a path no route serves: 404 in Format A, the URL never echoed. */
+function answerNotFound(_request: FastifyRequest, reply: FastifyReply): void {
+  void reply.code(404).send(renderError(new HttpError(404, 'NOT_FOUND', 'Not found')));
 }
 
 /**

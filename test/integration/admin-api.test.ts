@@ -309,15 +309,26 @@ describe('admin API', () => {
     const toYesterday = await call(`/metrics?to=${new Date(now - 2 * day).toISOString()}`, {}, bearer);
     expect(toYesterday.body.data).toMatchObject({ totalRequests: 0, from: new Date(now - 3 * day).toISOString() });
 
+    /**
+     * A dashboard's range starts at the start of the bucket that holds `to` - range, so its first point
+     * covers the range's start: one point more than the range holds, each a whole bucket but the last
+     * (in progress); one fewer when `to` falls exactly on a bucket's start.
+     */
+    const expectRange = (data: { metrics: { from: string; to: string }; trafficTrend: { t: string }[] }, rangeMs: number, bucketMs: number, points: number) => {
+      const from = Date.parse(data.metrics.from);
+      const to = Date.parse(data.metrics.to);
+      expect(from % bucketMs).toBe(0);
+      expect(to - rangeMs - from).toBeGreaterThanOrEqual(0);
+      expect(to - rangeMs - from).toBeLessThan(bucketMs);
+      expect(data.trafficTrend).toHaveLength(to % bucketMs === 0 ? points - 1 : points);
+      expect(data.trafficTrend[0]!.t).toBe(data.metrics.from);
+    };
     const dashboard = await call('/dashboard?range=1h', {}, bearer);
     expect(dashboard.status).toBe(200);
     const data = dashboard.body.data;
     expect(data.range).toBe('1h');
     expect(data.metrics.totalRequests).toBe(240);
-    // The range starts on a bucket's start: 60 points, each a whole minute but the last (in progress).
-    expect(data.trafficTrend).toHaveLength(60);
-    expect(data.trafficTrend[0].t).toBe(data.metrics.from);
-    expect(Date.parse(data.metrics.from) % MINUTE).toBe(0);
+    expectRange(data, 60 * MINUTE, MINUTE, 61);
     expect(data.trafficTrend.reduce((sum: number, point: { requests: number }) => sum + point.requests, 0)).toBe(240);
     const step = Date.parse(data.trafficTrend[1].t) - Date.parse(data.trafficTrend[0].t);
     expect(step).toBe(MINUTE);
@@ -344,12 +355,9 @@ describe('admin API', () => {
 
     const week = (await call('/dashboard?range=7d', {}, bearer)).body.data;
     expect(Date.parse(week.trafficTrend[1].t) - Date.parse(week.trafficTrend[0].t)).toBe(60 * MINUTE);
-    expect(week.trafficTrend).toHaveLength(168);
-    expect(week.trafficTrend[0].t).toBe(week.metrics.from);
-    expect(Date.parse(week.metrics.from) % (60 * MINUTE)).toBe(0);
+    expectRange(week, 7 * 24 * 60 * MINUTE, 60 * MINUTE, 169);
     const today = (await call('/dashboard?range=24h', {}, bearer)).body.data;
-    expect(today.trafficTrend).toHaveLength(96);
-    expect(Date.parse(today.metrics.from) % (15 * MINUTE)).toBe(0);
+    expectRange(today, 24 * 60 * MINUTE, 15 * MINUTE, 97);
     expect(today.trafficTrend.reduce((sum: number, point: { requests: number }) => sum + point.requests, 0)).toBe(240);
   });
 
@@ -630,6 +638,17 @@ describe('admin API switched off', () => {
         const response = await adminCall(worker.url, await token('m_1', 'admin'), path);
         expect(response.status, path).toBe(404);
         expect(response.body.error.code).toBe('NOT_FOUND');
+      }
+      // Whatever the body: an empty or malformed JSON one is not parsed, so it is 404 too, not 400.
+      const malformed: [method: string, path: string, rawBody: string][] = [['PATCH', `/alerts/${randomUUID()}`, ''], ['PATCH', `/alerts/${randomUUID()}`, '{"status":'], ['DELETE', '/webhook', '']];
+      for (const [method, path, rawBody] of malformed) {
+        const response = await adminCall(worker.url, await token('m_1', 'admin'), path, { method, rawBody });
+        expect({ method, rawBody, status: response.status, body: response.body }).toEqual({
+          method,
+          rawBody,
+          status: 404,
+          body: { success: false, error: { code: 'NOT_FOUND', message: 'Not found' } },
+        });
       }
     } finally {
       await worker.stop();

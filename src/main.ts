@@ -448,7 +448,9 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
           logger.error({ step: what, waitedMs: ms }, 'shutdown step did not finish in time; going on');
         }
       };
-      await ready.catch(() => undefined);
+      // A start-up step that hangs (a storage call that never answers) must not hold the stop: the
+      // steps after it do not run (the abort), and what it holds is closed below.
+      await within('ending start-up', ready.catch(() => undefined), STOP_STEP_MS);
       await within('closing the HTTP server', app.close(), STOP_STEP_MS); // no new requests; in-flight ones finish
       intake?.stopFetching(); // a batch still waiting on storage gives up: Kafka delivers it again to the next owner
       await within('handing fetched batches to the buffer', intake?.settle(), STOP_STEP_MS); // batches fetched before the pause reach the buffer

@@ -231,6 +231,19 @@ describe('/ready while start-up steps are retried', () => {
     });
   });
 
+  it('a stop requested while a start-up step hangs (storage never answers) is not held by it: the stop goes on after 5 s and ends', async () => {
+    const never = new Promise<never>(() => {});
+    const wrapClickHouse = (db: ClickHouse): ClickHouse => ({ ...db, command: () => never });
+    const lines: { msg: string; step?: string }[] = [];
+    const logger = createLogger('info', { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const worker = await startWorker(testConfig({ clickhouse: engines.clickhouse, names: testNames('starthang') }), { logger, wrapClickHouse });
+    await worker.stop();
+    expect(lines.filter((line) => line.step !== undefined || line.msg === 'stopped').map(({ msg, step }) => ({ msg, step }))).toEqual([
+      { msg: 'shutdown step did not finish in time; going on', step: 'ending start-up' },
+      { msg: 'stopped', step: undefined },
+    ]);
+  });
+
   it('without Kafka, once the analysis thread has died, answers /ready and posts with 503 and reports it: nothing is stored that no one would judge', async () => {
     const names = testNames('startthread');
     const fatal: Error[] = [];

@@ -214,6 +214,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     if (detection.load) detectionLoad.record(detection.load);
     alerts.handle(detection);
   };
+  // Keys judged by the thread itself once their REJUDGE_MS wait is over, when no batch came to do it.
+  if (analysis) analysis.onDeferredDetection = onDetection;
   const detectionWindowMs = Math.max(...RULES.map((rule) => rule.windowMs));
   const storeRows: StoreRows = (body, signal, dedupToken) => store.insertRows(body, signal, dedupToken);
 

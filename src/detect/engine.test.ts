@@ -261,6 +261,23 @@ describe('DetectionEngine', () => {
       expect(countOf(at(detection, 300 + REJUDGE_MS, 'pk_live_b'))).toEqual([]);
     });
 
+    it('judges what arrived during the wait once it is over when no batch comes at all (judgeDue), as of the wait\'s end', () => {
+      const nows: number[] = [];
+      const { detection } = engine([{ ...countingRule, evaluate: (window, params, now) => (nows.push(now), countingRule.evaluate(window, params, now)) }]);
+      at(detection, 0);
+      at(detection, 100);
+      expect(countOf(at(detection, 200))).toEqual([3]);
+      expect(countOf(at(detection, 300))).toEqual([]);
+      expect(detection.nextDeferredDue()).toBe(T0 + 200 + REJUDGE_MS);
+      expect(detection.judgeDue(T0 + 199 + REJUDGE_MS)).toEqual([]);
+      // The ingest goes quiet: nothing more arrives, on any partition.
+      expect(countOf(detection.judgeDue(T0 + 10_000))).toEqual([4]);
+      expect(nows.at(-1)).toBe(T0 + 200 + REJUDGE_MS);
+      // Judged once: nothing waits any more.
+      expect(detection.nextDeferredDue()).toBeUndefined();
+      expect(detection.judgeDue(T0 + 20_000)).toEqual([]);
+    });
+
     it('leaves a waiting key to batches of its own partition, and forgets it with the partition', () => {
       const { calls, rules } = watched();
       const { detection } = engine(rules);
@@ -595,6 +612,7 @@ describe('DetectionEngine with the rules of rules/', () => {
     // The admin allowlists the box; the key's next ordinary request no longer finds the tools.
     config = DetectionConfig.parse(JSON.stringify({ merchants: { m_1: { allowlist: { ips: ['203.0.113.0/24'] } } } }));
     expect(both([ordinary(60)], T0 + 60_000)).toEqual([]);
+    expect(screened.load.tallyEntries).toBe(screened.recountTallyEntries());
     expect(both([ordinary(600, `100.${places.length - 1}.2.2`)], T0 + 600_000)).toEqual(['impossible_travel']);
   });
 

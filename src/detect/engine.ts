@@ -375,6 +375,31 @@ export class DetectionEngine {
     return findings;
   }
 
+  /**
+   * Judges the keys whose REJUDGE_MS wait is over by `clock` (any partition), each as of the end of
+   * its wait: what arrived during the wait is judged even when no batch comes to do it
+   * (judgeDeferred), as when ingest goes quiet. The analysis thread calls it on a timer set for
+   * nextDeferredDue.
+   */
+  judgeDue(clock: number): EngineFinding[] {
+    this.followConfig();
+    const findings: EngineFinding[] = [];
+    for (const state of this.deferredKeys) {
+      const due = this.deferredDue(state);
+      if (due <= clock) this.judge(state, due, findings, true);
+      // Judged, now or by a batch since it was marked: it waits no more.
+      if (!state.deferred!.includes(true)) this.deferredKeys.delete(state);
+    }
+    return findings;
+  }
+
+  /** When judgeDue next has a key to judge (the earliest end of a wait), undefined while no key waits. */
+  nextDeferredDue(): number | undefined {
+    let next = Infinity;
+    for (const state of this.deferredKeys) next = Math.min(next, this.deferredDue(state));
+    return next === Infinity ? undefined : next;
+  }
+
   /** Adds events without evaluating (warming the windows after a start or a rebalance). */
   warm(events: readonly RequestEvent[], partition = -1): void {
     this.followConfig();
@@ -446,8 +471,10 @@ export class DetectionEngine {
       else kept?.push(event);
     }
     if (kept === undefined) return;
-    // Built again from the events kept, in time order; a screen set aside (BROKEN) gets a new tally.
+    // Built again from the events kept, in time order, their tally entries counted afresh; a screen set aside (BROKEN) gets a new tally.
     this.windowEvents -= state.window.size;
+    this.tallyEntries -= state.tallyEntries;
+    state.tallyEntries = 0;
     state.window = new EventWindow();
     state.eventIds = new EventIdHashes();
     state.tallies = this.rules.map((rule) => rule.screen?.create());
@@ -797,6 +824,15 @@ export class DetectionEngine {
       this.judge(state, now, findings, true);
       if (!state.deferred!.includes(true)) this.deferredKeys.delete(state);
     }
+  }
+
+  /** When the first of the key's waiting rules may be judged again; Infinity if none waits (any longer). */
+  private deferredDue(state: KeyState): number {
+    let due = Infinity;
+    state.deferred?.forEach((waiting, r) => {
+      if (waiting) due = Math.min(due, state.firedAt![r]! + REJUDGE_MS);
+    });
+    return due;
   }
 
   /** A screen's verdict on a key; a screen that throws is set aside for the key, and the rule evaluates. */

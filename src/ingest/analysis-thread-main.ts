@@ -10,7 +10,7 @@ import { DetectionConfig, followDetectionConfig } from '../detect/detection-conf
 import { DetectionEngine, ENGINE_ERROR, type EngineFinding } from '../detect/engine.ts';
 import { openGeoLookup } from '../detect/geo.ts';
 import type { RequestEvent } from '../events/request-event.ts';
-import type { AnalysisRequest, AnalysisResponse, AnalysisSettings } from './analysis-thread.ts';
+import type { AnalysisRequest, AnalysisResponse, AnalysisSettings, DeferredDetection } from './analysis-thread.ts';
 import { RecentEventIds } from './recent-event-ids.ts';
 import { validateBatch } from './validate-batch.ts';
 
@@ -47,6 +47,40 @@ const engine = settings.detection
   : undefined;
 
 /**
+ * A key a rule found something for waits REJUDGE_MS before that rule judges it again, and a batch
+ * judges it once the wait is over. When no batch comes (the ingest went quiet), this timer does, at
+ * the end of the earliest wait, and sends its detections to the main thread unasked (a
+ * DeferredDetection). Unref'd, it never keeps the thread alive; it is not set while no key waits.
+ */
+let deferredTimer: NodeJS.Timeout | undefined;
+let deferredTimerDue = Infinity;
+
+function scheduleDeferredJudgement(): void {
+  const due = engine?.nextDeferredDue();
+  if (due !== undefined && deferredTimer !== undefined && deferredTimerDue <= due) return; // set for then or sooner
+  clearTimeout(deferredTimer);
+  deferredTimer = undefined;
+  if (due === undefined) return;
+  deferredTimerDue = due;
+  deferredTimer = setTimeout(judgeDeferredKeys, Math.max(0, due - Date.now())).unref();
+}
+
+function judgeDeferredKeys(): void {
+  deferredTimer = undefined;
+  let findings: EngineFinding[] = [];
+  try {
+    findings = engine!.judgeDue(Date.now());
+  } catch (error) {
+    ruleErrors.push({ ruleId: ENGINE_ERROR, message: error instanceof Error ? error.message : String(error) });
+  }
+  if (findings.length > 0 || ruleErrors.length > 0) {
+    const message: DeferredDetection = { kind: 'detection', detection: { findings, ruleErrors: ruleErrors.splice(0), load: engine!.load } };
+    port.postMessage(message);
+  }
+  scheduleDeferredJudgement();
+}
+
+/**
  * Rules judge windows as of the batch's events (never later than the clock), a minute of event time
  * at a time, so a consumer catching up on a backlog still sees the attacks in it (processBatch). An
  * event dated far ahead does not move `now` past the clock, and the engine keeps it out of the
@@ -61,6 +95,8 @@ function detect(events: readonly RequestEvent[], partition: number): EngineFindi
     // batch's events are still stored, and the failure is counted and logged like a rule's.
     ruleErrors.push({ ruleId: ENGINE_ERROR, message: error instanceof Error ? error.message : String(error) });
     return [];
+  } finally {
+    scheduleDeferredJudgement();
   }
 }
 

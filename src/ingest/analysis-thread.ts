@@ -52,6 +52,9 @@ export type AnalysisRequest =
 
 export type AnalysisResponse = { id: number; result: BatchAnalysis | Detection } | { id: number; error: string };
 
+/** Detection the thread made unasked: keys judged once their REJUDGE_MS wait was over, with no batch to judge them (engine.judgeDue). */
+export type DeferredDetection = { kind: 'detection'; detection: Detection };
+
 type Pending = { resolve(result: BatchAnalysis | Detection): void; reject(error: Error): void };
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
@@ -64,6 +67,11 @@ export class AnalysisThread {
   private died = false;
   /** Resolves when the thread has loaded its rules and GeoIP database. */
   readonly ready: Promise<void>;
+  /**
+   * Receives the detections the thread makes unasked (DeferredDetection), as those of batches are
+   * handled; without it, they are dropped.
+   */
+  onDeferredDetection?: (detection: Detection) => void;
 
   constructor(
     settings: AnalysisSettings,
@@ -82,9 +90,10 @@ export class AnalysisThread {
       this.rejectReady = reject;
     });
     this.ready.catch(() => undefined); // a caller that never awaits it is told through onFailure
-    this.worker.on('message', (message: AnalysisResponse | { kind: 'ready' } | { kind: 'log'; level: 'info' | 'error'; message: string }) => {
+    this.worker.on('message', (message: AnalysisResponse | DeferredDetection | { kind: 'ready' } | { kind: 'log'; level: 'info' | 'error'; message: string }) => {
       if ('kind' in message) {
         if (message.kind === 'ready') markReady();
+        else if (message.kind === 'detection') this.onDeferredDetection?.(message.detection);
         else logger[message.level]({ component: 'analysis' }, message.message);
         return;
       }

@@ -6,7 +6,8 @@
  * times when it restarts behind, and again when a rebalance cuts the warm-up short (a partition a
  * replica keeps through a rebalance is not read again). A key's new owner continues the alert its
  * previous owner opened. A key's networks of the last days outlive a restart (key_networks_1d), so a
- * daily job from many networks alerts once.
+ * daily job from many networks alerts once. An attack that worsens within REJUDGE_MS of its first
+ * finding and then stops is still judged, with no later event to prompt it.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
@@ -16,7 +17,7 @@ import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { networkOf } from '../../rules/network.ts';
 import { useEngines } from '../support/engines.ts';
 import { groupCaughtUp, produceAll } from '../support/kafka.ts';
-import { metricTotal, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
+import { metricTotal, TEST_INGEST_TOKEN, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
 
 const MINUTE = 60_000;
 const LIBRARY_AGENTS = ['okhttp/4.12.0', 'python-requests/2.32.3', 'axios/1.7.7', 'Go-http-client/2.0', 'curl/8.5.0', 'Java/17.0.2'];
@@ -384,5 +385,27 @@ describe('detection end to end', () => {
     expect(Number(stored?.rows)).toBe(events.length);
     expect(failedReads.length).toBeGreaterThanOrEqual(2); // the HTTP events' and at least one partition's
     expect((await fetch(`${worker.url}/ready`)).status).toBe(200);
+  });
+
+  it('escalates an alert whose attack worsened within REJUDGE_MS of its first finding and then stopped: judged with no later event', async () => {
+    const names = testNames('quiet');
+    const key = `pk_live_${names.runId}_guess`;
+    const worker = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names }));
+    const post = async (events: Event[]) => {
+      const response = await fetch(`${worker.url}/v1/ingest/events`, { method: 'POST', headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(events) });
+      expect(response.status).toBe(202);
+    };
+    const failureAlerts = async () =>
+      (await worker.alertStore.loadForDedup(new Date(0))).filter((alert) => alert.apiKeyId === key).map((alert) => ({ type: alert.type, severity: alert.severity }));
+    // Judged as of the events' times: 40 requests in a second, 30 of them refused, a medium brute force ...
+    const start = Date.now() - 2_000;
+    await post(spread(40, start, 1_000, (t, i) => event(key, t, { status: i % 4 === 3 ? 201 : 401 })));
+    await waitFor(async () => (await failureAlerts()).length === 1, 'the brute force alerts', 30_000);
+    expect(await failureAlerts()).toEqual([{ type: 'high_failure_rate', severity: 'medium' }]);
+    // ... then guessing flat out in the next 200 ms of event time, while the rule waits out REJUDGE_MS after its finding.
+    await post(spread(1_200, start + 1_000, 200, (t) => event(key, t, { status: 401 })));
+    // Nothing more is posted: the key is judged once the wait is over.
+    await waitFor(async () => (await failureAlerts())[0]?.severity === 'critical', 'the alert escalates with no later event', 30_000, async () => JSON.stringify(await failureAlerts()));
+    expect(await failureAlerts()).toEqual([{ type: 'high_failure_rate', severity: 'critical' }]);
   });
 });

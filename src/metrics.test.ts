@@ -3,7 +3,15 @@ import { parser } from '@prometheus-io/lezer-promql';
 import type { SyntaxNode } from '@lezer/common';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import { RULES } from '../rules/index.ts';
+import { AlertManager } from './alerts/alert-manager.ts';
+import { AlertService } from './alerts/alert-service.ts';
+import { createLogger } from './logger.ts';
 import { WorkerMetrics } from './metrics.ts';
+import type { AlertStore } from './store/alert-store.ts';
+import type { WebhookStore } from './store/webhook-store.ts';
+import { WebhookDispatcher } from './webhooks/dispatcher.ts';
+import { targetPolicy } from './webhooks/target-policy.ts';
 
 /** The alerting rules shipped for on-call (config/prometheus-alerts.yml). */
 interface AlertRule {
@@ -105,6 +113,27 @@ describe('the Prometheus alerting rules shipped in config/', () => {
       const text = Object.values(rule.annotations ?? {}).join(' ');
       for (const [, label] of text.matchAll(/\$labels\.(\w+)/g)) expect(carried, `${rule.alert} names $labels.${label}`).toContain(label);
     }
+  });
+
+  it('count the first increase they look for: a worker exports every labelled counter series they select at 0 from its start', async () => {
+    // Prometheus's increase() cannot count a series' first sample: a series that first appears at 1
+    // (the first failed batch, the first webhook given up) would never fire an `increase(...) > 0` rule.
+    const metrics = new WorkerMetrics({ defaultMetrics: false });
+    const logger = createLogger('silent');
+    new AlertService(new AlertManager({ suppressionMs: 60_000 }), {} as AlertStore, RULES, metrics, logger);
+    new WebhookDispatcher({ store: {} as WebhookStore, policy: targetPolicy(), metrics, logger });
+    const missing: string[] = [];
+    for (const rule of rules) {
+      for (const [, name, matchers] of rule.expr.matchAll(/increase\((\w+)\{([^}]*)\}/g)) {
+        const series = (await metrics.registry.getSingleMetric(name!)!.get()).values;
+        const selected = series.filter(({ labels, value }) =>
+          value === 0 &&
+          [...matchers!.matchAll(/(\w+)\s*(!?=)\s*"([^"]*)"/g)].every(([, label, op, wanted]) => (String(labels[label!]) === wanted) === (op === '=')),
+        );
+        if (selected.length === 0) missing.push(`${rule.alert}: ${name}{${matchers}}`);
+      }
+    }
+    expect(missing).toEqual([]);
   });
 
   it('are checked by a parser that reports syntax errors (so the check above can fail)', () => {

@@ -173,7 +173,7 @@ export class WorkerMetrics {
   });
   readonly webhookAttempts = new Counter({
     name: 'security_center_webhook_attempts_total',
-    help: 'Webhook delivery attempts, by destination and outcome (delivered, http_error, timeout, connect_error, tls_error, blocked_target, circuit_open)',
+    help: 'Webhook delivery attempts, by destination and outcome (delivered, http_error, timeout, connect_error, tls_error, blocked_target, circuit_open, secret_unreadable)',
     labelNames: ['destination', 'outcome'] as const,
     registers: [this.registry],
   });

@@ -93,6 +93,8 @@ export class AlertService {
   ) {
     this.rules = new Map(rules.map((rule) => [rule.id, { id: rule.id, version: rule.version, actions: rule.actions }]));
     this.now = hooks.now ?? Date.now;
+    // At 0 from the start: increase() cannot count a series' first sample, so the first failed batch would alert no one.
+    for (const rule of [...this.rules.keys(), ENGINE_ERROR]) metrics.ruleErrors.inc({ rule }, 0);
   }
 
   /** Loads what deduplication must know (open alerts, recent dismissals and resolutions: AlertManager.closedAlertMemoryMs). */

@@ -38,6 +38,7 @@ import { toWireAlert, type Alert } from '../alerts/alert.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import {
+  DESTINATIONS,
   ENDPOINT_REMOVED,
   type BreakerState,
   type ClaimVerdict,
@@ -50,7 +51,7 @@ import {
   type WebhookStore,
 } from '../store/webhook-store.ts';
 import { CircuitBreakers } from './breaker.ts';
-import { REQUEST_TIMEOUT_MS, sendWebhook, type AttemptResult, type SendOptions } from './sender.ts';
+import { ATTEMPT_OUTCOMES, REQUEST_TIMEOUT_MS, sendWebhook, type AttemptResult, type SendOptions } from './sender.ts';
 import type { TargetPolicy } from './target-policy.ts';
 import { signWebhook, WEBHOOK_HEADERS } from './verify.ts';
 
@@ -156,7 +157,10 @@ const UNREADABLE_SECRET =
  * An attempt's result; `circuit_open` is an attempt skipped because the endpoint is paused,
  * `secret_unreadable` one skipped because its signing secret cannot be read.
  */
-type AttemptReport = Omit<AttemptResult, 'outcome'> & { outcome: AttemptResult['outcome'] | 'circuit_open' | 'secret_unreadable' };
+type AttemptReport = Omit<AttemptResult, 'outcome'> & { outcome: (typeof REPORTED_OUTCOMES)[number] };
+const REPORTED_OUTCOMES = [...ATTEMPT_OUTCOMES, 'circuit_open', 'secret_unreadable'] as const;
+/** The statuses security_center_webhook_messages_total counts: a message's creation, and how it ended. */
+const COUNTED_STATUSES = ['created', 'delivered', 'failed', 'cancelled'] as const;
 
 interface Outcome {
   message: WebhookMessage;
@@ -237,6 +241,12 @@ export class WebhookDispatcher {
     this.maxUnsaved = options.maxUnsaved ?? DEFAULT_MAX_UNSAVED;
     this.logger = options.logger;
     this.metrics = options.metrics;
+    // At 0 from the start: increase() cannot count a series' first sample, so the first message given
+    // up, or the first failed attempt to on-call, would otherwise alert no one.
+    for (const destination of DESTINATIONS) {
+      for (const status of COUNTED_STATUSES) this.metrics.webhookMessages.inc({ destination, status }, 0);
+      for (const outcome of REPORTED_OUTCOMES) this.metrics.webhookAttempts.inc({ destination, outcome }, 0);
+    }
     this.sendOptions = {
       policy: options.policy,
       ...(options.ca ? { ca: options.ca } : {}),

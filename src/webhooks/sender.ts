@@ -12,13 +12,9 @@ import { addressRefusal, BlockedTargetError, checkTargetUrl, guardedLookup, type
 export const CONNECT_TIMEOUT_MS = 5_000;
 export const REQUEST_TIMEOUT_MS = 10_000;
 
-export type AttemptOutcome =
-  | 'delivered' // 2xx
-  | 'http_error' // any other status, 3xx included
-  | 'timeout'
-  | 'connect_error'
-  | 'tls_error'
-  | 'blocked_target';
+/** delivered: 2xx; http_error: any other status, 3xx included. */
+export const ATTEMPT_OUTCOMES = ['delivered', 'http_error', 'timeout', 'connect_error', 'tls_error', 'blocked_target'] as const;
+export type AttemptOutcome = (typeof ATTEMPT_OUTCOMES)[number];
 
 export interface AttemptResult {
   outcome: AttemptOutcome;

@@ -193,7 +193,6 @@ const PLANS = ['free', 'pro', 'business', 'enterprise'] as const;
 
 const envSchema = z
   .object({
-    NODE_ENV: z.string().default('production'),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     HOST: z
       .string()
@@ -356,7 +355,6 @@ function unusableDirectory(dir: string): string | undefined {
 export type Env = z.output<typeof envSchema>;
 
 export interface Config {
-  readonly env: string;
   readonly logLevel: Env['LOG_LEVEL'];
   readonly http: { readonly host: string; readonly port: number };
   readonly features: { readonly anomalyDetection: boolean; readonly aiRiskScoring: boolean; readonly admin: boolean };
@@ -462,7 +460,6 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
   if (!parsed.success || problems.length > 0) throw new ConfigError(problems);
   const env = parsed.data;
   return deepFreeze({
-    env: env.NODE_ENV,
     logLevel: env.LOG_LEVEL,
     http: { host: env.HOST, port: env.PORT },
     features: {

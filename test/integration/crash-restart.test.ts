@@ -45,7 +45,7 @@ describe('worker process killed mid-stream', () => {
     await produceAll(producer, names.topic, messages.slice(0, TOTAL / 2), 1000);
     const first = await spawnWorker(env);
     processes.push(first);
-    await waitFor(async () => (await scrapeMetric(first.url, 'security_center_events_stored_total')) >= 10_000, 'first run stores some', 90_000);
+    await waitFor(async () => (await scrapeMetric(first.url, 'security_center_events_stored_total')) >= 10_000, 'first run stores some', 90_000, () => first.output().slice(-3000));
     first.child.kill('SIGKILL');
     expect((await first.exited).signal).toBe('SIGKILL');
 
@@ -53,7 +53,7 @@ describe('worker process killed mid-stream', () => {
     await produceAll(producer, names.topic, messages.slice(TOTAL / 2), 1000);
     const second = await spawnWorker(env);
     processes.push(second);
-    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), `restarted worker commits to the end\n${second.output()}`, 120_000);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'restarted worker commits to the end', 120_000, () => second.output().slice(-3000));
 
     second.child.kill('SIGTERM');
     const exit = await second.exited;
@@ -95,7 +95,8 @@ describe('worker process killed mid-stream', () => {
     ).map((value) => JSON.parse(value));
     const seen = new Map(deadLetters.map((record) => [record.payload as string, record.reason as string]));
     expect(seen).toEqual(expectedDeadLetters);
-  });
+    // Longer than its waits (90 s, then 120 s): one that runs out then says which, with the worker's output.
+  }, 300_000);
 
   it('a SIGTERM repeated while the first one drains is ignored: the drain ends, and the process exits 0', async () => {
     const worker = await spawnWorker(testEnv({ clickhouse, names: testNames('crashsig'), extra: { LOG_LEVEL: 'info' } }));

@@ -54,6 +54,25 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'medium', evidence: { judgedRequests: 50, observedShare: 0.8, excluded: { rateLimited: 900, serverErrors: 0 } } },
   },
   {
+    // 403 is the API's policy (QUOTA_EXCEEDED, ENVIRONMENT_MISMATCH), not a wrong secret: it is not judged.
+    name: 'a key past its monthly live quota: 200 × 403 in 10 minutes (20 a minute, from its usual address) is not a failure alert',
+    kind: 'negative',
+    window: keyWindow(spread(200, TEN_MINUTES_AGO, 10 * MINUTE, { status: 403 }), { history: USUAL }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a stranger guessing the secret of a key past its quota: 500 × 403 neither dilute nor count; 40 × 401 of 50 judged is medium',
+    kind: 'positive',
+    window: keyWindow([
+      ...spread(10, TEN_MINUTES_AGO, 10 * MINUTE, OK),
+      ...spread(40, TEN_MINUTES_AGO, 10 * MINUTE, { status: 401, ip: '192.0.2.66' }),
+      ...spread(500, TEN_MINUTES_AGO, 10 * MINUTE, { status: 403 }),
+    ]),
+    now: T0,
+    expect: { findings: 1, severity: 'medium', evidence: { authFailures: 40, judgedRequests: 50, observedShare: 0.8, excluded: { rateLimited: 0, serverErrors: 0, forbidden: 500 } } },
+  },
+  {
     name: 'an outage: 300 × 503 and 100 successes is not a security alert',
     kind: 'negative',
     window: keyWindow([...spread(100, TEN_MINUTES_AGO, 10 * MINUTE, OK), ...spread(300, T0 - 6 * MINUTE, 3 * MINUTE, { status: 503 })]),
@@ -253,6 +272,34 @@ export const fixtures: Fixture[] = [
     window: keyWindow(
       [...spread(100, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 200, ...at('moscow') }), ...spread(1100, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 404, ...at('moscow') })],
       { history: USUAL },
+    ),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { notFound: 1100, judgedRequests: 1200 } },
+  },
+  {
+    // A fresh egress /24 in the key's own city (a new NAT gateway, a new cloud address) is the key's, as in credential_sharing.
+    name: 'the merchant\'s own job from a fresh /24 in its own city looking up 1,200 ids, 1,100 unknown (404), is high, not critical',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...spread(100, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 200, ...at('ashburn', '198.51.200.17') }),
+        ...spread(1100, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 404, ...at('ashburn', '198.51.200.17') }),
+      ],
+      { history: USUAL },
+    ),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { notFound: 1100, judgedRequests: 1200 } },
+  },
+  {
+    // Only a place the key is established at is its own: a stranger's lone request from his city earlier is not.
+    name: 'the same 1,100 × 404 of 1,200 from a stranger whose one request from another /24 of his city came two hours earlier is critical',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...spread(100, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 200, ...at('moscow') }),
+        ...spread(1100, TEN_MINUTES_AGO, 10 * MINUTE, { ...LOOKUP, status: 404, ...at('moscow') }),
+      ],
+      { history: [...USUAL, { at: T0 - 2 * 60 * MINUTE, ...LOOKUP, status: 404, ...at('moscow', '192.0.20.10') }] },
     ),
     now: T0,
     expect: { findings: 1, severity: 'critical', evidence: { notFound: 1100, judgedRequests: 1200 } },

@@ -1,10 +1,12 @@
 /**
- * high_failure_rate: most of a key's requests fail in a way that signals abuse: 401/403 (someone
- * guessing the secret, a revoked key, a key used outside its permissions) or 404 (probing for
- * resources that do not exist, e.g. walking session ids).
- * 429 is the rate limiter doing its job and 5xx is the API's own fault: they are neither signal nor
- * part of the denominator, so an outage or a throttled key does not dilute or fake the share.
- *   share = (401 + 403 + 404) / (requests the API judged: everything except 429 and 5xx)
+ * high_failure_rate: most of a key's requests fail in a way that signals abuse: 401 (someone
+ * guessing the secret, a revoked or deleted key) or 404 (probing for resources that do not exist,
+ * e.g. walking session ids).
+ * 403 and 429 are the API's own policy doing its job (403: the monthly live quota used up or a test
+ * key on a live-only endpoint, spec §7.3; 429: the rate limiter) and 5xx is the API's own fault: they
+ * are neither signal nor part of the denominator, so an outage, a throttled key or a key past its
+ * quota does not dilute or fake the share.
+ *   share = (401 + 404) / (requests the API judged: everything except 403, 429 and 5xx)
  * The share is judged three ways, and the strongest finding is the key's one finding:
  *   - the key's requests of the last windowMinutes (10): judged >= minRequests and share >= thresholdShare;
  *   - each network (/24, /64) new to the key (not seen in the longWindowMinutes before now, per the
@@ -21,12 +23,14 @@
  *     for a network whose newest 15 minutes are whole).
  * Severity grows with share and volume: medium from thresholdShare (50%); high at highShare (80%)
  * with at least highFailures signal failures; critical at criticalShare (90%) with criticalFailures,
- * of which at least criticalFailures are 401/403 or 404s from networks new to the key: 404s alone
- * from the key's own networks (its own job looking up ids it lacks) stop at high (rate_limit), since
- * critical means block.
+ * of which at least criticalFailures are 401s or 404s from strangers' networks (new to the key, and not
+ * in a place the key is established at): 404s alone from the key's own networks or places (its own job
+ * looking up ids it lacks, also from a fresh egress /24 of its city or cloud region) stop at high
+ * (rate_limit), since critical means block.
  */
 import { DistinctValues, entryAdded, entryRemoved, FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
-import type { Finding, KeyHistoryView, KeyWindow, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
+import type { Finding, GeoPoint, KeyHistoryView, KeyWindow, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
+import { cellOf, nearCells } from './network.ts';
 
 type Params = {
   windowMinutes: number;
@@ -92,10 +96,10 @@ const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, cr
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'high_failure_rate',
-  version: '1.2.0',
+  version: '1.3.0',
   title: 'High failure rate',
   description:
-    'Most of a key\'s requests are refused (401/403: credential guessing or a revoked key) or hit resources ' +
+    'Most of a key\'s requests are refused (401: credential guessing or a revoked key) or hit resources ' +
     'that do not exist (404: probing), over a window long enough to rule out a glitch; or most of the requests ' +
     'of a network new to the key, however busy the key is otherwise; or, more slowly, over an hour.',
   windowMs: 60 * MINUTE,
@@ -116,11 +120,12 @@ export const rule: RuleDefinition<Params, Tally> = {
   falsePositives: [
     'An outage (a burst of 5xx): 5xx is excluded from both numerator and denominator.',
     'A throttled key (a burst of 429): 429 is excluded from both numerator and denominator; velocity_attack covers the excess.',
+    'A key past its monthly live quota (403 QUOTA_EXCEEDED) or a test key on a live-only endpoint (403 ENVIRONMENT_MISMATCH): 403 is the API\'s policy, not a wrong secret, and is excluded from both numerator and denominator.',
     'A handful of failures (3 of 5): no share is judged below minRequests judged requests.',
     'Validation errors (400, 422) are the integration\'s bugs, not abuse: they count as judged requests, not as failures.',
     'An old deployment still using a rotated secret fails 100% with 401 at its usual rate: it is reported (medium, or high at volume) because the merchant must fix it; dismiss it once fixed.',
     'A second site of the merchant whose lookups mostly miss (404), among the key\'s successes: a network the key used before the last hour is judged with the key, not on its own.',
-    'The merchant\'s own job looking up ids it does not have (404) from the key\'s usual networks: at most high (rate_limit), never critical (block).',
+    'The merchant\'s own job looking up ids it does not have (404) from the key\'s usual networks, or from a fresh /24 in a place the key is established at: at most high (rate_limit), never critical (block).',
     'The key\'s end users arriving from many new networks (a mobile app, a browser integration): their networks are judged together only at thresholdShare, so a few missing lookups among their successes stay quiet.',
     'A few scattered 401s an hour among ordinary traffic: the hour needs longMinFailures (100) failures at thresholdShare.',
   ],
@@ -145,7 +150,11 @@ export const rule: RuleDefinition<Params, Tally> = {
     const consider = (verdict: Verdict | undefined) => {
       if (verdict && (!best || SEVERITY_RANK[verdict.severity] > SEVERITY_RANK[best.severity])) best = verdict;
     };
-    consider(judge(short, params, false, () => strongFailures(events, first, shortStart, short, isNew), KEY, short, params.windowMinutes));
+    const atOwnPlace = ownPlaces(window.history, longStart);
+    /** The failures of a population's short window that may make it critical (asked only when the rest of the bar is met). */
+    const strong = (population: Population, counts: Counts) => () =>
+      strongFailures(events, first, shortStart, counts, memberOf(population, isNew), isNew, atOwnPlace);
+    consider(judge(short, params, false, strong(KEY, short), KEY, short, params.windowMinutes));
     if (best?.severity !== 'critical') {
       // Networks new to the key, on their own: only when the key has the failures one of them would need.
       const networkMin = perNetworkMinimum(params);
@@ -157,9 +166,10 @@ export const rule: RuleDefinition<Params, Tally> = {
       const together: Population | undefined = fresh && fresh.networks > 1 ? { kind: 'new_networks', networks: fresh.networks } : undefined;
       // At equal severity the key's short window first, then a network's, then the new networks', then the hour's.
       for (const [network, counts] of fresh?.failing ?? []) {
-        consider(judge(counts.short, params, false, () => failuresOf(counts.short), { kind: 'network', network }, short, params.windowMinutes));
+        const population: Population = { kind: 'network', network };
+        consider(judge(counts.short, params, false, strong(population, counts.short), population, short, params.windowMinutes));
       }
-      if (together) consider(judge(fresh!.all.short, params, false, () => failuresOf(fresh!.all.short), together, short, params.windowMinutes));
+      if (together) consider(judge(fresh!.all.short, params, false, strong(together, fresh!.all.short), together, short, params.windowMinutes));
       if (!best) consider(judge(long, params, true, () => failuresOf(long), KEY, long, params.longWindowMinutes));
       if (!best) {
         for (const [network, counts] of fresh?.failing ?? []) {
@@ -214,9 +224,9 @@ export const rule: RuleDefinition<Params, Tally> = {
 };
 /** Counts an event of a population over a horizon, as the share counts it. */
 function count(counts: Counts, status: number): void {
-  if (status === 429 || status >= 500) return;
+  if (!isJudged(status)) return;
   counts.judged++;
-  if (status === 401 || status === 403) counts.auth++;
+  if (status === 401) counts.auth++;
   else if (status === 404) counts.notFound++;
 }
 
@@ -248,7 +258,7 @@ function newNetworks(history: KeyHistoryView | undefined, since: number): (netwo
 
 /**
  * The severity a population's counts earn, or undefined when they do not fire. `strong` counts the
- * failures that may make it critical (401/403, and 404s from networks new to the key); it is only
+ * failures that may make it critical (401s, and 404s from strangers' networks); it is only
  * asked when the rest of the critical bar is met. The long horizon is medium at most.
  */
 function judge(
@@ -275,15 +285,48 @@ function judge(
   return { severity, population, minutes, counts, key, long };
 }
 
-/** 401/403 in the short window, and its 404s from networks new to the key. */
-function strongFailures(events: readonly WindowEvent[], first: number, since: number, counts: Counts, isNew: (network: string) => boolean): number {
+/**
+ * A population's 401s in the short window (`counts`), and its 404s from strangers: from a network new
+ * to the key that is not in a place the key is established at (a fresh egress /24 of its own city or
+ * cloud region is its own, as credential_sharing takes it).
+ */
+function strongFailures(
+  events: readonly WindowEvent[],
+  first: number,
+  since: number,
+  counts: Counts,
+  inPopulation: (event: WindowEvent) => boolean,
+  isNew: (network: string) => boolean,
+  atOwnPlace: (geo: GeoPoint | undefined) => boolean,
+): number {
   let strong = counts.auth;
   if (counts.notFound === 0) return strong;
   for (let i = first; i < events.length; i++) {
     const event = events[i]!;
-    if (event.status === 404 && event.timestamp >= since && isNew(event.network)) strong++;
+    if (event.status === 404 && event.timestamp >= since && inPopulation(event) && isNew(event.network) && !atOwnPlace(event.geo)) strong++;
   }
   return strong;
+}
+
+/** Whether an event is one of a population's. */
+function memberOf(population: Population, isNew: (network: string) => boolean): (event: WindowEvent) => boolean {
+  if (population.kind === 'key') return () => true;
+  if (population.kind === 'network') return (event) => event.network === population.network;
+  return (event) => isNew(event.network);
+}
+
+/**
+ * Whether a point is at a place the key was established at before `since` (its one-degree cell or
+ * one next to it). Established, not merely seen: a stranger's lone earlier request does not make his
+ * place the key's. Without a history (a unit test) no place is the key's.
+ */
+function ownPlaces(history: KeyHistoryView | undefined, since: number): (geo: GeoPoint | undefined) => boolean {
+  let cells: Set<number> | undefined;
+  return (geo) => {
+    if (!history || !geo || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return false;
+    cells ??= new Set(history.establishedPlacesBefore(since).map(cellOf));
+    return nearCells(cells, geo);
+  };
 }
 
 interface Horizons {
@@ -342,8 +385,7 @@ function finding(window: KeyWindow, params: Params, now: number, verdict: Verdic
   const { events } = window;
   const since = now - verdict.minutes * MINUTE;
   const { population, counts, severity } = verdict;
-  const inPopulation =
-    population.kind === 'key' ? () => true : population.kind === 'network' ? (e: WindowEvent) => e.network === population.network : (e: WindowEvent) => isNew(e.network);
+  const inPopulation = memberOf(population, isNew);
   const windowEvents: WindowEvent[] = [];
   for (let i = first; i < events.length; i++) {
     const event = events[i]!;
@@ -364,15 +406,17 @@ function finding(window: KeyWindow, params: Params, now: number, verdict: Verdic
   const countsByStatus: Record<string, number> = {};
   let rateLimited = 0;
   let serverErrors = 0;
+  let forbidden = 0;
   for (const event of windowEvents) {
     countsByStatus[event.status] = (countsByStatus[event.status] ?? 0) + 1;
     if (event.status === 429) rateLimited++;
     else if (event.status >= 500) serverErrors++;
+    else if (event.status === 403) forbidden++;
   }
   const topNotFoundPaths = top(failing.filter((e) => e.status === 404).map((e) => e.path), 5);
   const ips = distinct(failing.map((e) => e.ip));
   const networks = distinct(failing.map((e) => e.network));
-  const kind = auth >= notFound ? 'authentication failures (401/403)' : 'probing for missing resources (404)';
+  const kind = auth >= notFound ? 'authentication failures (401)' : 'probing for missing resources (404)';
   const key = window.apiKeyId;
   const percent = Math.round(share * 100);
   const minutes = verdict.minutes;
@@ -397,9 +441,9 @@ function finding(window: KeyWindow, params: Params, now: number, verdict: Verdic
     apiKeyId: key,
     severity,
     confidence,
-    title: `High failure rate on ${key}: ${percent}% of ${judged} requests${source} failed (${failures} × 401/403/404${verdict.long ? ` in ${minutes} min` : ''})`,
+    title: `High failure rate on ${key}: ${percent}% of ${judged} requests${source} failed (${failures} × 401/404${verdict.long ? ` in ${minutes} min` : ''})`,
     summary:
-      `${failures} of the ${judged} requests ${key} made${source} in the last ${minutes} min that the API judged failed with 401/403/404 ` +
+      `${failures} of the ${judged} requests ${key} made${source} in the last ${minutes} min that the API judged failed with 401/404 ` +
       `(${percent}% against a threshold of ${Math.round(params.thresholdShare * 100)}%${slow}), mostly ${kind}, ` +
       `from ${ips.count} IP(s); ${advice}.${hidden}`,
     evidence: {
@@ -416,7 +460,7 @@ function finding(window: KeyWindow, params: Params, now: number, verdict: Verdic
       judgedRequests: judged,
       minRequests: params.minRequests,
       ...(verdict.long ? { longMinFailures: params.longMinFailures } : {}),
-      excluded: { rateLimited, serverErrors },
+      excluded: { rateLimited, serverErrors, forbidden },
       countsByStatus,
       topNotFoundPaths,
       distinctIps: ips.count,
@@ -435,7 +479,7 @@ function finding(window: KeyWindow, params: Params, now: number, verdict: Verdic
 
 /** Counts an event in (sign 1) or out (sign -1) of its minute or block, as evaluate counts it. */
 function countIn(ring: MinuteRing, at: number, status: number, sign: 1 | -1): void {
-  if (status === 429 || status >= 500) return;
+  if (!isJudged(status)) return;
   ring.add(at, JUDGED, sign);
   if (isSignal(status)) ring.add(at, FAILURES, sign);
 }
@@ -485,8 +529,17 @@ class FailingNetworks extends DistinctValues<string> {
   }
 }
 
+/**
+ * Whether the API judged the request on its merits: not 403 (quota used up, test key on a live-only
+ * endpoint: its own policy), not 429 (its rate limiter), not 5xx (its own fault).
+ */
+function isJudged(status: number): boolean {
+  return status !== 403 && status !== 429 && status < 500;
+}
+
+/** A failure that signals abuse: a wrong or revoked secret (401), or a resource that does not exist (404). */
 function isSignal(status: number): boolean {
-  return status === 401 || status === 403 || status === 404;
+  return status === 401 || status === 404;
 }
 
 function top(values: readonly string[], n: number): { path: string; count: number }[] {

@@ -7,6 +7,8 @@ const DAY = 24 * 60 * MINUTE;
 
 // The key's ordinary life: one request a minute from us-east for the 50 minutes before T0 - 10 min.
 const HOME = spread(50, T0 - 60 * MINUTE, 50 * MINUTE, at('ashburn'));
+/** Yesterday's hour of us-east: Ashburn is a place the key was established at before its window. */
+const ESTABLISHED_IN_ASHBURN = spread(60, T0 - DAY, 60 * MINUTE, at('ashburn'));
 
 /** Title and summary of a hop out of Moscow, the place new to the key, into its own Ashburn. */
 const OUT_OF_MOSCOW = { title: /: Moscow, RU to Ashburn, US at /, summary: /\(Moscow, RU is new to the key\)/ };
@@ -25,16 +27,67 @@ export const fixtures: Fixture[] = [
     },
   },
   {
-    name: 'São Paulo, Frankfurt and Singapore within ten minutes of us-east is critical (four countries)',
+    name: 'São Paulo, Frankfurt and Singapore within ten minutes of a key established in us-east is critical (three new countries)',
     kind: 'positive',
-    window: keyWindow([
-      ...HOME,
-      { at: T0 - 9 * MINUTE, ...at('saoPaulo') },
-      { at: T0 - 6 * MINUTE, ...at('frankfurt') },
-      { at: T0 - 3 * MINUTE, ...at('singapore') },
-    ]),
+    window: keyWindow(
+      [
+        ...HOME,
+        { at: T0 - 9 * MINUTE, ...at('saoPaulo') },
+        { at: T0 - 6 * MINUTE, ...at('frankfurt') },
+        { at: T0 - 3 * MINUTE, ...at('singapore') },
+      ],
+      { history: ESTABLISHED_IN_ASHBURN },
+    ),
     now: T0,
-    expect: { findings: 1, severity: 'critical', evidence: { countries: ['BR', 'DE', 'SG', 'US'], impossibleHops: 3 } },
+    expect: {
+      findings: 1,
+      severity: 'critical',
+      evidence: { countries: ['BR', 'DE', 'SG', 'US'], newCountries: ['BR', 'DE', 'SG'], keyEstablished: true, impossibleHops: 3 },
+    },
+  },
+  {
+    name: 'a thief pool in Moscow, Tokyo and São Paulo, each between requests of the key\'s own us-east, is critical (three new countries)',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...HOME,
+        ...spread(10, T0 - 10 * MINUTE, 10 * MINUTE, at('ashburn')),
+        { at: T0 - 8 * MINUTE - 30 * SECOND, ...at('moscow') },
+        { at: T0 - 5 * MINUTE - 30 * SECOND, ...at('tokyo') },
+        { at: T0 - 2 * MINUTE - 30 * SECOND, ...at('saoPaulo') },
+      ],
+      { history: ESTABLISHED_IN_ASHBURN },
+    ),
+    now: T0,
+    // The hops back into Ashburn are between places already known by then: only the hops out count.
+    expect: { findings: 1, severity: 'critical', evidence: { newCountries: ['BR', 'JP', 'RU'], impossibleHops: 3 } },
+  },
+  {
+    name: 'an engineer\'s VPN exit moving London -> Frankfurt on a key established in us-east is high: the key\'s own country is not a third',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...HOME,
+        ...spread(10, T0 - 10 * MINUTE, 10 * MINUTE, at('ashburn')),
+        ...spread(6, T0 - 9 * MINUTE, 2 * MINUTE, { ...at('london'), userAgent: 'curl/8.5.0' }),
+        ...spread(6, T0 - 3 * MINUTE, 2 * MINUTE, { ...at('frankfurt'), userAgent: 'curl/8.5.0' }),
+      ],
+      { history: ESTABLISHED_IN_ASHBURN },
+    ),
+    now: T0,
+    // Red-team F4: with the known end's US counted, three countries made it critical, and blocked the key.
+    expect: { findings: 1, severity: 'high', evidence: { countries: ['DE', 'GB', 'US'], newCountries: ['DE', 'GB'], keyEstablished: true } },
+  },
+  {
+    name: 'a freshly rotated key on a four-region fleet (us-east, eu-west, ap-southeast, ap-northeast) is high, never critical: nothing is established yet',
+    kind: 'positive',
+    window: keyWindow(
+      spread(300, T0 - 10 * MINUTE, 10 * MINUTE, (i) => at((['ashburn', 'dublin', 'singapore', 'tokyo'] as const)[i % 4]!)),
+      { apiKeyId: 'pk_live_new', history: [] }, // the engine's history of a key it never saw: empty
+    ),
+    now: T0,
+    // Red-team F3: the first place was taken as known, the three others as new countries: critical, block.
+    expect: { findings: 1, severity: 'high', evidence: { newCountries: ['IE', 'JP', 'SG'], keyEstablished: false } },
   },
   {
     name: 'Frankfurt, then Madrid 50 minutes later (about 1,600 km/h) is medium: fast, but GeoIP or a VPN could explain it',

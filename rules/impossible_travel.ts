@@ -13,11 +13,19 @@
  * hour, or on two days), so a region that serves only in European hours, or a daily job, is not new
  * when it wakes; and the places the key reached in the window from a known one. One request from a
  * place (a thief's, while the key was idle at night) does not make it known. So a key served from
- * us-east and eu-west never alerts; a key that suddenly also appears in a third, far place alerts when
+ * us-east and eu-west never alerts once it is established there (a new key on that fleet alerts
+ * once, high at most); a key that suddenly also appears in a third, far place alerts when
  * that place is new, also when that place's request came first after the key was idle (the hop out of
  * it is judged as soon as the key's own place answers).
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
- * critical when the impossible hops span at least criticalCountries countries.
+ * critical when the places new to the key in the impossible hops are in at least criticalCountries
+ * countries. The known end's country does not count: a key at home in the US whose engineer's VPN
+ * exit moves London -> Frankfurt is two new countries, high (so is a thief with exits in two new
+ * countries). Never critical while the key has no place established before the window (a new key,
+ * one idle for the 7 days the history keeps, or one whose history was shed): its first place is
+ * taken as known only for want of anything better, so a freshly rotated key on a multi-region
+ * fleet is high, investigated, not blocked (so is a key stolen in its first hour or two of use:
+ * a place is established after 30 minutes there, and the window must then move past it).
  */
 import { addToMinutes, removeFromMinutes, seenInMinutes } from '../src/detect/tallies.ts';
 import type { Finding, GeoPoint, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
@@ -32,7 +40,7 @@ type Params = {
   minDistanceKm: number;
   /** Above this speed a hop is clearly impossible (high); between maxSpeedKmh and it, medium. */
   highSpeedKmh: number;
-  /** Distinct countries across the impossible hops that make it critical. */
+  /** Distinct countries of the places new to the key, across the impossible hops, that make it critical (an established key only). */
   criticalCountries: number;
   /** When a GeoPoint carries no usable accuracy. */
   defaultAccuracyKm: number;
@@ -71,7 +79,7 @@ interface Tally {
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
-  version: '1.2.0',
+  version: '1.3.0',
   title: 'Impossible travel',
   description:
     'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
@@ -97,6 +105,9 @@ export const rule: RuleDefinition<Params, Tally> = {
     'Private or unknown addresses have no geo and are skipped.',
     'A region idle for longer than the window (eu-west only in European hours, a daily job): a place the key was established at in the last 7 days (seen there over at least 30 minutes, or on two days) is known.',
     'Not avoided: a region the key never used in the last 7 days (a new region comes online) alerts once; dismiss it with a note, or allowlist the key\'s networks.',
+    'A freshly rotated key deployed to a multi-region fleet alerts once, high at most (investigate, never block): until the key has a place established before its window, its first place is a guess.',
+    'An engineer\'s VPN exit moving between two countries (London, then Frankfurt) on an established key is high, not critical: the key\'s own country does not count towards criticalCountries.',
+    'Accepted: a thief with exits in only two new countries, or a key stolen in its first hour or two of use (or after 7 idle days), is high (investigate), not critical (block).',
     'Not avoided: a region the key used only briefly before (a job of a few minutes, on one day) is not established yet: its next hop with the key\'s other sites alerts again, once; from its second day it is known.',
   ],
   evaluate(window, params, now) {
@@ -145,6 +156,9 @@ export const rule: RuleDefinition<Params, Tally> = {
     const newEnds: ('to' | 'from' | 'both')[] = [];
     const known = new Set<number>();
     for (const geo of window.history?.establishedPlacesBefore(windowStart) ?? []) known.add(cellOf(geo));
+    // Established: the key has a place of its own from before the window. Otherwise its known places
+    // are a guess (the window's first one), and a hop is never critical (a new key on a fleet).
+    const keyEstablished = known.size > 0;
     let lastGeo: GeoPoint | undefined;
     let next = 0;
     let start = first;
@@ -183,16 +197,24 @@ export const rule: RuleDefinition<Params, Tally> = {
 
     const worstIndex = hops.reduce((w, hop, i) => (hop.speedKmh > hops[w]!.speedKmh ? i : w), 0);
     const worst = hops[worstIndex]!;
+    // Every country of the hops' ends (evidence), and those of the ends new to the key: only these
+    // count towards critical, the key's own country is no sign of more hands.
     const countries = new Set<string>();
-    for (const hop of hops) {
-      for (const end of [hop.from, hop.to]) {
+    const newCountries = new Set<string>();
+    hops.forEach((hop, i) => {
+      for (const [end, isNew] of [[hop.from, newEnds[i] !== 'to'], [hop.to, newEnds[i] !== 'from']] as const) {
         const country = end.country ?? end.geo.country;
-        if (country) countries.add(country);
+        if (!country) continue;
+        countries.add(country);
+        if (isNew) newCountries.add(country);
       }
-    }
+    });
+    // Critical (block) only for an established key; without one, what would be critical is high.
     const severity: Severity =
-      countries.size >= params.criticalCountries
-        ? 'critical'
+      newCountries.size >= params.criticalCountries
+        ? keyEstablished
+          ? 'critical'
+          : 'high'
         : worst.speedKmh > params.highSpeedKmh
           ? 'high'
           : 'medium';
@@ -235,6 +257,8 @@ export const rule: RuleDefinition<Params, Tally> = {
         minDistanceKm: params.minDistanceKm,
         impossibleHops: hops.length,
         countries: [...countries].sort(),
+        newCountries: [...newCountries].sort(),
+        keyEstablished,
         knownLocations: knownBefore[worstIndex]!,
         newLocation: newEnd,
         recentMinutes: params.recentMinutes,

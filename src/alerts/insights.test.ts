@@ -19,7 +19,7 @@ describe('insights of high_failure_rate', () => {
   it('names a brute-force attempt with the failed and judged requests of the evidence', () => {
     const { pattern, insights, evidence } = explain('high_failure_rate', fixtureFinding('high_failure_rate', '200 of 240 requests unauthorized (someone guessing the secret) is high'));
     expect(pattern).toBe('brute_force');
-    expect(insights[0]).toBe(`Brute-force attempt: ${evidence.authFailures} of ${evidence.judgedRequests} requests in ${evidence.windowMinutes} min failed authentication (401/403).`);
+    expect(insights[0]).toBe(`Brute-force attempt: ${evidence.authFailures} of ${evidence.judgedRequests} requests in ${evidence.windowMinutes} min failed authentication (401).`);
     expect(insights[0]).toContain('200 of 240 requests in 10 min');
     expect(evidence.distinctIps).toBe(1);
     expect(insights).toContain('All the failures came from a single IP address.');
@@ -39,7 +39,7 @@ describe('insights of high_failure_rate', () => {
     const many = explain('high_failure_rate', ruleFinding('high_failure_rate', spreadOut, T0));
     expect(many.evidence).toMatchObject({ authFailures: 100, judgedRequests: 100, distinctIps: 20 });
     expect(many.insights).toEqual([
-      'Brute-force attempt: 100 of 100 requests in 10 min failed authentication (401/403).',
+      'Brute-force attempt: 100 of 100 requests in 10 min failed authentication (401).',
       'The failures came from 20 IP addresses in 20 networks.',
     ]);
   });
@@ -182,7 +182,7 @@ describe('insights of impossible_travel', () => {
       fixtureFinding('impossible_travel', 'Frankfurt, then Madrid 50 minutes later (about 1,600 km/h) is medium: fast, but GeoIP or a VPN could explain it'),
     );
     expect(medium.insights[1]).toBe(`At ${figure(medium.evidence.speedKmh)} km/h, a VPN exit or an imprecise GeoIP location could also explain it.`);
-    const many = explain('impossible_travel', fixtureFinding('impossible_travel', 'São Paulo, Frankfurt and Singapore within ten minutes of us-east is critical (four countries)'));
+    const many = explain('impossible_travel', fixtureFinding('impossible_travel', 'São Paulo, Frankfurt and Singapore within ten minutes of a key established in us-east is critical (three new countries)'));
     expect(many.insights[1]).toBe('3 such hops across 4 countries (BR, DE, SG and US): the key is in use in several places at once.');
   });
 });

@@ -96,7 +96,7 @@ function explainFailures(evidence: EvidenceReader): Explanation {
   const insights: string[] = [];
 
   if (auth !== undefined && auth > 0 && judged !== undefined && auth >= (notFound ?? 0)) {
-    insights.push(`Brute-force attempt: ${figure(auth)} of ${figure(judged)} requests${window} failed authentication (401/403).`);
+    insights.push(`Brute-force attempt: ${figure(auth)} of ${figure(judged)} requests${window} failed authentication (401).`);
     if (from) insights.push(from);
     // A deployment still calling with a rotated secret fails every request, from its usual address.
     if (auth === judged && ips === 1) {

@@ -597,7 +597,7 @@ describe('admin API with FEATURE_AI_RISK_SCORING on', () => {
     const evidence = alert!.evidence as { authFailures: number; judgedRequests: number };
     expect(evidence).toMatchObject({ authFailures: 40, judgedRequests: 50 });
     expect(alert!.aiInsights).toEqual([
-      'Brute-force attempt: 40 of 50 requests in 10 min failed authentication (401/403).',
+      'Brute-force attempt: 40 of 50 requests in 10 min failed authentication (401).',
       'All the failures came from a single IP address.',
     ]);
     expect((await call(`/alerts/${alert!.id}`, bearer)).body.data.aiInsights).toEqual(alert!.aiInsights);

@@ -8,7 +8,9 @@
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
+import { FailureLog } from '../failure-log.ts';
 import { handleError, HttpError, rateLimitedError, validationError } from '../http/errors.ts';
+import type { Logger } from '../logger.ts';
 import { attachPrincipal, principalOf, requireChangeRole, type AdminAuthenticator } from './auth.ts';
 import { buildOpenApiDocument } from './openapi.ts';
 import { ADMIN_PREFIX, type AdminRoute } from './route.ts';
@@ -25,6 +27,9 @@ export interface AdminApiOptions {
 
 export async function registerAdminApi(app: FastifyInstance, options: AdminApiOptions): Promise<void> {
   const document = buildOpenApiDocument(options.routes, options.version);
+  // Past validation, what fails is storage, for every request while it is down (a dashboard polls):
+  // logged when it starts, once a minute while it lasts, and at the next request that succeeds.
+  const failures = new FailureLog(app.log as Logger, 'admin request failed', 'admin requests succeed again'); // the worker's pino logger (server.ts)
   await app.register(
     async (scope) => {
       scope.get('/openapi.json', async () => document);
@@ -55,14 +60,14 @@ export async function registerAdminApi(app: FastifyInstance, options: AdminApiOp
           enableDraftSpec: true,
           errorResponseBuilder: (_request, context) => rateLimitedError(context.ttl / 1000),
         });
-        for (const route of options.routes) registerRoute(secured, route, options.maxBodyBytes);
+        for (const route of options.routes) registerRoute(secured, route, options.maxBodyBytes, failures);
       });
     },
     { prefix: ADMIN_PREFIX },
   );
 }
 
-function registerRoute(scope: FastifyInstance, route: AdminRoute, bodyLimit: number): void {
+function registerRoute(scope: FastifyInstance, route: AdminRoute, bodyLimit: number, failures: FailureLog): void {
   scope.route({
     method: route.method,
     url: route.path,
@@ -77,9 +82,10 @@ function registerRoute(scope: FastifyInstance, route: AdminRoute, bodyLimit: num
       const data = await route.handle({ principal, query, params, body, request, reply }).catch((error: unknown) => {
         if (error instanceof HttpError) throw error;
         // Past validation, what fails is storage: the caller may retry; the details go to the log only.
-        request.log.error({ err: error, route: route.operationId }, 'admin request failed');
+        failures.failed({ err: error, route: route.operationId });
         throw new HttpError(503, 'STORAGE_UNAVAILABLE', 'Storage is unavailable; retry shortly', undefined, { 'retry-after': '5' });
       });
+      failures.succeeded({ route: route.operationId });
       return reply.code(route.status ?? 200).send({ success: true, data });
     },
   });

@@ -554,3 +554,56 @@ describe('AlertService reading the other replicas\' alerts', () => {
     await service.stop();
   });
 });
+
+describe('AlertService storage failures in the log', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ now: T0 });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('logs a failing write and a failing read of the others\' alerts when they start (with the cause), once a minute while they last, and once when they work again', async () => {
+    const lines: { level: number; msg: string; occurrences?: number; failures?: number; err?: { message: string } }[] = [];
+    const logger = createLogger('info', { write: (line: string) => void lines.push(JSON.parse(line)) });
+    const { store, writes } = memoryStore();
+    const reads = { failing: false, failed: 0 };
+    store.changedSince = async () => {
+      if (!reads.failing) return [];
+      reads.failed++;
+      throw new Error('connect ECONNREFUSED 10.0.0.9:8123');
+    };
+    let failedWrites = 0;
+    const save = store.save.bind(store);
+    store.save = async (...args: Parameters<AlertStore['save']>) => {
+      if (writes.failing) failedWrites++;
+      return save(...args);
+    };
+    const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => Date.now() }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), logger);
+    await alerts.start();
+    writes.failing = true; // 'storage is down'
+    reads.failing = true;
+    alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: makeFinding('high', Date.now(), 'pk_live_a') }], ruleErrors: [] });
+    await vi.advanceTimersByTimeAsync(150_000); // the write is retried every second, the read made every 5 s
+    writes.failing = false;
+    reads.failing = false;
+    await vi.advanceTimersByTimeAsync(6_000);
+    await alerts.stop();
+
+    const still = ' (still; logged at most once a minute)';
+    for (const [what, recovery, level, failures, perMinute, cause] of [
+      ['storing alerts failed; retrying', 'alerts are stored again', 50, failedWrites, 60, 'storage is down'],
+      ['reading alerts written by other replicas failed; trying again', 'alerts written by other replicas are read again', 40, reads.failed, 12, 'connect ECONNREFUSED 10.0.0.9:8123'],
+    ] as const) {
+      const logged = lines.filter((line) => line.msg.startsWith(what) || line.msg === recovery);
+      expect(logged.map((line) => [line.level, line.msg, line.occurrences])).toEqual([
+        [level, what, 1],
+        [level, what + still, perMinute],
+        [level, what + still, perMinute],
+        [30, recovery, undefined],
+      ]);
+      expect(logged[0]!.err?.message).toBe(cause);
+      expect(logged.at(-1)!.failures).toBe(failures); // every failure counted
+    }
+  });
+});

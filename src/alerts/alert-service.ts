@@ -25,6 +25,7 @@
  * `decidedOn`), and the other is refused.
  */
 import { ENGINE_ERROR, type AnyRule, type EngineFinding } from '../detect/engine.ts';
+import { FAILURE_LOG_INTERVAL_MS, FailureLog } from '../failure-log.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
 import { HeldUntilOpen } from '../held-until-open.ts';
 import type { Logger } from '../logger.ts';
@@ -43,7 +44,7 @@ export interface AlertServiceHooks {
 }
 
 export interface AlertServiceOptions extends AlertServiceHooks {
-  /** This replica's clock (tests give replicas clocks apart); timers run on real time. */
+  /** This replica's clock (tests give replicas clocks apart), also of the once-a-minute failure lines; timers run on real time. */
   now?: () => number;
 }
 
@@ -82,6 +83,9 @@ export class AlertService {
   /** Findings handed over before start() loaded the open alerts wait for it. */
   private readonly findings = new HeldUntilOpen<EngineFinding>(MAX_HELD_FINDINGS, (findings) => this.apply(findings));
   private readonly now: () => number;
+  /** The background writes' and reads' failures, each logged when it starts, once a minute while it lasts, and when it ends. */
+  private readonly storing: FailureLog;
+  private readonly syncing: FailureLog;
 
   constructor(
     private readonly manager: AlertManager,
@@ -93,6 +97,8 @@ export class AlertService {
   ) {
     this.rules = new Map(rules.map((rule) => [rule.id, { id: rule.id, version: rule.version, actions: rule.actions }]));
     this.now = hooks.now ?? Date.now;
+    this.storing = new FailureLog(logger, 'storing alerts failed; retrying', 'alerts are stored again', 'error', FAILURE_LOG_INTERVAL_MS, this.now);
+    this.syncing = new FailureLog(logger, 'reading alerts written by other replicas failed; trying again', 'alerts written by other replicas are read again', 'warn', FAILURE_LOG_INTERVAL_MS, this.now);
     // At 0 from the start: increase() cannot count a series' first sample, so the first failed batch would alert no one.
     for (const rule of [...this.rules.keys(), ENGINE_ERROR]) metrics.ruleErrors.inc({ rule }, 0);
   }
@@ -103,7 +109,10 @@ export class AlertService {
     this.manager.load(await this.store.loadForDedup(new Date(startedAt - this.manager.closedAlertMemoryMs)));
     this.syncedUpTo = startedAt;
     this.syncTimer = setInterval(() => {
-      const sync = this.syncWithStore().catch((error: unknown) => this.logger.warn({ err: error }, 'reading alerts written by other replicas failed; trying again'));
+      const sync = this.syncWithStore().then(
+        () => this.syncing.succeeded(),
+        (error: unknown) => this.syncing.failed({ err: error }),
+      );
       this.inBackground(sync);
     }, SYNC_INTERVAL_MS);
     this.syncTimer.unref();
@@ -285,7 +294,10 @@ export class AlertService {
 
   /** Writes every unsaved alert; resolves when they are stored (or the write failed and is rescheduled). */
   async flush(): Promise<void> {
-    await this.flushNow().catch((error: unknown) => this.logger.error({ err: error }, 'storing alerts failed; retrying'));
+    await this.flushNow().then(
+      () => this.storing.succeeded(),
+      (error: unknown) => this.storing.failed({ err: error }),
+    );
   }
 
   /**

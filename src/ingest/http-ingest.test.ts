@@ -77,11 +77,11 @@ const idsIn = (body: Buffer) => body.toString().split('\n').filter((row) => row.
 const events = (from: number, count: number) => Array.from({ length: count }, (_, i) => event(from + i));
 
 /** A server with HTTP ingest, storing directly (a buffer that takes everything) or publishing through `publish`. */
-async function server(options: Partial<HttpIngestOptions> = {}) {
+async function server(options: Partial<HttpIngestOptions> = {}, logger = createLogger('silent')) {
   const metrics = new WorkerMetrics({ defaultMetrics: false });
   const stored: string[][] = [];
   const detected: RequestEvent[][] = [];
-  const app = createHttpServer({ logger: createLogger('silent'), metrics, version: 'test', bodyLimit: 1 << 20, notReadyReason: () => undefined });
+  const app = createHttpServer({ logger, metrics, version: 'test', bodyLimit: 1 << 20, notReadyReason: () => undefined });
   const buffer = {
     healthy: true,
     add: async ({ lines }: { lines: string[] }) => void stored.push(lines),
@@ -272,6 +272,33 @@ describe('HTTP ingest with Kafka (publish)', () => {
     expect(retry.status).toBe(202);
     expect(retry.body.data).toMatchObject({ accepted: 2, duplicates: 0 });
     expect(published).toEqual([['evt_unit_0', 'evt_unit_1']]);
+  });
+
+  it('logs failing publishes as one failure: at its start with the cause, at most once a minute with a count, and once when the brokers acknowledge again', async () => {
+    const lines: { level: number; msg: string; occurrences?: number; failures?: number; err?: { message: string } }[] = [];
+    const logger = createLogger('info', { write: (line: string) => void lines.push(JSON.parse(line)) });
+    let clock = 0;
+    let refusing = true;
+    const { post } = await server(
+      {
+        logClock: () => clock,
+        publish: async () => {
+          if (refusing) throw new Error('The Kafka server does not support the requested API version');
+        },
+      },
+      logger,
+    );
+    // 70 posts 1 s apart, each refused: lines at 0 s and at 60 s (60 failures since the first line).
+    for (let i = 0; i < 70; i++, clock += 1_000) expect((await post([event(0)])).status).toBe(503);
+    refusing = false;
+    expect((await post([event(0)])).status).toBe(202);
+    expect((await post([event(1)])).status).toBe(202);
+    const kafkaLines = lines.filter((line) => /Kafka/.test(line.msg)).map(({ level, msg, occurrences, failures, err }) => ({ level, msg, occurrences, failures, err: err?.message }));
+    expect(kafkaLines).toEqual([
+      { level: 50, msg: 'producing HTTP-ingested events to Kafka failed; posts are answered 503 until the brokers acknowledge them', occurrences: 1, failures: undefined, err: 'The Kafka server does not support the requested API version' },
+      { level: 50, msg: 'producing HTTP-ingested events to Kafka failed; posts are answered 503 until the brokers acknowledge them (still; logged at most once a minute)', occurrences: 60, failures: undefined, err: 'The Kafka server does not support the requested API version' },
+      { level: 30, msg: 'Kafka acknowledges HTTP-ingested events again', occurrences: undefined, failures: 70, err: undefined },
+    ]);
   });
 
   it('answers 503 when the brokers take too long, refuses posts at once until they acknowledge, and then counts the late ones as stored', async () => {

@@ -30,8 +30,10 @@ import {
   type RequestEvent,
   type TimeRange,
 } from '../events/request-event.ts';
+import { FAILURE_LOG_INTERVAL_MS, FailureLog } from '../failure-log.ts';
 import { bearerTokenCheck } from '../http/bearer-token.ts';
 import { HttpError, validationError } from '../http/errors.ts';
+import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import { HTTP_SOURCE, serializeEventRow } from '../store/event-store.ts';
 import type { EventBuffer } from './event-buffer.ts';
@@ -76,6 +78,8 @@ export interface HttpIngestOptions {
    * this could never be taken and is refused with 400. Without it, posts are not limited by the buffer.
    */
   maxBufferedRows?: number;
+  /** The clock of the once-a-minute bound on failure lines (Date.now; tests move it). */
+  logClock?: () => number;
 }
 
 export interface IngestReport {
@@ -118,6 +122,20 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
    * buffer gives them up (stopped). It never holds more ids than the buffer holds posted rows.
    */
   const storing = new Map<string, Promise<void>>();
+  /**
+   * With Kafka: failed publishes, logged as one failure rather than per post (with the brokers
+   * refusing, every post fails): when it starts, with the cause, then at most once a minute with
+   * a count, and once when the brokers acknowledge again. Each post's failure is at debug.
+   * (app.log is the worker's pino logger, as the server was made with it.)
+   */
+  const publishFailures = new FailureLog(
+    app.log as Logger,
+    'producing HTTP-ingested events to Kafka failed; posts are answered 503 until the brokers acknowledge them',
+    'Kafka acknowledges HTTP-ingested events again',
+    'error',
+    FAILURE_LOG_INTERVAL_MS,
+    options.logClock,
+  );
   app.addContentTypeParser(NDJSON_TYPES, { parseAs: 'string' }, (_request, body, done) => done(null, body));
 
   /** Produces the events; they are remembered once the brokers have them, however late, so a retry after a failure is produced again. */
@@ -127,8 +145,12 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
       () => {
         for (const event of events) recentIds.checkAndAdd(event.eventId);
         metrics.eventsProduced.inc(events.length);
+        publishFailures.succeeded();
       },
-      (error: unknown) => request.log.error({ err: error, events: events.length }, 'producing HTTP-ingested events to Kafka failed'),
+      (error: unknown) => {
+        request.log.debug({ err: error, events: events.length }, 'producing HTTP-ingested events to Kafka failed');
+        publishFailures.failed({ err: error });
+      },
     );
     const outcome = await settleWithin(published, timeoutMs);
     if (outcome === 'timeout') {

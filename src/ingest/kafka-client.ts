@@ -1,11 +1,12 @@
 /**
- * The kafkajs client: TLS and SASL as configured, its own logs to pino at warn and above. The
- * intake's consumer, its producer (dead letters, and HTTP-ingested events) and its admin client (the
- * consumer lag's reads) are all made from this one client, so they reach the brokers with the same
- * settings.
+ * The kafkajs client: TLS and SASL as configured, its own logs to pino at warn and above, each
+ * distinct line once and then at most once a minute with a count. The intake's consumer, its
+ * producer (dead letters, and HTTP-ingested events) and its admin client (the consumer lag's reads)
+ * are all made from this one client, so they reach the brokers with the same settings.
  */
 import { Kafka, logLevel, type KafkaConfig, type LogEntry, type Message, type Producer, type SASLOptions } from 'kafkajs';
 import { withBundledCas, type Config } from '../config.ts';
+import { FAILURE_LOG_INTERVAL_MS, FailureLog } from '../failure-log.ts';
 import type { Logger } from '../logger.ts';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
@@ -17,9 +18,30 @@ const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
 
 export type KafkaClientOptions = Pick<NonNullable<Config['kafka']>, 'clientId' | 'brokers' | 'ssl' | 'sasl'>;
 
-/** The kafkajs settings for these options. */
-export function kafkaClientConfig(options: KafkaClientOptions, logger: Logger): KafkaConfig {
+/** Distinct kafkajs lines counted at once; past this the oldest is forgotten, and logged at once, as new, when it comes again. */
+const MAX_REPEATED_LINES = 1_000;
+
+/**
+ * The kafkajs settings for these options. kafkajs logs every failed attempt: two errors per
+ * connection retry with the brokers unreachable, one per post with SASL refused. So each distinct
+ * warning or error (its namespace, level and message) is logged the first time, then at most once
+ * a minute with the occurrences since (FailureLog): a new kind still shows at once. At
+ * LOG_LEVEL=debug every line is logged. `now` is the clock of that bound (tests move it).
+ */
+export function kafkaClientConfig(options: KafkaClientOptions, logger: Logger, now: () => number = Date.now): KafkaConfig {
   const kafkaLogger = logger.child({ component: 'kafkajs' });
+  const repeated = new Map<string, FailureLog>();
+  const logRepeated = (level: 'error' | 'warn', namespace: string | undefined, message: string, fields: Record<string, unknown>) => {
+    const key = `${level}\0${namespace}\0${message}`;
+    let lines = repeated.get(key);
+    if (!lines) {
+      if (repeated.size >= MAX_REPEATED_LINES) repeated.delete(repeated.keys().next().value!);
+      // No recovery line: kafkajs says nothing when a failure ends (the worker's own lines do).
+      lines = new FailureLog(kafkaLogger, message, '', level, FAILURE_LOG_INTERVAL_MS, now);
+      repeated.set(key, lines);
+    }
+    lines.failed(fields);
+  };
   const { ssl, sasl } = options;
   return {
     clientId: options.clientId,
@@ -31,15 +53,48 @@ export function kafkaClientConfig(options: KafkaClientOptions, logger: Logger): 
     logLevel: logLevel.WARN,
     logCreator:
       () =>
-      ({ level, log }: LogEntry) => {
+      ({ namespace, level, log }: LogEntry) => {
         const { message, ...rest } = log;
-        kafkaLogger[LEVELS[level] ?? 'info'](rest, message);
+        const pinoLevel = LEVELS[level] ?? 'info';
+        if ((pinoLevel === 'error' || pinoLevel === 'warn') && !kafkaLogger.isLevelEnabled('debug')) logRepeated(pinoLevel, namespace, message, rest);
+        else kafkaLogger[pinoLevel](rest, message);
       },
   };
 }
 
 export function createKafka(options: KafkaClientOptions, logger: Logger): Kafka {
   return new Kafka(kafkaClientConfig(options, logger));
+}
+
+/** kafkajs's errors for SASL refused: by a listener without SASL (no SaslHandshake API, or ILLEGAL_SASL_STATE), for the mechanism, or for the credentials. */
+const SASL_APIS = new Set(['SaslHandshake', 'SaslAuthenticate']);
+const SASL_ERROR_TYPES = new Set(['UNSUPPORTED_SASL_MECHANISM', 'ILLEGAL_SASL_STATE', 'SASL_AUTHENTICATION_FAILED']);
+
+function isSaslRefusal(error: unknown): boolean {
+  // kafkajs wraps the broker's error after its retries (KafkaJSNumberOfRetriesExceeded): its `cause`.
+  for (let cause = error, depth = 0; cause instanceof Error && depth < 5; cause = cause.cause, depth++) {
+    const { name, apiName, type } = cause as Error & { apiName?: unknown; type?: unknown };
+    if (name === 'KafkaJSSASLAuthenticationError' || SASL_APIS.has(String(apiName)) || SASL_ERROR_TYPES.has(String(type))) return true;
+  }
+  return false;
+}
+
+/** The brokers refused this worker's SASL; the message names the settings to check (never the password). */
+export class KafkaSaslRefusedError extends Error {
+  override name = 'KafkaSaslRefusedError';
+}
+
+/**
+ * The error, unless it says the brokers refused SASL: then one that also names the settings to
+ * check. kafkajs's own message for a listener that does not take SASL is only "The Kafka server
+ * does not support the requested API version".
+ */
+export function explainSaslRefusal(error: unknown, { sasl, ssl }: Pick<KafkaClientOptions, 'sasl' | 'ssl'>): unknown {
+  if (!sasl || error instanceof KafkaSaslRefusedError || !isSaslRefusal(error)) return error;
+  return new KafkaSaslRefusedError(
+    `${(error as Error).message}: the brokers refuse this worker's SASL: check KAFKA_SASL_MECHANISM (${sasl.mechanism}), ` +
+      `KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD, and that the listener of KAFKA_BROKERS takes SASL ${ssl ? 'over TLS (KAFKA_SSL=true)' : 'without TLS (KAFKA_SSL=false)'}`,
+  );
 }
 
 /**

@@ -1,4 +1,4 @@
-import type { Batch, EachBatchPayload, Kafka, KafkaMessage, ProducerRecord } from 'kafkajs';
+import { Kafka, KafkaJSSASLAuthenticationError, logLevel, Partitioners, type Batch, type EachBatchPayload, type KafkaMessage, type ProducerRecord } from 'kafkajs';
 import { describe, expect, it, vi } from 'vitest';
 import { makeEvent } from '../../test/support/events.ts';
 import { parseRequestEventText, parseRequestEventValue, type RequestEvent } from '../events/request-event.ts';
@@ -30,6 +30,36 @@ describe('BacklogWatch', () => {
     watch.reset();
     expect(watch.note(0, 10)).toBe(false);
     expect(watch.note(0, 0)).toBe(true); // partition 3 went elsewhere; it does not hold the backlog open
+  });
+});
+
+describe('KafkaIntake\'s producer', () => {
+  it('is made with kafkajs\'s default partitioner named, so that kafkajs does not warn at every start that its default changed, and keys map to partitions as before', () => {
+    const kafkajsLines: string[] = [];
+    const kafka = new Kafka({ brokers: ['127.0.0.1:9'], logLevel: logLevel.WARN, logCreator: () => ({ log }) => void kafkajsLines.push(log.message) });
+    const producer = vi.spyOn(kafka, 'producer');
+    const metrics = new WorkerMetrics({ defaultMetrics: false });
+    new KafkaIntake({ kafka, topic: 't', dlqTopic: 't.dlq', groupId: 'g', sessionTimeoutMs: 6_000, heartbeatIntervalMs: 500, maxWaitMs: 100, metrics, logger: createLogger('silent') } as unknown as KafkaIntakeOptions);
+    // The one kafkajs uses when none is named (murmur2, Java's: README): the fleet's keys stay on their partitions.
+    expect(producer).toHaveBeenCalledWith(expect.objectContaining({ createPartitioner: Partitioners.DefaultPartitioner }));
+    expect(kafkajsLines).toEqual([]);
+  });
+});
+
+describe('KafkaIntake\'s start', () => {
+  it('names the SASL settings, not the password, when the brokers refuse the consumer\'s SASL', async () => {
+    const refused = new (KafkaJSSASLAuthenticationError as unknown as new (message: string) => Error)('SASL PLAIN authentication failed: SASL Authentication failed');
+    const kafka = {
+      consumer: () => ({ events: {}, on: () => undefined, connect: () => Promise.reject(refused) }),
+      producer: () => ({ connect: async () => undefined }),
+      admin: () => ({}),
+    } as unknown as Kafka;
+    const sasl = { mechanism: 'plain', username: 'svc', password: 'pass-word-secret' } as const;
+    const metrics = new WorkerMetrics({ defaultMetrics: false });
+    const intake = new KafkaIntake({ kafka, sasl, topic: 't', groupId: 'g', metrics, logger: createLogger('silent') } as unknown as KafkaIntakeOptions);
+    const hint = "SASL PLAIN authentication failed: SASL Authentication failed: the brokers refuse this worker's SASL: check KAFKA_SASL_MECHANISM (plain), KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD, and that the listener of KAFKA_BROKERS takes SASL without TLS (KAFKA_SSL=false)";
+    await expect(intake.start()).rejects.toThrow(hint);
+    expect(intake.notReadyReason).toBe(`kafka consumer cannot start (retrying): ${hint}`);
   });
 });
 

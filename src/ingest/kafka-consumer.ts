@@ -27,7 +27,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { doneWithin, unlessAborted } from '../deadlines.ts';
-import type { Admin, Batch, Consumer, EachBatchPayload, Kafka, KafkaMessage, Producer } from 'kafkajs';
+import { Partitioners, type Admin, type Batch, type Consumer, type EachBatchPayload, type Kafka, type KafkaMessage, type Producer } from 'kafkajs';
 import type { RequestEvent } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
@@ -35,7 +35,7 @@ import type { EventStore } from '../store/event-store.ts';
 import type { AnalysisThread, Detection } from './analysis-thread.ts';
 import { KafkaDeadLetterQueue, toDeadLetter, type DeadLetter } from './dead-letter.ts';
 import type { EventBuffer, OffsetMark } from './event-buffer.ts';
-import { sendInRequests } from './kafka-client.ts';
+import { explainSaslRefusal, sendInRequests, type KafkaClientOptions } from './kafka-client.ts';
 
 export interface KafkaIntakeOptions {
   kafka: Kafka;
@@ -75,6 +75,9 @@ export interface KafkaIntakeOptions {
   logger: Logger;
   /** How often the consumer lag of the owned partitions is read from the brokers (LAG_INTERVAL_MS by default). */
   lagIntervalMs?: number;
+  /** KAFKA_SASL_* and KAFKA_SSL, as `kafka` was made with: a start or publish the brokers refuse for SASL names them (explainSaslRefusal). */
+  sasl?: KafkaClientOptions['sasl'];
+  ssl?: KafkaClientOptions['ssl'];
 }
 
 /**
@@ -185,7 +188,10 @@ export class KafkaIntake {
       maxBytesPerPartition: 4 * 1024 * 1024,
       retry: { retries: 10 },
     });
-    this.producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    // kafkajs's default partitioner (murmur2, Java's for keyed messages; README), named so that
+    // kafkajs does not warn at every start that its default changed in v2: the key→partition mapping
+    // the fleet's producers share stays the same.
+    this.producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1, createPartitioner: Partitioners.DefaultPartitioner });
     this.admin = kafka.admin();
     this.deadLetterQueue = new KafkaDeadLetterQueue(this.producer, options.dlqTopic);
     this.buffer = options.buffer;
@@ -248,8 +254,9 @@ export class KafkaIntake {
         eachBatch: (payload) => this.handleBatch(payload),
       });
     } catch (error) {
-      this.notConsuming = `kafka consumer cannot start (retrying): ${(error as Error).message}`;
-      throw error;
+      const explained = explainSaslRefusal(error, this.options);
+      this.notConsuming = `kafka consumer cannot start (retrying): ${(explained as Error).message}`;
+      throw explained;
     }
     this.running = true;
     // Storage may have gone out, or come back, since the join paused it or not (pause() and resume()
@@ -418,7 +425,7 @@ export class KafkaIntake {
   private connectProducer(): Promise<void> {
     this.producerConnection ??= this.producer.connect().catch((error: unknown) => {
       this.producerConnection = undefined;
-      throw error;
+      throw explainSaslRefusal(error, this.options);
     });
     return this.producerConnection;
   }

@@ -145,25 +145,34 @@ describe("the client's own log", () => {
     return { records: lines.map((line) => JSON.parse(line) as Record<string, unknown>), text, console: console.reduce((sum, spy) => sum + spy.mock.calls.length, 0) };
   }
 
-  it("writes a failed request's log line as one JSON record at error level, without the password", async () => {
-    const { records, text, console } = await logOf('info');
+  const requestErrors = (records: Record<string, unknown>[]) => records.filter((record) => /HTTP request error/.test(String(record.msg)));
+
+  it("writes a failed request's own line at debug level (its caller logs the failure), as one JSON record without the password", async () => {
+    const { records, text, console } = await logOf('debug');
     expect(console).toBe(0);
-    const failure = records.find((record) => record.level === 50);
-    expect(failure).toMatchObject({ component: 'clickhouse', module: 'Connection', msg: expect.stringMatching(/HTTP request error/) });
+    const [failure, ...more] = requestErrors(records);
+    expect(more).toEqual([]);
+    expect(failure).toMatchObject({ level: 20, component: 'clickhouse', module: 'Connection', msg: 'Query: HTTP request error.' });
     expect(failure?.err).toMatchObject({ message: expect.stringContaining('Authentication failed') });
-    // The URL's credentials override the configured ones: said once each, at warn level.
-    expect(records.filter((record) => record.level === 40).map((record) => record.msg)).toEqual(
-      expect.arrayContaining(['"username" is overridden by a URL parameter.', '"password" is overridden by a URL parameter.']),
-    );
     expect(text).toContain('[REDACTED]');
     expect(text).not.toContain(PASSWORD);
     expect(text).not.toContain(OTHER_PASSWORD);
   });
 
+  it("keeps the client's other lines at their level: its warnings show at info, its request failures do not", async () => {
+    const { records, console } = await logOf('info');
+    expect(console).toBe(0);
+    expect(requestErrors(records)).toEqual([]);
+    // The URL's credentials override the configured ones: said once each, at warn level.
+    expect(records.filter((record) => record.level === 40).map((record) => record.msg)).toEqual(
+      expect.arrayContaining(['"username" is overridden by a URL parameter.', '"password" is overridden by a URL parameter.']),
+    );
+  });
+
   it('follows LOG_LEVEL', async () => {
-    const atError = await logOf('error');
-    expect(atError.console).toBe(0);
-    expect(atError.records.map((record) => record.level)).toEqual([50]);
+    const atWarn = await logOf('warn');
+    expect(atWarn.console).toBe(0);
+    expect(atWarn.records.map((record) => record.level)).toEqual([40, 40]);
     const silent = await logOf('silent');
     expect(silent).toMatchObject({ records: [], console: 0 });
   });

@@ -211,10 +211,18 @@ const CLIENT_LOG_LEVELS: Record<string, ClickHouseLogLevel> = {
 };
 
 /**
+ * The client's per-request failure line ("Query: HTTP request error."): the caller gets the same
+ * error and logs the failure it acts on, once while it lasts; at error level this line alone came
+ * to hundreds a minute while a server was down.
+ */
+const REQUEST_ERROR = /: HTTP request error\.$/;
+
+/**
  * The client's own log, as records of `logger` at the same level (one JSON line each, where the
- * client's default prints several lines of plain text). What it logs (a message, arguments such as
- * query ids and settings, an error that may quote the server's answer) carries no password that
- * we know of; any of `secrets` found in it all the same is replaced by [REDACTED].
+ * client's default prints several lines of plain text), but its per-request failure lines at debug
+ * (REQUEST_ERROR). What it logs (a message, arguments such as query ids and settings, an error that
+ * may quote the server's answer) carries no password that we know of; any of `secrets` found in it
+ * all the same is replaced by [REDACTED].
  */
 function clientLog(logger: Logger, secrets: readonly string[]): { LoggerClass: new () => ClientLogger; level: ClickHouseLogLevel } {
   const redact = (text: string) => secrets.reduce((redacted, secret) => redacted.replaceAll(secret, '[REDACTED]'), text);
@@ -228,14 +236,17 @@ function clientLog(logger: Logger, secrets: readonly string[]): { LoggerClass: n
   const write =
     (level: 'trace' | 'debug' | 'info' | 'warn' | 'error') =>
     ({ module, message, args, err }: LogParams & { err?: Error }): void => {
+      if (!out.isLevelEnabled(level)) return;
       out[level]({ module, ...(args && { args: scrub(args) }), ...(err && { err }) }, redact(message));
     };
+  const writeError = write('error');
+  const writeRequestError = write('debug');
   class PinoLogger implements ClientLogger {
     trace = write('trace');
     debug = write('debug');
     info = write('info');
     warn = write('warn');
-    error = write('error');
+    error = (params: LogParams & { err?: Error }) => (REQUEST_ERROR.test(params.message) ? writeRequestError : writeError)(params);
   }
   return { LoggerClass: PinoLogger, level: CLIENT_LOG_LEVELS[logger.level] ?? ClickHouseLogLevel.WARN };
 }

@@ -21,6 +21,19 @@ describe('CircuitBreakers', () => {
     expect(breakers.openCount(T0 + 200)).toBe(1);
   });
 
+  it('is open from the pause until a success closes it, its pause over or not', () => {
+    const breakers = new CircuitBreakers();
+    failTimes(breakers, 'e1', BREAKER_THRESHOLD - 1);
+    expect(breakers.isOpen('e1')).toBe(false);
+    breakers.record('e1', false, T0 + 100);
+    expect(breakers.isOpen('e1')).toBe(true);
+    expect(breakers.pausedUntil('e1', T0 + 100 + BREAKER_PAUSE_MS)).toBeUndefined();
+    expect(breakers.isOpen('e1')).toBe(true); // the pause is over: the next attempt decides
+    breakers.record('e1', true, T0 + 100 + BREAKER_PAUSE_MS);
+    expect(breakers.isOpen('e1')).toBe(false);
+    expect(breakers.isOpen('e2')).toBe(false);
+  });
+
   it('a success in between starts the count again', () => {
     const breakers = new CircuitBreakers();
     failTimes(breakers, 'e1', 9);

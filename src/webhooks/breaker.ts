@@ -60,6 +60,14 @@ export class CircuitBreakers {
   }
 
   /**
+   * Whether the endpoint's breaker has opened and not closed since: paused, or its pause over and
+   * the next attempt deciding (a success then closes it).
+   */
+  isOpen(endpointId: string): boolean {
+    return (this.states.get(endpointId)?.consecutiveFailures ?? 0) >= this.threshold;
+  }
+
+  /**
    * How many attempts may be in flight to an endpoint that is not paused: as many as failures
    * short of the threshold, so the pause comes after 10 failures however many were sent at once;
    * after a pause, one (it decides).

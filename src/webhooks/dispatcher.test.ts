@@ -3,7 +3,7 @@
  * notifications waiting for storage are capped. Delivery itself is tested on the real engine in
  * test/integration/webhook-delivery.test.ts; the schedule's arithmetic is here.
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { Alert } from '../alerts/alert.ts';
 import { testAlert } from '../alerts/test-findings.ts';
 import { createLogger } from '../logger.ts';
@@ -311,5 +311,57 @@ describe('WebhookDispatcher: a stale heartbeat', () => {
     } finally {
       await dispatcher.stop();
     }
+  });
+});
+
+describe('WebhookDispatcher: storage failures in the log', () => {
+  it('logs each retry loop\'s failure when it starts (with its cause), once a minute while it lasts (with the count), and once when storage is back', async () => {
+    vi.useFakeTimers({ now: Date.UTC(2026, 10, 21, 10, 0, 0) });
+    const lines: { level: number; msg: string; occurrences?: number; failures?: number; err?: { message: string } }[] = [];
+    const failed = { endpoints: 0, saveHeartbeat: 0, pendingMessages: 0, loadBreakers: 0 };
+    let down = false;
+    const answer = <T>(op: keyof typeof failed, value: T) => async () => {
+      if (!down) return value;
+      failed[op]++;
+      throw new Error('connect ECONNREFUSED 10.0.0.9:8123');
+    };
+    const store = {
+      nextVersion: () => 1,
+      endpoints: answer('endpoints', new Map()),
+      saveMessages: async () => undefined,
+      saveHeartbeat: answer('saveHeartbeat', undefined),
+      loadBreakers: answer('loadBreakers', []),
+      pendingMessages: answer('pendingMessages', []),
+    } as unknown as WebhookStore;
+    const dispatcher = new WebhookDispatcher({
+      store,
+      policy: targetPolicy(),
+      metrics: new WorkerMetrics({ defaultMetrics: false }),
+      logger: createLogger('info', { write: (line: string) => void lines.push(JSON.parse(line)) }),
+    });
+    try {
+      await dispatcher.start();
+      down = true;
+      dispatcher.notify(alert(1)); // storing it is retried every second; the heartbeat, at every poll once one failed
+      await vi.advanceTimersByTimeAsync(150_000);
+      down = false;
+      await vi.advanceTimersByTimeAsync(2_000);
+    } finally {
+      await dispatcher.stop();
+      vi.useRealTimers();
+    }
+    const linesOf = (what: string, recovery: string) => lines.filter((line) => line.msg.startsWith(what) || line.msg === recovery);
+    const still = ' (still; logged at most once a minute)';
+    for (const [what, recovery, failures] of [
+      ['storing webhook messages failed; retrying', 'webhook messages are stored again', failed.endpoints],
+      ['storing the webhook heartbeat failed; retrying', 'the webhook heartbeat is stored again', failed.saveHeartbeat],
+    ] as const) {
+      const logged = linesOf(what, recovery);
+      expect(logged.map((line) => [line.level, line.msg])).toEqual([[50, what], [50, what + still], [50, what + still], [30, recovery]]);
+      expect(logged[0]!.err?.message).toBe('connect ECONNREFUSED 10.0.0.9:8123');
+      expect(logged.map((line) => line.occurrences)).toEqual([1, 60, 60, undefined]); // one failure a second
+      expect(logged.at(-1)!.failures).toBe(failures); // every failure counted
+    }
+    expect(lines).toHaveLength(8); // where a line per failure made about 290
   });
 });

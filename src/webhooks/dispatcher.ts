@@ -35,6 +35,7 @@ import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { toWireAlert, type Alert } from '../alerts/alert.ts';
+import { FAILURE_LOG_INTERVAL_MS, FailureLog } from '../failure-log.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import {
@@ -104,7 +105,7 @@ export interface WebhookDispatcherOptions {
   ca?: readonly string[];
   metrics: WorkerMetrics;
   logger: Logger;
-  /** The clock of the schedule, the breakers and svc-timestamp (tests move it). */
+  /** The clock of the schedule, the breakers, svc-timestamp and the once-a-minute failure lines (tests move it). */
   now?: () => number;
   /** Attempts in flight at once; twice this many messages are held in memory at most. */
   concurrency?: number;
@@ -167,6 +168,14 @@ interface Outcome {
   breaker?: BreakerState;
 }
 
+/** What a log line says of an endpoint: never its URL's path, query or user info, which may hold a token. */
+type EndpointFields = {
+  destination: Destination;
+  /** A merchant's endpoint: whose. */
+  merchantId?: string;
+  host: string;
+};
+
 /** The message body; `data` is the alert in its wire format (contracts section 2). */
 export function webhookBody(alert: Alert, createdAt: number): string {
   const data = toWireAlert(alert);
@@ -223,6 +232,10 @@ export class WebhookDispatcher {
   private started = false;
   private stopped = false;
   private storageOk = true;
+  /** Storage failures, one log per retry loop: a line when it starts failing, once a minute while it does, and when it works again. */
+  private readonly storageFailures: Record<'saving' | 'reading' | 'claiming' | 'writing' | 'heartbeat', FailureLog>;
+  /** Failed attempts per endpoint (by id), while they fail: logged as the storage failures are. */
+  private readonly endpointFailures = new Map<string, FailureLog>();
   private peakBusy = 0;
   private peakUnsaved = 0;
 
@@ -241,6 +254,14 @@ export class WebhookDispatcher {
     this.maxUnsaved = options.maxUnsaved ?? DEFAULT_MAX_UNSAVED;
     this.logger = options.logger;
     this.metrics = options.metrics;
+    const storageFailure = (what: string, recovery: string) => new FailureLog(this.logger, what, recovery, 'error', FAILURE_LOG_INTERVAL_MS, this.now);
+    this.storageFailures = {
+      saving: storageFailure('storing webhook messages failed; retrying', 'webhook messages are stored again'),
+      reading: storageFailure('reading due webhook messages failed; retrying', 'due webhook messages are read again'),
+      claiming: storageFailure('claiming an adopted webhook message failed; retrying', 'adopted webhook messages are claimed again'),
+      writing: storageFailure('storing webhook attempts failed; retrying', 'webhook attempts are stored again'),
+      heartbeat: storageFailure('storing the webhook heartbeat failed; retrying', 'the webhook heartbeat is stored again'),
+    };
     // At 0 from the start: increase() cannot count a series' first sample, so the first message given
     // up, or the first failed attempt to on-call, would otherwise alert no one.
     for (const destination of DESTINATIONS) {
@@ -349,6 +370,7 @@ export class WebhookDispatcher {
         const messages = batch.flatMap((item) => this.messagesOf(item, endpoints.get(item.merchantId)));
         await this.store.saveMessages(messages);
         this.storageOk = true;
+        this.storageFailures.saving.succeeded();
         for (const message of messages) this.metrics.webhookMessages.inc({ destination: message.destination, status: 'created' });
         if (messages.length > 0) {
           this.nextDueAt = Math.min(this.nextDueAt, ...messages.map((message) => message.nextAttemptAt));
@@ -357,7 +379,7 @@ export class WebhookDispatcher {
       } catch (error) {
         this.storageOk = false;
         this.requeue(batch);
-        this.logger.error({ err: error, notifications: batch.length }, 'storing webhook messages failed; retrying');
+        this.storageFailures.saving.failed({ err: error, notifications: batch.length });
         if (!this.stopped) this.saveSoon.request(RETRY_DELAY_MS);
       } finally {
         this.savingCount = 0;
@@ -438,6 +460,7 @@ export class WebhookDispatcher {
         const page = await this.store.pendingMessages(free + 1, [...this.busy], reader, this.fullDestinations(now));
         this.lastScanAt = Date.now();
         this.storageOk = true;
+        this.storageFailures.reading.succeeded();
         const due = page.slice(0, free).filter((message) => message.dueAt <= now);
         this.nextDueAt = page[due.length]?.dueAt ?? Number.POSITIVE_INFINITY;
         if (this.stopped) break;
@@ -449,7 +472,7 @@ export class WebhookDispatcher {
       } while (this.tickAgain);
     } catch (error) {
       this.storageOk = false;
-      this.logger.error({ err: error }, 'reading due webhook messages failed; retrying');
+      this.storageFailures.reading.failed({ err: error });
     }
   }
 
@@ -520,6 +543,7 @@ export class WebhookDispatcher {
     }
     let result: AttemptReport;
     let breaker: BreakerState | undefined;
+    let breakerChange: 'paused' | 'closed' | undefined;
     const pausedUntil = this.breakers.pausedUntil(target.endpointId, now);
     if (target.secret === undefined) {
       // Nothing is sent unsigned; the message waits on its schedule for the key to be restored.
@@ -550,19 +574,43 @@ export class WebhookDispatcher {
         this.countRequest(target.endpointId, message, -1);
       }
       if (this.abort.signal.aborted) return 'stopped';
-      breaker = this.breakers.record(target.endpointId, result.outcome === 'delivered', this.now());
-      this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(this.now()));
+      const recordedAt = this.now();
+      const wasOpen = this.breakers.isOpen(target.endpointId);
+      // An attempt that ends after another one's failure paused the endpoint does not pause it anew.
+      const wasPaused = this.breakers.pausedUntil(target.endpointId, recordedAt) !== undefined;
+      breaker = this.breakers.record(target.endpointId, result.outcome === 'delivered', recordedAt);
+      if (breaker?.pausedUntil) breakerChange = wasPaused ? undefined : 'paused';
+      else if (breaker && wasOpen) breakerChange = 'closed';
+      this.metrics.webhookEndpointsPaused.set(this.breakers.openCount(recordedAt));
     }
     this.metrics.webhookAttempts.inc({ destination: message.destination, outcome: result.outcome });
     const nextAt = nextAttemptAt(message.createdAt, number, now);
     const status = result.outcome === 'delivered' ? 'delivered' : nextAt < message.createdAt + DELIVERY_BUDGET_MS ? 'pending' : 'failed';
     if (status !== 'pending') this.metrics.webhookMessages.inc({ destination: message.destination, status });
-    if (result.outcome !== 'delivered') {
-      this.logger.warn(
-        { messageId: message.id, alertId: message.alertId, destination: message.destination, attempt: number, outcome: result.outcome, statusCode: result.statusCode, status },
-        'webhook attempt failed',
-      );
+    const endpoint: EndpointFields = {
+      destination: message.destination,
+      ...(message.destination === 'merchant' ? { merchantId: message.merchantId } : {}),
+      host: hostOf(target.url),
+    };
+    const attemptFields = {
+      ...endpoint,
+      messageId: message.id,
+      alertId: message.alertId,
+      attempt: number,
+      outcome: result.outcome,
+      statusCode: result.statusCode,
+      error: result.error,
+      status,
+      ...(status === 'pending' ? { nextAttemptAt: new Date(nextAt).toISOString() } : {}),
+    };
+    if (result.outcome === 'delivered') {
+      this.endpointDelivers(target.endpointId, endpoint, breakerChange === 'closed');
+    } else if (result.outcome === 'circuit_open') {
+      this.logger.debug(attemptFields, 'webhook attempt skipped: its endpoint is paused'); // counted by security_center_webhook_attempts_total
+    } else {
+      this.failuresOf(target.endpointId).failed(attemptFields);
     }
+    if (breakerChange === 'paused') this.logPaused(endpoint, breaker!, result.error ?? result.outcome);
     return {
       message: {
         ...message,
@@ -605,6 +653,7 @@ export class WebhookDispatcher {
       await sleep(this.claimSettleMs, undefined, { signal: this.abort.signal });
       const verdict = await this.store.claimStands(message, { owner: this.owner, version }, message.owner, this.now(), this.adoptAfterMs);
       this.storageOk = true;
+      this.storageFailures.claiming.succeeded();
       if (verdict !== 'claimed') {
         this.logger.info({ messageId: message.id, alertId: message.alertId, destination: message.destination, owner: message.owner, verdict }, 'adopted webhook message not sent: its claim did not stand');
       }
@@ -613,8 +662,39 @@ export class WebhookDispatcher {
       if (this.abort.signal.aborted) return 'stopped';
       this.storageOk = false;
       this.nextDueAt = Math.min(this.nextDueAt, this.now() + RETRY_DELAY_MS);
-      this.logger.error({ err: error, messageId: message.id }, 'claiming an adopted webhook message failed; retrying');
+      this.storageFailures.claiming.failed({ err: error, messageId: message.id });
       return 'failed';
+    }
+  }
+
+  /** Failed attempts to an endpoint, logged as a failure that lasts until it delivers again. */
+  private failuresOf(endpointId: string): FailureLog {
+    let failures = this.endpointFailures.get(endpointId);
+    if (!failures) {
+      failures = new FailureLog(this.logger, 'webhook attempt failed', 'webhook endpoint delivers again', 'warn', FAILURE_LOG_INTERVAL_MS, this.now);
+      this.endpointFailures.set(endpointId, failures);
+    }
+    return failures;
+  }
+
+  /** An endpoint delivered: the end of its failures, said once (with its breaker's closing, if this closed it). */
+  private endpointDelivers(endpointId: string, endpoint: EndpointFields, closedBreaker: boolean): void {
+    const failures = this.endpointFailures.get(endpointId);
+    this.endpointFailures.delete(endpointId);
+    if (closedBreaker) this.logger.info(endpoint, 'webhook endpoint delivers again: its breaker closed');
+    else failures?.succeeded(endpoint);
+  }
+
+  /**
+   * An endpoint's breaker paused it (BREAKER_THRESHOLD failures in a row, or the attempt after a
+   * pause failed): nothing goes to it for an hour, which on-call must hear of at once.
+   */
+  private logPaused(endpoint: EndpointFields, state: BreakerState, lastError: string): void {
+    const fields = { ...endpoint, consecutiveFailures: state.consecutiveFailures, lastError, pausedUntil: new Date(state.pausedUntil).toISOString() };
+    if (endpoint.destination === 'oncall') {
+      this.logger.error(fields, 'on-call webhook endpoint paused for an hour after failed attempts: critical alerts do not page on-call until pausedUntil');
+    } else {
+      this.logger.warn(fields, "merchant's webhook endpoint paused for an hour after failed attempts: its critical alerts are not delivered until pausedUntil");
     }
   }
 
@@ -691,6 +771,7 @@ export class WebhookDispatcher {
     this.beating = this.beat()
       .then(() => {
         this.storageOk = true;
+        this.storageFailures.heartbeat.succeeded();
         if (this.waitingForHeartbeat && this.started && !this.stopped) {
           this.waitingForHeartbeat = false;
           this.tickSoon.request();
@@ -698,7 +779,7 @@ export class WebhookDispatcher {
       })
       .catch((error: unknown) => {
         this.storageOk = false;
-        this.logger.error({ err: error }, 'storing the webhook heartbeat failed; retrying');
+        this.storageFailures.heartbeat.failed({ err: error });
       })
       .finally(() => {
         this.beating = undefined;
@@ -711,10 +792,11 @@ export class WebhookDispatcher {
       try {
         await write();
         this.storageOk = true;
+        this.storageFailures.writing.succeeded();
         return true;
       } catch (error) {
         this.storageOk = false;
-        this.logger.error({ err: error }, 'storing webhook attempts failed; retrying');
+        this.storageFailures.writing.failed({ err: error });
         if (this.stopped) return false;
         await sleep(RETRY_DELAY_MS);
       }
@@ -731,6 +813,15 @@ export function nextAttemptAt(createdAt: number, attempt: number, at: number): n
   const scheduled = ATTEMPT_SCHEDULE_MS[attempt];
   if (scheduled === undefined) return Number.POSITIVE_INFINITY;
   return Math.max(createdAt + scheduled, at + scheduled - ATTEMPT_SCHEDULE_MS[attempt - 1]!);
+}
+
+/** An endpoint URL's host (and port) alone: its path, query and user info may hold a token. */
+function hostOf(url: string): string {
+  try {
+    return new URL(url).host;
+  } catch {
+    return '(not a URL)';
+  }
 }
 
 /** Runs a task once, a delay after it was first requested, however often it is requested meanwhile. */

@@ -3,10 +3,12 @@
  * consumer group: posted events go through the topic, keyed by API key, so each key's events meet
  * on the replica that owns its partition. A client's retry that lands on another replica is stored
  * and counted once; an attack posted half to one replica and half to the other is still detected;
- * while the broker is down, a post is answered 503 with Retry-After, never 202.
+ * while the broker is down, a post is answered 503 with Retry-After, never 202; while the brokers
+ * refuse the worker, that is logged once, not per post.
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import type { Worker } from '../../src/main.ts';
+import { createLogger } from '../../src/logger.ts';
+import { startWorker, type Worker } from '../../src/main.ts';
 import { startKafka, type KafkaService } from '../services/kafka.ts';
 import { useEngines } from '../support/engines.ts';
 import { asOfToday, makeEvent, type RequestEventInput } from '../support/events.ts';
@@ -148,6 +150,42 @@ describe('HTTP ingest through Kafka', () => {
       await new Promise((resolve) => setTimeout(resolve, 500));
       expect(await stored(worker, own.runId)).toMatchObject({ ids: 1 });
       expect(await metricTotal(worker, 'security_center_events_produced_total')).toBe(1);
+    });
+  });
+
+  describe('while the brokers refuse the worker', () => {
+    it('answers each post 503, and logs it once with the cause (the SASL settings to check), not per post', async () => {
+      const password = 'Sv6Kp9QzXw3TmL8rJb2N';
+      const lines: { component?: string; level: number; msg: string; err?: { message: string } }[] = [];
+      let text = '';
+      const logger = createLogger('info', { write: (line: string) => void ((text += line), lines.push(JSON.parse(line))) });
+      const own = testNames('httpkafka_refused');
+      // The run's broker takes no SASL: it refuses the worker at once, as it would a rotated password.
+      const config = testConfig({
+        brokers: engines.brokers,
+        clickhouse: engines.clickhouse,
+        names: own,
+        extra: { KAFKA_SASL_MECHANISM: 'plain', KAFKA_SASL_USERNAME: 'svc', KAFKA_SASL_PASSWORD: password, KAFKA_SSL: 'false' },
+      });
+      // Not through engines.startWorker: the consumer never starts, so the worker is never ready.
+      const worker = await startWorker(config, { logger });
+      try {
+        const startMs = asOfToday(Date.UTC(2026, 10, 21, 12, 0, 0));
+        // 100 posts, 10 at a time.
+        for (let round = 0; round < 10; round++) {
+          const answers = await Promise.all(Array.from({ length: 10 }, (_, i) => post(worker, [makeEvent(round * 10 + i, { runId: own.runId, startMs })])));
+          expect(answers.map((answer) => answer.status)).toEqual(Array.from({ length: 10 }, () => 503));
+        }
+        const failed = lines.filter((line) => line.component === 'http' && /Kafka failed/.test(line.msg));
+        expect(failed).toHaveLength(1);
+        expect(failed[0]).toMatchObject({ level: 50, msg: 'producing HTTP-ingested events to Kafka failed; posts are answered 503 until the brokers acknowledge them' });
+        expect(failed[0]!.err!.message).toMatch(/^The Kafka server does not support the requested API version: the brokers refuse this worker's SASL: check KAFKA_SASL_MECHANISM \(plain\), KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD/);
+        // kafkajs's own line for each refused connection: once (the intake's failed starts say the same).
+        expect(lines.filter((line) => line.component === 'kafkajs').map((line) => line.msg)).toEqual(['The Kafka server does not support the requested API version']);
+        expect(text).not.toContain(password.slice(0, 6));
+      } finally {
+        await worker.stop();
+      }
     });
   });
 });

@@ -1,9 +1,12 @@
 /**
  * Storage faults, injected at the storage boundary (the worker's row write), on the real engines:
  * during an outage the worker stores nothing, commits nothing and reports not ready; once storage
- * is back every event is stored exactly once and the offsets are committed.
+ * is back every event is stored exactly once and the offsets are committed. What fails per request
+ * is logged once while it lasts, not per request.
  */
 import { describe, expect, it } from 'vitest';
+import { mintAdminToken } from '../../src/admin/auth.ts';
+import { createLogger } from '../../src/logger.ts';
 import { useEngines } from '../support/engines.ts';
 import { asOfToday, makeEvent } from '../support/events.ts';
 import { committedTotal, groupCaughtUp, produceAll } from '../support/kafka.ts';
@@ -168,5 +171,36 @@ describe('storage outage', () => {
       { topic: own.topic },
     );
     expect(stored).toEqual({ rows: 1_000, ids: 1_000 });
+  });
+
+  it('logs admin requests failing on storage when it starts, with the cause, not once per request, and once when one succeeds again', async () => {
+    const { clickhouse } = engines;
+    const secret = 'admin-jwt-secret-0123456789abcdefghij';
+    const lines: { level: number; msg: string; route?: string; occurrences?: number; failures?: number; err?: { message: string } }[] = [];
+    const logger = createLogger('info', { write: (line: string) => void lines.push(JSON.parse(line)) });
+    let down = false;
+    const refused = () => Promise.reject(new Error('connect ECONNREFUSED 10.0.0.9:8123'));
+    const worker = await engines.startWorker(testConfig({ clickhouse, names: testNames('adminoutage'), extra: { ADMIN_ENABLED: 'true', ADMIN_JWT_SECRET: secret } }), {
+      logger,
+      wrapClickHouse: (db) => ({
+        ...db,
+        queryRows: (query, params) => (down ? refused() : db.queryRows(query, params)),
+        queryPages: (query, params, pageSize, onPage) => (down ? refused() : db.queryPages(query, params, pageSize, onPage)),
+      }),
+    });
+    const token = await mintAdminToken({ secret, userId: 'ops@m_1', merchantId: 'm_1', role: 'admin' });
+    const listAlerts = async () => (await fetch(`${worker.url}/admin/anomaly/alerts?limit=5`, { headers: { authorization: `Bearer ${token}` } })).status;
+    const adminLines = () => lines.filter((line) => line.msg.startsWith('admin request'));
+
+    expect(await listAlerts()).toBe(200);
+    down = true;
+    for (let i = 0; i < 20; i++) expect(await listAlerts()).toBe(503);
+    down = false;
+    expect(await listAlerts()).toBe(200);
+    expect(await listAlerts()).toBe(200);
+    expect(adminLines().map(({ level, msg, route, occurrences, failures, err }) => ({ level, msg, route, occurrences, failures, err: err?.message }))).toEqual([
+      { level: 50, msg: 'admin request failed', route: 'listAlerts', occurrences: 1, err: 'connect ECONNREFUSED 10.0.0.9:8123' },
+      { level: 30, msg: 'admin requests succeed again', route: 'listAlerts', failures: 20 },
+    ]);
   });
 });

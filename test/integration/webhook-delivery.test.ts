@@ -28,6 +28,19 @@ const MINUTE = 60_000;
 const ONCALL_SECRET = 'oncall-secret-0123456789abcdefghijklmnop';
 const logger = createLogger(process.env.TEST_LOG_LEVEL ?? 'silent');
 
+interface LogLine {
+  level: number;
+  msg: string;
+  [field: string]: unknown;
+}
+
+/** A logger that keeps what it writes at `level` and above, for a test to read. */
+function capturedLog(level: string) {
+  const lines: LogLine[] = [];
+  return { logger: createLogger(level, { write: (line: string) => void lines.push(JSON.parse(line)) }), lines };
+}
+const STILL = ' (still; logged at most once a minute)';
+
 describe('webhook delivery', () => {
   const engines = useEngines();
   let certs: TestCertificates;
@@ -166,10 +179,12 @@ describe('webhook delivery', () => {
     const t0 = clock.now();
     const hanging = await startReceiver(certs.server, { answer: 'hang' });
     const untrusted = await startReceiver(certs.untrusted);
-    const h = await startDispatcher({ now: clock.now, requestTimeoutMs: 300, connectTimeoutMs: 300 });
+    const log = capturedLog('info');
+    const h = await startDispatcher({ now: clock.now, requestTimeoutMs: 300, connectTimeoutMs: 300, logger: log.logger });
+    const refusedPort = await freePort();
     try {
       await registerEndpoint(h.store, 'm_timeout', `${hanging.origin}/hook`, t0);
-      await registerEndpoint(h.store, 'm_refused', `https://127.0.0.1:${await freePort()}/hook`, t0);
+      await registerEndpoint(h.store, 'm_refused', `https://127.0.0.1:${refusedPort}/hook`, t0);
       await registerEndpoint(h.store, 'm_tls', `${untrusted.origin}/hook`, t0);
       for (const merchantId of ['m_timeout', 'm_refused', 'm_tls']) h.dispatcher.notify(alert(merchantId));
 
@@ -194,6 +209,26 @@ describe('webhook delivery', () => {
       expect(byMerchant.m_tls).toMatchObject({ status: 'failed', attempts: 3, lastOutcome: 'tls_error' });
       expect(untrusted.received).toHaveLength(0); // no request was sent over the refused TLS session
       expect(hanging.received).toHaveLength(3);
+
+      // Each endpoint's failure is logged when it starts, with its cause, host and next attempt; then
+      // once a minute at most (here each attempt, a minute or more apart); its end once.
+      const logOf = (merchantId: string) =>
+        log.lines.filter((line) => line.merchantId === merchantId).map(({ level, msg, host, outcome, error, nextAttemptAt, occurrences, failures }) => ({ level, msg, host, outcome, error, nextAttemptAt, occurrences, failures }));
+      const failure = (host: string, outcome: string, error: unknown) => ({ level: 40, msg: 'webhook attempt failed', host, outcome, error, nextAttemptAt: new Date(t0 + MINUTE).toISOString(), occurrences: 1 });
+      const still = (host: string, outcome: string, error: unknown, nextAttemptAt?: number) =>
+        ({ level: 40, msg: `webhook attempt failed${STILL}`, host, outcome, error, nextAttemptAt: nextAttemptAt && new Date(nextAttemptAt).toISOString(), occurrences: 1 });
+      const hangingHost = new URL(hanging.origin).host;
+      expect(logOf('m_timeout')).toEqual([
+        failure(hangingHost, 'timeout', expect.stringMatching(/\S/)),
+        still(hangingHost, 'timeout', expect.stringMatching(/\S/), t0 + 5 * MINUTE),
+        { level: 30, msg: 'webhook endpoint delivers again', host: hangingHost, failures: 2 },
+      ]);
+      const refused = expect.stringContaining('ECONNREFUSED');
+      const refusedHost = `127.0.0.1:${refusedPort}`;
+      expect(logOf('m_refused')).toEqual([failure(refusedHost, 'connect_error', refused), still(refusedHost, 'connect_error', refused, t0 + 5 * MINUTE), still(refusedHost, 'connect_error', refused)]);
+      const untrustedHost = new URL(untrusted.origin).host;
+      const untrustedCa = expect.stringMatching(/certificate/i);
+      expect(logOf('m_tls')).toEqual([failure(untrustedHost, 'tls_error', untrustedCa), still(untrustedHost, 'tls_error', untrustedCa, t0 + 5 * MINUTE), still(untrustedHost, 'tls_error', untrustedCa)]);
     } finally {
       await h.stop();
       await hanging.close();
@@ -430,6 +465,65 @@ describe('webhook delivery', () => {
     await waitFor(async () => (await deliveries(second.store)).some((d) => d.status === 'delivered'), 'delivered', 10_000);
     expect((await second.metrics.webhookEndpointsPaused.get()).values[0]?.value).toBe(0);
     await second.stop();
+  });
+
+  it('logs a failing endpoint once a minute, its pause once (on-call\'s as an error), its closing once, and the attempts skipped meanwhile at debug only', async () => {
+    const clock = testClock();
+    const t0 = clock.now();
+    const path = `/paused-${randomUUID()}`;
+    let answer: Answer = 500;
+    receiver.answer((request) => (request.path.startsWith(path) ? answer : 200));
+    const log = capturedLog('debug');
+    // Tokens in the URLs' paths and queries, which no line may show: only the endpoint's host.
+    const oncall = { url: `${receiver.origin}${path}/oncall/PATHTOKEN1234?token=QUERYTOKEN1234`, secret: ONCALL_SECRET };
+    const h = await startDispatcher({ now: clock.now, oncall, logger: log.logger });
+    const attempted = async (attempts: number) => (await deliveries(h.store)).filter((d) => d.attempts === attempts).length === 10;
+    try {
+      await registerEndpoint(h.store, 'm_paused', `${receiver.origin}${path}/merchant?key=MERCHANTTOKEN1234`, t0);
+      for (let i = 0; i < 5; i++) h.dispatcher.notify(alert('m_paused', i)); // five messages to each endpoint
+      await waitFor(() => attempted(1), 'ten failed first attempts', 20_000);
+      clock.set(t0 + MINUTE);
+      await waitFor(() => attempted(2), 'ten failed second attempts: each endpoint paused at its tenth failure', 20_000);
+      clock.set(t0 + 5 * MINUTE);
+      await waitFor(() => attempted(3), 'ten third attempts, skipped', 20_000);
+      expect(receiver.received.filter((request) => request.path.startsWith(path))).toHaveLength(20);
+      answer = 200;
+      clock.set(t0 + 62 * MINUTE);
+      h.dispatcher.notify(alert('m_paused', 99));
+      await waitFor(async () => (await deliveries(h.store)).filter((d) => d.status === 'delivered').length === 2, 'delivered to both after the hour', 10_000);
+    } finally {
+      await h.stop();
+    }
+    const host = new URL(receiver.origin).host;
+    const pausedUntil = new Date(t0 + MINUTE + 60 * MINUTE).toISOString();
+    const logged = (destination: string) =>
+      log.lines
+        .filter((line) => line.destination === destination && line.level >= 30)
+        .map(({ level, msg, merchantId, host, statusCode, error, nextAttemptAt, occurrences, consecutiveFailures, lastError, pausedUntil }) =>
+          ({ level, msg, merchantId, host, statusCode, error, nextAttemptAt, occurrences, consecutiveFailures, lastError, pausedUntil }));
+    const failure = { msg: 'webhook attempt failed', level: 40, host, statusCode: 500, error: 'HTTP 500', nextAttemptAt: new Date(t0 + MINUTE).toISOString(), occurrences: 1 };
+    const still = { ...failure, msg: `webhook attempt failed${STILL}`, nextAttemptAt: new Date(t0 + 5 * MINUTE).toISOString(), occurrences: 5 };
+    const paused = { host, consecutiveFailures: 10, lastError: 'HTTP 500', pausedUntil };
+    const closed = { level: 30, msg: 'webhook endpoint delivers again: its breaker closed', host };
+    // 20 failed attempts and 10 skipped ones: 3 lines per endpoint, and one when it delivers again.
+    expect(logged('oncall')).toEqual([
+      failure,
+      still,
+      { ...paused, level: 50, msg: 'on-call webhook endpoint paused for an hour after failed attempts: critical alerts do not page on-call until pausedUntil' },
+      closed,
+    ]);
+    const merchant = { merchantId: 'm_paused' };
+    expect(logged('merchant')).toEqual([
+      { ...failure, ...merchant },
+      { ...still, ...merchant },
+      { ...paused, ...merchant, level: 40, msg: "merchant's webhook endpoint paused for an hour after failed attempts: its critical alerts are not delivered until pausedUntil" },
+      { ...closed, ...merchant },
+    ]);
+    // The attempts skipped while paused (5 to each endpoint, at 5 minutes) are at debug, with the endpoint.
+    const skipped = log.lines.filter((line) => line.msg === 'webhook attempt skipped: its endpoint is paused');
+    expect(skipped.map((line) => [line.level, line.destination, line.host, line.outcome])).toEqual(Array.from({ length: 10 }, () => [20, expect.any(String), host, 'circuit_open']));
+    const text = JSON.stringify(log.lines);
+    for (const token of ['PATHTOKEN1234', 'QUERYTOKEN1234', 'MERCHANTTOKEN1234', ONCALL_SECRET]) expect(text).not.toContain(token);
   });
 
   it('retries a storage write whose answer was lost (the rows landed) as the same message: one svc-id, and the attempt made meanwhile stands', async () => {

@@ -8,7 +8,7 @@
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyError, FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { FailureLog } from '../failure-log.ts';
+import { FailureLog, INTERLEAVED_QUIET_MS } from '../failure-log.ts';
 import { handleError, HttpError, rateLimitedError, validationError } from '../http/errors.ts';
 import type { Logger } from '../logger.ts';
 import { attachPrincipal, principalOf, requireChangeRole, type AdminAuthenticator } from './auth.ts';
@@ -27,9 +27,6 @@ export interface AdminApiOptions {
 
 export async function registerAdminApi(app: FastifyInstance, options: AdminApiOptions): Promise<void> {
   const document = buildOpenApiDocument(options.routes, options.version);
-  // Past validation, what fails is storage, for every request while it is down (a dashboard polls):
-  // logged when it starts, once a minute while it lasts, and at the next request that succeeds.
-  const failures = new FailureLog(app.log as Logger, 'admin request failed', 'admin requests succeed again'); // the worker's pino logger (server.ts)
   await app.register(
     async (scope) => {
       scope.get('/openapi.json', async () => document);
@@ -60,14 +57,21 @@ export async function registerAdminApi(app: FastifyInstance, options: AdminApiOp
           enableDraftSpec: true,
           errorResponseBuilder: (_request, context) => rateLimitedError(context.ttl / 1000),
         });
-        for (const route of options.routes) registerRoute(secured, route, options.maxBodyBytes, failures);
+        for (const route of options.routes) registerRoute(secured, route, options.maxBodyBytes);
       });
     },
     { prefix: ADMIN_PREFIX },
   );
 }
 
-function registerRoute(scope: FastifyInstance, route: AdminRoute, bodyLimit: number, failures: FailureLog): void {
+function registerRoute(scope: FastifyInstance, route: AdminRoute, bodyLimit: number): void {
+  // Past validation, what fails is storage, for every request while it is down (a dashboard polls):
+  // logged per route (a route that does not read storage, or a bug in another, must not hide it)
+  // when it starts, once a minute while it lasts, and at a success 10 s after its last failure (a
+  // cached answer among failing ones does not end it).
+  const failures = new FailureLog(scope.log as Logger, 'admin request failed', 'admin requests succeed again', {
+    quietMs: INTERLEAVED_QUIET_MS,
+  });
   scope.route({
     method: route.method,
     url: route.path,

@@ -25,7 +25,7 @@
  * `decidedOn`), and the other is refused.
  */
 import { ENGINE_ERROR, type AnyRule, type EngineFinding } from '../detect/engine.ts';
-import { FAILURE_LOG_INTERVAL_MS, FailureLog } from '../failure-log.ts';
+import { FailureLog } from '../failure-log.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
 import { HeldUntilOpen } from '../held-until-open.ts';
 import type { Logger } from '../logger.ts';
@@ -97,8 +97,8 @@ export class AlertService {
   ) {
     this.rules = new Map(rules.map((rule) => [rule.id, { id: rule.id, version: rule.version, actions: rule.actions }]));
     this.now = hooks.now ?? Date.now;
-    this.storing = new FailureLog(logger, 'storing alerts failed; retrying', 'alerts are stored again', 'error', FAILURE_LOG_INTERVAL_MS, this.now);
-    this.syncing = new FailureLog(logger, 'reading alerts written by other replicas failed; trying again', 'alerts written by other replicas are read again', 'warn', FAILURE_LOG_INTERVAL_MS, this.now);
+    this.storing = new FailureLog(logger, 'storing alerts failed; retrying', 'alerts are stored again', { now: this.now });
+    this.syncing = new FailureLog(logger, 'reading alerts written by other replicas failed; trying again', 'alerts written by other replicas are read again', { level: 'warn', now: this.now });
     // At 0 from the start: increase() cannot count a series' first sample, so the first failed batch would alert no one.
     for (const rule of [...this.rules.keys(), ENGINE_ERROR]) metrics.ruleErrors.inc({ rule }, 0);
   }

@@ -30,7 +30,7 @@ import {
   type RequestEvent,
   type TimeRange,
 } from '../events/request-event.ts';
-import { FAILURE_LOG_INTERVAL_MS, FailureLog } from '../failure-log.ts';
+import { FailureLog, INTERLEAVED_QUIET_MS } from '../failure-log.ts';
 import { bearerTokenCheck } from '../http/bearer-token.ts';
 import { HttpError, validationError } from '../http/errors.ts';
 import type { Logger } from '../logger.ts';
@@ -132,9 +132,8 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     app.log as Logger,
     'producing HTTP-ingested events to Kafka failed; posts are answered 503 until the brokers acknowledge them',
     'Kafka acknowledges HTTP-ingested events again',
-    'error',
-    FAILURE_LOG_INTERVAL_MS,
-    options.logClock,
+    // Some partitions' leaders may refuse while others take posts: not over until none has failed for a while.
+    { quietMs: INTERLEAVED_QUIET_MS, now: options.logClock },
   );
   app.addContentTypeParser(NDJSON_TYPES, { parseAs: 'string' }, (_request, body, done) => done(null, body));
 

@@ -93,6 +93,17 @@ describe('kafkajs\'s log lines', () => {
     expect(lines[0]).toMatchObject({ broker: '127.0.0.1:9' }); // kafkajs's fields are kept
   });
 
+  it('takes another broker, or another broker error under the same message, for a new kind of line', () => {
+    const { log, entry, summary } = kafkajsLog();
+    // kafkajs's "Response <api>" line carries the broker's error in `error` (network/connection.js).
+    const response = (broker: string, error: string) => entry('Connection', logLevel.ERROR, 'Response Produce(key: 0, version: 7)', { broker, error });
+    log(response('b1:9092', 'This server is not the leader for that topic-partition'));
+    log(response('b1:9092', 'This server is not the leader for that topic-partition'));
+    log(response('b1:9092', 'Not authorized to access topics: [Topic authorization failed]'));
+    log(response('b2:9092', 'This server is not the leader for that topic-partition'));
+    expect(summary().map(({ occurrences }) => occurrences)).toEqual([1, 1, 1]);
+  });
+
   it('logs every line at LOG_LEVEL=debug', () => {
     const { log, entry, summary } = kafkajsLog('debug');
     for (let i = 0; i < 3; i++) log(entry('Connection', logLevel.ERROR, 'Connection error: connect ECONNREFUSED 127.0.0.1:9'));

@@ -6,7 +6,7 @@
  */
 import { Kafka, logLevel, type KafkaConfig, type LogEntry, type Message, type Producer, type SASLOptions } from 'kafkajs';
 import { withBundledCas, type Config } from '../config.ts';
-import { FAILURE_LOG_INTERVAL_MS, FailureLog } from '../failure-log.ts';
+import { FailureLog } from '../failure-log.ts';
 import type { Logger } from '../logger.ts';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
@@ -24,7 +24,7 @@ const MAX_REPEATED_LINES = 1_000;
 /**
  * The kafkajs settings for these options. kafkajs logs every failed attempt: two errors per
  * connection retry with the brokers unreachable, one per post with SASL refused. So each distinct
- * warning or error (its namespace, level and message) is logged the first time, then at most once
+ * warning or error (its namespace, level, message, broker and error) is logged the first time, then at most once
  * a minute with the occurrences since (FailureLog): a new kind still shows at once. At
  * LOG_LEVEL=debug every line is logged. `now` is the clock of that bound (tests move it).
  */
@@ -32,12 +32,14 @@ export function kafkaClientConfig(options: KafkaClientOptions, logger: Logger, n
   const kafkaLogger = logger.child({ component: 'kafkajs' });
   const repeated = new Map<string, FailureLog>();
   const logRepeated = (level: 'error' | 'warn', namespace: string | undefined, message: string, fields: Record<string, unknown>) => {
-    const key = `${level}\0${namespace}\0${message}`;
+    // kafkajs puts the broker and the broker's error in fields ("Response Produce(...)" with `error`):
+    // a new error, or another broker failing, is a new kind of line.
+    const key = `${level}\0${namespace}\0${message}\0${String(fields.broker ?? '')}\0${String(fields.error ?? '')}`;
     let lines = repeated.get(key);
     if (!lines) {
       if (repeated.size >= MAX_REPEATED_LINES) repeated.delete(repeated.keys().next().value!);
       // No recovery line: kafkajs says nothing when a failure ends (the worker's own lines do).
-      lines = new FailureLog(kafkaLogger, message, '', level, FAILURE_LOG_INTERVAL_MS, now);
+      lines = new FailureLog(kafkaLogger, message, '', { level, now });
       repeated.set(key, lines);
     }
     lines.failed(fields);

@@ -35,7 +35,7 @@ import { setMaxListeners } from 'node:events';
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { toWireAlert, type Alert } from '../alerts/alert.ts';
-import { FAILURE_LOG_INTERVAL_MS, FailureLog } from '../failure-log.ts';
+import { FailureLog } from '../failure-log.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import {
@@ -61,6 +61,8 @@ export const ALERT_EVENT = 'anomaly.alert.critical';
 export const ATTEMPT_SCHEDULE_MS: readonly number[] = [0, 60_000, 5 * 60_000];
 /** No attempt starts later than this after the message was created. */
 export const DELIVERY_BUDGET_MS = 15 * 60_000;
+/** Failing endpoints whose failure lines are tracked at once; past this the longest tracked is forgotten (its next failure logs as new). */
+const MAX_FAILING_ENDPOINTS = 10_000;
 
 const DEFAULT_CONCURRENCY = 16;
 const DEFAULT_MAX_UNSAVED = 5_000;
@@ -254,7 +256,7 @@ export class WebhookDispatcher {
     this.maxUnsaved = options.maxUnsaved ?? DEFAULT_MAX_UNSAVED;
     this.logger = options.logger;
     this.metrics = options.metrics;
-    const storageFailure = (what: string, recovery: string) => new FailureLog(this.logger, what, recovery, 'error', FAILURE_LOG_INTERVAL_MS, this.now);
+    const storageFailure = (what: string, recovery: string) => new FailureLog(this.logger, what, recovery, { now: this.now });
     this.storageFailures = {
       saving: storageFailure('storing webhook messages failed; retrying', 'webhook messages are stored again'),
       reading: storageFailure('reading due webhook messages failed; retrying', 'due webhook messages are read again'),
@@ -611,6 +613,13 @@ export class WebhookDispatcher {
       this.failuresOf(target.endpointId).failed(attemptFields);
     }
     if (breakerChange === 'paused') this.logPaused(endpoint, breaker!, result.error ?? result.outcome);
+    // Each message given up is said once, whatever the endpoint's lines: its alert never reached them.
+    if (status === 'failed') {
+      this.logger.warn(
+        { ...endpoint, messageId: message.id, alertId: message.alertId, attempts: number, outcome: result.outcome, error: result.error },
+        'webhook message given up: not delivered within 15 minutes of attempts',
+      );
+    }
     return {
       message: {
         ...message,
@@ -671,7 +680,9 @@ export class WebhookDispatcher {
   private failuresOf(endpointId: string): FailureLog {
     let failures = this.endpointFailures.get(endpointId);
     if (!failures) {
-      failures = new FailureLog(this.logger, 'webhook attempt failed', 'webhook endpoint delivers again', 'warn', FAILURE_LOG_INTERVAL_MS, this.now);
+      // Bounded: an endpoint replaced (PUT /webhook makes a new id) while failing would stay for good.
+      if (this.endpointFailures.size >= MAX_FAILING_ENDPOINTS) this.endpointFailures.delete(this.endpointFailures.keys().next().value!);
+      failures = new FailureLog(this.logger, 'webhook attempt failed', 'webhook endpoint delivers again', { level: 'warn', now: this.now });
       this.endpointFailures.set(endpointId, failures);
     }
     return failures;

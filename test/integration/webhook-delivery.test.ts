@@ -225,10 +225,23 @@ describe('webhook delivery', () => {
       ]);
       const refused = expect.stringContaining('ECONNREFUSED');
       const refusedHost = `127.0.0.1:${refusedPort}`;
-      expect(logOf('m_refused')).toEqual([failure(refusedHost, 'connect_error', refused), still(refusedHost, 'connect_error', refused, t0 + 5 * MINUTE), still(refusedHost, 'connect_error', refused)]);
+      // A message given up is said once whatever the endpoint's lines, with its alert.
+      const givenUp = (host: string, outcome: string, error: unknown) => ({ level: 40, msg: 'webhook message given up: not delivered within 15 minutes of attempts', host, outcome, error, nextAttemptAt: undefined, occurrences: undefined, failures: undefined });
+      expect(logOf('m_refused')).toEqual([
+        failure(refusedHost, 'connect_error', refused),
+        still(refusedHost, 'connect_error', refused, t0 + 5 * MINUTE),
+        still(refusedHost, 'connect_error', refused),
+        givenUp(refusedHost, 'connect_error', refused),
+      ]);
       const untrustedHost = new URL(untrusted.origin).host;
       const untrustedCa = expect.stringMatching(/certificate/i);
-      expect(logOf('m_tls')).toEqual([failure(untrustedHost, 'tls_error', untrustedCa), still(untrustedHost, 'tls_error', untrustedCa, t0 + 5 * MINUTE), still(untrustedHost, 'tls_error', untrustedCa)]);
+      expect(logOf('m_tls')).toEqual([
+        failure(untrustedHost, 'tls_error', untrustedCa),
+        still(untrustedHost, 'tls_error', untrustedCa, t0 + 5 * MINUTE),
+        still(untrustedHost, 'tls_error', untrustedCa),
+        givenUp(untrustedHost, 'tls_error', untrustedCa),
+      ]);
+      expect(log.lines.filter((line) => line.msg.startsWith('webhook message given up')).map((line) => line.alertId)).toHaveLength(2);
     } finally {
       await h.stop();
       await hanging.close();
@@ -505,11 +518,14 @@ describe('webhook delivery', () => {
     const still = { ...failure, msg: `webhook attempt failed${STILL}`, nextAttemptAt: new Date(t0 + 5 * MINUTE).toISOString(), occurrences: 5 };
     const paused = { host, consecutiveFailures: 10, lastError: 'HTTP 500', pausedUntil };
     const closed = { level: 30, msg: 'webhook endpoint delivers again: its breaker closed', host };
-    // 20 failed attempts and 10 skipped ones: 3 lines per endpoint, and one when it delivers again.
+    // The third attempts, skipped at 5 minutes, come after the last scheduled one: each message is given up, and said so once.
+    const givenUp = { level: 40, msg: 'webhook message given up: not delivered within 15 minutes of attempts', host, error: expect.stringMatching(/^endpoint paused until /) };
+    // 20 failed attempts and 10 skipped ones: 3 lines per endpoint, one per message given up, and one when it delivers again.
     expect(logged('oncall')).toEqual([
       failure,
       still,
       { ...paused, level: 50, msg: 'on-call webhook endpoint paused for an hour after failed attempts: critical alerts do not page on-call until pausedUntil' },
+      ...Array.from({ length: 5 }, () => givenUp),
       closed,
     ]);
     const merchant = { merchantId: 'm_paused' };
@@ -517,6 +533,7 @@ describe('webhook delivery', () => {
       { ...failure, ...merchant },
       { ...still, ...merchant },
       { ...paused, ...merchant, level: 40, msg: "merchant's webhook endpoint paused for an hour after failed attempts: its critical alerts are not delivered until pausedUntil" },
+      ...Array.from({ length: 5 }, () => ({ ...givenUp, ...merchant })),
       { ...closed, ...merchant },
     ]);
     // The attempts skipped while paused (5 to each endpoint, at 5 minutes) are at debug, with the endpoint.

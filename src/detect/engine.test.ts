@@ -278,6 +278,17 @@ describe('DetectionEngine', () => {
       expect(detection.judgeDue(T0 + 20_000)).toEqual([]);
     });
 
+    it('leaves judgeDue the keys of a partition still taking batches: its batches judge them', () => {
+      const { detection } = engine();
+      at(detection, 0);
+      at(detection, 100);
+      expect(countOf(at(detection, 200))).toEqual([3]);
+      expect(countOf(at(detection, 300))).toEqual([]);
+      expect(detection.judgeDue(T0 + 10_000, (partition) => partition !== 0)).toEqual([]);
+      expect(detection.nextDeferredDue()).toBe(T0 + 200 + REJUDGE_MS); // still waiting, for a batch or a quiet partition
+      expect(countOf(detection.judgeDue(T0 + 10_000, () => true))).toEqual([4]);
+    });
+
     it('leaves a waiting key to batches of its own partition, and forgets it with the partition', () => {
       const { calls, rules } = watched();
       const { detection } = engine(rules);

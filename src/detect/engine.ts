@@ -376,15 +376,18 @@ export class DetectionEngine {
   }
 
   /**
-   * Judges the keys whose REJUDGE_MS wait is over by `clock` (any partition), each as of the end of
-   * its wait: what arrived during the wait is judged even when no batch comes to do it
-   * (judgeDeferred), as when ingest goes quiet. The analysis thread calls it on a timer set for
-   * nextDeferredDue.
+   * Judges the keys whose REJUDGE_MS wait is over by `clock`, each as of the end of its wait, on the
+   * partitions `quiet` names: what arrived during the wait is judged even when no batch comes to do
+   * it (judgeDeferred), as when ingest goes quiet. A partition still taking batches is left to them:
+   * judged here too, as of a time ahead of its events (which reach detection late), its keys would
+   * be judged again by every batch, the cost REJUDGE_MS bounds. The analysis thread calls it on a
+   * timer set for nextDeferredDue.
    */
-  judgeDue(clock: number): EngineFinding[] {
+  judgeDue(clock: number, quiet: (partition: number) => boolean = () => true): EngineFinding[] {
     this.followConfig();
     const findings: EngineFinding[] = [];
     for (const state of this.deferredKeys) {
+      if (!quiet(state.partition)) continue;
       const due = this.deferredDue(state);
       if (due <= clock) this.judge(state, due, findings, true);
       // Judged, now or by a batch since it was marked: it waits no more.

@@ -7,7 +7,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { RULES } from '../../rules/index.ts';
 import { DetectionConfig, followDetectionConfig } from '../detect/detection-config.ts';
-import { DetectionEngine, ENGINE_ERROR, type EngineFinding } from '../detect/engine.ts';
+import { DetectionEngine, ENGINE_ERROR, REJUDGE_MS, type EngineFinding } from '../detect/engine.ts';
 import { openGeoLookup } from '../detect/geo.ts';
 import type { RequestEvent } from '../events/request-event.ts';
 import type { AnalysisRequest, AnalysisResponse, AnalysisSettings, DeferredDetection } from './analysis-thread.ts';
@@ -48,28 +48,35 @@ const engine = settings.detection
 
 /**
  * A key a rule found something for waits REJUDGE_MS before that rule judges it again, and a batch
- * judges it once the wait is over. When no batch comes (the ingest went quiet), this timer does, at
- * the end of the earliest wait, and sends its detections to the main thread unasked (a
- * DeferredDetection). Unref'd, it never keeps the thread alive; it is not set while no key waits.
+ * judges it once the wait is over. When no batch comes (the ingest went quiet), this timer does: at
+ * the end of the earliest wait, for the keys of partitions that have had no batch for REJUDGE_MS
+ * (by the clock: the waits are in event time, which lags it when events reach detection late), and
+ * sends its detections to the main thread unasked (a DeferredDetection). Unref'd, it never keeps
+ * the thread alive; it is not set while no key waits.
  */
 let deferredTimer: NodeJS.Timeout | undefined;
-let deferredTimerDue = Infinity;
+let deferredTimerAt = Infinity;
+/** By partition, when its last batch reached detection (the clock). */
+const lastBatchAt = new Map<number, number>();
+const quietPartition = (partition: number) => Date.now() - (lastBatchAt.get(partition) ?? Number.NEGATIVE_INFINITY) >= REJUDGE_MS;
 
 function scheduleDeferredJudgement(): void {
   const due = engine?.nextDeferredDue();
-  if (due !== undefined && deferredTimer !== undefined && deferredTimerDue <= due) return; // set for then or sooner
+  // Not before a partition that just had a batch can be quiet.
+  const at = due === undefined ? undefined : Math.max(due, Date.now() + REJUDGE_MS);
+  if (at !== undefined && deferredTimer !== undefined && deferredTimerAt <= at) return; // set for then or sooner
   clearTimeout(deferredTimer);
   deferredTimer = undefined;
-  if (due === undefined) return;
-  deferredTimerDue = due;
-  deferredTimer = setTimeout(judgeDeferredKeys, Math.max(0, due - Date.now())).unref();
+  if (at === undefined) return;
+  deferredTimerAt = at;
+  deferredTimer = setTimeout(judgeDeferredKeys, at - Date.now()).unref();
 }
 
 function judgeDeferredKeys(): void {
   deferredTimer = undefined;
   let findings: EngineFinding[] = [];
   try {
-    findings = engine!.judgeDue(Date.now());
+    findings = engine!.judgeDue(Date.now(), quietPartition);
   } catch (error) {
     ruleErrors.push({ ruleId: ENGINE_ERROR, message: error instanceof Error ? error.message : String(error) });
   }
@@ -88,6 +95,7 @@ function judgeDeferredKeys(): void {
  */
 function detect(events: readonly RequestEvent[], partition: number): EngineFinding[] {
   if (!engine || events.length === 0) return [];
+  lastBatchAt.set(partition, Date.now());
   try {
     return engine.processBatch(events, Date.now(), partition);
   } catch (error) {

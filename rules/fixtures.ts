@@ -53,6 +53,7 @@ export const PLACES = {
   mumbai: place('192.0.7.10', 'IN', 'Mumbai', 19.076, 72.8777, 50),
   johannesburg: place('192.0.8.10', 'ZA', 'Johannesburg', -26.2041, 28.0473, 50),
   mexicoCity: place('192.0.9.10', 'MX', 'Mexico City', 19.4326, -99.1332, 50),
+  seattle: place('198.51.103.10', 'US', 'Seattle', 47.6062, -122.3321, 20),
 } as const;
 
 export type PlaceName = keyof typeof PLACES;

@@ -79,6 +79,23 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'high', evidence: { countries: ['DE', 'GB', 'US'], newCountries: ['DE', 'GB'], keyEstablished: true } },
   },
   {
+    name: 'the same VPN exits, and a new us-west region of the fleet in the same minutes, are high: a new place in the key\'s own country is not a third',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...HOME,
+        ...spread(10, T0 - 10 * MINUTE, 10 * MINUTE, at('ashburn')),
+        ...spread(3, T0 - 9 * MINUTE, 2 * MINUTE, { ...at('london'), userAgent: 'curl/8.5.0' }),
+        ...spread(3, T0 - 6 * MINUTE, 2 * MINUTE, { ...at('frankfurt'), userAgent: 'curl/8.5.0' }),
+        ...spread(3, T0 - 3 * MINUTE, 2 * MINUTE, at('seattle')),
+      ],
+      { history: ESTABLISHED_IN_ASHBURN },
+    ),
+    now: T0,
+    // Seattle is new to the key, but in the US, where it is established: counted, it made three countries, and blocked the key.
+    expect: { findings: 1, severity: 'high', evidence: { newCountries: ['DE', 'GB'], keyEstablished: true } },
+  },
+  {
     name: 'a freshly rotated key on a four-region fleet (us-east, eu-west, ap-southeast, ap-northeast) is high, never critical: nothing is established yet',
     kind: 'positive',
     window: keyWindow(

@@ -19,7 +19,8 @@
  * it is judged as soon as the key's own place answers).
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the places new to the key in the impossible hops are in at least criticalCountries
- * countries. The known end's country does not count: a key at home in the US whose engineer's VPN
+ * countries other than those it is established in. The known end's country does not count, nor a
+ * new region in the key's own country: a key at home in the US whose engineer's VPN
  * exit moves London -> Frankfurt is two new countries, high (so is a thief with exits in two new
  * countries). Never critical while the key has no place established before the window (a new key,
  * one idle for the 7 days the history keeps, or one whose history was shed): its first place is
@@ -155,7 +156,12 @@ export const rule: RuleDefinition<Params, Tally> = {
     /** Per hop kept: which of its ends was not known before it. */
     const newEnds: ('to' | 'from' | 'both')[] = [];
     const known = new Set<number>();
-    for (const geo of window.history?.establishedPlacesBefore(windowStart) ?? []) known.add(cellOf(geo));
+    /** The countries the key is established in: a new place there (a new region of its fleet) is no sign of more hands. */
+    const homeCountries = new Set<string>();
+    for (const geo of window.history?.establishedPlacesBefore(windowStart) ?? []) {
+      known.add(cellOf(geo));
+      if (geo.country) homeCountries.add(geo.country);
+    }
     // Established: the key has a place of its own from before the window. Otherwise its known places
     // are a guess (the window's first one), and a hop is never critical (a new key on a fleet).
     const keyEstablished = known.size > 0;
@@ -197,8 +203,8 @@ export const rule: RuleDefinition<Params, Tally> = {
 
     const worstIndex = hops.reduce((w, hop, i) => (hop.speedKmh > hops[w]!.speedKmh ? i : w), 0);
     const worst = hops[worstIndex]!;
-    // Every country of the hops' ends (evidence), and those of the ends new to the key: only these
-    // count towards critical, the key's own country is no sign of more hands.
+    // Every country of the hops' ends (evidence), and those of the ends new to the key outside the
+    // countries it is established in: only these count towards critical (more hands).
     const countries = new Set<string>();
     const newCountries = new Set<string>();
     hops.forEach((hop, i) => {
@@ -206,7 +212,7 @@ export const rule: RuleDefinition<Params, Tally> = {
         const country = end.country ?? end.geo.country;
         if (!country) continue;
         countries.add(country);
-        if (isNew) newCountries.add(country);
+        if (isNew && !homeCountries.has(country)) newCountries.add(country);
       }
     });
     // Critical (block) only for an established key; without one, what would be critical is high.

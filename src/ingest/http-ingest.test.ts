@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { gzipSync } from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -429,5 +430,39 @@ describe('HTTP ingest without Kafka: back-pressure', () => {
     expect(tooMany.body.details[0].message).toContain('STORE_MAX_BUFFERED_ROWS');
     expect(detected).toEqual([]);
     expect((await post(events(0, 8))).body.data).toMatchObject({ accepted: 8 });
+  });
+});
+
+describe('HTTP ingest without Kafka: while the worker starts', () => {
+  const pending = () => new Promise<void>(() => {});
+
+  it('waits storeTimeoutMs in all for both start-up steps (recalled ids, then detection), not for each', async () => {
+    // The ids are recalled 400 ms into the post's wait; detection never starts.
+    const { post, stored } = await server({ storeTimeoutMs: 600, recalled: sleep(400), detectionStarted: pending() });
+    const started = performance.now();
+    const refused = await post([event(0)]);
+    const waitedMs = performance.now() - started;
+    expect(refused).toMatchObject({ status: 503, headers: { 'retry-after': '5' } });
+    expect(refused.body.error.message).toBe('Detection has not started yet on this worker; retry later');
+    // 600 ms in all; each step its own 600 ms would be 1,000 ms.
+    expect(waitedMs).toBeLessThan(850);
+    expect(stored).toEqual([]);
+  });
+
+  it('answers at once that detection has stopped, without waiting for it to start', async () => {
+    const { post, stored } = await server({ storeTimeoutMs: 5_000, detectionStarted: pending(), detectionStopped: () => true });
+    const refused = await post([event(0)]);
+    expect(refused).toMatchObject({ status: 503, body: { error: { code: 'STORAGE_UNAVAILABLE', message: 'Detection has stopped on this worker; retry later' } } });
+    expect(stored).toEqual([]);
+  });
+
+  it('takes posts once detection has started, however long a post waited for it', async () => {
+    let started!: () => void;
+    const { post, detected } = await server({ storeTimeoutMs: 5_000, detectionStarted: new Promise<void>((resolve) => (started = resolve)) });
+    const waiting = post([event(0)]);
+    setTimeout(started, 100);
+    expect((await waiting).body.data).toMatchObject({ accepted: 1 });
+    expect((await post([event(1)])).body.data).toMatchObject({ accepted: 1 });
+    expect(detected).toHaveLength(2);
   });
 });

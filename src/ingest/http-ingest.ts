@@ -108,8 +108,10 @@ const NDJSON_TYPES = ['application/x-ndjson', 'application/ndjson', 'application
 
 export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOptions): void {
   const authenticate = bearerTokenCheck(options.token, 'ingest token');
-  const { publish, buffer, recentIds, metrics, recalled, detectionStarted, maxBufferedRows } = options;
+  const { publish, buffer, recentIds, metrics, maxBufferedRows } = options;
   const timeoutMs = options.storeTimeoutMs ?? 10_000;
+  const recalled = options.recalled && startupGate(options.recalled);
+  const detectionStarted = options.detectionStarted && startupGate(options.detectionStarted);
   /**
    * Posts whose events the brokers had not acknowledged by their deadline and still have not: while
    * there are any, Kafka is not taking writes, and posts are refused at once rather than pile up
@@ -249,8 +251,11 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
   app.post('/v1/ingest/events', { onRequest }, async (request, reply) => {
     // With Kafka, storage is the consumer's business: the topic holds the events through its outage.
     if (publish ? overdue > 0 : !buffer.healthy) throw unavailable(publish !== undefined);
-    if (recalled && (await settleWithin(recalled, timeoutMs)) === 'timeout') throw stillStarting();
-    if (detectionStarted && (await settleWithin(detectionStarted, timeoutMs)) === 'timeout') throw detectionNotJudging('has not started yet');
+    if (options.detectionStopped?.()) throw detectionNotJudging('has stopped');
+    // Start-up: one deadline for both waits (at most storeTimeoutMs in all, then 503).
+    const startDeadline = Date.now() + timeoutMs;
+    if (recalled && !(await recalled(startDeadline))) throw stillStarting();
+    if (detectionStarted && !(await detectionStarted(startDeadline))) throw detectionNotJudging('has not started yet');
     if (options.detectionStopped?.()) throw detectionNotJudging('has stopped');
     // The bound that moves with the clock (events older than the raw events are kept) as of this post.
     const events = parseBody(request.body, isJsonType(request.headers['content-type']), options.maxEvents, timesAsOf(options.eventTimes, Date.now()));
@@ -270,6 +275,36 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
  * Waits for `done`, but answers early when it takes longer than `timeoutMs` or an outage is reported
  * meanwhile: 'done', 'failed' (it failed, or an outage) or 'timeout'. What it waits for goes on either way.
  */
+/**
+ * A start-up step posts wait for: resolves true once `step` has settled (at once after that), or
+ * false at `deadline`. A waiter that times out leaves nothing behind (a reaction per post on a step
+ * that never settles, a start-up held by a storage outage, would grow the heap with every retry).
+ */
+function startupGate(step: Promise<void>): (deadline: number) => Promise<boolean> {
+  let settled = false;
+  const waiters = new Set<() => void>();
+  const open = () => {
+    settled = true;
+    for (const release of waiters) release();
+  };
+  step.then(open, open);
+  return (deadline) =>
+    settled
+      ? Promise.resolve(true)
+      : new Promise<boolean>((resolve) => {
+          const release = () => {
+            clearTimeout(timer);
+            waiters.delete(release);
+            resolve(true);
+          };
+          const timer = setTimeout(() => {
+            waiters.delete(release);
+            resolve(false);
+          }, Math.max(0, deadline - Date.now()));
+          waiters.add(release);
+        });
+}
+
 async function settleWithin(done: Promise<void>, timeoutMs: number, onOutage?: (listener: () => void) => () => void): Promise<'done' | 'failed' | 'timeout'> {
   let timer: NodeJS.Timeout | undefined;
   let removeListener: (() => void) | undefined;

@@ -6,7 +6,7 @@
  */
 import type { Logger } from './logger.ts';
 
-export const FAILURE_LOG_INTERVAL_MS = 60_000;
+const FAILURE_LOG_INTERVAL_MS = 60_000;
 /** quietMs for failures that successes can interleave with: ended by a success 10 s after the last failure. */
 export const INTERLEAVED_QUIET_MS = 10_000;
 

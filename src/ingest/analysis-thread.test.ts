@@ -25,14 +25,21 @@ describe('AnalysisThread', () => {
   let analysis: AnalysisThread | undefined;
   afterEach(() => analysis?.close());
 
-  it('sends unasked what a key waiting out REJUDGE_MS is found to have done, when no batch follows', async () => {
-    analysis = new AnalysisThread(
-      { dedupCacheSize: 1_000, eventTimes: EVENT_TIME_RANGE, detection: true, entitledPlans: ['business'], maxWindowEvents: 1_000_000 },
+  /** A thread with detection on, and the detections it sends unasked. */
+  async function startThread() {
+    const thread = new AnalysisThread(
+      { dedupCacheSize: 100_000, eventTimes: EVENT_TIME_RANGE, detection: true, entitledPlans: ['business'], maxWindowEvents: 1_000_000 },
       createLogger('silent'),
     );
     const unasked: Detection[] = [];
-    analysis.onDeferredDetection = (detection) => unasked.push(detection);
-    await analysis.ready;
+    thread.onDeferredDetection = (detection) => unasked.push(detection);
+    await thread.ready;
+    return { thread, unasked };
+  }
+
+  it('sends unasked what a key waiting out REJUDGE_MS is found to have done, when no batch follows', async () => {
+    const { thread, unasked } = await startThread();
+    analysis = thread;
     // The thread judges as of the events' times (never later than its clock): 40 requests of a key in
     // one second, 30 of them 401, end just before now; high_failure_rate finds a medium brute force.
     const start = Date.now() - 1_200;
@@ -49,13 +56,8 @@ describe('AnalysisThread', () => {
   });
 
   it('judges a key under attack at most about twice a second when its events reach detection late: the timer leaves a partition taking batches to them', async () => {
-    analysis = new AnalysisThread(
-      { dedupCacheSize: 100_000, eventTimes: EVENT_TIME_RANGE, detection: true, entitledPlans: ['business'], maxWindowEvents: 1_000_000 },
-      createLogger('silent'),
-    );
-    const unasked: Detection[] = [];
-    analysis.onDeferredDetection = (detection) => unasked.push(detection);
-    await analysis.ready;
+    const { thread, unasked } = await startThread();
+    analysis = thread;
     // A brute force whose events reach detection 700 ms after they happened (producer batching, consumer lag):
     // every REJUDGE_MS wait, in event time, is over by the clock when it starts.
     const lagMs = 700;

@@ -179,7 +179,34 @@ export const fixtures: Fixture[] = [
     now: T0,
     expect: { findings: 0 },
   },
+  // A resale primed over the day before: each buyer's network made one request while the key was
+  // idle, so each was seen before the window. Seen is not the key's: none was ever tied to its own.
+  {
+    name: 'a resale primed over 28 hours (30 networks in 14 countries, one request each while the key was idle), then all at once: reported',
+    kind: 'positive',
+    window: keyWindow([...HOME, ...buyers(30, TEN_MINUTES_AGO, 10 * MINUTE)], { history: [...spread(60, T0 - 40 * 60 * MINUTE, 60 * MINUTE, at('ashburn')), ...buyers(30, T0 - 30 * 60 * MINUTE, 28 * 60 * MINUTE, 1)] }),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { trigger: 'interval', newNetworks: 30, knownNetworks: 1, newNetworksInKnownPlaces: 0 } },
+  },
+  {
+    name: 'the same resale without GeoIP (countries only): reported',
+    kind: 'positive',
+    window: keyWindow([...spread(60, T0 - 60 * MINUTE, 60 * MINUTE, from(0, 'US')), ...networks(30, NINE, TEN_MINUTES_AGO, 10 * MINUTE, 100)], {
+      history: [...spread(60, T0 - 40 * 60 * MINUTE, 60 * MINUTE, from(0, 'US')), ...spread(30, T0 - 30 * 60 * MINUTE, 28 * 60 * MINUTE, (i) => from(100 + i, NINE[i % NINE.length]!))],
+    }),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { trigger: 'interval', newNetworks: 30, knownNetworks: 1 } },
+  },
 ];
+
+/**
+ * `count` buyers' networks (198.18.100.x up), each in one of the 15 places other than Ashburn, making
+ * `requests` requests each within [start, start + spanMs).
+ */
+function buyers(count: number, start: number, spanMs: number, requests = 3): EventSpec[] {
+  const places = PLACE_NAMES.slice(1);
+  return spread(count * requests, start, spanMs, (i) => at(places[i % count % places.length]!, `198.18.${100 + (i % count)}.9`));
+}
 
 /** A ten-minute run of a job in Ashburn, Dublin and Singapore: two egress /24s per region, new ones each night. */
 function cloudJob(night: number, start = TEN_MINUTES_AGO): EventSpec[] {

@@ -7,8 +7,10 @@
  * its own: a daily job from five regions, or a deployment idle for hours, is not sharing; so are
  * new networks at a place it was seen at before the window (the same or a neighbouring one-degree
  * cell, as impossible_travel tells places): a job's cloud regions whose egress /24s change every
- * run. The new ones are those it had not, in places it had not (a network without geo: by the
- * network alone). It fires when
+ * run. Networks and places count as the key's only once tied to its others (seen within half an
+ * hour of one of them, key-history.ts): networks a reseller primed with one request each while the
+ * key was idle are still new. The new ones are those it had not, in places it had not (a network
+ * without geo: by the network alone). It fires when
  *   new networks >= minNetworks AND recent networks >= baselineMultiplier × max(1, baseline)
  *   AND the new networks' countries >= minCountries;
  * or, over the whole window (a leak that grows a few networks an interval raises its own baseline
@@ -58,7 +60,7 @@ type Tally = ValueMinutes<string>;
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'credential_sharing',
-  version: '1.2.0',
+  version: '1.3.0',
   title: 'Credential sharing',
   description:
     'A key is used from many more networks and countries than it usually is: it has been shared, leaked or ' +
@@ -86,7 +88,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     'A job in several cloud regions whose egress /24s change every run: a new network in a place (one-degree cell, or a neighbouring one) the key used in the last 7 days is its own.',
     'A key whose users churn through many places (an SDK in end users\' hands): the window\'s test needs new networks many times the places the key had before, and the interval\'s test its usual per interval.',
     'A deployment that always calls from many places (edge functions, multi-region): its baseline is high, so the multiplier is not reached.',
-    'A deployment used on and off (a daily or hourly job from several regions, a region idle for hours): networks the key used in the last 7 days, and places it used, are its own, not new.',
+    'A deployment used on and off (a daily or hourly job from several regions, a region idle for hours): networks the key used in the last 7 days, and places it used, are its own, not new, once they were used within 30 minutes of the key\'s other networks or places (or were its first).',
     'Not avoided: strangers in the cities the key already uses (within about 100-200 km) do not count; a leak to other cities still alerts.',
     'A key that just moved to a global edge platform alerts once; dismiss it with a note: its new networks are its own from then on.',
   ],

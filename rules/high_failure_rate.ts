@@ -96,7 +96,7 @@ const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, cr
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'high_failure_rate',
-  version: '1.3.0',
+  version: '1.4.0',
   title: 'High failure rate',
   description:
     'Most of a key\'s requests are refused (401: credential guessing or a revoked key) or hit resources ' +

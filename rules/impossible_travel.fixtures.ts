@@ -307,11 +307,32 @@ export const fixtures: Fixture[] = [
     now: T0,
     expect: { findings: 0 },
   },
+  // A place used only while the key's own were idle is not tied to them, however long it was used:
+  // a thief's hours at night look the same. Its first hop with the key's own is judged, once.
   {
-    name: 'a region that served alone for hours yesterday (Dublin, while Ashburn was idle) is the key\'s own today',
-    kind: 'negative',
+    name: 'a region that served alone for hours yesterday (Dublin, while Ashburn was idle) is reported at its first hop with Ashburn, as a thief would be',
+    kind: 'positive',
     window: keyWindow([...HOME, ...spread(7, T0 - 10 * MINUTE, 7 * MINUTE, at('ashburn')), ...spread(3, T0 - 3 * MINUTE, 3 * MINUTE, at('dublin'))], {
       history: [...spread(120, T0 - DAY - 12 * 60 * MINUTE, 2 * 60 * MINUTE, at('ashburn')), ...spread(240, T0 - DAY - 6 * 60 * MINUTE, 4 * 60 * MINUTE, at('dublin'))],
+    }),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { from: { city: 'Ashburn' }, to: { city: 'Dublin' }, newLocation: 'to', keyEstablished: true } },
+  },
+  {
+    name: 'a thief\'s two requests 31 minutes apart at night, then his requests among the key\'s own in the morning, are reported',
+    kind: 'positive',
+    window: keyWindow(
+      [...HOME, ...spread(10, T0 - 10 * MINUTE, 10 * MINUTE, at('ashburn')), { at: T0 - 5 * MINUTE - 30 * SECOND, ...at('moscow') }, { at: T0 - 2 * MINUTE - 30 * SECOND, ...at('moscow') }],
+      { history: [...spread(8 * 60, T0 - DAY, 8 * 60 * MINUTE, at('ashburn')), { at: T0 - 6 * 60 * MINUTE, ...at('moscow') }, { at: T0 - 6 * 60 * MINUTE + 31 * MINUTE, ...at('moscow') }] },
+    ),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { from: { city: 'Ashburn' }, to: { city: 'Moscow' }, newLocation: 'to', impossibleHops: 1 } },
+  },
+  {
+    name: 'a region that served alone for hours yesterday but began within half an hour of Ashburn\'s last request is the key\'s own today',
+    kind: 'negative',
+    window: keyWindow([...HOME, ...spread(7, T0 - 10 * MINUTE, 7 * MINUTE, at('ashburn')), ...spread(3, T0 - 3 * MINUTE, 3 * MINUTE, at('dublin'))], {
+      history: [...spread(120, T0 - DAY - 12 * 60 * MINUTE, 2 * 60 * MINUTE, at('ashburn')), ...spread(240, T0 - DAY - 10 * 60 * MINUTE + 20 * MINUTE, 4 * 60 * MINUTE, at('dublin'))],
     }),
     now: T0,
     expect: { findings: 0 },
@@ -320,7 +341,7 @@ export const fixtures: Fixture[] = [
     name: 'the key\'s own second region first after an idle night, then Ashburn: a hop out of a known place is not travel',
     kind: 'negative',
     window: keyWindow([{ at: T0 - 5 * MINUTE, ...at('dublin') }, { at: T0, ...at('ashburn') }], {
-      history: [...spread(120, T0 - DAY - 12 * 60 * MINUTE, 2 * 60 * MINUTE, at('ashburn')), ...spread(240, T0 - DAY - 6 * 60 * MINUTE, 4 * 60 * MINUTE, at('dublin'))],
+      history: [...spread(120, T0 - DAY - 12 * 60 * MINUTE, 2 * 60 * MINUTE, at('ashburn')), ...spread(240, T0 - DAY - 10 * 60 * MINUTE + 20 * MINUTE, 4 * 60 * MINUTE, at('dublin'))],
     }),
     now: T0,
     expect: { findings: 0 },

@@ -10,9 +10,10 @@
  * multi-region deployment alternating between known sites, not travel; a hop into or out of a place
  * the key was not known at is judged. Known: the places the key was established at before the
  * window, in the last days the engine remembers (KeyWindow.history: seen there over at least half an
- * hour, or on two days), so a region that serves only in European hours, or a daily job, is not new
- * when it wakes; and the places the key reached in the window from a known one. One request from a
- * place (a thief's, while the key was idle at night) does not make it known. So a key served from
+ * hour, or on two days, and tied to the key's own by a hop within half an hour), so a region that
+ * serves only in European hours, or a daily job, is not new when it wakes; and the places the key
+ * reached in the window from a known one. What a thief does while the key is idle (one request at
+ * night, or hours of them) does not make his place known. So a key served from
  * us-east and eu-west never alerts once it is established there (a new key on that fleet alerts
  * once, high at most); a key that suddenly also appears in a third, far place alerts when
  * that place is new, also when that place's request came first after the key was idle (the hop out of
@@ -80,7 +81,7 @@ interface Tally {
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
-  version: '1.3.0',
+  version: '1.4.0',
   title: 'Impossible travel',
   description:
     'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
@@ -104,7 +105,8 @@ export const rule: RuleDefinition<Params, Tally> = {
     'Address churn: two addresses of the same IP or the same network never count, whatever GeoIP says about them.',
     'GeoIP imprecision: each point\'s accuracy radius is subtracted from the distance; hops under minDistanceKm never count.',
     'Private or unknown addresses have no geo and are skipped.',
-    'A region idle for longer than the window (eu-west only in European hours, a daily job): a place the key was established at in the last 7 days (seen there over at least 30 minutes, or on two days) is known.',
+    'A region idle for longer than the window (eu-west only in European hours, a daily job): a place the key was established at in the last 7 days (seen there over at least 30 minutes, or on two days, and within 30 minutes of another of its places once) is known.',
+    'Not avoided: a region used only while the key\'s other regions are idle (eu-west 06:00-12:00, us-east from 13:00) is reported at its first hop with them, once (high at most): a thief using the key while its owner is idle looks the same until then.',
     'Not avoided: a region the key never used in the last 7 days (a new region comes online) alerts once; dismiss it with a note, or allowlist the key\'s networks.',
     'A freshly rotated key deployed to a multi-region fleet alerts once, high at most (investigate, never block): until the key has a place established before its window, its first place is a guess.',
     'An engineer\'s VPN exit moving between two countries (London, then Frankfurt) on an established key is high, not critical: the key\'s own country does not count towards criticalCountries.',
@@ -143,8 +145,8 @@ export const rule: RuleDefinition<Params, Tally> = {
 
     // Keep only hops into or out of a place the key was not known at before the hop. Known: the
     // places the key was established at before the window (its history: seen there over at least
-    // half an hour, or on two days; one request while the key was idle, the attacker's maybe, is
-    // not), and a place the key arrived at from a known one (a possible move, or an impossible hop:
+    // half an hour, or on two days, and tied to its own places; what the attacker did while the key
+    // was idle is not), and a place the key arrived at from a known one (a possible move, or an impossible hop:
     // reported here, or by an earlier evaluation). The window's first place is known when it is near
     // an established one, or when the key has no established place at all (a new key, or no memory):
     // then the window itself is all there is to go by. Not after the key was idle otherwise: the

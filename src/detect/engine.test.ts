@@ -855,13 +855,28 @@ describe('DetectionEngine with the rules of rules/', () => {
       expect(run(detection, job(T0 + DAY))).toEqual([]);
     });
 
-    it('stays quiet for a region that served alone for hours, then alternates with the key\'s other one', () => {
+    // A thief's hours while the owner is idle look the same: such a region is judged at its first hop
+    // with the key's own (reported once), and is the key's from then on.
+    it('reports a region that served alone for hours, while the key\'s other one was idle, at its first hop with it only', () => {
+      const alternate = (start: number) => Array.from({ length: 60 }, (_, i) => at(start + i * 30_000, i % 2 ? '100.3.1.10' : ASHBURN));
+      const detection = historyEngine();
+      const fired = travel(run(detection, [...minutes(T0 - DAY - 12 * HOUR, T0 - DAY - 10 * HOUR, ASHBURN), ...minutes(T0 - DAY - 6 * HOUR, T0 - DAY - 2 * HOUR, '100.3.1.10'), ...alternate(T0)]));
+      expect(fired.length).toBeGreaterThan(0);
+      expect(fired[0]).toMatchObject({ at: T0 + 30_000, title: expect.stringContaining('Ashburn, US to Dublin, IE') });
+      expect(travel(run(detection, alternate(T0 + DAY)))).toEqual([]);
+    });
+
+    it('reports a thief who used the key for hours while the owner was idle, when both use it the next morning', () => {
       const events = [
-        ...minutes(T0 - DAY - 12 * HOUR, T0 - DAY - 10 * HOUR, ASHBURN),
-        ...minutes(T0 - DAY - 6 * HOUR, T0 - DAY - 2 * HOUR, '100.3.1.10'),
-        ...Array.from({ length: 60 }, (_, i) => at(T0 + i * 30_000, i % 2 ? '100.3.1.10' : ASHBURN)),
+        ...minutes(T0 - DAY, T0 - DAY + 8 * HOUR, ASHBURN),
+        at(T0 - 8 * HOUR, MOSCOW),
+        at(T0 - 8 * HOUR + 31 * MINUTE, MOSCOW),
+        ...minutes(T0 - 6 * HOUR, T0 - 2 * HOUR, MOSCOW),
+        ...minutes(T0, T0 + 40 * MINUTE, ASHBURN),
+        at(T0 + 20 * MINUTE + 30_000, MOSCOW),
       ];
-      expect(travel(run(historyEngine(), events))).toEqual([]);
+      const fired = travel(run(historyEngine(), events));
+      expect(fired[0]).toMatchObject({ at: T0 + 20 * MINUTE + 30_000, title: expect.stringContaining('Ashburn, US to Moscow, RU') });
     });
 
     it('alerts on the first night only for a job in three cloud regions whose egress /24s churn every night', () => {

@@ -420,8 +420,7 @@ export class DetectionEngine {
       if (config.isKeyAllowlisted(sighting.merchantId, sighting.apiKeyId)) continue;
       const history = this.historyOf(sighting.merchantId, sighting.apiKeyId, partition);
       const { network, geo } = this.admission.place(sighting.ip);
-      history.saw(network, geo, sighting.first);
-      history.saw(network, geo, sighting.last);
+      history.recalled(network, geo, sighting.first, sighting.last);
     }
     this.keepWithinBudget();
   }

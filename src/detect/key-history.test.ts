@@ -21,14 +21,15 @@ describe('KeyHistory', () => {
     expect(history.newest).toBe(T0 + 1000);
   });
 
-  it('knows the places seen before a time, each once, and skips events without a usable point', () => {
+  it('knows the places seen (and vouched for) before a time, each once, and skips events without a usable point', () => {
     const history = new KeyHistory();
     history.saw('203.0.113.0/24', dublin, T0);
     history.saw('203.0.113.0/24', { ...dublin }, T0 + 1000); // the same point, another object
-    history.saw('192.0.2.0/24', tokyo, T0 + HOUR);
+    history.saw('192.0.2.0/24', tokyo, T0 + 2000); // within half an hour of Dublin: vouched for by it
     history.saw('192.0.3.0/24', { latitude: NaN, longitude: NaN, accuracyKm: 50 }, T0);
+    expect(history.placesBefore(T0)).toEqual([]);
     expect(history.placesBefore(T0 + 1)).toEqual([dublin]);
-    expect(history.placesBefore(T0 + HOUR + 1)).toEqual([dublin, tokyo]);
+    expect(history.placesBefore(T0 + 2001)).toEqual([dublin, tokyo]);
     expect(history.size).toBe(3 + 2);
   });
 
@@ -46,8 +47,8 @@ describe('KeyHistory', () => {
 
   it('forgets what was last seen more than HISTORY_MS ago, looking at most once an hour', () => {
     const history = new KeyHistory();
-    history.saw('recent', tokyo, T0 + 2 * HOUR);
-    history.saw('old', dublin, T0);
+    history.recalled('recent', tokyo, T0 + 2 * HOUR, T0 + 2 * HOUR);
+    history.recalled('old', dublin, T0, T0);
     history.expire(T0 + HISTORY_MS - 1);
     expect(history.knowsNetwork('old', Infinity)).toBe(true);
     // Within the hour after a look, nothing is looked at again.
@@ -58,7 +59,7 @@ describe('KeyHistory', () => {
     expect(history.placesBefore(Infinity)).toEqual([tokyo]);
     expect(history.knowsNetwork('recent', Infinity)).toBe(true);
     // A network forgotten, then seen again (the last one seen before), is remembered from then on.
-    history.saw('old', dublin, T0 + HISTORY_MS + HOUR);
+    history.recalled('old', dublin, T0 + HISTORY_MS + HOUR, T0 + HISTORY_MS + HOUR);
     expect(history.knowsNetwork('old', T0 + HISTORY_MS + HOUR)).toBe(false);
     expect(history.knowsNetwork('old', T0 + HISTORY_MS + HOUR + 1)).toBe(true);
     expect(history.placesBefore(Infinity)).toEqual([tokyo, dublin]);
@@ -83,13 +84,102 @@ describe('KeyHistory established places', () => {
     const history = new KeyHistory();
     for (let m = 0; m < 8 * 60; m++) history.saw('a', ashburn, T0 - 24 * HOUR + m * MINUTE);
     history.saw('m', moscow, T0 - 6 * HOUR); // at night, the key idle
-    expect(history.placesBefore(T0)).toEqual([ashburn, moscow]);
+    expect(history.knowsNetwork('m', T0)).toBe(false);
+    expect(history.placesBefore(T0)).toEqual([ashburn]);
     expect(history.establishedPlacesBefore(T0)).toEqual([ashburn]);
     // Back in the morning, half a minute after the owner: established from then on (that hop was judged).
     history.saw('a', ashburn, T0);
     history.saw('m', moscow, T0 + 30_000);
     expect(history.establishedPlacesBefore(T0 + 30_000)).toEqual([ashburn]);
     expect(history.establishedPlacesBefore(T0 + 30_001)).toEqual([ashburn, moscow]);
+    expect(history.knowsNetwork('m', T0 + 30_001)).toBe(true);
+  });
+
+  it('does not take a place used only while the key was idle as the key\'s own, however long it was used, until a hop ties it to one', () => {
+    const history = new KeyHistory();
+    for (let m = 0; m < 8 * 60; m++) history.saw('a', ashburn, T0 - 24 * HOUR + m * MINUTE);
+    // Two requests of a thief 31 minutes apart at night, then four hours of his traffic.
+    history.saw('m', moscow, T0 - 8 * HOUR);
+    history.saw('m', moscow, T0 - 8 * HOUR + 31 * MINUTE);
+    for (let m = 0; m < 4 * 60; m++) history.saw('m2', moscow, T0 - 6 * HOUR + m * MINUTE);
+    expect(history.establishedPlacesBefore(T0)).toEqual([ashburn]);
+    expect(history.placesBefore(T0)).toEqual([ashburn]);
+    expect(history.knowsNetwork('m', T0)).toBe(false);
+    // The key's own traffic resumes over an hour after his last request: no hop, still not its own.
+    history.saw('a', ashburn, T0);
+    expect(history.establishedPlacesBefore(T0 + HOUR)).toEqual([ashburn]);
+    // Within half an hour of the key's own request: that hop ties it (and was judged).
+    history.saw('m', moscow, T0 + 20 * MINUTE);
+    expect(history.establishedPlacesBefore(T0 + 20 * MINUTE)).toEqual([ashburn]);
+    expect(history.establishedPlacesBefore(T0 + 20 * MINUTE + 1)).toEqual([ashburn, moscow]);
+  });
+
+  it('takes a hop between two places not vouched for as tying neither, and a hop from a place vouched for as tying the next', () => {
+    const dublinPoint: GeoPoint = { ...dublin };
+    const history = new KeyHistory();
+    for (let m = 0; m <= 40; m++) history.saw('a', ashburn, T0 - 24 * HOUR + m * MINUTE);
+    // Hours later, two exits of one thief alternating for an hour: both established, neither the key's.
+    for (let i = 0; i < 60; i++) history.saw(i % 2 ? 'm' : 'd', i % 2 ? moscow : dublinPoint, T0 + i * MINUTE);
+    expect(history.establishedPlacesBefore(T0 + 2 * HOUR)).toEqual([ashburn]);
+    // The key's own Ashburn, then Dublin 10 minutes later (ties Dublin), then Moscow (tied by Dublin).
+    history.saw('a', ashburn, T0 + 2 * HOUR);
+    history.saw('d', dublinPoint, T0 + 2 * HOUR + 10 * MINUTE);
+    history.saw('m', moscow, T0 + 2 * HOUR + 20 * MINUTE);
+    expect(history.establishedPlacesBefore(T0 + 3 * HOUR)).toEqual([ashburn, dublinPoint, moscow]);
+  });
+
+  it('takes the first place of a key as its own, and the earliest left once that one is forgotten', () => {
+    const history = new KeyHistory();
+    history.saw('m', moscow, T0);
+    history.saw('m', moscow, T0 + 40 * MINUTE);
+    expect(history.establishedPlacesBefore(T0 + 41 * MINUTE)).toEqual([moscow]);
+    for (let m = 0; m <= 40; m++) history.saw('a', ashburn, T0 + 3 * HOUR + m * MINUTE);
+    expect(history.establishedPlacesBefore(T0 + 4 * HOUR)).toEqual([moscow]);
+    // Moscow forgotten (last seen over HISTORY_MS ago): Ashburn is now the earliest place remembered.
+    history.expire(T0 + 40 * MINUTE + HISTORY_MS + 1);
+    expect(history.establishedPlacesBefore(T0 + 4 * HOUR)).toEqual([ashburn]);
+  });
+
+  it('takes networks and places recalled from storage as vouched for', () => {
+    const history = new KeyHistory();
+    history.recalled('a', ashburn, T0 - 5 * 24 * HOUR, T0);
+    history.recalled('m', moscow, T0 - 2 * 24 * HOUR, T0 - 2 * 24 * HOUR + 40 * MINUTE);
+    history.recalled('p', undefined, T0 - HOUR, T0 - HOUR);
+    expect(history.establishedPlacesBefore(T0 + 1)).toEqual([ashburn, moscow]);
+    expect(history.knowsNetwork('m', T0)).toBe(true);
+    expect(history.knowsNetwork('p', T0)).toBe(true);
+  });
+
+  it('vouches for a network without a usable point (no GeoIP) by its runs, as for places', () => {
+    const history = new KeyHistory();
+    for (let m = 0; m <= 40; m++) history.saw('own', undefined, T0 + m * MINUTE); // the key's first network
+    history.saw('fresh', undefined, T0 + 50 * MINUTE); // within half an hour of it
+    history.saw('night', undefined, T0 + 5 * HOUR); // hours after any other
+    history.saw('night', undefined, T0 + 5 * HOUR + 31 * MINUTE);
+    history.saw('night2', undefined, T0 + 5 * HOUR + 32 * MINUTE); // tied only to one not vouched for
+    expect(history.knowsNetwork('own', T0 + 1)).toBe(true);
+    expect(history.knowsNetwork('fresh', T0 + 50 * MINUTE + 1)).toBe(true);
+    expect(history.knowsNetwork('night', T0 + 6 * HOUR)).toBe(false);
+    expect(history.knowsNetwork('night2', T0 + 6 * HOUR)).toBe(false);
+    history.saw('own', undefined, T0 + 6 * HOUR);
+    history.saw('night', undefined, T0 + 6 * HOUR + MINUTE);
+    expect(history.knowsNetwork('night', T0 + 6 * HOUR + MINUTE + 1)).toBe(true);
+  });
+
+  it('does not let a network without a point vouch for a place, nor a place not vouched for vouch for such a network', () => {
+    const history = new KeyHistory();
+    history.saw('a', ashburn, T0);
+    history.saw('lan', undefined, T0 + MINUTE); // tied by Ashburn
+    history.saw('m', moscow, T0 + 5 * HOUR); // the thief, hours later
+    history.saw('lan', undefined, T0 + 5 * HOUR + MINUTE);
+    history.saw('lan2', undefined, T0 + 5 * HOUR + 2 * MINUTE);
+    history.saw('m', moscow, T0 + 5 * HOUR + 3 * MINUTE);
+    history.saw('lan3', undefined, T0 + 5 * HOUR + 4 * MINUTE);
+    expect(history.knowsNetwork('lan', T0 + MINUTE + 1)).toBe(true);
+    expect(history.knowsNetwork('lan2', T0 + 6 * HOUR)).toBe(true); // after 'lan', vouched for
+    expect(history.placesBefore(T0 + 6 * HOUR)).toEqual([ashburn]);
+    expect(history.knowsNetwork('m', T0 + 6 * HOUR)).toBe(false);
+    expect(history.knowsNetwork('lan3', T0 + 6 * HOUR)).toBe(false); // after Moscow only
   });
 
   it('takes places seen within half an hour of each other as established: a short job alternating between regions', () => {
@@ -101,17 +191,13 @@ describe('KeyHistory established places', () => {
 
   it('takes the overlapping short sightings warmed from storage as established, in any order, and a lone one among days of another not', () => {
     const warmed = new KeyHistory();
-    warmed.saw('d', moscow, T0 + 600_000);
-    warmed.saw('d', moscow, T0);
-    warmed.saw('a', ashburn, T0);
-    warmed.saw('a', ashburn, T0 + 600_000);
+    warmed.recalled('d', moscow, T0 + 600_000, T0);
+    warmed.recalled('a', ashburn, T0, T0 + 600_000);
     expect(warmed.establishedPlacesBefore(T0 + 600_001)).toEqual([moscow, ashburn]);
     // Ashburn over five days (one sighting: the first and the last), Moscow once in between.
     const lone = new KeyHistory();
-    lone.saw('a', ashburn, T0 - 5 * 24 * HOUR);
-    lone.saw('a', ashburn, T0);
-    lone.saw('m', moscow, T0 - 2 * 24 * HOUR);
-    lone.saw('m', moscow, T0 - 2 * 24 * HOUR);
+    lone.recalled('a', ashburn, T0 - 5 * 24 * HOUR, T0);
+    lone.recalled('m', moscow, T0 - 2 * 24 * HOUR, T0 - 2 * 24 * HOUR);
     expect(lone.establishedPlacesBefore(T0 + 1)).toEqual([ashburn]);
   });
 });

@@ -1,7 +1,7 @@
 /**
  * What the engine remembers of a key beyond its window: the networks it was seen from and the
  * places it was seen at over the last days (HISTORY_MS), each with the first and the last time,
- * and for a place when it became established (ESTABLISHED_MS).
+ * and for a place when it was vouched for and when it became established (ESTABLISHED_MS).
  * A window holds an hour; this is what tells a key's own networks and sites, used on and off (a
  * daily job from five regions, a region that serves only in European hours), from new ones.
  * Rules read it through KeyWindow.history (KeyHistoryView in types.ts). It outlives the key's
@@ -25,11 +25,25 @@ export const MAX_SIGHTINGS = 256;
  * that hop (it judges every hop of its window as it arrives), and reported it if it was impossible,
  * so the place is either near the other one or already in an alert. One request of a thief while
  * the key was idle at night is neither; a region that serves for hours, or a ten-minute daily job
- * alternating between its regions, is. Sightings warmed from storage (a network's first and last
+ * alternating between its regions, is (and counts once it is also vouched for, below). Sightings warmed from storage (a network's first and last
  * request over the days) count alike: a network seen on two days spans them, and the short
  * sightings of one job's networks overlap.
  */
 export const ESTABLISHED_MS = 30 * 60_000;
+
+/*
+ * Established is not enough: a place counts as the key's own (to the rules) only once it is also
+ * vouched for, so that requests of a thief while the key is idle (two half an hour apart, or hours
+ * of them) make nothing the key's. A place is vouched for from when it was seen within
+ * ESTABLISHED_MS of a sighting at a place already vouched for (impossible_travel judged that hop,
+ * and reported it if it was impossible), and the place the key was first seen at, of those
+ * remembered, from then (a new key's first site: there is nothing to tell a thief's from it). A hop
+ * between two places not vouched for vouches for neither: two exits of one thief, near each other,
+ * are not the key's. A network is the key's while its place is; one without a usable point (no
+ * GeoIP) is vouched for alike, by a run of it within ESTABLISHED_MS of a network vouched for.
+ * Sightings recalled from storage after a restart or a rebalance are vouched for (recalled):
+ * storage keeps no record of which were.
+ */
 
 /** Sightings last seen more than HISTORY_MS ago are looked for at most this often per key. */
 const EXPIRE_EVERY_MS = 60 * 60_000;
@@ -56,6 +70,8 @@ export interface HistoryEntryCount {
 interface Sighting {
   first: number;
   last: number;
+  /** When it was vouched for: its first when it was the key's first, or when a hop tied it to one vouched for, or it was recalled; Infinity until then. */
+  vouched: number;
 }
 
 interface PlaceSighting extends Sighting {
@@ -64,9 +80,17 @@ interface PlaceSighting extends Sighting {
   established: number;
 }
 
+interface NetworkEntry extends Sighting {
+  /** The place of the network's latest run (undefined without a usable point): the network is the key's while that place is. */
+  place: PlaceSighting | undefined;
+}
+
 export class KeyHistory implements KeyHistoryView {
-  private readonly networks = new Map<string, Sighting>();
+  private readonly networks = new Map<string, NetworkEntry>();
   private readonly places = new Map<string, PlaceSighting>();
+  /** The earliest `first` of the places, and of the networks (the current run's included): one first seen before it is the key's first. */
+  private earliestPlace = Infinity;
+  private earliestNetwork = Infinity;
   /**
    * The current run: consecutive events from one network at one point (most of a key's events) only
    * move these times, kept in this object; its network's and place's sightings, entered when the run
@@ -76,7 +100,7 @@ export class KeyHistory implements KeyHistoryView {
    */
   private runNetwork: string | undefined;
   private runGeo: GeoPoint | undefined;
-  private runSighting: Sighting | undefined;
+  private runSighting: NetworkEntry | undefined;
   private runPlace: PlaceSighting | undefined;
   private runFirst = Infinity;
   private runLast = -Infinity;
@@ -87,6 +111,10 @@ export class KeyHistory implements KeyHistoryView {
   private lastPlace: PlaceSighting | undefined;
   private lastPlaceFirst = Infinity;
   private lastPlaceLast = -Infinity;
+  /** The network of the last run, and that run's times: the other end of a hop into the next network. */
+  private lastNetwork: NetworkEntry | undefined;
+  private lastNetworkFirst = Infinity;
+  private lastNetworkLast = -Infinity;
   private latest = -Infinity;
   private expiredAt = -Infinity;
 
@@ -94,7 +122,12 @@ export class KeyHistory implements KeyHistoryView {
 
   saw(network: string, geo: GeoPoint | undefined, timestamp: number): void {
     if (network !== this.runNetwork || geo !== this.runGeo) this.startRun(network, geo, timestamp);
-    if (timestamp < this.runFirst) this.runFirst = timestamp;
+    if (timestamp < this.runFirst) {
+      this.runFirst = timestamp;
+      // An event earlier than any the key was seen at (warmed late): this run is of its first network and place.
+      if (timestamp < this.earliestNetwork) this.earliestNetwork = first(this.runSighting!, timestamp);
+      if (this.runPlace !== undefined && timestamp < this.earliestPlace) this.earliestPlace = first(this.runPlace, timestamp);
+    }
     if (timestamp > this.runLast) this.runLast = timestamp;
     if (timestamp >= this.runEstablishAt && timestamp < this.runEstablished) this.runEstablished = timestamp;
   }
@@ -107,7 +140,11 @@ export class KeyHistory implements KeyHistoryView {
   knowsNetwork(network: string, before: number): boolean {
     this.endRun();
     const sighting = this.networks.get(network);
-    return sighting !== undefined && sighting.first < before;
+    if (sighting === undefined || !(sighting.first < before)) return false;
+    // A place no longer remembered (one of more than MAX_SIGHTINGS) is taken as the key's, as its network is.
+    const place = sighting.place;
+    if (place === undefined) return sighting.vouched < before;
+    return this.places.get(placeKey(place.geo)) !== place || place.vouched < before;
   }
 
   placesBefore(before: number): GeoPoint[] {
@@ -116,7 +153,7 @@ export class KeyHistory implements KeyHistoryView {
     const geos: GeoPoint[] = [];
     for (const place of this.places.values()) {
       const first = place === this.runPlace && this.runFirst < place.first ? this.runFirst : place.first;
-      if (first < before) geos.push(place.geo);
+      if (first < before && place.vouched < before) geos.push(place.geo);
     }
     return geos;
   }
@@ -127,9 +164,19 @@ export class KeyHistory implements KeyHistoryView {
     for (const place of this.places.values()) {
       const established =
         place === this.runPlace ? establishedWith(place, this.runFirst, this.runLast, this.runEstablished) : place.established;
-      if (established < before) geos.push(place.geo);
+      if (established < before && place.vouched < before) geos.push(place.geo);
     }
     return geos;
+  }
+
+  /**
+   * A network's first and last request over the days, recalled from storage after a start or a
+   * rebalance: seen, and its place vouched for from its first (storage keeps no record of which were).
+   */
+  recalled(network: string, geo: GeoPoint | undefined, first: number, last: number): void {
+    this.saw(network, geo, first);
+    this.saw(network, geo, last);
+    for (const sighting of [this.runSighting, this.runPlace]) if (sighting !== undefined && first < sighting.vouched) sighting.vouched = first;
   }
 
   /** Forgets the networks and places last seen more than HISTORY_MS before `now` (looked for once an hour). */
@@ -145,6 +192,7 @@ export class KeyHistory implements KeyHistoryView {
         this.count.entries--;
       }
     }
+    this.findEarliest();
   }
 
   /** Networks and places remembered (the current run's included). */
@@ -172,6 +220,9 @@ export class KeyHistory implements KeyHistoryView {
     this.runEstablished = Infinity;
     if (last > this.latest) this.latest = last;
     widen(sighting!, first, last);
+    this.lastNetwork = sighting;
+    this.lastNetworkFirst = first;
+    this.lastNetworkLast = last;
     if (place !== undefined) {
       place.established = establishedWith(place, first, last, established); // before widen: it reads the place's own times
       widen(place, first, last);
@@ -185,51 +236,66 @@ export class KeyHistory implements KeyHistoryView {
     this.endRun();
     this.runNetwork = network;
     this.runGeo = geo;
-    this.runSighting = this.networkSighting(network, timestamp);
-    const place = (this.runPlace = this.placeSighting(geo, timestamp));
-    if (place === undefined) return;
+    const sighting = (this.runSighting = this.networkSighting(network, timestamp));
+    const place = (this.runPlace = sighting.place = this.placeSighting(geo, timestamp));
+    if (place === undefined) {
+      // A network without a usable point is the key's by its own ties (the others, by their places').
+      const other = this.lastNetwork;
+      if (other === undefined || other === sighting) return;
+      const at = hopAt(timestamp, this.lastNetworkFirst, this.lastNetworkLast);
+      if (at === undefined) return;
+      // After a network with a place, by that place (which this one cannot vouch for: it has none).
+      if (other.place === undefined) tie(other, sighting, at);
+      else if (other.place.vouched <= at && at < sighting.vouched) sighting.vouched = at;
+      return;
+    }
     this.runEstablishAt = place.first + ESTABLISHED_MS;
-    // A hop from the last place to this one: both are established when it is within ESTABLISHED_MS
-    // of that place's run. Of a long run (hours of traffic from one site), only of its last event:
-    // a lone request hours after it, or one among days of a site's sightings warmed from storage,
-    // is not near it in time.
-    const other = this.lastPlace;
-    if (other === undefined || other === place) return;
-    const first = this.lastPlaceFirst;
-    const last = this.lastPlaceLast;
-    const from = last - first < ESTABLISHED_MS ? first - ESTABLISHED_MS : last - ESTABLISHED_MS;
-    if (timestamp < from || timestamp > last + ESTABLISHED_MS) return;
-    const at = Math.max(timestamp, last);
-    if (at < other.established) other.established = at;
+    // A hop from the last place to this one: both are established when it is near that place's run.
+    const otherPlace = this.lastPlace;
+    if (otherPlace === undefined || otherPlace === place) return;
+    const at = hopAt(timestamp, this.lastPlaceFirst, this.lastPlaceLast);
+    if (at === undefined) return;
+    if (at < otherPlace.established) otherPlace.established = at;
     if (at < place.established) place.established = at;
+    tie(otherPlace, place, at);
+  }
+
+  /** After networks or places were let go: the earliest first of those left, and those first seen then are the key's first. */
+  private findEarliest(): void {
+    this.earliestNetwork = earliestOf(this.networks);
+    this.earliestPlace = earliestOf(this.places);
   }
 
   /** The network's sighting, entered (seen at `timestamp`) if it is new. */
-  private networkSighting(network: string, timestamp: number): Sighting {
+  private networkSighting(network: string, timestamp: number): NetworkEntry {
     const known = this.networks.get(network);
     if (known !== undefined) return known;
-    const sighting = { first: timestamp, last: timestamp };
+    const sighting: NetworkEntry = { first: timestamp, last: timestamp, vouched: Infinity, place: undefined };
     this.networks.set(network, sighting);
-    this.entered(this.networks);
+    if (timestamp < this.earliestNetwork) this.earliestNetwork = first(sighting, timestamp);
+    if (this.entered(this.networks)) this.findEarliest();
     return sighting;
   }
 
   /** The point's sighting, entered (seen at `timestamp`) if it is new; none without a usable point. */
   private placeSighting(geo: GeoPoint | undefined, timestamp: number): PlaceSighting | undefined {
     if (geo === undefined || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return undefined;
-    const key = `${geo.latitude},${geo.longitude}`;
+    const key = placeKey(geo);
     const known = this.places.get(key);
     if (known !== undefined) return known;
-    const place = { first: timestamp, last: timestamp, geo, established: Infinity };
+    const place = { first: timestamp, last: timestamp, geo, established: Infinity, vouched: Infinity };
     this.places.set(key, place);
-    this.entered(this.places);
+    if (timestamp < this.earliestPlace) this.earliestPlace = first(place, timestamp);
+    if (this.entered(this.places)) this.findEarliest();
     return place;
   }
 
-  /** One more entry in `sightings`: counted, and the ones seen longest ago let go when there are too many. */
-  private entered(sightings: Map<string, Sighting>): void {
+  /** One more entry in `sightings`: counted, and the ones seen longest ago let go when there are too many (then true). */
+  private entered(sightings: Map<string, Sighting>): boolean {
     this.count.entries++;
-    if (sightings.size > MAX_SIGHTINGS * 1.25) this.count.entries -= keepLatest(sightings);
+    if (sightings.size <= MAX_SIGHTINGS * 1.25) return false;
+    this.count.entries -= keepLatest(sightings);
+    return true;
   }
 }
 
@@ -250,6 +316,43 @@ function earliestFrom(from: number, earliest: number, a: number, b: number): num
   if (a >= from && a < earliest) earliest = a;
   if (b >= from && b < earliest) earliest = b;
   return earliest;
+}
+
+/**
+ * When a run that begins at `timestamp` makes a hop from the last run (from `first` to `last`): near
+ * it, within ESTABLISHED_MS. Of a long run (hours of traffic from one site), only of its last event:
+ * a lone request hours after it, or one among days of a site's sightings warmed from storage, is
+ * not near it in time. Undefined when it is not.
+ */
+function hopAt(timestamp: number, first: number, last: number): number | undefined {
+  const from = last - first < ESTABLISHED_MS ? first - ESTABLISHED_MS : last - ESTABLISHED_MS;
+  if (timestamp < from || timestamp > last + ESTABLISHED_MS) return undefined;
+  return Math.max(timestamp, last);
+}
+
+/** A hop at `at` between two networks or two places: either one vouched for by then vouches for the other. */
+function tie(a: Sighting, b: Sighting, at: number): void {
+  if (a.vouched <= at) {
+    if (at < b.vouched) b.vouched = at;
+  } else if (b.vouched <= at) a.vouched = at;
+}
+
+/** A network or place seen at `at`, before any other of the key's: its first, vouched for from then. Returns `at`. */
+function first(sighting: Sighting, at: number): number {
+  if (at < sighting.vouched) sighting.vouched = at;
+  return at;
+}
+
+/** The earliest first of these networks or places; those first seen then are vouched for from then (the key's first). */
+function earliestOf(sightings: Map<string, Sighting>): number {
+  let earliest = Infinity;
+  for (const sighting of sightings.values()) if (sighting.first < earliest) earliest = sighting.first;
+  for (const sighting of sightings.values()) if (sighting.first === earliest) first(sighting, earliest);
+  return earliest;
+}
+
+function placeKey(geo: GeoPoint): string {
+  return `${geo.latitude},${geo.longitude}`;
 }
 
 function widen(sighting: Sighting, first: number, last: number): void {

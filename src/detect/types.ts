@@ -58,15 +58,21 @@ export interface WindowEvent {
  * key's own habit (a daily job from five regions, a site idle for hours); inside the window, rules
  * judge the events themselves.
  */
+/**
+ * A key's memory of the last days. Only what is vouched for counts (key-history.ts): a place seen
+ * within half an hour of one of the key's own places (a hop impossible_travel judged), or the key's
+ * first; a network while its place is. What a thief does while the key is idle is not.
+ */
 export interface KeyHistoryView {
-  /** Whether the key was seen from this network before `before` (epoch ms), within the remembered days. */
+  /** Whether the key was seen from this network before `before` (epoch ms), within the remembered days, and it was vouched for by then. */
   knowsNetwork(network: string, before: number): boolean;
-  /** The points (exact coordinates) the key was seen at before `before`, within the remembered days. */
+  /** The points (exact coordinates) the key was seen at before `before`, within the remembered days, vouched for by then. */
   placesBefore(before: number): GeoPoint[];
   /**
-   * The points the key was established at before `before`: seen there again, before `before`, at
-   * least half an hour after it was first seen there (over half an hour of use, or on two days;
-   * ESTABLISHED_MS in key-history.ts). A single request (a thief's while the key was idle) is not.
+   * The points the key was established at before `before`: vouched for, and seen there again,
+   * before `before`, at least half an hour after it was first seen there (over half an hour of use,
+   * or on two days; ESTABLISHED_MS in key-history.ts), or within half an hour of another of its places.
+   * A single request (a thief's while the key was idle) is not.
    */
   establishedPlacesBefore(before: number): GeoPoint[];
 }

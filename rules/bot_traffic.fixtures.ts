@@ -219,4 +219,48 @@ export const fixtures: Fixture[] = [
     now: T0,
     expect: { findings: 1, severity: 'critical', evidence: { tools: { OpenVAS: 1, DirBuster: 1 } } },
   },
+
+  // Nuclei, Wapiti and commix are also words of products' names: only the forms the tools send count.
+  {
+    name: 'Nuclei, Wapiti and commix by the forms they send (name, "/" and a version; projectdiscovery, wapiti-scanner, commixproject) are critical',
+    kind: 'positive',
+    window: keyWindow([
+      ...ORDINARY,
+      ...[
+        'Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Safari/537.36 Nuclei - Open-source project (github.com/projectdiscovery/nuclei)',
+        'nuclei/3.3.7',
+        'Wapiti/3.2.0',
+        'Mozilla/5.0 (compatible; +https://github.com/wapiti-scanner/wapiti)',
+        'commix/v3.9-stable (https://commixproject.com)',
+      ].map((userAgent, i) => ({ at: T0 - (5 - i) * MINUTE, userAgent, status: 404 })),
+    ]),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { tools: { Nuclei: 2, Wapiti: 2, commix: 1 }, requests: 5 } },
+  },
+  {
+    name: 'products that take Nuclei, Wapiti or commix as a word of their names (Nuclei Health, Commix SDK, Wapiti CRM) are not attack tools',
+    kind: 'negative',
+    window: keyWindow(
+      [
+        'Nuclei Health/1.0 (+https://example.com)',
+        'Nuclei_Cloud/1.0 okhttp/4.12.0',
+        'Commix SDK/2.1 (Android 14)',
+        'acme-billing/4.2 (commix)',
+        'Wapiti CRM Connector/3.0',
+      ].flatMap((userAgent, k) => spread(20, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ userAgent, path: `/v1/verify/sessions/ses_${k}_${i}` }))),
+    ),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'products whose names join Nuclei, Wapiti or commix to another word (NucleiCloud, CommixPay-SDK, wapiti-crm-connector) are not attack tools',
+    kind: 'negative',
+    window: keyWindow(
+      ['NucleiCloud/1.0 (+https://example.com)', 'CommixPay-SDK/2.1', 'wapiti-crm-connector/3.0'].flatMap((userAgent, k) =>
+        spread(20, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ userAgent, path: `/v1/verify/sessions/ses_${k}_${i}` })),
+      ),
+    ),
+    now: T0,
+    expect: { findings: 0 },
+  },
 ];

@@ -12,8 +12,10 @@
  *     undici, Ruby, Guzzle, .NET) are how server-side integrations call an API: never an alert.
  *   - an empty user agent is common for hand-written server clients: never an alert by itself.
  * The patterns are data (USER_AGENT_PATTERNS), checked in order, attack tools first; a tool's name
- * counts only as a token of the user agent, never inside a longer word (a product's name). There is no
- * "good bot" list: a crawler's reputation says nothing about whether it should hold an API key.
+ * counts only as a token of the user agent, never inside a longer word (a product's name), and a tool
+ * whose name is also a product's word (Nuclei, Wapiti, commix) counts only in the forms it sends: its
+ * name with "/" and a version, or its project's marker. There is no "good bot" list: a crawler's
+ * reputation says nothing about whether it should hold an API key.
  */
 import { DistinctValues, entryAdded, entryRemoved, FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
 import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
@@ -40,11 +42,21 @@ function token(names: string): RegExp {
   return new RegExp(`(?<![a-z]|[a-z]-)(?:${names})(?![a-z]|-[a-z])`, 'i');
 }
 
+/**
+ * A tool whose name a product may also take as a word ("Nuclei Health/1.0", "Commix SDK/2.1",
+ * "MyApp (wapiti)") is matched only in the forms the tool itself sends: its name followed by "/" and
+ * a version ("nuclei/3.3.7", "Wapiti/3.2.0", "commix/v3.9-stable"), or a marker of its project (its
+ * site or GitHub owner, as in "github.com/projectdiscovery/nuclei"), each as a token.
+ */
+function toolForms(name: string, markers: string): RegExp {
+  return token(`${name}/v?\\d|${markers}`);
+}
+
 /** Default user agents of the tools; case-insensitive. Add a line to add a tool. */
 export const USER_AGENT_PATTERNS: readonly UserAgentPattern[] = [
   { name: 'sqlmap', pattern: token('sqlmap'), category: 'attack_tool' },
   { name: 'Nikto', pattern: token('nikto'), category: 'attack_tool' },
-  { name: 'Nuclei', pattern: token('nuclei'), category: 'attack_tool' },
+  { name: 'Nuclei', pattern: toolForms('nuclei', 'projectdiscovery'), category: 'attack_tool' },
   { name: 'zgrab', pattern: token('zgrab'), category: 'attack_tool' },
   { name: 'masscan', pattern: token('masscan'), category: 'attack_tool' },
   { name: 'Nmap', pattern: token('nmap'), category: 'attack_tool' },
@@ -66,9 +78,9 @@ export const USER_AGENT_PATTERNS: readonly UserAgentPattern[] = [
   { name: 'WPScan', pattern: token('wpscan'), category: 'attack_tool' },
   { name: 'Arachni', pattern: token('arachni'), category: 'attack_tool' },
   { name: 'Netsparker', pattern: token('netsparker|invicti'), category: 'attack_tool' },
-  { name: 'Wapiti', pattern: token('wapiti'), category: 'attack_tool' },
+  { name: 'Wapiti', pattern: toolForms('wapiti', 'wapiti-scanner'), category: 'attack_tool' },
   { name: 'skipfish', pattern: token('skipfish'), category: 'attack_tool' },
-  { name: 'commix', pattern: token('commix'), category: 'attack_tool' },
+  { name: 'commix', pattern: toolForms('commix', 'commixproject'), category: 'attack_tool' },
   { name: 'Havij', pattern: token('havij'), category: 'attack_tool' },
   { name: 'Metasploit', pattern: token('metasploit'), category: 'attack_tool' },
   { name: 'Jorgee', pattern: token('jorgee'), category: 'attack_tool' },
@@ -127,7 +139,7 @@ const READ_MINUTES = 16;
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'bot_traffic',
-  version: '1.1.0',
+  version: '1.2.0',
   title: 'Bot traffic',
   description:
     'A key is used by an attack tool (scanner, fuzzer, brute forcer), or by a headless browser or scraper that ' +
@@ -148,6 +160,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     'A product whose name contains a tool\'s (BusinessUserSync, Burpple, Arachnid, NucleiCount): a tool\'s name counts only as a token of the user agent, never inside a longer word.',
     'Headless browsers in a merchant\'s end-to-end tests: a few paths and a few dozen reads, under minDistinctResources and minAutomationReads.',
     'A product built around a tool\'s name (Nmap-Parser, python-nmap-report, Nuclei-Sync): a name joined to another word by a hyphen is not the tool.',
+    'A product that takes Nuclei, Wapiti or commix as a word of its name (Nuclei Health/1.0, Commix SDK/2.1): these count only as the tool sends them, the name with "/" and a version or the project\'s marker (projectdiscovery, wapiti-scanner, commixproject).',
     'A merchant\'s own headless automation reading at volume (a PDF renderer fetching results) is reported (medium): allowlist its key or address.',
     'A merchant\'s own penetration test with a live key alerts as an attack tool, by design: dismiss it with a note or allowlist the key for the test.',
   ],

@@ -159,6 +159,39 @@ describe('AlertService.stop', () => {
   });
 });
 
+describe('AlertService stopped while it starts', () => {
+  it('starts nothing once the load of the open alerts ends after stop(): no syncs, no held findings applied, nothing written', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      let finishLoad!: (alerts: Alert[]) => void;
+      const reads: string[] = [];
+      const saved: Alert[] = [];
+      const store = {
+        loadForDedup: () => new Promise<Alert[]>((resolve) => (finishLoad = resolve)),
+        changedSince: async () => (reads.push('changedSince'), []),
+        getMany: async () => [],
+        save: async (alerts: Alert[]) => void saved.push(...alerts),
+      } as unknown as AlertStore;
+      const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
+      const pages: string[] = [];
+      const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), { onCritical: (_alert, change) => pages.push(change) });
+      alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding('critical') }], ruleErrors: [] }); // held until the load
+      const started = alerts.start().then(
+        () => 'started',
+        (error: Error) => error.message,
+      );
+      // main.ts's stop gives up waiting for start-up after 5 s, and stops alerts later on.
+      await alerts.stop();
+      finishLoad([]);
+      await vi.advanceTimersByTimeAsync(30_000); // past several sync intervals and any flush
+      expect({ reads, saved, pages }).toEqual({ reads: [], saved: [], pages: [] });
+      expect(await started).toBe('alerts stopped while starting');
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
 describe('AlertService status changes with racing replicas', () => {
   // Fake timers from T0: the read-backs and flushes run on timers.
   beforeEach(() => {

@@ -103,10 +103,19 @@ export class AlertService {
     for (const rule of [...this.rules.keys(), ENGINE_ERROR]) metrics.ruleErrors.inc({ rule }, 0);
   }
 
-  /** Loads what deduplication must know (open alerts, recent dismissals and resolutions: AlertManager.closedAlertMemoryMs). */
+  /**
+   * Loads what deduplication must know (open alerts, recent dismissals and resolutions:
+   * AlertManager.closedAlertMemoryMs), then syncs with the other replicas every SYNC_INTERVAL_MS and
+   * applies the findings held meanwhile. Rejects, starting nothing, when stop() was called before the
+   * load ended: the owner's stop may have given up waiting for the start, and a timer or write started
+   * after stop() would outlive it (and storage, which closes next).
+   */
   async start(): Promise<void> {
+    this.throwIfStopped();
     const startedAt = this.now();
-    this.manager.load(await this.store.loadForDedup(new Date(startedAt - this.manager.closedAlertMemoryMs)));
+    const loaded = await this.store.loadForDedup(new Date(startedAt - this.manager.closedAlertMemoryMs));
+    this.throwIfStopped();
+    this.manager.load(loaded);
     this.syncedUpTo = startedAt;
     this.syncTimer = setInterval(() => {
       const sync = this.syncWithStore().then(
@@ -118,6 +127,10 @@ export class AlertService {
     this.syncTimer.unref();
     const { released, dropped } = this.findings.open();
     if (dropped > 0) this.logger.warn({ held: released, dropped }, 'more findings arrived before the open alerts were loaded than are held; the rest were dropped');
+  }
+
+  private throwIfStopped(): void {
+    if (this.stopped) throw new Error('alerts stopped while starting');
   }
 
   /**

@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { gzipSync } from 'node:zlib';
@@ -454,6 +455,43 @@ describe('HTTP ingest without Kafka: while the worker starts', () => {
     const refused = await post([event(0)]);
     expect(refused).toMatchObject({ status: 503, body: { error: { code: 'STORAGE_UNAVAILABLE', message: 'Detection has stopped on this worker; retry later' } } });
     expect(stored).toEqual([]);
+  });
+
+  it('answers a post parked on start-up as soon as the server begins to close, with Connection: close, so that its kept-alive socket does not hold the close', async () => {
+    const metrics = new WorkerMetrics({ defaultMetrics: false });
+    const app = createHttpServer({ logger: createLogger('silent'), metrics, version: 'test', bodyLimit: 1 << 20, notReadyReason: () => undefined });
+    const { buffer, adds } = slowBuffer(Promise.resolve());
+    registerHttpIngest(app, { token: TOKEN, maxEvents: 100, eventTimes: EVENT_TIME_RANGE, buffer, recentIds: new RecentEventIds(100), metrics, storeTimeoutMs: 5_000, detectionStarted: pending() });
+    let parked!: () => void;
+    const reachedHandler = new Promise<void>((resolve) => (parked = resolve));
+    app.addHook('preHandler', async () => parked());
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    const { port } = app.server.address() as { port: number };
+    const socket = connect(port, '127.0.0.1');
+    try {
+      let received = '';
+      socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
+      const socketClosed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+      const body = JSON.stringify([event(0)]);
+      socket.write(
+        `POST /v1/ingest/events HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nAuthorization: Bearer ${TOKEN}\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+      await reachedHandler;
+      // Well before the post's own deadline (5 s), and the keep-alive timeout (72 s).
+      const closedInTime = await Promise.race([app.close().then(() => true), sleep(2_000).then(() => false)]);
+      expect(closedInTime).toBe(true);
+      await socketClosed;
+      const [head, answer] = received.split('\r\n\r\n') as [string, string];
+      expect(head).toMatch(/^HTTP\/1\.1 503 /);
+      expect(head.toLowerCase()).toContain('\r\nconnection: close');
+      expect(head.toLowerCase()).toContain('\r\nretry-after: 1');
+      expect(JSON.parse(answer)).toEqual({ success: false, error: { code: 'SERVICE_UNAVAILABLE', message: 'The worker is shutting down; retry' } });
+      expect(adds).toEqual([]);
+    } finally {
+      socket.destroy();
+      await app.close();
+    }
   });
 
   it('takes posts once detection has started, however long a post waited for it', async () => {

@@ -110,8 +110,14 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
   const authenticate = bearerTokenCheck(options.token, 'ingest token');
   const { publish, buffer, recentIds, metrics, maxBufferedRows } = options;
   const timeoutMs = options.storeTimeoutMs ?? 10_000;
-  const recalled = options.recalled && startupGate(options.recalled);
-  const detectionStarted = options.detectionStarted && startupGate(options.detectionStarted);
+  // Aborted when the server begins to close (the worker stops): a post parked on a start-up step is
+  // answered at once (shuttingDown), not at its deadline (up to storeTimeoutMs later), which would
+  // hold the server's close past the stop's 5 s cap for it (main.ts). A stop ends start-up, so the
+  // step it waits for would not settle in this process anyway.
+  const closing = new AbortController();
+  app.addHook('preClose', async () => closing.abort());
+  const recalled = options.recalled && startupGate(options.recalled, closing.signal);
+  const detectionStarted = options.detectionStarted && startupGate(options.detectionStarted, closing.signal);
   /**
    * Posts whose events the brokers had not acknowledged by their deadline and still have not: while
    * there are any, Kafka is not taking writes, and posts are refused at once rather than pile up
@@ -254,8 +260,8 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     if (options.detectionStopped?.()) throw detectionNotJudging('has stopped');
     // Start-up: one deadline for both waits (at most storeTimeoutMs in all, then 503).
     const startDeadline = Date.now() + timeoutMs;
-    if (recalled && !(await recalled(startDeadline))) throw stillStarting();
-    if (detectionStarted && !(await detectionStarted(startDeadline))) throw detectionNotJudging('has not started yet');
+    if (recalled && !(await recalled(startDeadline))) throw closing.signal.aborted ? shuttingDown() : stillStarting();
+    if (detectionStarted && !(await detectionStarted(startDeadline))) throw closing.signal.aborted ? shuttingDown() : detectionNotJudging('has not started yet');
     if (options.detectionStopped?.()) throw detectionNotJudging('has stopped');
     // The bound that moves with the clock (events older than the raw events are kept) as of this post.
     const events = parseBody(request.body, isJsonType(request.headers['content-type']), options.maxEvents, timesAsOf(options.eventTimes, Date.now()));
@@ -277,30 +283,32 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
  */
 /**
  * A start-up step posts wait for: resolves true once `step` has settled (at once after that), or
- * false at `deadline`. A waiter that times out leaves nothing behind (a reaction per post on a step
- * that never settles, a start-up held by a storage outage, would grow the heap with every retry).
+ * false at `deadline` or once `closing` aborts, whichever comes first. A waiter that times out
+ * leaves nothing behind (a reaction per post on a step that never settles, a start-up held by a
+ * storage outage, would grow the heap with every retry).
  */
-function startupGate(step: Promise<void>): (deadline: number) => Promise<boolean> {
+function startupGate(step: Promise<void>, closing: AbortSignal): (deadline: number) => Promise<boolean> {
   let settled = false;
-  const waiters = new Set<() => void>();
+  const waiters = new Set<(open: boolean) => void>();
+  const releaseAll = (open: boolean) => {
+    for (const release of waiters) release(open);
+  };
   const open = () => {
     settled = true;
-    for (const release of waiters) release();
+    releaseAll(true);
   };
   step.then(open, open);
+  closing.addEventListener('abort', () => releaseAll(false), { once: true });
   return (deadline) =>
-    settled
-      ? Promise.resolve(true)
+    settled || closing.aborted
+      ? Promise.resolve(settled)
       : new Promise<boolean>((resolve) => {
-          const release = () => {
+          const release = (open: boolean) => {
             clearTimeout(timer);
             waiters.delete(release);
-            resolve(true);
+            resolve(open);
           };
-          const timer = setTimeout(() => {
-            waiters.delete(release);
-            resolve(false);
-          }, Math.max(0, deadline - Date.now()));
+          const timer = setTimeout(() => release(false), Math.max(0, deadline - Date.now()));
           waiters.add(release);
         });
 }
@@ -444,6 +452,15 @@ function moreThanBuffered(maxBufferedRows: number): HttpError {
 /** 503 with Retry-After: the same code whichever way events are stored, so clients retry alike. */
 function stillStarting(): HttpError {
   return new HttpError(503, 'STORAGE_UNAVAILABLE', 'Storage has not yet said which events were stored before this worker started; retry later', undefined, { 'retry-after': '5' });
+}
+
+/**
+ * A post that waited on start-up when the worker began to stop: as the server answers a request that
+ * arrives then (http/server.ts), with the connection closed, so that the client retries on another
+ * replica and its kept-alive socket does not hold the server's close.
+ */
+function shuttingDown(): HttpError {
+  return new HttpError(503, 'SERVICE_UNAVAILABLE', 'The worker is shutting down; retry', undefined, { 'retry-after': '1', connection: 'close' });
 }
 
 function detectionNotJudging(state: string): HttpError {

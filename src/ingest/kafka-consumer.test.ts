@@ -61,6 +61,38 @@ describe('KafkaIntake\'s start', () => {
     await expect(intake.start()).rejects.toThrow(hint);
     expect(intake.notReadyReason).toBe(`kafka consumer cannot start (retrying): ${hint}`);
   });
+
+  // main.ts's stop waits 5 s for start-up, then stops fetching and disconnects: a step of the
+  // consumer's start may still be under way then, and end after disconnect() has run.
+  const consumerSteps = ['connect', 'subscribe', 'run'] as const;
+  it.each(consumerSteps)('takes no step after %s once the stop came during it, and disconnects the consumer it connected', async (slowStep) => {
+    const calls: string[] = [];
+    let finishStep!: () => void;
+    const step = (name: string) => () => {
+      calls.push(name);
+      return name === slowStep ? new Promise<void>((resolve) => (finishStep = resolve)) : Promise.resolve();
+    };
+    const consumer = { events: {}, on: () => undefined, connect: step('connect'), subscribe: step('subscribe'), run: step('run'), disconnect: step('disconnect') };
+    const kafka = {
+      consumer: () => consumer,
+      producer: () => ({ connect: async () => undefined, disconnect: async () => undefined }),
+      admin: () => ({}),
+    } as unknown as Kafka;
+    const metrics = new WorkerMetrics({ defaultMetrics: false });
+    const intake = new KafkaIntake({ kafka, topic: 't', groupId: 'g', metrics, logger: createLogger('silent') } as unknown as KafkaIntakeOptions);
+    const started = intake.start().then(
+      () => 'started',
+      (error: Error) => error.message,
+    );
+    await vi.waitFor(() => expect(calls.at(-1)).toBe(slowStep));
+    const stepsTaken = consumerSteps.slice(0, consumerSteps.indexOf(slowStep) + 1);
+    await intake.disconnect();
+    expect(calls).toEqual(stepsTaken); // not running yet: disconnect() leaves the consumer alone
+    finishStep();
+    const outcome = await started;
+    expect(calls).toEqual([...stepsTaken, 'disconnect']);
+    expect(outcome).toBe('kafka intake stopped while starting');
+  });
 });
 
 describe('KafkaIntake', () => {

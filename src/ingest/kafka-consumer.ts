@@ -243,17 +243,36 @@ export class KafkaIntake {
     });
   }
 
+  /**
+   * Connects, joins the group and starts fetching. A stop (stopFetching) that comes while a step is
+   * under way ends the start before the next step, and the start rejects: the owner's stop may have
+   * given up waiting for it and called disconnect() already, which leaves alone a consumer that is not
+   * running yet, so a consumer this start connected is disconnected here. Otherwise it would go on to
+   * join the group and fetch, with no one left to take it out (its partitions held until the session
+   * timeout, and the process kept alive).
+   */
   async start(): Promise<void> {
+    let consumerConnecting = false;
     try {
+      this.throwIfStopping();
       await this.connectProducer();
+      this.throwIfStopping();
+      consumerConnecting = true;
       await this.consumer.connect();
+      this.throwIfStopping();
       await this.consumer.subscribe({ topic: this.options.topic, fromBeginning: this.options.fromBeginning });
+      this.throwIfStopping();
       await this.consumer.run({
         autoCommit: false,
         eachBatchAutoResolve: false,
         eachBatch: (payload) => this.handleBatch(payload),
       });
+      this.throwIfStopping();
     } catch (error) {
+      if (this.stopping.signal.aborted) {
+        if (consumerConnecting) await this.disconnectStoppedStart();
+        throw error;
+      }
       const explained = explainSaslRefusal(error, this.options);
       this.notConsuming = `kafka consumer cannot start (retrying): ${(explained as Error).message}`;
       throw explained;
@@ -263,10 +282,22 @@ export class KafkaIntake {
     // do not reach a consumer that is not running yet).
     const topics = [{ topic: this.options.topic }];
     this.tryConsumer(() => (this.pausedNow ? this.consumer.pause(topics) : this.consumer.resume(topics)));
-    if (this.stopping.signal.aborted) return; // stopped while starting: disconnect() follows
     this.lagTimer = setInterval(() => this.readLagSoon(), this.options.lagIntervalMs ?? LAG_INTERVAL_MS);
     this.lagTimer.unref();
     this.options.logger.info({ topic: this.options.topic, groupId: this.options.groupId }, 'kafka intake started');
+  }
+
+  private throwIfStopping(): void {
+    if (this.stopping.signal.aborted) throw new Error('kafka intake stopped while starting');
+  }
+
+  /** Disconnects the consumer of a start the stop overtook (see start), within DISCONNECT_DEADLINE_MS. */
+  private async disconnectStoppedStart(): Promise<void> {
+    const leaving = this.consumer.disconnect();
+    leaving.catch((error: unknown) => this.options.logger.warn({ err: error }, 'disconnecting the kafka consumer of a start the stop overtook failed'));
+    if (!(await doneWithin(leaving, DISCONNECT_DEADLINE_MS).catch(() => true))) {
+      this.options.logger.error({ deadlineMs: DISCONNECT_DEADLINE_MS }, 'the kafka consumer of a start the stop overtook did not disconnect in time; going on without');
+    }
   }
 
   /** Why intake stopped for good, if it did. */

@@ -237,7 +237,7 @@ describe('loadConfig: DETECTION_CONFIG_FILE', () => {
   });
 
   it.each([
-    ['the start of the text', `${SECRET_FILE_CONTENT}\n`, 'not valid JSON'],
+    ['the start of the text', `${SECRET_FILE_CONTENT}\n`, 'not valid JSON at line 1, column 1'],
     ['a string running to its end', `{"allowlist": {"keys": ["${SECRET_FILE_CONTENT}`, 'not valid JSON at line 1, column 58'],
     ['a property after its second line', `{\n  "allowlist": {},\n  ${SECRET_FILE_CONTENT}: 1\n}`, 'not valid JSON at line 3, column 3'],
   ])('names where a file that is not JSON goes wrong, never quoting it (it may be a secret mounted by mistake): %s', (_, content, where) => {

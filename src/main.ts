@@ -24,6 +24,7 @@ import { describeConfig, listenConfigError, loadConfig, withBundledCas, ConfigEr
 import { enforcementAdminRoutes, registerDecisionRoutes } from './enforcement/decision-routes.ts';
 import { DecisionSource } from './enforcement/decision-source.ts';
 import type { RequestEvent } from './events/request-event.ts';
+import { FailureLog } from './failure-log.ts';
 import { createHttpServer } from './http/server.ts';
 import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';
 import { EventBuffer } from './ingest/event-buffer.ts';
@@ -240,6 +241,10 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   });
 
   let migrated = false;
+  /** Why the last attempt to migrate storage failed, while it is retried. */
+  let migrationFailure: string | undefined;
+  /** A storage error's message, fit for `/ready`. */
+  const storageCauseOf = (error: unknown) => storageCause(error, config.clickhouse.password);
   /** Once storage is migrated, the start-up step not done yet (see `ready` below); undefined once start-up is done. */
   let startingUp: string | undefined = 'start-up not finished';
   metrics.reportStorageUp(() => migrated && buffer.storageUp);
@@ -251,7 +256,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     // With KAFKA_BROKERS set, a worker whose consumer does not run (yet) takes in nothing: not ready.
     notReadyReason: () =>
       analysis?.failureReason ??
-      (!migrated ? 'storage not migrated yet' : (buffer.unhealthyReason ?? startingUp ?? intake?.notReadyReason ?? postsRefusedReason())),
+      (!migrated ? notMigratedReason(migrationFailure) : (buffer.unhealthyReason ?? startingUp ?? intake?.notReadyReason ?? postsRefusedReason())),
   });
   // Without Kafka, posts are refused while the rows waiting for storage are at STORE_MAX_BUFFERED_ROWS:
   // not ready then, so that a load balancer sends them to another replica. (With Kafka, posts go to
@@ -377,9 +382,9 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   let webhooksStarted: Promise<void> | undefined;
   // Start-up: /ready answers 503 until every step here is done, each saying why (`startingUp`).
   const ready = (async () => {
-    await retryUntilDone('migrating storage', logger, abort.signal, () =>
-      migrate(clickhouse, { tables, eventsTtlDays: config.clickhouse.eventsTtlDays }, logger),
-    );
+    await retryUntilDone('migrating storage', logger, abort.signal, () => migrate(clickhouse, { tables, eventsTtlDays: config.clickhouse.eventsTtlDays }, logger), {
+      onFailure: (error) => (migrationFailure = storageCauseOf(error)),
+    });
     migrated = true;
     stopIfRequested();
     if (recalled) void recallPostedIds();
@@ -397,8 +402,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     // and the Kafka consumer starts only then (events posted before then wait: with Kafka in the
     // topic, without it in the client, which is answered once detection has started or with 503).
     startingUp = 'open alerts not loaded yet';
-    await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(), () => {
-      startingUp = 'storage unavailable: cannot load the open alerts (retrying)';
+    await retryUntilDone('loading alerts', logger, abort.signal, () => alerts.start(), {
+      onFailure: (error) => (startingUp = `storage unavailable: cannot load the open alerts (retrying): ${storageCauseOf(error)}`),
     });
     stopIfRequested();
     startingUp = 'detection starting';
@@ -421,7 +426,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     detectionStarted();
     if (intake) {
       startingUp = undefined; // the consumer's start says why it is not consuming yet (intake.notReadyReason)
-      await retryUntilDone('starting kafka intake', logger, abort.signal, () => intake!.start());
+      await startKafkaIntake(intake, config.kafka!.brokers, logger, abort.signal);
     }
   })().then(() => {
     startingUp = undefined;
@@ -471,21 +476,93 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   return { app, url, clickhouse, store, alertStore, webhookStore, webhooks, metrics, ready, stop };
 }
 
-/** Retries a start-up step with backoff (a server may come up after the worker does); `onFailure` hears of each failed attempt. */
-async function retryUntilDone(what: string, logger: Logger, signal: AbortSignal, step: () => Promise<unknown>, onFailure?: () => void): Promise<void> {
+/** Where a retried step's failed attempts, and its success after them, are logged. */
+export interface AttemptLog {
+  failed(fields: Record<string, unknown>): void;
+  succeeded(): void;
+}
+
+export interface RetryOptions {
+  /** Hears of each failed attempt, with its error. */
+  onFailure?(error: unknown): void;
+  /** Logs the failed attempts: by default an error line each, "<what> failed". */
+  failures?: AttemptLog;
+  /** The wait after the nth failed attempt: by default 0.5 s, doubling up to 30 s. */
+  backoffMs?(attempt: number): number;
+}
+
+const startUpBackoffMs = (attempt: number) => Math.min(30_000, 500 * 2 ** (attempt - 1));
+
+/** Retries a start-up step with backoff (a server may come up after the worker does) until it is done or `signal` aborts. */
+export async function retryUntilDone(
+  what: string,
+  logger: Logger,
+  signal: AbortSignal,
+  step: () => Promise<unknown>,
+  { onFailure, failures = lineEachAttempt(logger, `${what} failed`), backoffMs = startUpBackoffMs }: RetryOptions = {},
+): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     signal.throwIfAborted();
     try {
       await step();
+      failures.succeeded();
       return;
     } catch (error) {
       if (signal.aborted) throw error;
-      onFailure?.();
-      const delay = Math.min(30_000, 500 * 2 ** (attempt - 1));
-      logger.error({ err: error, attempt, retryInMs: delay }, `${what} failed`);
+      onFailure?.(error);
+      const delay = backoffMs(attempt);
+      failures.failed({ err: error, attempt, retryInMs: delay });
       await sleep(delay, undefined, { signal });
     }
   }
+}
+
+/** An error line per failed attempt: for steps that fail only while a server comes up. */
+function lineEachAttempt(logger: Logger, message: string): AttemptLog {
+  return { failed: (fields) => logger.error(fields, message), succeeded: () => {} };
+}
+
+/**
+ * Starts the Kafka intake, retried until it runs, its failed starts logged as one failure
+ * (FailureLog): the first at once with its error, then a line a minute at most with how many
+ * followed, and one when the intake starts. While the brokers cannot be reached, the start is
+ * retried every 30 s for as long as that lasts, and a line each time would bury the first. Each
+ * line names KAFKA_BROKERS and its host:port entries (never a credential: those are KAFKA_SASL_*,
+ * not read here). `timing` is for tests.
+ */
+export function startKafkaIntake(
+  intake: Pick<KafkaIntake, 'start'>,
+  brokers: readonly string[],
+  logger: Logger,
+  signal: AbortSignal,
+  timing: { backoffMs?(attempt: number): number; now?(): number } = {},
+): Promise<void> {
+  const starts = new FailureLog(logger, 'starting kafka intake failed', 'kafka intake started after failed starts', { now: timing.now });
+  const failures: AttemptLog = {
+    failed: (fields) => starts.failed({ ...fields, setting: 'KAFKA_BROKERS', brokers }),
+    succeeded: () => starts.succeeded(),
+  };
+  return retryUntilDone('starting kafka intake', logger, signal, () => intake.start(), { failures, backoffMs: timing.backoffMs });
+}
+
+/** /ready's reason before storage is migrated: with the last attempt's cause once one has failed. */
+function notMigratedReason(cause: string | undefined): string {
+  return cause === undefined ? 'storage not migrated yet' : `storage not migrated yet (retrying): ${cause}`;
+}
+
+/** The longest cause a /ready reason quotes: a server's exception can run on with a stack trace. */
+const REASON_CAUSE_MAX_CHARS = 300;
+
+/**
+ * A storage error's message as a /ready reason quotes it, which anyone who reaches the port may
+ * read: its first line, at most REASON_CAUSE_MAX_CHARS, without the credentials of any URL in it
+ * (CLICKHOUSE_URL carries none, but a message may quote another) or the ClickHouse password.
+ */
+export function storageCause(error: unknown, password: string): string {
+  let message = error instanceof Error ? error.message || error.name : String(error);
+  if (password) message = message.replaceAll(password, '[REDACTED]');
+  message = message.replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^\s/?#]*@/gi, '$1').split('\n', 1)[0]!.trim();
+  return message.length > REASON_CAUSE_MAX_CHARS ? `${message.slice(0, REASON_CAUSE_MAX_CHARS)}…` : message;
 }
 
 /**

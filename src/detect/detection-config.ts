@@ -230,15 +230,141 @@ function overrideProblems(input: z.output<typeof detectionConfigSchema>, rules: 
 
 /**
  * JSON.parse, whose error says where the text stops being JSON but quotes none of it (V8's quotes
- * the start of the text): a file named by mistake may be a mounted secret, and the error is logged.
+ * some of the text): a file named by mistake may be a mounted secret, and the error is logged.
  */
 function parseJson(text: string): unknown {
   try {
     return JSON.parse(text);
   } catch (error) {
-    const position = /at position (\d+)/.exec((error as Error).message)?.[1];
+    const position = jsonErrorPosition(text, (error as Error).message);
     if (position === undefined) throw new Error('not valid JSON');
-    const before = text.slice(0, Number(position)).split('\n');
-    throw new Error(`not valid JSON at line ${before.length}, column ${before.at(-1)!.length + 1}`);
+    const { line, column } = lineAndColumn(text, position);
+    throw new Error(`not valid JSON at line ${line}, column ${column}`);
+  }
+}
+
+/**
+ * Where JSON.parse's error is in `text`: the position its message states ("at position 7", followed
+ * on Node 22 and later by "(line 1 column 8)"), else the one the syntax check finds. V8 states none
+ * for an unexpected token (its message quotes the text around it instead) or an early end.
+ */
+export function jsonErrorPosition(text: string, message: string): number | undefined {
+  const stated = /at position (\d+)/.exec(message)?.[1];
+  return stated === undefined ? firstNonJsonOffset(text) : Number(stated);
+}
+
+/** The 1-based line and column of a position in `text`, lines ending at \n (so also at \r\n). */
+export function lineAndColumn(text: string, position: number): { line: number; column: number } {
+  const before = text.slice(0, position).split('\n');
+  return { line: before.length, column: before.at(-1)!.length + 1 };
+}
+
+/** Thrown by firstNonJsonOffset's scan where the text stops being JSON. */
+class NotJsonAt {
+  constructor(readonly offset: number) {}
+}
+
+const JSON_WHITESPACE = new Set([' ', '\t', '\n', '\r']);
+const JSON_ESCAPES = new Set(['"', '\\', '/', 'b', 'f', 'n', 'r', 't']);
+const isDigit = (char: string | undefined) => char !== undefined && char >= '0' && char <= '9';
+const isHexDigit = (char: string | undefined) => char !== undefined && /^[0-9A-Fa-f]$/.test(char);
+
+/**
+ * The offset of the first character at which `text` stops being JSON (RFC 8259, as JSON.parse
+ * reads it): the character no JSON text could go on with, or text.length if it ends too early.
+ * Undefined if it is JSON, or nests too deep to check. Only the syntax is checked, only after
+ * JSON.parse has refused the text, to say where.
+ */
+export function firstNonJsonOffset(text: string): number | undefined {
+  let at = 0;
+  const stop = (): never => {
+    throw new NotJsonAt(at);
+  };
+  const skipWhitespace = () => {
+    while (JSON_WHITESPACE.has(text[at]!)) at++;
+  };
+  const expect = (char: string) => {
+    if (text[at] !== char) stop();
+    at++;
+  };
+  const digits = () => {
+    if (!isDigit(text[at])) stop();
+    while (isDigit(text[at])) at++;
+  };
+  const string = () => {
+    expect('"');
+    for (;;) {
+      const char = text[at];
+      if (char === undefined || char < ' ') stop(); // unterminated, or a raw control character
+      at++;
+      if (char === '"') return;
+      if (char !== '\\') continue;
+      if (text[at] === 'u') {
+        at++;
+        for (let i = 0; i < 4; i++) {
+          if (!isHexDigit(text[at])) stop();
+          at++;
+        }
+      } else if (JSON_ESCAPES.has(text[at]!)) at++;
+      else stop();
+    }
+  };
+  const number = () => {
+    if (text[at] === '-') at++;
+    if (text[at] === '0') at++;
+    else digits();
+    if (text[at] === '.') {
+      at++;
+      digits();
+    }
+    if (text[at] === 'e' || text[at] === 'E') {
+      at++;
+      if (text[at] === '+' || text[at] === '-') at++;
+      digits();
+    }
+  };
+  // Members and elements: `open`, then none or items separated by commas, then `close`.
+  const sequence = (open: string, close: string, item: () => void) => {
+    expect(open);
+    skipWhitespace();
+    if (text[at] === close) {
+      at++;
+      return;
+    }
+    for (;;) {
+      item();
+      skipWhitespace();
+      if (text[at] !== ',') break;
+      at++;
+    }
+    expect(close);
+  };
+  const value = (): void => {
+    skipWhitespace();
+    const char = text[at];
+    if (char === '{') {
+      sequence('{', '}', () => {
+        skipWhitespace();
+        string();
+        skipWhitespace();
+        expect(':');
+        value();
+      });
+    } else if (char === '[') sequence('[', ']', value);
+    else if (char === '"') string();
+    else if (char === '-' || isDigit(char)) number();
+    else if (char === 't') [...'true'].forEach(expect);
+    else if (char === 'f') [...'false'].forEach(expect);
+    else if (char === 'n') [...'null'].forEach(expect);
+    else stop();
+    skipWhitespace();
+  };
+  try {
+    value();
+    return at < text.length ? at : undefined;
+  } catch (error) {
+    if (error instanceof NotJsonAt) return error.offset;
+    if (error instanceof RangeError) return undefined; // nested deeper than the stack allows
+    throw error;
   }
 }

@@ -84,11 +84,36 @@ describe('/ready while start-up steps are retried', () => {
     try {
       const state = async () => JSON.stringify(await readiness(worker.url));
       await waitFor(() => reads.failed >= 2, 'the worker retries loading the open alerts', 60_000, state);
-      expect(await readiness(worker.url)).toEqual({ status: 503, reason: 'storage unavailable: cannot load the open alerts (retrying)' });
+      expect(await readiness(worker.url)).toEqual({ status: 503, reason: 'storage unavailable: cannot load the open alerts (retrying): injected: storage cannot be read' });
 
       unreadable = false;
       await waitFor(async () => (await readiness(worker.url)).status === 200, '/ready turns 200 once the open alerts are loaded', 60_000, state);
       expect(reads.answered).toBe(1);
+      await worker.ready;
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it('answers 503 saying why storage cannot be migrated while it is retried, then 200', async () => {
+    let unwritable = true;
+    let failed = 0;
+    const wrapClickHouse = (db: ClickHouse): ClickHouse => ({
+      ...db,
+      command: async (query, params, settings) => {
+        if (!unwritable) return db.command(query, params, settings);
+        failed++;
+        throw new Error('injected: storage cannot be written');
+      },
+    });
+    const worker = await start(testConfig({ clickhouse: engines.clickhouse, names: testNames('startmigrate') }), { wrapClickHouse });
+    try {
+      const state = async () => JSON.stringify(await readiness(worker.url));
+      await waitFor(() => failed >= 2, 'the worker retries migrating storage', 60_000, state);
+      expect(await readiness(worker.url)).toEqual({ status: 503, reason: 'storage not migrated yet (retrying): injected: storage cannot be written' });
+
+      unwritable = false;
+      await waitFor(async () => (await readiness(worker.url)).status === 200, '/ready turns 200 once storage is migrated', 60_000, state);
       await worker.ready;
     } finally {
       await worker.stop();
@@ -168,7 +193,7 @@ describe('/ready while start-up steps are retried', () => {
       await waitFor(() => reads.failed >= 1, 'the worker cannot load the open alerts', 60_000);
       const response = await postEvents(worker.url, [attackToolRequest(apiKeyId)]);
       expect(response.status).toBe(202);
-      expect(await readiness(worker.url)).toEqual({ status: 503, reason: 'storage unavailable: cannot load the open alerts (retrying)' });
+      expect(await readiness(worker.url)).toEqual({ status: 503, reason: 'storage unavailable: cannot load the open alerts (retrying): injected: storage cannot be read' });
 
       unreadable = false;
       await worker.ready;

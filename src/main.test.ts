@@ -1,0 +1,114 @@
+import { describe, expect, it } from 'vitest';
+import { createLogger } from './logger.ts';
+import { retryUntilDone, startKafkaIntake, storageCause } from './main.ts';
+
+interface Line {
+  level: number;
+  msg: string;
+  err?: { message: string };
+  attempt?: number;
+  occurrences?: number;
+  failures?: number;
+  setting?: string;
+  brokers?: string[];
+}
+
+function capturedLogs() {
+  const lines: Line[] = [];
+  let text = '';
+  const logger = createLogger('info', {
+    write: (line: string) => {
+      text += line;
+      lines.push(JSON.parse(line) as Line);
+    },
+  });
+  return { logger, lines, text: () => text };
+}
+
+/** kafkajs's error when no broker can be reached. */
+function unreachable(): Error {
+  return Object.assign(new Error('Connection error: connect ECONNREFUSED 10.0.0.5:9092'), { name: 'KafkaJSConnectionError' });
+}
+
+describe('startKafkaIntake', () => {
+  const brokers = ['10.0.0.5:9092', 'kafka-2.internal:9092'];
+
+  it('logs failed starts as one failure naming KAFKA_BROKERS: the first at once, then once a minute with the count, then the start', async () => {
+    const { logger, lines } = capturedLogs();
+    // A start every 30 s (the backoff's cap), failing seven times while the brokers cannot be reached.
+    let clock = 0;
+    let starts = 0;
+    const intake = {
+      start: async () => {
+        clock += 30_000;
+        if (++starts <= 7) throw unreachable();
+      },
+    };
+    await startKafkaIntake(intake, brokers, logger, new AbortController().signal, { backoffMs: () => 0, now: () => clock });
+    expect(starts).toBe(8);
+    expect(lines.map(({ level, msg, err, attempt, occurrences, failures, setting, brokers }) => ({ level, msg, err: err?.message, attempt, occurrences, failures, setting, brokers }))).toEqual([
+      { level: 50, msg: 'starting kafka intake failed', err: 'Connection error: connect ECONNREFUSED 10.0.0.5:9092', attempt: 1, occurrences: 1, failures: undefined, setting: 'KAFKA_BROKERS', brokers },
+      // 60 s after the first line: the attempts at 60 s and 90 s.
+      { level: 50, msg: 'starting kafka intake failed (still; logged at most once a minute)', err: 'Connection error: connect ECONNREFUSED 10.0.0.5:9092', attempt: 3, occurrences: 2, failures: undefined, setting: 'KAFKA_BROKERS', brokers },
+      { level: 50, msg: 'starting kafka intake failed (still; logged at most once a minute)', err: 'Connection error: connect ECONNREFUSED 10.0.0.5:9092', attempt: 5, occurrences: 2, failures: undefined, setting: 'KAFKA_BROKERS', brokers },
+      { level: 50, msg: 'starting kafka intake failed (still; logged at most once a minute)', err: 'Connection error: connect ECONNREFUSED 10.0.0.5:9092', attempt: 7, occurrences: 2, failures: undefined, setting: 'KAFKA_BROKERS', brokers },
+      { level: 30, msg: 'kafka intake started after failed starts', err: undefined, attempt: undefined, occurrences: undefined, failures: 7, setting: undefined, brokers: undefined },
+    ]);
+  });
+
+  it('logs nothing of its own when the first start succeeds', async () => {
+    const { logger, lines } = capturedLogs();
+    await startKafkaIntake({ start: async () => {} }, brokers, logger, new AbortController().signal);
+    expect(lines).toEqual([]);
+  });
+});
+
+describe('retryUntilDone', () => {
+  it('logs each failed attempt of other steps, and hands each error to onFailure', async () => {
+    const { logger, lines } = capturedLogs();
+    const heard: unknown[] = [];
+    let attempts = 0;
+    const step = async () => {
+      if (++attempts <= 2) throw new Error(`refused ${attempts}`);
+    };
+    await retryUntilDone('migrating storage', logger, new AbortController().signal, step, { backoffMs: () => 0, onFailure: (error) => heard.push(error) });
+    expect(lines.map(({ msg, err, attempt }) => ({ msg, err: err?.message, attempt }))).toEqual([
+      { msg: 'migrating storage failed', err: 'refused 1', attempt: 1 },
+      { msg: 'migrating storage failed', err: 'refused 2', attempt: 2 },
+    ]);
+    expect(heard.map((error) => (error as Error).message)).toEqual(['refused 1', 'refused 2']);
+  });
+
+  it('ends when the signal aborts, without another attempt', async () => {
+    const { logger } = capturedLogs();
+    const abort = new AbortController();
+    let attempts = 0;
+    const step = async () => {
+      attempts++;
+      abort.abort();
+      throw new Error('refused');
+    };
+    await expect(retryUntilDone('loading alerts', logger, abort.signal, step, { backoffMs: () => 60_000 })).rejects.toThrow('refused');
+    expect(attempts).toBe(1);
+  });
+});
+
+describe('storageCause', () => {
+  const password = 'Hq7!xP2mZ9';
+  it.each([
+    ['a message as it is', new Error('connect ECONNREFUSED 10.0.0.7:8123'), 'connect ECONNREFUSED 10.0.0.7:8123'],
+    ['its first line only', new Error('Code: 60. DB::Exception: Table sc.alerts does not exist.\nStack trace:\n0. DB::Exception'), 'Code: 60. DB::Exception: Table sc.alerts does not exist.'],
+    ['without the credentials of a URL', new Error('request to https://worker:s3cr@t@ch.internal:8443/?query=1 failed'), 'request to https://ch.internal:8443/?query=1 failed'],
+    ['without the ClickHouse password', new Error(`Authentication failed: password ${password} is incorrect`), 'Authentication failed: password [REDACTED] is incorrect'],
+    ['the name of an error without a message', new TypeError(''), 'TypeError'],
+    ['what is thrown that is no error', 'timed out', 'timed out'],
+  ])('quotes %s', (_, error, cause) => {
+    expect(storageCause(error, password)).toBe(cause);
+  });
+
+  it('cuts a long message short', () => {
+    const cause = storageCause(new Error(`Code: 62. DB::Exception: Syntax error: ${'x'.repeat(1_000)}`), '');
+    expect(cause).toHaveLength(301);
+    expect(cause.endsWith('x…')).toBe(true);
+  });
+});

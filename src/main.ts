@@ -40,6 +40,7 @@ import { EnforcementHistoryStore } from './store/enforcement-history-store.ts';
 import { EventStore, HTTP_SOURCE, storableEventTimes } from './store/event-store.ts';
 import { migrate } from './store/migrate.ts';
 import { tablesIn } from './store/tables.ts';
+import { VouchedWriter } from './store/vouched-writer.ts';
 import { WebhookStore } from './store/webhook-store.ts';
 import { WebhookDispatcher, type WebhookDispatcherOptions } from './webhooks/dispatcher.ts';
 import { parseSecretKey, SecretBox } from './webhooks/secret-box.ts';
@@ -217,6 +218,9 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   };
   // Keys judged by the thread itself once their REJUDGE_MS wait is over, when no batch came to do it.
   if (analysis) analysis.onDeferredDetection = onDetection;
+  // What detection vouched for is recorded, so that a key's own places outlive a restart (key-history.ts).
+  const vouchedWriter = new VouchedWriter({ store, topicOf: (partition) => (partition < 0 ? HTTP_SOURCE.topic : (config.kafka?.topic ?? HTTP_SOURCE.topic)), logger: logger.child({ component: 'detection' }) });
+  if (analysis) analysis.onVouched = (vouched) => vouchedWriter.add(vouched);
   const detectionWindowMs = Math.max(...RULES.map((rule) => rule.windowMs));
   const storeRows: StoreRows = (body, signal, dedupToken) => store.insertRows(body, signal, dedupToken);
 
@@ -271,14 +275,20 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   // worker stopped first, as the next start warms its windows with it.
   let detectionStarted: () => void = () => {};
   const postsJudged = config.kafka ? undefined : new Promise<void>((resolve) => (detectionStarted = resolve));
-  // At most a budget's worth of a partition's events, the newest, of the plans detection evaluates,
-  // read and handed over a page at a time (a million events at once would hold about a gigabyte of
-  // the analysis thread's heap). Then the networks the partition's keys were seen from over the days
-  // detection remembers (a few rows per key and network), so that a key's habits outlive a restart.
+  // The networks the partition's keys were seen from over the days detection remembers (a few rows
+  // per key and network, with which of them it vouched for), so that a key's habits outlive a
+  // restart; first, so that a key's first network is the first of those days, not of its window.
+  // Then at most a budget's worth of the partition's events, the newest, of the plans detection
+  // evaluates, read and handed over a page at a time (a million events at once would hold about a
+  // gigabyte of the analysis thread's heap).
   const warm = async (analysis: AnalysisThread, topic: string, partition: number, heartbeat?: () => Promise<void>) => {
     // As of the partition's newest stored event, not the clock: a replica that restarts behind (a
     // backlog after an outage) judges the backlog as of its own times, and needs the hour before them.
     const asOf = (await store.newestEventTime({ topic, partition }, new Date())) ?? Date.now();
+    await store.networkSightings({ since: new Date(asOf - HISTORY_MS), topic, partition, plans: config.admin.entitledPlans }, async (sightings) => {
+      await analysis.recall(sightings, partition);
+      await heartbeat?.();
+    });
     await store.recentEvents(
       { since: new Date(asOf - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) },
       async (events) => {
@@ -286,10 +296,6 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
         await heartbeat?.();
       },
     );
-    await store.networkSightings({ since: new Date(asOf - HISTORY_MS), topic, partition, plans: config.admin.entitledPlans }, async (sightings) => {
-      await analysis.recall(sightings, partition);
-      await heartbeat?.();
-    });
   };
   if (config.kafka && analysis) {
     const kafkaConfig = config.kafka;
@@ -464,6 +470,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       await within('draining the buffer', buffer.stop(), BUFFER_STOP_MS); // stores what is in hand and commits it while still in the group
       await intake?.disconnect(); // leaves the group, within its own deadline (5 s)
       await within('closing the analysis thread', analysis?.close());
+      await within('recording what detection vouched for', vouchedWriter.stop(), STOP_STEP_MS);
       await within('stopping alerts', alerts.stop());
       unfollowConfig?.();
       await within('stopping enforcement', enforcement?.stop());

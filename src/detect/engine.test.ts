@@ -792,10 +792,15 @@ describe('DetectionEngine with the rules of rules/', () => {
     });
 
     it('warms the history from what storage remembers, and forgets it with the partition', () => {
-      const sightings = Array.from({ length: 6 }, (_, p) => ({ merchantId: 'm_1', apiKeyId: 'pk_live_a', ip: `100.${p}.${p}.9`, first: T0 - DAY, last: T0 - DAY + 600_000 }));
+      // Yesterday's run of the job, each network recorded as vouched for a minute in.
+      const sightings = Array.from({ length: 6 }, (_, p) => ({ merchantId: 'm_1', apiKeyId: 'pk_live_a', ip: `100.${p}.${p}.9`, first: T0 - DAY, last: T0 - DAY + 600_000, vouched: T0 - DAY + 60_000 }));
       const warmed = historyEngine();
       warmed.recall(sightings, 1);
       expect(job(warmed, T0)).toEqual([]);
+      // Without the records only the first recalled is the key's: the other five are new to it.
+      const unrecorded = historyEngine();
+      unrecorded.recall(sightings.map(({ vouched: _, ...sighting }) => sighting), 1);
+      expect(job(unrecorded, T0)).toEqual(['credential_sharing', 'impossible_travel']);
       // Another merchant's key of the same id has a history of its own.
       const other = historyEngine();
       other.recall(sightings.map((s) => ({ ...s, merchantId: 'm_2' })), 1);
@@ -805,6 +810,30 @@ describe('DetectionEngine with the rules of rules/', () => {
       moved.recall(sightings, 1);
       moved.keepPartitions(new Set([2]));
       expect(job(moved, T0, 2)).toEqual(['credential_sharing', 'impossible_travel']);
+    });
+  });
+
+  describe('what the histories vouch for', () => {
+    const DAY = 24 * HOUR;
+    const historyEngine = () =>
+      new DetectionEngine({ rules: [...RULES], entitledPlans: ['business'], geo, config: () => new DetectionConfig(), clock: () => T0 + 30 * DAY });
+    const at = (timestamp: number, ip: string, apiKeyId = 'pk_live_v') => event(0, { apiKeyId, eventId: `v${apiKeyId}${timestamp}${ip}`, timestamp, ip });
+
+    it('hands over each place vouched for once a day it is used, with its key and partition, and what a thief does while the key is idle not at all', () => {
+      const detection = historyEngine();
+      // Ashburn (the key's first place), Dublin 10 minutes later (tied to it), Ashburn again: two records.
+      detection.process([at(T0, '100.0.1.10'), at(T0 + 10 * 60_000, '100.3.1.10'), at(T0 + 11 * 60_000, '100.0.1.10')], T0 + 11 * 60_000, 4);
+      expect(detection.takeVouched()).toEqual([
+        { merchantId: 'm_1', apiKeyId: 'pk_live_v', partition: 4, network: '100.0.1.0/24', at: T0 },
+        { merchantId: 'm_1', apiKeyId: 'pk_live_v', partition: 4, network: '100.3.1.0/24', at: T0 + 10 * 60_000 },
+      ]);
+      expect(detection.takeVouched()).toEqual([]);
+      // Later the same day: nothing new. Moscow hours later, while the key is idle: not vouched for.
+      detection.process([at(T0 + HOUR, '100.0.1.10'), at(T0 + HOUR + 60_000, '100.3.1.10'), at(T0 + 5 * HOUR, '100.8.1.10')], T0 + 5 * HOUR, 4);
+      expect(detection.takeVouched()).toEqual([]);
+      // The next day, Ashburn again: recorded again.
+      detection.process([at(T0 + DAY, '100.0.1.10')], T0 + DAY, 4);
+      expect(detection.takeVouched()).toEqual([{ merchantId: 'm_1', apiKeyId: 'pk_live_v', partition: 4, network: '100.0.1.0/24', at: T0 + DAY }]);
     });
   });
 

@@ -18,6 +18,18 @@ import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
 import { HISTORY_MS, KeyHistory, type HistoryEntryCount, type NetworkSighting } from './key-history.ts';
+
+const MAX_UNTAKEN_VOUCHED = 100_000;
+
+/** A network a key's history vouched for (key-history.ts), with its key and partition: for storage to record. */
+export interface VouchedNetwork {
+  merchantId: string;
+  apiKeyId: string;
+  /** Kafka partition of the key (-1 for HTTP). */
+  partition: number;
+  network: string;
+  at: number;
+}
 import type { GeoLookup } from './geo.ts';
 import type { AnomalyType, Finding, KeyWindow, RuleDefinition, WindowEvent } from './types.ts';
 
@@ -238,6 +250,8 @@ export class DetectionEngine {
   private readonly idleHistories = new Map<string, IdleHistory>();
   /** The entries of every history above, tracked or idle: each history the engine holds keeps it up to date. */
   private readonly historyEntries: HistoryEntryCount = { entries: 0 };
+  /** What the histories vouched for since the last takeVouched. */
+  private vouched: VouchedNetwork[] = [];
   private readonly rules: readonly AnyRule[];
   private readonly windowMs: number;
   /**
@@ -403,6 +417,13 @@ export class DetectionEngine {
     return next === Infinity ? undefined : next;
   }
 
+  /** The networks the keys' histories vouched for since the last call (each place once a day), for storage to record. */
+  takeVouched(): VouchedNetwork[] {
+    const vouched = this.vouched;
+    if (vouched.length > 0) this.vouched = [];
+    return vouched;
+  }
+
   /** Adds events without evaluating (warming the windows after a start or a rebalance). */
   warm(events: readonly RequestEvent[], partition = -1): void {
     this.followConfig();
@@ -420,7 +441,7 @@ export class DetectionEngine {
       if (config.isKeyAllowlisted(sighting.merchantId, sighting.apiKeyId)) continue;
       const history = this.historyOf(sighting.merchantId, sighting.apiKeyId, partition);
       const { network, geo } = this.admission.place(sighting.ip);
-      history.recalled(network, geo, sighting.first, sighting.last);
+      history.recalled(network, geo, sighting.first, sighting.last, sighting.vouched);
     }
     this.keepWithinBudget();
   }
@@ -664,6 +685,12 @@ export class DetectionEngine {
       state.window.insert(event);
       state.history.saw(event.network, event.geo, event.timestamp);
       this.updateTallies(state, 'add', event);
+    }
+    const vouched = state.history.takeVouched();
+    if (vouched !== undefined) {
+      const { merchantId, apiKeyId, partition } = state;
+      // Bounded for an engine nobody takes them from (a benchmark): one record a day per place is few.
+      for (const { network, at } of vouched) if (this.vouched.length < MAX_UNTAKEN_VOUCHED) this.vouched.push({ merchantId, apiKeyId, partition, network, at });
     }
     this.windowEvents += state.arrived.length;
     state.arrived.length = 0;

@@ -47,8 +47,8 @@ describe('KeyHistory', () => {
 
   it('forgets what was last seen more than HISTORY_MS ago, looking at most once an hour', () => {
     const history = new KeyHistory();
-    history.recalled('recent', tokyo, T0 + 2 * HOUR, T0 + 2 * HOUR);
     history.recalled('old', dublin, T0, T0);
+    history.recalled('recent', tokyo, T0 + 2 * HOUR, T0 + 2 * HOUR, T0 + 2 * HOUR);
     history.expire(T0 + HISTORY_MS - 1);
     expect(history.knowsNetwork('old', Infinity)).toBe(true);
     // Within the hour after a look, nothing is looked at again.
@@ -59,7 +59,7 @@ describe('KeyHistory', () => {
     expect(history.placesBefore(Infinity)).toEqual([tokyo]);
     expect(history.knowsNetwork('recent', Infinity)).toBe(true);
     // A network forgotten, then seen again (the last one seen before), is remembered from then on.
-    history.recalled('old', dublin, T0 + HISTORY_MS + HOUR, T0 + HISTORY_MS + HOUR);
+    history.recalled('old', dublin, T0 + HISTORY_MS + HOUR, T0 + HISTORY_MS + HOUR, T0 + HISTORY_MS + HOUR);
     expect(history.knowsNetwork('old', T0 + HISTORY_MS + HOUR)).toBe(false);
     expect(history.knowsNetwork('old', T0 + HISTORY_MS + HOUR + 1)).toBe(true);
     expect(history.placesBefore(Infinity)).toEqual([tokyo, dublin]);
@@ -140,14 +140,31 @@ describe('KeyHistory established places', () => {
     expect(history.establishedPlacesBefore(T0 + 4 * HOUR)).toEqual([ashburn]);
   });
 
-  it('takes networks and places recalled from storage as vouched for', () => {
+  it('takes what is recalled from storage as vouched for when recorded so, and the first recalled as the key\'s first, without tying what is recalled', () => {
     const history = new KeyHistory();
+    // In order of first: Ashburn over five days, a thief's Moscow primed two days ago (no record),
+    // a network without a point recorded, Dublin recorded, one without a point next to Dublin (no record).
     history.recalled('a', ashburn, T0 - 5 * 24 * HOUR, T0);
     history.recalled('m', moscow, T0 - 2 * 24 * HOUR, T0 - 2 * 24 * HOUR + 40 * MINUTE);
-    history.recalled('p', undefined, T0 - HOUR, T0 - HOUR);
-    expect(history.establishedPlacesBefore(T0 + 1)).toEqual([ashburn, moscow]);
-    expect(history.knowsNetwork('m', T0)).toBe(true);
+    history.recalled('p', undefined, T0 - 2 * HOUR, T0 - HOUR, T0 - HOUR);
+    history.recalled('d', dublin, T0 - 2 * HOUR, T0 - HOUR, T0 - 2 * HOUR);
+    history.recalled('q', undefined, T0 - 2 * HOUR, T0 - 2 * HOUR);
+    expect(history.establishedPlacesBefore(T0 + 1)).toEqual([ashburn, dublin]);
+    expect(history.knowsNetwork('m', T0)).toBe(false);
+    expect(history.knowsNetwork('d', T0)).toBe(true);
     expect(history.knowsNetwork('p', T0)).toBe(true);
+    expect(history.knowsNetwork('q', T0)).toBe(false);
+    expect(history.takeVouched()).toBeUndefined(); // recalled: recorded already
+    // The key's own Ashburn again: recorded (once a day it is used), and a hop from it ties Moscow.
+    history.saw('a', ashburn, T0 + HOUR);
+    history.saw('m', moscow, T0 + HOUR + MINUTE);
+    history.saw('a', ashburn, T0 + HOUR + 2 * MINUTE);
+    history.saw('m', moscow, T0 + HOUR + 3 * MINUTE);
+    expect(history.takeVouched()).toEqual([
+      { network: 'a', at: T0 + HOUR },
+      { network: 'm', at: T0 + HOUR + MINUTE },
+    ]);
+    expect(history.knowsNetwork('m', T0 + HOUR + MINUTE + 1)).toBe(true);
   });
 
   it('vouches for a network without a usable point (no GeoIP) by its runs, as for places', () => {
@@ -191,8 +208,8 @@ describe('KeyHistory established places', () => {
 
   it('takes the overlapping short sightings warmed from storage as established, in any order, and a lone one among days of another not', () => {
     const warmed = new KeyHistory();
-    warmed.recalled('d', moscow, T0 + 600_000, T0);
-    warmed.recalled('a', ashburn, T0, T0 + 600_000);
+    warmed.recalled('d', moscow, T0 + 600_000, T0, T0);
+    warmed.recalled('a', ashburn, T0, T0 + 600_000, T0);
     expect(warmed.establishedPlacesBefore(T0 + 600_001)).toEqual([moscow, ashburn]);
     // Ashburn over five days (one sighting: the first and the last), Moscow once in between.
     const lone = new KeyHistory();

@@ -41,9 +41,14 @@ export const ESTABLISHED_MS = 30 * 60_000;
  * between two places not vouched for vouches for neither: two exits of one thief, near each other,
  * are not the key's. A network is the key's while its place is; one without a usable point (no
  * GeoIP) is vouched for alike, by a run of it within ESTABLISHED_MS of a network vouched for.
- * Sightings recalled from storage after a restart or a rebalance are vouched for (recalled):
- * storage keeps no record of which were.
+ * What is vouched for is recorded (takeVouched: a network of each place vouched for, once a day
+ * it is used, which the engine hands to storage), so that it outlives a restart: a network recalled
+ * from storage is vouched for when a record says it was, and the first place recalled (of the 7
+ * days) is the key's first. Without the record, what a thief primed before a restart would be as
+ * much the key's after it as the key's own sites.
  */
+
+const DAY_MS = 24 * 60 * 60_000;
 
 /** Sightings last seen more than HISTORY_MS ago are looked for at most this often per key. */
 const EXPIRE_EVERY_MS = 60 * 60_000;
@@ -56,6 +61,14 @@ export interface NetworkSighting {
   ip: string;
   first: number;
   last: number;
+  /** The earliest time it was recorded as vouched for (takeVouched), if it was. */
+  vouched?: number;
+}
+
+/** A network of the key's vouched for at `at` (a place of it, or the network itself without one), to record. */
+export interface Vouched {
+  network: string;
+  at: number;
 }
 
 /**
@@ -70,8 +83,10 @@ export interface HistoryEntryCount {
 interface Sighting {
   first: number;
   last: number;
-  /** When it was vouched for: its first when it was the key's first, or when a hop tied it to one vouched for, or it was recalled; Infinity until then. */
+  /** When it was vouched for: its first when it was the key's first, or when a hop tied it to one vouched for, or recorded so; Infinity until then. */
   vouched: number;
+  /** Recorded as vouched for until the end of this day (takeVouched); -Infinity before. */
+  recordedUntil: number;
 }
 
 interface PlaceSighting extends Sighting {
@@ -117,6 +132,10 @@ export class KeyHistory implements KeyHistoryView {
   private lastNetworkLast = -Infinity;
   private latest = -Infinity;
   private expiredAt = -Infinity;
+  /** Sightings recalled from storage are coming in: their runs are no hops, and vouch for nothing. */
+  private recalling = false;
+  /** What was vouched for since the last takeVouched; undefined when nothing was (most of the time). */
+  private vouched: Vouched[] | undefined;
 
   constructor(private count: HistoryEntryCount = { entries: 0 }) {}
 
@@ -171,12 +190,23 @@ export class KeyHistory implements KeyHistoryView {
 
   /**
    * A network's first and last request over the days, recalled from storage after a start or a
-   * rebalance: seen, and its place vouched for from its first (storage keeps no record of which were).
+   * rebalance, before the window's events (the earliest first: then the first recalled is the key's
+   * first): seen, and with its place vouched for from when a record says it was (`vouched`).
    */
-  recalled(network: string, geo: GeoPoint | undefined, first: number, last: number): void {
+  recalled(network: string, geo: GeoPoint | undefined, first: number, last: number, vouched?: number): void {
+    this.recalling = true;
     this.saw(network, geo, first);
     this.saw(network, geo, last);
-    for (const sighting of [this.runSighting, this.runPlace]) if (sighting !== undefined && first < sighting.vouched) sighting.vouched = first;
+    this.recalling = false;
+    if (vouched === undefined) return;
+    for (const sighting of [this.runSighting, this.runPlace]) if (sighting !== undefined && vouched < sighting.vouched) sighting.vouched = vouched;
+  }
+
+  /** The networks vouched for since the last call, to record (each place once a day it is used); undefined when none. */
+  takeVouched(): Vouched[] | undefined {
+    const vouched = this.vouched;
+    this.vouched = undefined;
+    return vouched;
   }
 
   /** Forgets the networks and places last seen more than HISTORY_MS before `now` (looked for once an hour). */
@@ -239,25 +269,33 @@ export class KeyHistory implements KeyHistoryView {
     const sighting = (this.runSighting = this.networkSighting(network, timestamp));
     const place = (this.runPlace = sighting.place = this.placeSighting(geo, timestamp));
     if (place === undefined) {
+      if (this.recalling) return;
       // A network without a usable point is the key's by its own ties (the others, by their places').
       const other = this.lastNetwork;
-      if (other === undefined || other === sighting) return;
-      const at = hopAt(timestamp, this.lastNetworkFirst, this.lastNetworkLast);
-      if (at === undefined) return;
+      const at = other === undefined || other === sighting ? undefined : hopAt(timestamp, this.lastNetworkFirst, this.lastNetworkLast);
       // After a network with a place, by that place (which this one cannot vouch for: it has none).
-      if (other.place === undefined) tie(other, sighting, at);
-      else if (other.place.vouched <= at && at < sighting.vouched) sighting.vouched = at;
+      if (at !== undefined && other!.place === undefined) tie(other!, sighting, at);
+      else if (at !== undefined && other!.place!.vouched <= at && at < sighting.vouched) sighting.vouched = at;
+      this.record(sighting, network, timestamp);
       return;
     }
     this.runEstablishAt = place.first + ESTABLISHED_MS;
     // A hop from the last place to this one: both are established when it is near that place's run.
     const otherPlace = this.lastPlace;
-    if (otherPlace === undefined || otherPlace === place) return;
-    const at = hopAt(timestamp, this.lastPlaceFirst, this.lastPlaceLast);
-    if (at === undefined) return;
-    if (at < otherPlace.established) otherPlace.established = at;
-    if (at < place.established) place.established = at;
-    tie(otherPlace, place, at);
+    const at = otherPlace === undefined || otherPlace === place ? undefined : hopAt(timestamp, this.lastPlaceFirst, this.lastPlaceLast);
+    if (at !== undefined) {
+      if (at < otherPlace!.established) otherPlace!.established = at;
+      if (at < place.established) place.established = at;
+      if (!this.recalling) tie(otherPlace!, place, at);
+    }
+    if (!this.recalling) this.record(place, network, timestamp);
+  }
+
+  /** A run at a network or place vouched for: recorded once a day (`network` stands for a place). */
+  private record(sighting: Sighting, network: string, timestamp: number): void {
+    if (sighting.vouched === Infinity || timestamp < sighting.recordedUntil) return;
+    sighting.recordedUntil = (Math.floor(timestamp / DAY_MS) + 1) * DAY_MS;
+    (this.vouched ??= []).push({ network, at: Math.max(timestamp, sighting.vouched) });
   }
 
   /** After networks or places were let go: the earliest first of those left, and those first seen then are the key's first. */
@@ -270,7 +308,7 @@ export class KeyHistory implements KeyHistoryView {
   private networkSighting(network: string, timestamp: number): NetworkEntry {
     const known = this.networks.get(network);
     if (known !== undefined) return known;
-    const sighting: NetworkEntry = { first: timestamp, last: timestamp, vouched: Infinity, place: undefined };
+    const sighting: NetworkEntry = { first: timestamp, last: timestamp, vouched: Infinity, recordedUntil: -Infinity, place: undefined };
     this.networks.set(network, sighting);
     if (timestamp < this.earliestNetwork) this.earliestNetwork = first(sighting, timestamp);
     if (this.entered(this.networks)) this.findEarliest();
@@ -283,7 +321,7 @@ export class KeyHistory implements KeyHistoryView {
     const key = placeKey(geo);
     const known = this.places.get(key);
     if (known !== undefined) return known;
-    const place = { first: timestamp, last: timestamp, geo, established: Infinity, vouched: Infinity };
+    const place = { first: timestamp, last: timestamp, geo, established: Infinity, vouched: Infinity, recordedUntil: -Infinity };
     this.places.set(key, place);
     if (timestamp < this.earliestPlace) this.earliestPlace = first(place, timestamp);
     if (this.entered(this.places)) this.findEarliest();

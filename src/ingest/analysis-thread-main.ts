@@ -115,16 +115,16 @@ port.on('message', (request: AnalysisRequest) => {
       case 'batch': {
         const { events, ...result } = validateBatch(request.batch, recentIds, settings.eventTimes);
         const findings = detect(events, request.batch.partition);
-        response = { id: request.id, result: { ...result, findings, ruleErrors: ruleErrors.splice(0), load: engine?.load } };
+        response = { id: request.id, result: { ...result, findings, ruleErrors: ruleErrors.splice(0), load: engine?.load, vouched: engine?.takeVouched() } };
         port.postMessage(response, [result.rows.buffer as ArrayBuffer]);
         return;
       }
       case 'detect':
-        response = { id: request.id, result: { findings: detect(request.events, -1), ruleErrors: ruleErrors.splice(0), load: engine?.load } };
+        response = { id: request.id, result: { findings: detect(request.events, -1), ruleErrors: ruleErrors.splice(0), load: engine?.load, vouched: engine?.takeVouched() } };
         break;
       case 'warm':
         engine?.warm(request.events, request.partition);
-        response = { id: request.id, result: { findings: [], ruleErrors: [] } };
+        response = { id: request.id, result: { findings: [], ruleErrors: [], vouched: engine?.takeVouched() } };
         break;
       case 'recall':
         engine?.recall(request.sightings, request.partition);

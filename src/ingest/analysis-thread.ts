@@ -8,7 +8,7 @@
  */
 import type { KafkaMessage } from 'kafkajs';
 import { Worker } from 'node:worker_threads';
-import type { EngineFinding, EngineLoad } from '../detect/engine.ts';
+import type { EngineFinding, EngineLoad, VouchedNetwork } from '../detect/engine.ts';
 import type { NetworkSighting } from '../detect/key-history.ts';
 import type { RequestEvent, TimeRange } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
@@ -38,6 +38,8 @@ export interface Detection {
   ruleErrors: { ruleId: string; message: string }[];
   /** The engine against its memory budget after the batch (undefined without detection). */
   load?: EngineLoad;
+  /** The networks the keys' histories vouched for (engine.takeVouched), for storage to record; handed to onVouched. */
+  vouched?: VouchedNetwork[];
 }
 
 export type BatchAnalysis = Omit<ValidatedBatch, 'events'> & Detection;
@@ -72,6 +74,8 @@ export class AnalysisThread {
    * handled; without it, they are dropped.
    */
   onDeferredDetection?: (detection: Detection) => void;
+  /** Receives the networks detection vouched for, for storage to record (key-history.ts); without it, they are dropped. */
+  onVouched?: (vouched: VouchedNetwork[]) => void;
 
   constructor(
     settings: AnalysisSettings,
@@ -100,8 +104,9 @@ export class AnalysisThread {
       const pending = this.pending.get(message.id);
       this.pending.delete(message.id);
       if (!pending) return;
-      if ('error' in message) pending.reject(new Error(`analysis thread: ${message.error}`));
-      else pending.resolve(message.result);
+      if ('error' in message) return pending.reject(new Error(`analysis thread: ${message.error}`));
+      if (message.result.vouched !== undefined && message.result.vouched.length > 0) this.onVouched?.(message.result.vouched);
+      pending.resolve(message.result);
     });
     this.worker.on('error', (error) => this.fail(error));
     this.worker.on('exit', (code) => this.fail(new Error(`analysis thread exited with code ${code}`)));

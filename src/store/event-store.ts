@@ -8,6 +8,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
 import { EVENT_TIME_RANGE, type Plan, type RequestEvent, type TimeRange } from '../events/request-event.ts';
 import type { ClickHouseSettings } from '@clickhouse/client';
+import { isIP } from 'node:net';
+import type { VouchedNetwork } from '../detect/engine.ts';
 import type { NetworkSighting } from '../detect/key-history.ts';
 import type { ClickHouse } from './clickhouse.ts';
 import type { Tables } from './tables.ts';
@@ -225,7 +227,11 @@ const sightingRow = z.object({
   ip: z.string(),
   first: z.coerce.number(),
   last: z.coerce.number(),
+  /** 0 when no record says it was vouched for. */
+  vouched: z.coerce.number(),
 });
+
+const VOUCHED_COLUMNS = ['source_topic', 'source_partition', 'day', 'merchant_id', 'api_key_id', 'network', 'vouched_at'] as const;
 
 const trendRow = z.object({ t: z.coerce.number(), requests: z.coerce.number(), successes: z.coerce.number() });
 
@@ -570,11 +576,40 @@ export class EventStore {
   }
 
   /**
+   * Records the networks detection vouched for (key_vouched_networks_1d, read back by
+   * networkSightings): `topic` is the Kafka topic of their partitions ('' for HTTP, partition -1).
+   */
+  async insertVouchedNetworks(topic: string, vouched: readonly VouchedNetwork[]): Promise<void> {
+    const lines: string[] = [];
+    for (const { merchantId, apiKeyId, partition, network, at } of vouched) {
+      const address = network.slice(0, network.indexOf('/')); // rules/network.ts names a network by its first address
+      const family = isIP(address);
+      if (family === 0) continue; // a name that is not a range (an address that was not one): nothing to match it with
+      const time = toClickHouseTime(at);
+      lines.push(
+        JSON.stringify({
+          source_topic: topic,
+          source_partition: partition,
+          day: time.slice(0, 10),
+          merchant_id: merchantId,
+          api_key_id: apiKeyId,
+          network: family === 4 ? `::ffff:${address}` : address,
+          vouched_at: time,
+        }),
+      );
+    }
+    if (lines.length === 0) return;
+    await this.db.insert(this.tables.keyVouchedNetworks1d, VOUCHED_COLUMNS, Buffer.from(`${lines.join('\n')}\n`), 'JSONEachRow');
+  }
+
+  /**
    * The networks keys were seen from since a time (key_networks_1d, by whole days from that of
-   * `since`): one sighting per key and network, its first and last request and one of its
-   * addresses, handed to `onPage` a page at a time. Detection warms its memory of keys' networks
-   * and places (KeyHistory) from this; topic and partition select the keys a replica owns
-   * (partition -1: HTTP), plans the plans it evaluates. Returns how many it handed over.
+   * `since`): one sighting per key and network, its first and last request, one of its addresses,
+   * and the earliest record of it as vouched for (key_vouched_networks_1d), handed to `onPage` a page
+   * at a time, each key's in order of first request (the first is the key's first network).
+   * Detection warms its memory of keys' networks and places (KeyHistory) from this; topic and
+   * partition select the keys a replica owns (partition -1: HTTP), plans the plans it evaluates.
+   * Returns how many it handed over.
    */
   async networkSightings(
     range: { since: Date; topic: string; partition: number; plans?: readonly string[] },
@@ -583,13 +618,26 @@ export class EventStore {
   ): Promise<number> {
     let handed = 0;
     await this.db.queryPages(
-      `SELECT merchant_id, api_key_id, toString(any(sample_ip)) AS ip,
-              toUnixTimestamp64Milli(min(first_seen)) AS first, toUnixTimestamp64Milli(max(last_seen)) AS last
-         FROM ${this.tables.keyNetworks1d}
-        WHERE source_topic = {topic:String} AND source_partition = {partition:Int32}
-          AND day >= toDate({since:DateTime64(3, 'UTC')})
-          AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
-        GROUP BY merchant_id, api_key_id, network`,
+      `SELECT seen.merchant_id AS merchant_id, seen.api_key_id AS api_key_id, seen.ip AS ip, seen.first AS first, seen.last AS last,
+              toUnixTimestamp64Milli(vouched.at) AS vouched
+         FROM (
+           SELECT merchant_id, api_key_id, network, toString(any(sample_ip)) AS ip,
+                  toUnixTimestamp64Milli(min(first_seen)) AS first, toUnixTimestamp64Milli(max(last_seen)) AS last
+             FROM ${this.tables.keyNetworks1d}
+            WHERE source_topic = {topic:String} AND source_partition = {partition:Int32}
+              AND day >= toDate({since:DateTime64(3, 'UTC')})
+              AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
+            GROUP BY merchant_id, api_key_id, network
+         ) AS seen
+         LEFT JOIN (
+           SELECT merchant_id, api_key_id, network, min(vouched_at) AS at
+             FROM ${this.tables.keyVouchedNetworks1d}
+            WHERE source_topic = {topic:String} AND source_partition = {partition:Int32}
+              AND day >= toDate({since:DateTime64(3, 'UTC')})
+            GROUP BY merchant_id, api_key_id, network
+         ) AS vouched
+           ON seen.merchant_id = vouched.merchant_id AND seen.api_key_id = vouched.api_key_id AND seen.network = vouched.network
+        ORDER BY merchant_id, api_key_id, first`,
       { since: toClickHouseTime(range.since.getTime()), topic: range.topic, partition: range.partition, plans: range.plans ?? [] },
       pageSize,
       async (rows) => {
@@ -597,7 +645,9 @@ export class EventStore {
         await onPage(
           rows.map((raw) => {
             const row = sightingRow.parse(raw);
-            return { merchantId: row.merchant_id, apiKeyId: row.api_key_id, ip: fromStoredIp(row.ip), first: row.first, last: row.last };
+            const sighting: NetworkSighting = { merchantId: row.merchant_id, apiKeyId: row.api_key_id, ip: fromStoredIp(row.ip), first: row.first, last: row.last };
+            if (row.vouched > 0) sighting.vouched = row.vouched; // a LEFT JOIN without a match gives 1970
+            return sighting;
           }),
         );
       },

@@ -5,6 +5,7 @@ export interface Tables {
   readonly requestEvents: string;
   readonly requestRollup1m: string;
   readonly keyNetworks1d: string;
+  readonly keyVouchedNetworks1d: string;
   readonly alerts: string;
   readonly enforcementHistory: string;
   readonly webhookEndpoints: string;
@@ -20,6 +21,7 @@ export function tablesIn(database: string): Tables {
     requestEvents: `${database}.request_events`,
     requestRollup1m: `${database}.request_rollup_1m`,
     keyNetworks1d: `${database}.key_networks_1d`,
+    keyVouchedNetworks1d: `${database}.key_vouched_networks_1d`,
     alerts: `${database}.alerts_by_time`,
     enforcementHistory: `${database}.enforcement_history`,
     webhookEndpoints: `${database}.webhook_endpoints`,

@@ -325,7 +325,13 @@ describe('detection end to end', () => {
     const job = (key: string, start: number) =>
       spread(24, start, 8 * MINUTE, (t, i) => event(key, t, { merchantId: 'm_habits', ip: addresses(i % 6, (i >> 3) % 2), country: ['US', 'DE', 'SG', 'BR'][i % 4] }));
     const yesterday = Date.now() - 24 * 60 * MINUTE;
-    await produceAll(producer, names.topic, job(dailyKey, yesterday).map((e) => ({ key: dailyKey, value: JSON.stringify(e) })), 2000);
+    const today = Date.now() - 10 * MINUTE;
+    // And one request from the job's first network three hours before today's run: the hour a
+    // restarted worker warms its windows with (the hour before the partition's newest stored event)
+    // then holds none of the job's other networks, and only what was recorded as vouched for tells
+    // them from a thief's.
+    const lone = event(dailyKey, today - 3 * 60 * MINUTE, { merchantId: 'm_habits', ip: addresses(0, 0), country: 'US' });
+    await produceAll(producer, names.topic, [...job(dailyKey, yesterday), lone].map((e) => ({ key: dailyKey, value: JSON.stringify(e) })), 2000);
     const first = await engines.startWorker(config);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'first worker consumes yesterday\'s job', 60_000);
     // Yesterday's run was new: it alerted then.
@@ -347,7 +353,6 @@ describe('detection end to end', () => {
 
     // Today the same job runs on that key and, for the first time, on another: a restarted worker
     // knows the first key's networks from storage (yesterday is far outside the window it warms).
-    const today = Date.now() - 10 * MINUTE;
     const todays = [...job(dailyKey, today), ...job(newKey, today)].sort((a, b) => String(a.timestamp).localeCompare(String(b.timestamp)));
     await produceAll(producer, names.topic, todays.map((e) => ({ key: e.apiKeyId, value: JSON.stringify(e) })), 2000);
     const second = await engines.startWorker(config);

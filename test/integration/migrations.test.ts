@@ -3,7 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseRequestEventValue } from '../../src/events/request-event.ts';
 import { createLogger } from '../../src/logger.ts';
 import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
+import type { NetworkSighting } from '../../src/detect/key-history.ts';
 import { EventStore, REQUEST_EVENT_COLUMNS, serializeEventRow } from '../../src/store/event-store.ts';
+import { networkOf } from '../../rules/network.ts';
 import { listMigrations, migrate, renderMigration, splitStatements } from '../../src/store/migrate.ts';
 import { tablesIn, type Tables } from '../../src/store/tables.ts';
 import { AlertStore } from '../../src/store/alert-store.ts';
@@ -164,9 +166,11 @@ describe('migrations', () => {
     // The upgrade: the 100 events stored before 007 are added, the 20 the view counted are not added again.
     expect(await migrate(db, options, logger)).toEqual(listMigrations().filter((m) => m.version > 7).map((m) => m.version));
     expect(await networks()).toEqual({ requests: 120, rows: 100 });
-    const sightings: unknown[] = [];
+    const sightings: NetworkSighting[] = [];
     await new EventStore(db, tables).networkSightings({ since: new Date(Date.now() - 7 * 86_400_000), topic: 'api.request-metadata', partition: 0 }, async (page) => void sightings.push(...page));
     expect(sightings).toHaveLength(100);
+    // 015: every network the worker knew before the upgrade (and so trusted) is recorded as vouched for, from its first request.
+    expect(sightings.filter((sighting) => sighting.vouched !== sighting.first)).toEqual([]);
 
     // Events stored since go through the view; 012 run again (a crash before it was recorded) adds nothing, theirs or the earlier ones.
     await insertEvents(Array.from({ length: 50 }, (_, i) => makeEvent(i, { runId: 'mig_after', startMs: Date.now() - 60 * 60_000 })));
@@ -174,6 +178,33 @@ describe('migrations', () => {
     await db.command(`ALTER TABLE ${tables.schemaMigrations} DELETE WHERE version = 12 SETTINGS mutations_sync = 1`);
     expect(await migrate(db, options, logger)).toEqual([12]);
     expect(await networks()).toEqual({ requests: 170, rows: 150 });
+  });
+
+  it('hands back with each network sighting its earliest record as vouched for, IPv4 and IPv6, each key\'s in order of first request', async () => {
+    const tables = tablesIn(service.database);
+    const store = new EventStore(db, tables);
+    const topic = 'api.vouched';
+    const day = 86_400_000;
+    const start = Date.now() - 3 * day;
+    const at = (ip: string, offsetMs: number, i: number) => {
+      const parsed = parseRequestEventValue({ ...makeEvent(i, { runId: 'vouch', startMs: start }), apiKeyId: 'pk_live_vouch', merchantId: 'm_vouch', plan: 'business', ip, timestamp: new Date(start + offsetMs).toISOString() });
+      if (!parsed.ok) throw new Error('fixture must be valid');
+      return `${serializeEventRow(parsed.event, { topic, partition: 2, offset: i })}\n`;
+    };
+    // Three networks, first seen in this order: an IPv4 /24, an IPv6 /64, another IPv4 /24.
+    const ips = ['203.0.113.7', '2001:db8:5:6::9', '198.51.100.20'];
+    await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(ips.map((ip, n) => at(ip, n * 60_000, n) + at(ip, day + n * 60_000, 10 + n)).join('')), 'TabSeparated', {});
+    // The first two recorded on two days (the earliest counts), on the partition's topic; the third not; another partition's record does not count.
+    const vouched = (ip: string, offsetMs: number, partition = 2) => ({ merchantId: 'm_vouch', apiKeyId: 'pk_live_vouch', partition, network: networkOf(ip), at: start + offsetMs });
+    await store.insertVouchedNetworks(topic, [vouched(ips[0]!, day), vouched(ips[1]!, 2 * day), vouched(ips[2]!, 0, 3)]);
+    await store.insertVouchedNetworks(topic, [vouched(ips[0]!, 1_000), vouched(ips[1]!, day + 5_000)]);
+    const sightings: NetworkSighting[] = [];
+    await store.networkSightings({ since: new Date(start - day), topic, partition: 2 }, async (page) => void sightings.push(...page));
+    expect(sightings.map(({ ip, first, vouched }) => ({ network: networkOf(ip), first: first - start, vouched: vouched === undefined ? undefined : vouched - start }))).toEqual([
+      { network: networkOf(ips[0]!), first: 0, vouched: 1_000 },
+      { network: networkOf(ips[1]!), first: 60_000, vouched: day + 5_000 },
+      { network: networkOf(ips[2]!), first: 120_000, vouched: undefined },
+    ]);
   });
 
   it('refuses to start when an applied migration has been edited', async () => {

@@ -162,11 +162,11 @@ describe('/ready while start-up steps are retried', () => {
     expect((await postEvents(first.url, [attackToolRequest(`pk_live_${names.runId}`)])).status).toBe(202);
     await first.stop();
 
-    // The events are read (a page at least), then the keys' networks cannot be.
+    // The keys' networks are read (a page at least), then the events cannot be.
     const wrapClickHouse = (db: ClickHouse): ClickHouse => ({
       ...db,
       queryPages: async (query, ...rest) => {
-        if (query.includes('key_networks_1d')) throw new Error('injected: storage cannot be read');
+        if (query.includes('request_events') && !query.includes('key_networks_1d')) throw new Error('injected: storage cannot be read');
         return db.queryPages(query, ...rest);
       },
     });

@@ -7,8 +7,8 @@ const DAY = 24 * 60 * MINUTE;
 
 // The key's ordinary life: one request a minute from us-east for the 50 minutes before T0 - 10 min.
 const HOME = spread(50, T0 - 60 * MINUTE, 50 * MINUTE, at('ashburn'));
-/** Yesterday's hour of us-east: Ashburn is a place the key was established at before its window. */
-const ESTABLISHED_IN_ASHBURN = spread(60, T0 - DAY, 60 * MINUTE, at('ashburn'));
+/** An hour of us-east two days ago: Ashburn is a place the key was established at before its window, a key seen for over a day. */
+const ESTABLISHED_IN_ASHBURN = spread(60, T0 - 2 * DAY, 60 * MINUTE, at('ashburn'));
 
 /** Title and summary of a hop out of Moscow, the place new to the key, into its own Ashburn. */
 const OUT_OF_MOSCOW = { title: /: Moscow, RU to Ashburn, US at /, summary: /\(Moscow, RU is new to the key\)/ };
@@ -105,6 +105,17 @@ export const fixtures: Fixture[] = [
     now: T0,
     // Red-team F3: the first place was taken as known, the three others as new countries: critical, block.
     expect: { findings: 1, severity: 'high', evidence: { newCountries: ['IE', 'JP', 'SG'], keyEstablished: false } },
+  },
+  {
+    name: 'a key rotated region by region (us-east alone for two hours, then eu-west, ap-southeast and ap-northeast at once) is high: the key is not a day old',
+    kind: 'positive',
+    window: keyWindow(
+      [...HOME, ...spread(300, T0 - 10 * MINUTE, 10 * MINUTE, (i) => at((['ashburn', 'dublin', 'singapore', 'tokyo'] as const)[i % 4]!))],
+      { apiKeyId: 'pk_live_rotated', history: spread(60, T0 - 3 * 60 * MINUTE, 2 * 60 * MINUTE, at('ashburn')) },
+    ),
+    now: T0,
+    // Red-team: established in us-east after 30 minutes, its fleet's three other regions were three new countries: critical, block.
+    expect: { findings: 1, severity: 'high', evidence: { newCountries: ['IE', 'JP', 'SG'], keyEstablished: true, keyAgeMinutes: 120, minKeyAgeMinutes: 1440 } },
   },
   {
     name: 'Frankfurt, then Madrid 50 minutes later (about 1,600 km/h) is medium: fast, but GeoIP or a VPN could explain it',

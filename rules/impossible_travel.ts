@@ -26,8 +26,10 @@
  * countries). Never critical while the key has no place established before the window (a new key,
  * one idle for the 7 days the history keeps, or one whose history was shed): its first place is
  * taken as known only for want of anything better, so a freshly rotated key on a multi-region
- * fleet is high, investigated, not blocked (so is a key stolen in its first hour or two of use:
- * a place is established after 30 minutes there, and the window must then move past it).
+ * fleet is high, investigated, not blocked. Nor while the key was first seen less than
+ * minKeyAgeMinutes (a day) before the window: a new key rolled out region by region (us-east for
+ * two hours, then the fleet's three other regions at once) is high too; so is a key stolen in its
+ * first day of use.
  */
 import { addToMinutes, removeFromMinutes, seenInMinutes } from '../src/detect/tallies.ts';
 import type { Finding, GeoPoint, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
@@ -44,6 +46,11 @@ type Params = {
   highSpeedKmh: number;
   /** Distinct countries of the places new to the key, across the impossible hops, that make it critical (an established key only). */
   criticalCountries: number;
+  /**
+   * Critical also only for a key first seen at least this long before the window (as far as its
+   * memory of 7 days goes): a new key rolled out region by region over a day is high at most.
+   */
+  minKeyAgeMinutes: number;
   /** When a GeoPoint carries no usable accuracy. */
   defaultAccuracyKm: number;
 };
@@ -97,6 +104,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     minDistanceKm: 500,
     highSpeedKmh: 2000,
     criticalCountries: 3,
+    minKeyAgeMinutes: 24 * 60,
     defaultAccuracyKm: 50,
   },
   actions: { low: 'monitor', medium: 'investigate', high: 'investigate', critical: 'block' },
@@ -110,7 +118,8 @@ export const rule: RuleDefinition<Params, Tally> = {
     'Not avoided: a region the key never used in the last 7 days (a new region comes online) alerts once; dismiss it with a note, or allowlist the key\'s networks.',
     'A freshly rotated key deployed to a multi-region fleet alerts once, high at most (investigate, never block): until the key has a place established before its window, its first place is a guess.',
     'An engineer\'s VPN exit moving between two countries (London, then Frankfurt) on an established key is high, not critical: the key\'s own country does not count towards criticalCountries.',
-    'Accepted: a thief with exits in only two new countries, or a key stolen in its first hour or two of use (or after 7 idle days), is high (investigate), not critical (block).',
+    'A new key rolled out region by region (one region for hours, then the fleet\'s others at once) is high, not critical: a key first seen less than minKeyAgeMinutes (a day) before its window is never critical.',
+    'Accepted: a thief with exits in only two new countries, or a key stolen in its first day of use (or after 7 idle days), is high (investigate), not critical (block).',
     'Not avoided: a region the key used only briefly before (a job of a few minutes, on one day) is not established yet: its next hop with the key\'s other sites alerts again, once; from its second day it is known.',
   ],
   evaluate(window, params, now) {
@@ -165,8 +174,13 @@ export const rule: RuleDefinition<Params, Tally> = {
       if (geo.country) homeCountries.add(geo.country);
     }
     // Established: the key has a place of its own from before the window. Otherwise its known places
-    // are a guess (the window's first one), and a hop is never critical (a new key on a fleet).
+    // are a guess (the window's first one), and a hop is never critical (a new key on a fleet). Nor
+    // for a key first seen less than minKeyAgeMinutes before the window: a rotation that brings the
+    // new key to one region, then hours later to the fleet's others, looks like three new countries.
     const keyEstablished = known.size > 0;
+    const firstSeen = window.history?.firstSeen ?? Infinity;
+    const keyAgeMinutes = firstSeen < windowStart ? Math.floor((windowStart - firstSeen) / MINUTE) : 0;
+    const blockable = keyEstablished && keyAgeMinutes >= params.minKeyAgeMinutes;
     let lastGeo: GeoPoint | undefined;
     let next = 0;
     let start = first;
@@ -217,10 +231,10 @@ export const rule: RuleDefinition<Params, Tally> = {
         if (isNew && !homeCountries.has(country)) newCountries.add(country);
       }
     });
-    // Critical (block) only for an established key; without one, what would be critical is high.
+    // Critical (block) only for an established key seen for a day; otherwise what would be critical is high.
     const severity: Severity =
       newCountries.size >= params.criticalCountries
-        ? keyEstablished
+        ? blockable
           ? 'critical'
           : 'high'
         : worst.speedKmh > params.highSpeedKmh
@@ -267,6 +281,8 @@ export const rule: RuleDefinition<Params, Tally> = {
         countries: [...countries].sort(),
         newCountries: [...newCountries].sort(),
         keyEstablished,
+        keyAgeMinutes,
+        minKeyAgeMinutes: params.minKeyAgeMinutes,
         knownLocations: knownBefore[worstIndex]!,
         newLocation: newEnd,
         recentMinutes: params.recentMinutes,

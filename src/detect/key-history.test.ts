@@ -19,6 +19,8 @@ describe('KeyHistory', () => {
     expect(history.knowsNetwork('198.51.100.0/24', T0 + 1001)).toBe(true);
     expect(history.knowsNetwork('192.0.2.0/24', Infinity)).toBe(false);
     expect(history.newest).toBe(T0 + 1000);
+    expect(history.firstSeen).toBe(T0 - HOUR);
+    expect(new KeyHistory().firstSeen).toBe(Infinity);
   });
 
   it('knows the places seen (and vouched for) before a time, each once, and skips events without a usable point', () => {

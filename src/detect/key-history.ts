@@ -151,6 +151,10 @@ export class KeyHistory implements KeyHistoryView {
     if (timestamp >= this.runEstablishAt && timestamp < this.runEstablished) this.runEstablished = timestamp;
   }
 
+  get firstSeen(): number {
+    return this.earliestNetwork;
+  }
+
   /** The latest time the key was seen anywhere. */
   get newest(): number {
     return Math.max(this.latest, this.runLast);

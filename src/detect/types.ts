@@ -75,6 +75,8 @@ export interface KeyHistoryView {
    * A single request (a thief's while the key was idle) is not.
    */
   establishedPlacesBefore(before: number): GeoPoint[];
+  /** The earliest time the key was seen, within the remembered days; Infinity when it remembers nothing. */
+  readonly firstSeen: number;
 }
 
 /** The recent history of one API key, oldest event first. */

@@ -159,6 +159,54 @@ describe('AlertService.stop', () => {
   });
 });
 
+describe('AlertService after stop()', () => {
+  it('ignores findings handed over after stop(): nothing notified or written, storage being closed next', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      const pages: string[] = [];
+      const { alerts, apply, saved } = unstartedService((_alert, change) => pages.push(change));
+      await alerts.start();
+      await alerts.stop();
+      apply('critical');
+      await vi.advanceTimersByTimeAsync(30_000); // past any flush
+      expect({ saved, pages }).toEqual({ saved: [], pages: [] });
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('does not retry after stop() a write that fails while it stops: storage is closed next', async () => {
+    vi.useFakeTimers({ now: T0 });
+    try {
+      let saves = 0;
+      let failFirstSave!: (error: Error) => void;
+      const store = {
+        loadForDedup: async () => [],
+        changedSince: async () => [],
+        getMany: async () => [],
+        save: () => {
+          saves++;
+          if (saves === 1) return new Promise<void>((_resolve, reject) => (failFirstSave = reject));
+          return Promise.reject(new Error('storage closed'));
+        },
+      } as unknown as AlertStore;
+      const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => T0 }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
+      await alerts.start();
+      alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding('high') }], ruleErrors: [] });
+      await vi.advanceTimersByTimeAsync(100); // the flush timer fires: its write is in progress
+      expect(saves).toBe(1);
+      const stopping = alerts.stop();
+      failFirstSave(new Error('storage closing')); // the write in progress fails once stop() has begun
+      await stopping; // its final flush fails too
+      expect(saves).toBe(2);
+      await vi.advanceTimersByTimeAsync(30_000); // past many retry delays
+      expect(saves).toBe(2);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
 describe('AlertService stopped while it starts', () => {
   it('starts nothing once the load of the open alerts ends after stop(): no syncs, no held findings applied, nothing written', async () => {
     vi.useFakeTimers({ now: T0 });

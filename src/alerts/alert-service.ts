@@ -165,9 +165,11 @@ export class AlertService {
    * wake a dismissed pattern. Until then they are held, in order, and applied when the load is done.
    * (The worker itself hands none over before: its Kafka intake starts after the load, and events
    * posted over HTTP wait in main.ts until detection has started. This keeps the promise for any
-   * caller.)
+   * caller.) After stop() they are ignored: nothing would store them (storage closes next), and a
+   * critical one must not reach a webhook as an alert that was never stored.
    */
   handle(detection: Detection): void {
+    if (this.stopped) return;
     for (const { ruleId, message } of detection.ruleErrors) {
       this.metrics.ruleErrors.inc({ rule: ruleId });
       if (ruleId === ENGINE_ERROR) this.logger.error({ error: message }, 'detection failed for a batch; its events are stored all the same');
@@ -427,8 +429,13 @@ export class AlertService {
     void read.finally(() => this.reading.delete(read));
   }
 
-  /** Flushes within delayMs: an earlier deadline replaces a later one, never the reverse. */
+  /**
+   * Flushes within delayMs: an earlier deadline replaces a later one, never the reverse. Does nothing
+   * after stop(): its own flush is the last write (storage closes next), so a write that fails during
+   * stop() is not retried, and the repairs and read-backs that stop() waits for go in that flush.
+   */
   private schedule(delayMs: number): void {
+    if (this.stopped) return;
     const dueAt = Date.now() + delayMs;
     if (this.timer && this.timerDueAt <= dueAt) return;
     clearTimeout(this.timer);

@@ -6,7 +6,7 @@ import { createHttpServer } from './server.ts';
 
 const closers: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
-  for (const close of closers.splice(0)) await close();
+  for (const close of closers.splice(0).reverse()) await close(); // the last opened first: sockets before their server
 });
 
 function newServer() {
@@ -46,8 +46,41 @@ describe('the HTTP server on a path no route serves', () => {
   });
 });
 
+/** Waits for the first of `promise` and `ms` milliseconds; says which came first. */
+function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  return Promise.race([promise.then(() => true), new Promise<boolean>((resolve) => setTimeout(() => resolve(false), ms))]);
+}
+
+/** A raw client socket, to see the exact response heads and whether the server ends the connection. */
+function rawSocket(port: number) {
+  const socket = connect(port, '127.0.0.1');
+  let received = '';
+  socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
+  const endedByServer = new Promise<void>((resolve) => socket.on('end', () => resolve()));
+  closers.push(async () => void socket.destroy());
+  return {
+    send: (path: string) => socket.write(`GET ${path} HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n`),
+    received: () => received,
+    endedByServer,
+  };
+}
+
+/** The responses with a body that `socket` has received, once there are `count` of them or after 2 s. */
+async function responses(socket: ReturnType<typeof rawSocket>, count: number): Promise<{ head: string; body: string }[]> {
+  const parse = () =>
+    socket
+      .received()
+      .split(/(?=HTTP\/1\.1 )/)
+      .map((response) => response.split('\r\n\r\n') as [string, string])
+      .filter(([, body]) => body)
+      .map(([head, body]) => ({ head: head.toLowerCase(), body }));
+  const deadline = Date.now() + 2_000;
+  while (parse().length < count && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
+  return parse();
+}
+
 describe('the HTTP server while it closes', () => {
-  it('lets a running request finish and turns a new one on the same connection away in Format A with Retry-After', async () => {
+  it('answers a request running when close() begins, with Connection: close, so that its kept-alive socket does not hold close()', async () => {
     const app = newServer();
     let entered!: () => void;
     const running = new Promise<void>((resolve) => (entered = resolve));
@@ -60,30 +93,54 @@ describe('the HTTP server while it closes', () => {
     });
     await app.listen({ host: '127.0.0.1', port: 0 });
     closers.push(() => app.close());
-    const { port } = app.server.address() as { port: number };
+    const socket = rawSocket((app.server.address() as { port: number }).port);
 
-    const socket = connect(port, '127.0.0.1');
-    let received = '';
-    socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
-    const ended = new Promise<void>((resolve) => socket.on('close', () => resolve()));
-    socket.write('GET /slow HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n');
+    socket.send('/slow');
     await running;
     const closed = app.close();
-    // A kept-alive connection's next request, sent once close() has begun.
-    socket.write('GET /health HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n');
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // The request ends only once close() has begun: the server no longer listens.
+    while (app.server.listening) await new Promise((resolve) => setTimeout(resolve, 5));
+    release();
+
+    // With keep-alive instead, the socket would stay open for Fastify's 72 s, and close() with it.
+    expect(await settlesWithin(closed, 1_000)).toBe(true);
+    expect(await settlesWithin(socket.endedByServer, 1_000)).toBe(true);
+    const [response] = await responses(socket, 1);
+    expect(response!.head).toMatch(/^http\/1\.1 200 /);
+    expect(response!.head).toContain('connection: close');
+    expect(JSON.parse(response!.body)).toEqual({ done: true });
+  });
+
+  it('turns a request arriving on a kept-alive connection once close() has begun away in Format A with Retry-After', async () => {
+    const app = newServer();
+    // Holds close() between its start and the server's own close, as a slow part's preClose would.
+    let entered!: () => void;
+    const closing = new Promise<void>((resolve) => (entered = resolve));
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    app.addHook('preClose', async () => {
+      entered();
+      await released;
+    });
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    closers.push(() => app.close());
+    const socket = rawSocket((app.server.address() as { port: number }).port);
+    socket.send('/health');
+    const [before] = await responses(socket, 1);
+    expect(before!.head).toMatch(/^http\/1\.1 200 /);
+    expect(before!.head).toContain('connection: keep-alive');
+
+    const closed = app.close();
+    await closing;
+    socket.send('/health');
+    const [, refused] = await responses(socket, 2);
     release();
     await closed;
-    await ended;
 
-    const responses = received.split(/(?=HTTP\/1\.1 )/);
-    expect(responses).toHaveLength(2);
-    expect(responses[0]).toMatch(/^HTTP\/1\.1 200 /);
-    expect(responses[0]).toContain('{"done":true}');
-    const [head, body] = responses[1]!.split('\r\n\r\n') as [string, string];
-    expect(head).toMatch(/^HTTP\/1\.1 503 /);
-    expect(head.toLowerCase()).toContain('retry-after: 1');
-    expect(head.toLowerCase()).toContain('connection: close');
-    expect(JSON.parse(body)).toEqual({ success: false, error: { code: 'SERVICE_UNAVAILABLE', message: 'The worker is shutting down; retry' } });
+    expect(refused!.head).toMatch(/^http\/1\.1 503 /);
+    expect(refused!.head).toContain('retry-after: 1');
+    expect(refused!.head).toContain('connection: close');
+    expect(JSON.parse(refused!.body)).toEqual({ success: false, error: { code: 'SERVICE_UNAVAILABLE', message: 'The worker is shutting down; retry' } });
+    expect(await settlesWithin(socket.endedByServer, 1_000)).toBe(true);
   });
 });

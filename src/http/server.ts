@@ -53,6 +53,13 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
   app.addHook('onRequest', async () => {
     if (closing) throw new HttpError(503, 'SERVICE_UNAVAILABLE', 'The worker is shutting down; retry', undefined, { 'retry-after': '1', connection: 'close' });
   });
+  // Node closes only the connections idle when close() begins; a busy one answered with keep-alive
+  // would then hold close() open until its keep-alive timeout. Every answer sent once closing has
+  // begun closes its connection instead.
+  app.addHook('onSend', async (_request, reply, payload) => {
+    if (closing) void reply.header('connection', 'close');
+    return payload;
+  });
   app.setNotFoundHandler(answerNotFound);
   // A path no route serves is answered before its body is parsed: otherwise an empty or malformed
   // JSON body would get the parser's 400 instead of the 404 (the not-found handler runs after parsing).

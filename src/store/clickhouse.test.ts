@@ -169,6 +169,12 @@ describe("the client's own log", () => {
     );
   });
 
+  it("writes the client's start-up notice of its own log level at debug, so that a start at info does not print it", async () => {
+    const notice = (records: Record<string, unknown>[]) => records.filter((record) => /^Log level is set to /.test(String(record.msg)));
+    expect(notice((await logOf('info')).records)).toEqual([]);
+    expect(notice((await logOf('debug')).records)).toMatchObject([{ level: 20, component: 'clickhouse', module: 'Connection', msg: 'Log level is set to DEBUG' }]);
+  });
+
   it('follows LOG_LEVEL', async () => {
     const atWarn = await logOf('warn');
     expect(atWarn.console).toBe(0);

@@ -218,11 +218,17 @@ const CLIENT_LOG_LEVELS: Record<string, ClickHouseLogLevel> = {
 const REQUEST_ERROR = /: HTTP request error\.$/;
 
 /**
+ * The client's notice of its own log level, at info each time a client is made ("Log level is set to
+ * INFO"): it says nothing LOG_LEVEL does not, so it is written at debug.
+ */
+const LOG_LEVEL_NOTICE = /^Log level is set to [A-Z]+$/;
+
+/**
  * The client's own log, as records of `logger` at the same level (one JSON line each, where the
- * client's default prints several lines of plain text), but its per-request failure lines at debug
- * (REQUEST_ERROR). What it logs (a message, arguments such as query ids and settings, an error that
- * may quote the server's answer) carries no password that we know of; any of `secrets` found in it
- * all the same is replaced by [REDACTED].
+ * client's default prints several lines of plain text), but its per-request failure lines and its
+ * log-level notice at debug (REQUEST_ERROR, LOG_LEVEL_NOTICE). What it logs (a message, arguments
+ * such as query ids and settings, an error that may quote the server's answer) carries no password
+ * that we know of; any of `secrets` found in it all the same is replaced by [REDACTED].
  */
 function clientLog(logger: Logger, secrets: readonly string[]): { LoggerClass: new () => ClientLogger; level: ClickHouseLogLevel } {
   const redact = (text: string) => secrets.reduce((redacted, secret) => redacted.replaceAll(secret, '[REDACTED]'), text);
@@ -239,14 +245,15 @@ function clientLog(logger: Logger, secrets: readonly string[]): { LoggerClass: n
       if (!out.isLevelEnabled(level)) return;
       out[level]({ module, ...(args && { args: scrub(args) }), ...(err && { err }) }, redact(message));
     };
+  const writeDebug = write('debug');
+  const writeInfo = write('info');
   const writeError = write('error');
-  const writeRequestError = write('debug');
   class PinoLogger implements ClientLogger {
     trace = write('trace');
-    debug = write('debug');
-    info = write('info');
+    debug = writeDebug;
+    info = (params: LogParams) => (LOG_LEVEL_NOTICE.test(params.message) ? writeDebug : writeInfo)(params);
     warn = write('warn');
-    error = (params: LogParams & { err?: Error }) => (REQUEST_ERROR.test(params.message) ? writeRequestError : writeError)(params);
+    error = (params: LogParams & { err?: Error }) => (REQUEST_ERROR.test(params.message) ? writeDebug : writeError)(params);
   }
   return { LoggerClass: PinoLogger, level: CLIENT_LOG_LEVELS[logger.level] ?? ClickHouseLogLevel.WARN };
 }

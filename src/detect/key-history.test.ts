@@ -8,15 +8,15 @@ const dublin: GeoPoint = { latitude: 53.35, longitude: -6.26, accuracyKm: 20, co
 const tokyo: GeoPoint = { latitude: 35.68, longitude: 139.65, accuracyKm: 20, country: 'JP' };
 
 describe('KeyHistory', () => {
-  it('knows a network from the first time it was seen, whatever order the sightings came in', () => {
+  it('knows a network from the first time it was seen (vouched for, from the whole minute after), whatever order the sightings came in', () => {
     const history = new KeyHistory();
     history.saw('203.0.113.0/24', dublin, T0);
-    history.saw('198.51.100.0/24', undefined, T0 + 1000);
-    history.saw('203.0.113.0/24', dublin, T0 - HOUR); // an older sighting, warmed from storage later
+    history.saw('198.51.100.0/24', undefined, T0 + 1000); // tied to the key's first network: from T0 + 1 min
+    history.recalled('203.0.113.0/24', dublin, T0 - HOUR, T0 - HOUR, T0 - HOUR); // an older sighting, recorded, warmed later
     expect(history.knowsNetwork('203.0.113.0/24', T0 - HOUR + 1)).toBe(true);
     expect(history.knowsNetwork('203.0.113.0/24', T0 - HOUR)).toBe(false);
-    expect(history.knowsNetwork('198.51.100.0/24', T0 + 1000)).toBe(false);
-    expect(history.knowsNetwork('198.51.100.0/24', T0 + 1001)).toBe(true);
+    expect(history.knowsNetwork('198.51.100.0/24', T0 + 60_000)).toBe(false);
+    expect(history.knowsNetwork('198.51.100.0/24', T0 + 60_001)).toBe(true);
     expect(history.knowsNetwork('192.0.2.0/24', Infinity)).toBe(false);
     expect(history.newest).toBe(T0 + 1000);
     expect(history.firstSeen).toBe(T0 - HOUR);
@@ -31,7 +31,8 @@ describe('KeyHistory', () => {
     history.saw('192.0.3.0/24', { latitude: NaN, longitude: NaN, accuracyKm: 50 }, T0);
     expect(history.placesBefore(T0)).toEqual([]);
     expect(history.placesBefore(T0 + 1)).toEqual([dublin]);
-    expect(history.placesBefore(T0 + 2001)).toEqual([dublin, tokyo]);
+    expect(history.placesBefore(T0 + 60_000)).toEqual([dublin]); // vouched for from the whole minute after the hop
+    expect(history.placesBefore(T0 + 60_001)).toEqual([dublin, tokyo]);
     expect(history.size).toBe(3 + 2);
   });
 
@@ -92,9 +93,9 @@ describe('KeyHistory established places', () => {
     // Back in the morning, half a minute after the owner: established from then on (that hop was judged).
     history.saw('a', ashburn, T0);
     history.saw('m', moscow, T0 + 30_000);
-    expect(history.establishedPlacesBefore(T0 + 30_000)).toEqual([ashburn]);
-    expect(history.establishedPlacesBefore(T0 + 30_001)).toEqual([ashburn, moscow]);
-    expect(history.knowsNetwork('m', T0 + 30_001)).toBe(true);
+    expect(history.establishedPlacesBefore(T0 + 60_000)).toEqual([ashburn]);
+    expect(history.establishedPlacesBefore(T0 + 60_001)).toEqual([ashburn, moscow]); // the whole minute after the hop
+    expect(history.knowsNetwork('m', T0 + 60_001)).toBe(true);
   });
 
   it('does not take a place used only while the key was idle as the key\'s own, however long it was used, until a hop ties it to one', () => {
@@ -204,7 +205,8 @@ describe('KeyHistory established places', () => {
   it('takes places seen within half an hour of each other as established: a short job alternating between regions', () => {
     const history = new KeyHistory();
     for (let i = 0; i < 60; i++) history.saw(i % 2 ? 'd' : 'a', i % 2 ? moscow : ashburn, T0 + i * 10_000);
-    expect(history.establishedPlacesBefore(T0 + 10_001)).toEqual([ashburn, moscow]);
+    expect(history.establishedPlacesBefore(T0 + 60_001)).toEqual([ashburn, moscow]);
+    expect(history.establishedPlacesBefore(T0 + 60_000)).toEqual([ashburn]); // Moscow vouched for from the whole minute after the hop
     expect(history.establishedPlacesBefore(T0 + 10_000)).toEqual([]);
   });
 

@@ -48,7 +48,10 @@ export const ESTABLISHED_MS = 30 * 60_000;
  * much the key's after it as the key's own sites.
  */
 
-const DAY_MS = 24 * 60 * 60_000;
+const MINUTE_MS = 60_000;
+const DAY_MS = 24 * 60 * MINUTE_MS;
+/** `vouchedMinute` of what is not vouched for: later than any time (and, like every minute since 1970, a small integer: no boxed double per entry). */
+const NEVER = 2 ** 30 - 1;
 
 /** Sightings last seen more than HISTORY_MS ago are looked for at most this often per key. */
 const EXPIRE_EVERY_MS = 60 * 60_000;
@@ -83,10 +86,15 @@ export interface HistoryEntryCount {
 interface Sighting {
   first: number;
   last: number;
-  /** When it was vouched for: its first when it was the key's first, or when a hop tied it to one vouched for, or recorded so; Infinity until then. */
-  vouched: number;
-  /** Recorded as vouched for until the end of this day (takeVouched); -Infinity before. */
-  recordedUntil: number;
+  /**
+   * The minute (since 1970, rounded up) from which it is vouched for: its first when it was the
+   * key's first, or when a hop tied it to one vouched for, or recorded so; NEVER until then. Minutes
+   * and days are small integers, which V8 keeps in the object itself: times in milliseconds would
+   * each take a 16-byte box, on every network and place of every key.
+   */
+  vouchedMinute: number;
+  /** The last day (since 1970) it was recorded as vouched for (takeVouched); -1 before. */
+  recordedDay: number;
 }
 
 interface PlaceSighting extends Sighting {
@@ -103,9 +111,6 @@ interface NetworkEntry extends Sighting {
 export class KeyHistory implements KeyHistoryView {
   private readonly networks = new Map<string, NetworkEntry>();
   private readonly places = new Map<string, PlaceSighting>();
-  /** The earliest `first` of the places, and of the networks (the current run's included): one first seen before it is the key's first. */
-  private earliestPlace = Infinity;
-  private earliestNetwork = Infinity;
   /**
    * The current run: consecutive events from one network at one point (most of a key's events) only
    * move these times, kept in this object; its network's and place's sightings, entered when the run
@@ -141,18 +146,15 @@ export class KeyHistory implements KeyHistoryView {
 
   saw(network: string, geo: GeoPoint | undefined, timestamp: number): void {
     if (network !== this.runNetwork || geo !== this.runGeo) this.startRun(network, geo, timestamp);
-    if (timestamp < this.runFirst) {
-      this.runFirst = timestamp;
-      // An event earlier than any the key was seen at (warmed late): this run is of its first network and place.
-      if (timestamp < this.earliestNetwork) this.earliestNetwork = first(this.runSighting!, timestamp);
-      if (this.runPlace !== undefined && timestamp < this.earliestPlace) this.earliestPlace = first(this.runPlace, timestamp);
-    }
+    if (timestamp < this.runFirst) this.runFirst = timestamp;
     if (timestamp > this.runLast) this.runLast = timestamp;
     if (timestamp >= this.runEstablishAt && timestamp < this.runEstablished) this.runEstablished = timestamp;
   }
 
   get firstSeen(): number {
-    return this.earliestNetwork;
+    let first = this.runFirst;
+    for (const sighting of this.networks.values()) if (sighting.first < first) first = sighting.first;
+    return first;
   }
 
   /** The latest time the key was seen anywhere. */
@@ -166,8 +168,8 @@ export class KeyHistory implements KeyHistoryView {
     if (sighting === undefined || !(sighting.first < before)) return false;
     // A place no longer remembered (one of more than MAX_SIGHTINGS) is taken as the key's, as its network is.
     const place = sighting.place;
-    if (place === undefined) return sighting.vouched < before;
-    return this.places.get(placeKey(place.geo)) !== place || place.vouched < before;
+    if (place === undefined) return vouchedBefore(sighting, before);
+    return this.places.get(placeKey(place.geo)) !== place || vouchedBefore(place, before);
   }
 
   placesBefore(before: number): GeoPoint[] {
@@ -176,7 +178,7 @@ export class KeyHistory implements KeyHistoryView {
     const geos: GeoPoint[] = [];
     for (const place of this.places.values()) {
       const first = place === this.runPlace && this.runFirst < place.first ? this.runFirst : place.first;
-      if (first < before && place.vouched < before) geos.push(place.geo);
+      if (first < before && vouchedBefore(place, before)) geos.push(place.geo);
     }
     return geos;
   }
@@ -187,7 +189,7 @@ export class KeyHistory implements KeyHistoryView {
     for (const place of this.places.values()) {
       const established =
         place === this.runPlace ? establishedWith(place, this.runFirst, this.runLast, this.runEstablished) : place.established;
-      if (established < before && place.vouched < before) geos.push(place.geo);
+      if (established < before && vouchedBefore(place, before)) geos.push(place.geo);
     }
     return geos;
   }
@@ -203,7 +205,7 @@ export class KeyHistory implements KeyHistoryView {
     this.saw(network, geo, last);
     this.recalling = false;
     if (vouched === undefined) return;
-    for (const sighting of [this.runSighting, this.runPlace]) if (sighting !== undefined && vouched < sighting.vouched) sighting.vouched = vouched;
+    for (const sighting of [this.runSighting, this.runPlace]) if (sighting !== undefined) vouchFrom(sighting, minuteOf(vouched));
   }
 
   /** The networks vouched for since the last call, to record (each place once a day it is used); undefined when none. */
@@ -273,14 +275,7 @@ export class KeyHistory implements KeyHistoryView {
     const sighting = (this.runSighting = this.networkSighting(network, timestamp));
     const place = (this.runPlace = sighting.place = this.placeSighting(geo, timestamp));
     if (place === undefined) {
-      if (this.recalling) return;
-      // A network without a usable point is the key's by its own ties (the others, by their places').
-      const other = this.lastNetwork;
-      const at = other === undefined || other === sighting ? undefined : hopAt(timestamp, this.lastNetworkFirst, this.lastNetworkLast);
-      // After a network with a place, by that place (which this one cannot vouch for: it has none).
-      if (at !== undefined && other!.place === undefined) tie(other!, sighting, at);
-      else if (at !== undefined && other!.place!.vouched <= at && at < sighting.vouched) sighting.vouched = at;
-      this.record(sighting, network, timestamp);
+      if (!this.recalling) this.networkRunBegan(sighting, network, timestamp);
       return;
     }
     this.runEstablishAt = place.first + ESTABLISHED_MS;
@@ -290,31 +285,47 @@ export class KeyHistory implements KeyHistoryView {
     if (at !== undefined) {
       if (at < otherPlace!.established) otherPlace!.established = at;
       if (at < place.established) place.established = at;
-      if (!this.recalling) tie(otherPlace!, place, at);
     }
-    if (!this.recalling) this.record(place, network, timestamp);
+    if (!this.recalling) this.placeRunBegan(place, otherPlace, at, network, timestamp);
+  }
+
+  /** A run at a place began (`at`: when it hopped from `other`, if it did): ties and records (apart, as most runs need neither). */
+  private placeRunBegan(place: PlaceSighting, other: PlaceSighting | undefined, at: number | undefined, network: string, timestamp: number): void {
+    if (at !== undefined) tie(other!, place, at);
+    this.record(place, network, timestamp);
+  }
+
+  /** A run of a network without a usable point began: it is the key's by its own ties (the others, by their places'). */
+  private networkRunBegan(sighting: NetworkEntry, network: string, timestamp: number): void {
+    const other = this.lastNetwork;
+    const at = other === undefined || other === sighting ? undefined : hopAt(timestamp, this.lastNetworkFirst, this.lastNetworkLast);
+    // After a network with a place, by that place (which this one cannot vouch for: it has none).
+    if (at !== undefined && other!.place === undefined) tie(other!, sighting, at);
+    else if (at !== undefined && other!.place!.vouchedMinute <= minuteOf(at)) vouchFrom(sighting, minuteOf(at));
+    this.record(sighting, network, timestamp);
   }
 
   /** A run at a network or place vouched for: recorded once a day (`network` stands for a place). */
   private record(sighting: Sighting, network: string, timestamp: number): void {
-    if (sighting.vouched === Infinity || timestamp < sighting.recordedUntil) return;
-    sighting.recordedUntil = (Math.floor(timestamp / DAY_MS) + 1) * DAY_MS;
-    (this.vouched ??= []).push({ network, at: Math.max(timestamp, sighting.vouched) });
+    if (sighting.vouchedMinute === NEVER || timestamp < (sighting.recordedDay + 1) * DAY_MS) return;
+    sighting.recordedDay = Math.floor(timestamp / DAY_MS);
+    (this.vouched ??= []).push({ network, at: Math.max(timestamp, sighting.vouchedMinute * MINUTE_MS) });
   }
 
-  /** After networks or places were let go: the earliest first of those left, and those first seen then are the key's first. */
+  /** After networks or places were let go: those first seen earliest of the ones left are the key's first, vouched for. */
   private findEarliest(): void {
-    this.earliestNetwork = earliestOf(this.networks);
-    this.earliestPlace = earliestOf(this.places);
+    vouchEarliest(this.networks);
+    vouchEarliest(this.places);
   }
 
   /** The network's sighting, entered (seen at `timestamp`) if it is new. */
   private networkSighting(network: string, timestamp: number): NetworkEntry {
     const known = this.networks.get(network);
     if (known !== undefined) return known;
-    const sighting: NetworkEntry = { first: timestamp, last: timestamp, vouched: Infinity, recordedUntil: -Infinity, place: undefined };
+    // The key's first network, of those remembered (none is, after 7 idle days): vouched for.
+    const vouchedMinute = this.networks.size === 0 ? minuteOf(timestamp) : NEVER;
+    const sighting: NetworkEntry = { first: timestamp, last: timestamp, vouchedMinute, recordedDay: -1, place: undefined };
     this.networks.set(network, sighting);
-    if (timestamp < this.earliestNetwork) this.earliestNetwork = first(sighting, timestamp);
     if (this.entered(this.networks)) this.findEarliest();
     return sighting;
   }
@@ -325,9 +336,9 @@ export class KeyHistory implements KeyHistoryView {
     const key = placeKey(geo);
     const known = this.places.get(key);
     if (known !== undefined) return known;
-    const place = { first: timestamp, last: timestamp, geo, established: Infinity, vouched: Infinity, recordedUntil: -Infinity };
+    const vouchedMinute = this.places.size === 0 ? minuteOf(timestamp) : NEVER; // the key's first place
+    const place = { first: timestamp, last: timestamp, geo, established: Infinity, vouchedMinute, recordedDay: -1 };
     this.places.set(key, place);
-    if (timestamp < this.earliestPlace) this.earliestPlace = first(place, timestamp);
     if (this.entered(this.places)) this.findEarliest();
     return place;
   }
@@ -374,23 +385,31 @@ function hopAt(timestamp: number, first: number, last: number): number | undefin
 
 /** A hop at `at` between two networks or two places: either one vouched for by then vouches for the other. */
 function tie(a: Sighting, b: Sighting, at: number): void {
-  if (a.vouched <= at) {
-    if (at < b.vouched) b.vouched = at;
-  } else if (b.vouched <= at) a.vouched = at;
+  // Most hops are between places vouched for long before: compared in milliseconds, nothing divided.
+  if (a.vouchedMinute * MINUTE_MS < at + MINUTE_MS) {
+    if (b.vouchedMinute * MINUTE_MS > at) vouchFrom(b, minuteOf(at));
+  } else if (b.vouchedMinute * MINUTE_MS < at + MINUTE_MS) vouchFrom(a, minuteOf(at));
 }
 
-/** A network or place seen at `at`, before any other of the key's: its first, vouched for from then. Returns `at`. */
-function first(sighting: Sighting, at: number): number {
-  if (at < sighting.vouched) sighting.vouched = at;
-  return at;
+function vouchFrom(sighting: Sighting, minute: number): void {
+  if (minute < sighting.vouchedMinute) sighting.vouchedMinute = minute;
 }
 
-/** The earliest first of these networks or places; those first seen then are vouched for from then (the key's first). */
-function earliestOf(sightings: Map<string, Sighting>): number {
+/** Whether it was vouched for before `before` (epoch ms). */
+function vouchedBefore(sighting: Sighting, before: number): boolean {
+  return sighting.vouchedMinute * MINUTE_MS < before;
+}
+
+/** The minute since 1970 of a time, rounded up: vouched for never earlier than it was. */
+function minuteOf(at: number): number {
+  return Math.min(NEVER, Math.ceil(at / MINUTE_MS));
+}
+
+/** Those of these networks or places first seen earliest are the key's first: vouched for from then. */
+function vouchEarliest(sightings: Map<string, Sighting>): void {
   let earliest = Infinity;
   for (const sighting of sightings.values()) if (sighting.first < earliest) earliest = sighting.first;
-  for (const sighting of sightings.values()) if (sighting.first === earliest) first(sighting, earliest);
-  return earliest;
+  for (const sighting of sightings.values()) if (sighting.first === earliest) vouchFrom(sighting, minuteOf(earliest));
 }
 
 function placeKey(geo: GeoPoint): string {

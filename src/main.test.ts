@@ -64,19 +64,20 @@ describe('startKafkaIntake', () => {
 });
 
 describe('retryUntilDone', () => {
-  it('logs each failed attempt of other steps, and hands each error to onFailure', async () => {
+  it('logs the failed attempts of other steps as one failure too, and hands each error to onFailure', async () => {
     const { logger, lines } = capturedLogs();
     const heard: unknown[] = [];
     let attempts = 0;
     const step = async () => {
-      if (++attempts <= 2) throw new Error(`refused ${attempts}`);
+      if (++attempts <= 3) throw new Error(`refused ${attempts}`);
     };
     await retryUntilDone('migrating storage', logger, new AbortController().signal, step, { backoffMs: () => 0, onFailure: (error) => heard.push(error) });
-    expect(lines.map(({ msg, err, attempt }) => ({ msg, err: err?.message, attempt }))).toEqual([
-      { msg: 'migrating storage failed', err: 'refused 1', attempt: 1 },
-      { msg: 'migrating storage failed', err: 'refused 2', attempt: 2 },
+    // Within the minute: the first failure, then the step done after the three.
+    expect(lines.map(({ level, msg, err, attempt, failures }) => ({ level, msg, err: err?.message, attempt, failures }))).toEqual([
+      { level: 50, msg: 'migrating storage failed', err: 'refused 1', attempt: 1, failures: undefined },
+      { level: 30, msg: 'migrating storage done after failed attempts', err: undefined, attempt: undefined, failures: 3 },
     ]);
-    expect(heard.map((error) => (error as Error).message)).toEqual(['refused 1', 'refused 2']);
+    expect(heard.map((error) => (error as Error).message)).toEqual(['refused 1', 'refused 2', 'refused 3']);
   });
 
   it('ends when the signal aborts, without another attempt', async () => {

@@ -492,7 +492,10 @@ export interface AttemptLog {
 export interface RetryOptions {
   /** Hears of each failed attempt, with its error. */
   onFailure?(error: unknown): void;
-  /** Logs the failed attempts: by default an error line each, "<what> failed". */
+  /**
+   * Logs the failed attempts: by default as one failure (FailureLog), "<what> failed" at once, then
+   * at most a line a minute with how many followed, and "<what> done after failed attempts".
+   */
   failures?: AttemptLog;
   /** The wait after the nth failed attempt: by default 0.5 s, doubling up to 30 s. */
   backoffMs?(attempt: number): number;
@@ -506,7 +509,7 @@ export async function retryUntilDone(
   logger: Logger,
   signal: AbortSignal,
   step: () => Promise<unknown>,
-  { onFailure, failures = lineEachAttempt(logger, `${what} failed`), backoffMs = startUpBackoffMs }: RetryOptions = {},
+  { onFailure, failures = new FailureLog(logger, `${what} failed`, `${what} done after failed attempts`), backoffMs = startUpBackoffMs }: RetryOptions = {},
 ): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     signal.throwIfAborted();
@@ -524,17 +527,12 @@ export async function retryUntilDone(
   }
 }
 
-/** An error line per failed attempt: for steps that fail only while a server comes up. */
-function lineEachAttempt(logger: Logger, message: string): AttemptLog {
-  return { failed: (fields) => logger.error(fields, message), succeeded: () => {} };
-}
-
 /**
  * Starts the Kafka intake, retried until it runs, its failed starts logged as one failure
- * (FailureLog): the first at once with its error, then a line a minute at most with how many
- * followed, and one when the intake starts. While the brokers cannot be reached, the start is
- * retried every 30 s for as long as that lasts, and a line each time would bury the first. Each
- * line names KAFKA_BROKERS and its host:port entries (never a credential: those are KAFKA_SASL_*,
+ * (FailureLog), as every start-up step's are: the first at once with its error, then a line a minute
+ * at most with how many followed, and one when the intake starts. While the brokers cannot be
+ * reached, the start is retried every 30 s for as long as that lasts, and a line each time would
+ * bury the first. Each line names KAFKA_BROKERS and its host:port entries (never a credential: those are KAFKA_SASL_*,
  * not read here). `timing` is for tests.
  */
 export function startKafkaIntake(

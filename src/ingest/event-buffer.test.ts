@@ -383,6 +383,40 @@ describe('EventBuffer', () => {
     expect(eventBuffer.unhealthyReason).toBeUndefined();
   });
 
+  it('names the kind of storage failure in the reason, never its message, and logs a new kind during the outage', async () => {
+    // The server refuses connections, then (up again) is out of memory, then takes the rows.
+    const failures = [
+      Object.assign(new Error('connect ECONNREFUSED 10.0.0.7:8123'), { code: 'ECONNREFUSED' }),
+      Object.assign(new Error('Code: 241. DB::Exception: Memory limit exceeded while inserting row pk_live_secretish'), { code: '241', type: 'MEMORY_LIMIT_EXCEEDED' }),
+      Object.assign(new Error('Code: 241. DB::Exception: Memory limit exceeded again'), { code: '241', type: 'MEMORY_LIMIT_EXCEEDED' }),
+    ];
+    const reasons: (string | undefined)[] = [];
+    let gate: () => void = () => {};
+    const { eventBuffer, logs } = buffer({
+      flushRows: 1,
+      storeRows: async () => {
+        const failure = failures.shift();
+        if (failure) {
+          reasons.push(eventBuffer.unhealthyReason);
+          throw failure;
+        }
+        reasons.push(eventBuffer.unhealthyReason);
+        gate();
+      },
+    });
+    const stored = new Promise<void>((resolve) => (gate = resolve));
+    void eventBuffer.add({ lines: ['{"a":1}'], offsets: [{ topic: 't', partition: 0, offset: 1 }] });
+    await stored;
+    // Seen by the next attempt: the reason of the failure before it.
+    expect(reasons).toEqual([undefined, 'storage unavailable: ECONNREFUSED', 'storage unavailable: MEMORY_LIMIT_EXCEEDED', 'storage unavailable: MEMORY_LIMIT_EXCEEDED']);
+    await until(() => eventBuffer.unhealthyReason === undefined);
+    expect(logs.filter((line) => line.level >= 40).map((line) => line.msg)).toEqual([
+      'storing a flush failed; pausing intake and retrying',
+      'storing a flush still fails, now for another reason; retrying',
+    ]);
+    await eventBuffer.stop(10);
+  });
+
   it('reports a failing insert as storage unavailable', async () => {
     const { eventBuffer, events } = buffer({ flushRows: 1, failures: Number.POSITIVE_INFINITY });
     void eventBuffer.add({ lines: ['{"a":1}'], offsets: [{ topic: 't', partition: 0, offset: 1 }] });

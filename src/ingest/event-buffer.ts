@@ -192,6 +192,11 @@ export class EventBuffer {
   private readonly outageListeners = new Set<() => void>();
   /** What the flush in hand fails at, until it succeeds. */
   private _failure: FlushFailure | undefined;
+  /**
+   * The kind of the last storage failure while storage fails (errorKind), for `/ready`: never the
+   * error's message, which may quote the rows it refused.
+   */
+  private storageCause: string | undefined;
   /** Whether the last insert was a full one (STORE_FLUSH_ROWS rows): intake was behind. */
   private lastFlushWasFull = false;
 
@@ -214,7 +219,7 @@ export class EventBuffer {
 
   /** Why flushes are not going through, for `/ready`; undefined while they are. */
   get unhealthyReason(): string | undefined {
-    if (this._failure === 'storage') return 'storage unavailable';
+    if (this._failure === 'storage') return this.storageCause ? `storage unavailable: ${this.storageCause}` : 'storage unavailable';
     if (this._failure === 'dead letters') return `dead-letter topic unavailable: cannot produce dead letters to ${this.deadLetterTopic}`;
     return undefined;
   }
@@ -429,6 +434,13 @@ export class EventBuffer {
       } catch (error) {
         if (signal.aborted) throw error; // given up at the stop deadline, not a failure of storage
         (stage === 'storage' ? metrics.flushFailures : metrics.deadLetterFailures).inc();
+        if (stage === 'storage') {
+          const cause = errorKind(error);
+          // The first failure is logged below; a new kind of failure during the outage (the server
+          // refusing connections, then out of memory) is news to on-call too.
+          if (this._failure === 'storage' && cause !== this.storageCause) logger.warn({ err: error, rows: rowCount, was: this.storageCause }, 'storing a flush still fails, now for another reason; retrying');
+          this.storageCause = cause;
+        }
         if (this._failure !== stage) {
           const wasHealthy = this._failure === undefined;
           this._failure = stage;
@@ -455,6 +467,7 @@ export class EventBuffer {
     if (this._failure) {
       logger.info(this._failure === 'storage' ? 'storage is back; resuming intake' : `dead letters are produced to ${this.deadLetterTopic} again; resuming intake`);
       this._failure = undefined;
+      this.storageCause = undefined;
       this.options.onRecovery?.();
     }
     metrics.flushDuration.observe((performance.now() - started) / 1000);
@@ -467,4 +480,16 @@ export class EventBuffer {
       }
     }
   }
+}
+
+/**
+ * An error's kind, without its message: a ClickHouse error's type (MEMORY_LIMIT_EXCEEDED), a
+ * network error's code (ECONNREFUSED), or its class's name.
+ */
+export function errorKind(error: unknown): string | undefined {
+  if (!(error instanceof Error)) return undefined;
+  const { type, code } = error as Error & { type?: unknown; code?: unknown };
+  if (typeof type === 'string' && /^[A-Z0-9_]{1,64}$/.test(type)) return type;
+  if (typeof code === 'string' && /^[A-Z0-9_]{1,64}$/.test(code)) return code;
+  return error.name !== 'Error' && /^[A-Za-z]{1,64}$/.test(error.name) ? error.name : undefined;
 }

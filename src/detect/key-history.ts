@@ -25,19 +25,19 @@ export const MAX_SIGHTINGS = 256;
  * that hop (it judges every hop of its window as it arrives), and reported it if it was impossible,
  * so the place is either near the other one or already in an alert. One request of a thief while
  * the key was idle at night is neither; a region that serves for hours, or a ten-minute daily job
- * alternating between its regions, is (and counts once it is also vouched for, below). Sightings warmed from storage (a network's first and last
- * request over the days) count alike: a network seen on two days spans them, and the short
- * sightings of one job's networks overlap.
+ * alternating between its regions, is (and counts once it is also vouched for, below). Sightings
+ * warmed from storage (a network's first and last request over the days) count alike: a network
+ * seen on two days spans them, and the short sightings of one job's networks overlap.
  */
 export const ESTABLISHED_MS = 30 * 60_000;
 
 /*
  * Established is not enough: a place counts as the key's own (to the rules) only once it is also
  * vouched for, so that requests of a thief while the key is idle (two half an hour apart, or hours
- * of them) make nothing the key's. A place is vouched for from when it was seen within
- * ESTABLISHED_MS of a sighting at a place already vouched for (impossible_travel judged that hop,
- * and reported it if it was impossible), and the place the key was first seen at, of those
- * remembered, from then (a new key's first site: there is nothing to tell a thief's from it). A hop
+ * of them) make nothing the key's. A place is vouched for (from the whole minute after) when it
+ * was seen within ESTABLISHED_MS of a sighting at a place already vouched for (impossible_travel
+ * judged that hop, and reported it if it was impossible), and the place the key was first seen at,
+ * of those remembered, from then (a new key's first site: nothing tells a thief's from it). A hop
  * between two places not vouched for vouches for neither: two exits of one thief, near each other,
  * are not the key's. A network is the key's while its place is; one without a usable point (no
  * GeoIP) is vouched for alike, by a run of it within ESTABLISHED_MS of a network vouched for.

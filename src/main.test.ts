@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createLogger } from './logger.ts';
+import { capturedLogs } from '../test/support/logs.ts';
 import { retryUntilDone, startKafkaIntake, storageCause } from './main.ts';
 
 interface Line {
@@ -13,18 +13,6 @@ interface Line {
   brokers?: string[];
 }
 
-function capturedLogs() {
-  const lines: Line[] = [];
-  let text = '';
-  const logger = createLogger('info', {
-    write: (line: string) => {
-      text += line;
-      lines.push(JSON.parse(line) as Line);
-    },
-  });
-  return { logger, lines, text: () => text };
-}
-
 /** kafkajs's error when no broker can be reached. */
 function unreachable(): Error {
   return Object.assign(new Error('Connection error: connect ECONNREFUSED 10.0.0.5:9092'), { name: 'KafkaJSConnectionError' });
@@ -34,7 +22,7 @@ describe('startKafkaIntake', () => {
   const brokers = ['10.0.0.5:9092', 'kafka-2.internal:9092'];
 
   it('logs failed starts as one failure naming KAFKA_BROKERS: the first at once, then once a minute with the count, then the start', async () => {
-    const { logger, lines } = capturedLogs();
+    const { logger, lines } = capturedLogs<Line>();
     // A start every 30 s (the backoff's cap), failing seven times while the brokers cannot be reached.
     let clock = 0;
     let starts = 0;
@@ -57,7 +45,7 @@ describe('startKafkaIntake', () => {
   });
 
   it('logs nothing of its own when the first start succeeds', async () => {
-    const { logger, lines } = capturedLogs();
+    const { logger, lines } = capturedLogs<Line>();
     await startKafkaIntake({ start: async () => {} }, brokers, logger, new AbortController().signal);
     expect(lines).toEqual([]);
   });
@@ -65,7 +53,7 @@ describe('startKafkaIntake', () => {
 
 describe('retryUntilDone', () => {
   it('logs the failed attempts of other steps as one failure too, and hands each error to onFailure', async () => {
-    const { logger, lines } = capturedLogs();
+    const { logger, lines } = capturedLogs<Line>();
     const heard: unknown[] = [];
     let attempts = 0;
     const step = async () => {
@@ -81,7 +69,7 @@ describe('retryUntilDone', () => {
   });
 
   it('ends when the signal aborts, without another attempt', async () => {
-    const { logger } = capturedLogs();
+    const { logger } = capturedLogs<Line>();
     const abort = new AbortController();
     let attempts = 0;
     const step = async () => {

@@ -23,7 +23,6 @@ import { DetectionLoadMonitor } from './detect/load-monitor.ts';
 import { describeConfig, listenConfigError, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
 import { enforcementAdminRoutes, registerDecisionRoutes } from './enforcement/decision-routes.ts';
 import { DecisionSource } from './enforcement/decision-source.ts';
-import type { RequestEvent } from './events/request-event.ts';
 import { FailureLog } from './failure-log.ts';
 import { createHttpServer } from './http/server.ts';
 import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';

@@ -221,6 +221,7 @@ export class KeyHistory implements KeyHistoryView {
     this.expiredAt = now;
     this.endRun();
     const cutoff = now - HISTORY_MS;
+    const before = this.size;
     for (const sightings of [this.networks, this.places]) {
       for (const [key, sighting] of sightings) {
         if (sighting.last >= cutoff) continue;
@@ -228,7 +229,7 @@ export class KeyHistory implements KeyHistoryView {
         this.count.entries--;
       }
     }
-    this.findEarliest();
+    if (this.size < before) this.findEarliest();
   }
 
   /** Networks and places remembered (the current run's included). */

@@ -35,6 +35,11 @@ export class VouchedWriter {
 
   add(vouched: readonly VouchedNetwork[]): void {
     for (const record of vouched) if (this.held.length < MAX_HELD) this.held.push(record);
+    this.flushSoon();
+  }
+
+  /** A flush within flushEveryMs, while anything is held (and not after stop). */
+  private flushSoon(): void {
     if (this.stopped || this.held.length === 0) return;
     this.timer ??= setTimeout(() => {
       this.timer = undefined;
@@ -80,7 +85,7 @@ export class VouchedWriter {
       this.failures.failed({ err: error, rows: rows.length });
       // Tried again with the next write (a repeat of rows that did land changes nothing: the table keeps the earliest).
       this.held = rows.concat(this.held).slice(0, MAX_HELD);
-      this.add([]);
+      this.flushSoon();
     }
   }
 }

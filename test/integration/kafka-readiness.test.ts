@@ -7,10 +7,10 @@
  * worker's SASL is named as such, with the settings to check.
  */
 import { describe, expect, it } from 'vitest';
-import { createLogger } from '../../src/logger.ts';
 import { startWorker } from '../../src/main.ts';
 import { useEngines } from '../support/engines.ts';
 import { relayToBroker } from '../support/kafka.ts';
+import { capturedLogs } from '../support/logs.ts';
 import { freePort } from '../support/ports.ts';
 import { readiness, testConfig, testNames, waitFor } from '../support/worker.ts';
 
@@ -22,19 +22,6 @@ interface LogLine {
   component?: string;
   msg: string;
   err?: { message: string };
-}
-
-/** A logger at info that keeps its lines, and the raw text. */
-function capturedLogs() {
-  const lines: LogLine[] = [];
-  let text = '';
-  const logger = createLogger('info', {
-    write: (line: string) => {
-      text += line;
-      lines.push(JSON.parse(line) as LogLine);
-    },
-  });
-  return { logger, lines, text: () => text };
 }
 
 /** kafkajs's lines of one message (a repeat's "(still; ...)" counted with it) less than a minute after the one before. */
@@ -56,7 +43,7 @@ describe('/ready with a Kafka intake', () => {
   it('answers 503 naming the Kafka consumer while the brokers are unreachable, and 200 once it runs', async () => {
     const port = await freePort();
     const config = testConfig({ brokers: [`127.0.0.1:${port}`], clickhouse: engines.clickhouse, names });
-    const logs = capturedLogs();
+    const logs = capturedLogs<LogLine>();
     // Not through engines.startWorker: that waits for `ready`, which needs the consumer.
     const worker = await startWorker(config, { logger: logs.logger });
     let relay: Awaited<ReturnType<typeof relayToBroker>> | undefined;
@@ -94,7 +81,7 @@ describe('/ready with a Kafka intake', () => {
       // The run's broker takes no SASL, as a listener that is not the SASL one.
       extra: { KAFKA_SASL_MECHANISM: 'plain', KAFKA_SASL_USERNAME: 'svc', KAFKA_SASL_PASSWORD: password, KAFKA_SSL: 'false' },
     });
-    const logs = capturedLogs();
+    const logs = capturedLogs<LogLine>();
     const worker = await startWorker(config, { logger: logs.logger });
     try {
       const startFailures = () => logs.lines.filter((line) => line.msg === 'starting kafka intake failed');

@@ -34,7 +34,7 @@ import { RecentEventIds } from './ingest/recent-event-ids.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { WorkerMetrics } from './metrics.ts';
 import { AlertStore } from './store/alert-store.ts';
-import { connectClickHouse, type ClickHouse } from './store/clickhouse.ts';
+import { connectClickHouse, StorageDirectoryInUse, type ClickHouse } from './store/clickhouse.ts';
 import { EnforcementHistoryStore } from './store/enforcement-history-store.ts';
 import { EventStore, HTTP_SOURCE, storableEventTimes } from './store/event-store.ts';
 import { migrate } from './store/migrate.ts';
@@ -103,13 +103,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   logger.info({ version: VERSION, ...describeConfig(config), detectionWindowBudget: maxWindowEvents }, 'starting');
   const metrics = new WorkerMetrics();
   const tables = tablesIn(config.clickhouse.database);
-  const connection = connectClickHouse({
-    url: config.clickhouse.url,
-    username: config.clickhouse.username,
-    password: config.clickhouse.password,
-    dataDir: config.clickhouse.dataDir,
-    logger,
-  });
+  const connection = connectStorage(config, logger);
   const clickhouse = deps.wrapClickHouse ? deps.wrapClickHouse(connection) : connection;
   const store = new EventStore(clickhouse, tables);
   const recentIds = new RecentEventIds(config.ingest.dedupCacheSize);
@@ -585,6 +579,22 @@ async function resealWebhookSecrets(store: WebhookStore, hasPreviousKey: boolean
     }
   } catch (error) {
     logger.warn({ err: error }, 'sealing webhook signing secrets again failed; they still open, and the next start tries again');
+  }
+}
+
+/** The storage connection; a DATA_DIR in use by another worker stops the start as an invalid setting does. */
+function connectStorage(config: Config, logger: Logger): ClickHouse {
+  try {
+    return connectClickHouse({
+      url: config.clickhouse.url,
+      username: config.clickhouse.username,
+      password: config.clickhouse.password,
+      dataDir: config.clickhouse.dataDir,
+      logger,
+    });
+  } catch (error) {
+    if (error instanceof StorageDirectoryInUse) throw new ConfigError([`DATA_DIR: ${config.clickhouse.dataDir} is ${error.message}`]);
+    throw error;
   }
 }
 

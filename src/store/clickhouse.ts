@@ -16,7 +16,7 @@
  * resident), and on platforms without a chdb build it throws, so a worker with a server URL never
  * loads it. It is a CommonJS package, loaded with require, so connecting stays synchronous.
  */
-import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
@@ -119,7 +119,12 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
   const path = resolve(options.dataDir, 'clickhouse');
   mkdirSync(path, { recursive: true });
   const { createChdbConnection } = require('chdb/connection') as typeof import('chdb/connection');
-  const connection: ChdbConnection = createChdbConnection({ path });
+  let connection: ChdbConnection;
+  try {
+    connection = createChdbConnection({ path });
+  } catch (error) {
+    throw engineHolder(path) ?? error;
+  }
   // chdb declares the same Connection interface against its own copy of client-common's types.
   const client = createClient({
     connection: connection as unknown as ClientConnection,
@@ -144,6 +149,43 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
       await inserts.remove(file);
     }
   });
+}
+
+/**
+ * The embedded engine's directory is locked by another live process (a second worker started on the
+ * same DATA_DIR): chdb then fails with a bare "Failed to create connection" and prints the reason
+ * ("Cannot lock file .../status") to stderr only.
+ */
+export class StorageDirectoryInUse extends Error {
+  constructor(
+    readonly path: string,
+    readonly pid: number,
+  ) {
+    super(`in use by another process (PID ${pid}) whose embedded ClickHouse engine holds ${path}: run one worker per directory`);
+    this.name = 'StorageDirectoryInUse';
+  }
+}
+
+/**
+ * Who holds the engine's directory, read from the `status` file the engine writes when it takes the
+ * lock (and leaves behind when it exits): another process that is still alive, or undefined.
+ */
+function engineHolder(path: string): StorageDirectoryInUse | undefined {
+  let status: string;
+  try {
+    status = readFileSync(join(path, 'status'), 'utf8');
+  } catch {
+    return undefined;
+  }
+  const pid = Number(/^PID: (\d+)$/m.exec(status)?.[1]);
+  if (!Number.isSafeInteger(pid) || pid <= 0 || pid === process.pid) return undefined;
+  try {
+    process.kill(pid, 0);
+  } catch (error) {
+    // EPERM: alive, but another user's.
+    if ((error as NodeJS.ErrnoException).code !== 'EPERM') return undefined;
+  }
+  return new StorageDirectoryInUse(path, pid);
 }
 
 /** Directories of insert files this process made (a process may connect more than once). */

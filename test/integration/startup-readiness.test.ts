@@ -25,6 +25,7 @@ import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker, type WorkerDeps } from '../../src/main.ts';
 import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { useEngines } from '../support/engines.ts';
+import { freePort } from '../support/ports.ts';
 import { spawnWorker } from '../support/process.ts';
 import { readiness, TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
 
@@ -351,6 +352,48 @@ describe('the worker process with a setting it cannot start with', () => {
     expect(code, output).toBe(2);
     expect(output).toMatch(/\ninvalid configuration:\n {2}- HOST: cannot listen on HOST 192\.0\.2\.1, PORT \d+ \(EADDRNOTAVAIL: not an address of this machine\)\n/);
     expect(output).not.toMatch(STACK_LINE);
+  });
+
+  it('exits 2 naming DATA_DIR, without a stack, when another worker holds it', async () => {
+    const dataDir = join(dir, 'shared');
+    const holder = await spawnWorker({ DATA_DIR: dataDir, LOG_LEVEL: 'info' });
+    try {
+      await waitFor(() => holder.output().includes('"msg":"migration applied"') || holder.child.exitCode !== null, `the first worker opens ${dataDir}`, 60_000);
+      const { code, output } = await runToExit({ DATA_DIR: dataDir });
+      expect(code, output).toBe(2);
+      expect(output).toContain(`\ninvalid configuration:\n  - DATA_DIR: ${dataDir} is in use by another process (PID ${holder.child.pid}) whose embedded ClickHouse engine holds ${join(dataDir, 'clickhouse')}: run one worker per directory\n`);
+      expect(output).not.toMatch(STACK_LINE);
+    } finally {
+      holder.child.kill('SIGKILL');
+      await holder.exited;
+    }
+  });
+
+  it('under `npm start`, a SIGTERM sent to npm alone (as an orchestrator sends it) stops the worker cleanly', async () => {
+    const port = await freePort();
+    // Its own process group, so that whatever npm leaves behind can be killed after the test.
+    const npm = spawn('npm', ['start'], {
+      cwd: REPO_ROOT,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? dir, PORT: String(port), DATA_DIR: join(dir, 'npm-start'), FEATURE_ANOMALY_DETECTION: 'false' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    let output = '';
+    npm.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    npm.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const health = () => fetch(`http://127.0.0.1:${port}/health`).then((response) => response.status, () => 0);
+    try {
+      await waitFor(async () => (await health()) === 200, `npm start answers /health\n${output}`, 60_000);
+      npm.kill('SIGTERM');
+      await waitFor(async () => (await health()) === 0 && npm.exitCode !== null, `the worker stops with npm\n${output}`, 20_000);
+      expect(output).toMatch(/"reason":"SIGTERM"[^\n]*"msg":"shutdown requested"[\s\S]*"msg":"stopped"/);
+    } finally {
+      try {
+        process.kill(-npm.pid!, 'SIGKILL');
+      } catch {
+        // the group has ended
+      }
+    }
   });
 
   it('started in-process on a port in use, rejects naming PORT and releases what it made: the embedding process exits by itself', async () => {

@@ -226,6 +226,24 @@ describe('HTTP ingest: the request', () => {
     expect(app.stored.flat()).toHaveLength(2);
   });
 
+  it('reads events holding "__proto__" or "constructor" keys alike whatever the content type (the keys dropped as unknown fields); an empty or malformed JSON body is still refused', async () => {
+    const app = await server();
+    const poisoned = (i: number) =>
+      `{"__proto__":{"polluted":"yes"},${JSON.stringify({ ...event(50 + i), extra: 'x' }).slice(1, -1).replace('"extra":"x"', '"extra":{"constructor":{"prototype":{"polluted":"yes"}}}')}}`;
+    for (const [i, contentType] of ['application/json', 'text/plain', 'application/x-ndjson'].entries()) {
+      const answer = await send(app, `[${poisoned(i)}]`, contentType, `Bearer ${TOKEN}`);
+      expect({ contentType, status: answer.status, accepted: answer.body.data?.accepted }).toEqual({ contentType, status: 202, accepted: 1 });
+    }
+    expect(app.detected.flat().map((stored) => [stored.eventId, Object.getPrototypeOf(stored), Object.keys(stored).includes('extra')])).toEqual(
+      [50, 51, 52].map((i) => [event(i).eventId, Object.prototype, false]),
+    );
+    expect(({} as { polluted?: string }).polluted).toBeUndefined();
+    for (const payload of ['', '[{"eventId":', '{"__proto__":']) {
+      const answer = await send(app, payload, 'application/json', `Bearer ${TOKEN}`);
+      expect({ payload, status: answer.status, body: answer.body }).toMatchObject({ payload, status: 400, body: { code: 'VALIDATION_ERROR' } });
+    }
+  });
+
   it('reads a JSON array after a byte-order mark whatever the content type says', async () => {
     const app = await server();
     for (const [i, contentType] of ['text/plain', 'application/x-ndjson', 'application/json'].entries()) {

@@ -19,7 +19,7 @@
  * still lose. A post whose events would take the rows waiting for storage past `maxBufferedRows` is
  * refused (503) without buffering them: slow storage slows intake rather than fill memory.
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
   parseRequestEventText,
   parseRequestEventValue,
@@ -254,7 +254,7 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     authenticate(request);
     refuseUndecodedBody(request);
   };
-  app.post('/v1/ingest/events', { onRequest }, async (request, reply) => {
+  const ingest = async (request: FastifyRequest, reply: FastifyReply) => {
     // With Kafka, storage is the consumer's business: the topic holds the events through its outage.
     if (publish ? overdue > 0 : !buffer.healthy) throw unavailable(publish !== undefined);
     if (options.detectionStopped?.()) throw detectionNotJudging('has stopped');
@@ -274,6 +274,15 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     const outcome = publish ? (accepted.length > 0 ? await produce(publish, accepted, request) : 'done') : await storeAndWait(classified);
     if (outcome !== 'done') throw unavailable(publish !== undefined);
     return reply.code(202).send({ success: true, data: report });
+  };
+  void app.register(async (scope) => {
+    // JSON is read as Kafka intake and text/plain posts read it (JSON.parse): Fastify's parser refuses
+    // the whole post for one event's "__proto__" or "constructor" key, which validation drops as it
+    // drops any field it does not know. An empty or malformed body is refused as before.
+    const parseJson = scope.getDefaultJsonParser('ignore', 'ignore');
+    scope.removeContentTypeParser('application/json');
+    scope.addContentTypeParser('application/json', { parseAs: 'string' }, parseJson);
+    scope.post('/v1/ingest/events', { onRequest }, ingest);
   });
 }
 

@@ -10,6 +10,9 @@ const HOME = spread(50, T0 - 60 * MINUTE, 50 * MINUTE, at('ashburn'));
 /** An hour of us-east two days ago: Ashburn is a place the key was established at before its window, a key seen for over a day. */
 const ESTABLISHED_IN_ASHBURN = spread(60, T0 - 2 * DAY, 60 * MINUTE, at('ashburn'));
 
+/** The fleet after a failover: from T0 - 60 min + 5 s, Dublin, Singapore and São Paulo in turn every 20 s. */
+const MOVED = spread(180, T0 - 60 * MINUTE + 5 * SECOND, 60 * MINUTE - 5 * SECOND, (i) => at((['dublin', 'singapore', 'saoPaulo'] as const)[i % 3]!));
+
 /** Title and summary of a hop out of Moscow, the place new to the key, into its own Ashburn. */
 const OUT_OF_MOSCOW = { title: /: Moscow, RU to Ashburn, US at /, summary: /\(Moscow, RU is new to the key\)/ };
 
@@ -354,6 +357,17 @@ export const fixtures: Fixture[] = [
     window: keyWindow([{ at: T0 - 5 * MINUTE, ...at('dublin') }, { at: T0, ...at('ashburn') }], {
       history: [...spread(120, T0 - DAY - 12 * 60 * MINUTE, 2 * 60 * MINUTE, at('ashburn')), ...spread(240, T0 - DAY - 10 * 60 * MINUTE + 20 * MINUTE, 4 * 60 * MINUTE, at('dublin'))],
     }),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  // A failover: the whole fleet left Ashburn for Dublin, Singapore and São Paulo an hour ago (that
+  // hop was judged, and reported, then). When the window's start passes Ashburn's last request, the
+  // places the fleet moved to were established by that hop a few seconds after it: they are the
+  // key's own, not new places to report again (nor to reopen a resolved alert with).
+  {
+    name: 'a fleet that moved from Ashburn to three regions an hour ago is not reported again when Ashburn leaves the window',
+    kind: 'negative',
+    window: keyWindow(MOVED, { history: [...ESTABLISHED_IN_ASHBURN, ...spread(180, T0 - 2 * 60 * MINUTE, 60 * MINUTE - SECOND, at('ashburn')), ...MOVED] }),
     now: T0,
     expect: { findings: 0 },
   },

@@ -88,7 +88,7 @@ interface Tally {
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
-  version: '1.4.0',
+  version: '1.5.0',
   title: 'Impossible travel',
   description:
     'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
@@ -193,6 +193,22 @@ export const rule: RuleDefinition<Params, Tally> = {
     for (let i = start; !atKnownPlace && i < events.length && events[i]!.timestamp < firstWholeMinute; i++) {
       const geo = events[i]!.geo;
       if (geo && nearKnown(known, geo)) atKnownPlace = true;
+    }
+    // Known too: the window's first place when it was already the key's own (established, and vouched
+    // for, a minute's rounding aside) by its first request in the window. The hop that made it so came
+    // before that request, from a place before the window: the window's start has just passed the
+    // last request at the key's old places (the whole fleet failed over to other regions a moment
+    // after). Without this, the places it moved to would look new for as long as that moment, and
+    // hops between them would be reported again, an hour later (reopening an alert resolved meanwhile).
+    // A thief's place first seen while the key was idle is not: it is tied to the key's own only later.
+    if (!atKnownPlace && keyEstablished) {
+      let i = start;
+      while (i < events.length && !events[i]!.geo) i++;
+      const first = events[i];
+      if (first?.geo) {
+        const own = new Set(window.history!.establishedPlacesBefore(first.timestamp + MINUTE + 1).map(cellOf));
+        if (own.has(cellOf(first.geo))) atKnownPlace = true;
+      }
     }
     for (let i = start; i < events.length && next < candidates.length; i++) {
       const geo = events[i]!.geo;

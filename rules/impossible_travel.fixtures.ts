@@ -13,6 +13,10 @@ const ESTABLISHED_IN_ASHBURN = spread(60, T0 - 2 * DAY, 60 * MINUTE, at('ashburn
 /** The fleet after a failover: from T0 - 60 min + 5 s, Dublin, Singapore and São Paulo in turn every 20 s. */
 const MOVED = spread(180, T0 - 60 * MINUTE + 5 * SECOND, 60 * MINUTE - 5 * SECOND, (i) => at((['dublin', 'singapore', 'saoPaulo'] as const)[i % 3]!));
 
+/** An edge deployment: its requests come through five countries' edge locations in turn, every 20 s. */
+const EDGE = ['ashburn', 'dublin', 'frankfurt', 'singapore', 'tokyo'] as const;
+const edgeTraffic = (count: number, from: number, spanMs: number) => spread(count, from, spanMs, (i) => at(EDGE[i % EDGE.length]!));
+
 /** Title and summary of a hop out of Moscow, the place new to the key, into its own Ashburn. */
 const OUT_OF_MOSCOW = { title: /: Moscow, RU to Ashburn, US at /, summary: /\(Moscow, RU is new to the key\)/ };
 
@@ -97,6 +101,33 @@ export const fixtures: Fixture[] = [
     now: T0,
     // Seattle is new to the key, but in the US, where it is established: counted, it made three countries, and blocked the key.
     expect: { findings: 1, severity: 'high', evidence: { newCountries: ['DE', 'GB'], keyEstablished: true } },
+  },
+  {
+    name: 'an edge key at home in five countries that starts serving from three new ones at once (a market launch) is high, not critical',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...edgeTraffic(150, T0 - 60 * MINUTE, 50 * MINUTE),
+        ...spread(30, T0 - 10 * MINUTE, 10 * MINUTE, (i) => at((['ashburn', 'saoPaulo', 'frankfurt', 'mexicoCity', 'tokyo', 'sydney'] as const)[i % 6]!)),
+      ],
+      { history: edgeTraffic(180, T0 - 2 * DAY, 60 * MINUTE) },
+    ),
+    now: T0,
+    // Red-team round 31: critical, risk 1.0, and a block of the merchant's production key.
+    expect: { findings: 1, severity: 'high', evidence: { newCountries: ['AU', 'BR', 'MX'], criticalCountries: 5, keyEstablished: true } },
+  },
+  {
+    name: 'the same edge key used from five new countries at once is critical: as many as it is at home in',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...edgeTraffic(150, T0 - 60 * MINUTE, 50 * MINUTE),
+        ...spread(30, T0 - 10 * MINUTE, 10 * MINUTE, (i) => at((['ashburn', 'saoPaulo', 'moscow', 'mexicoCity', 'johannesburg', 'sydney', 'mumbai'] as const)[i % 7]!)),
+      ],
+      { history: edgeTraffic(180, T0 - 2 * DAY, 60 * MINUTE) },
+    ),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { newCountries: ['AU', 'BR', 'IN', 'MX', 'RU', 'ZA'], criticalCountries: 5, keyEstablished: true } },
   },
   {
     name: 'a freshly rotated key on a four-region fleet (us-east, eu-west, ap-southeast, ap-northeast) is high, never critical: nothing is established yet',

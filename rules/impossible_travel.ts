@@ -20,7 +20,9 @@
  * it is judged as soon as the key's own place answers).
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the places new to the key in the impossible hops are in at least criticalCountries
- * countries other than those it is established in. The known end's country does not count, nor a
+ * countries other than those it is established in, and in at least as many as it is established in
+ * (a key at home in 11 countries through an edge deployment that launches in 3 more is high).
+ * The known end's country does not count, nor a
  * new region in the key's own country: a key at home in the US whose engineer's VPN
  * exit moves London -> Frankfurt is two new countries, high (so is a thief with exits in two new
  * countries). Never critical while the key has no place established before the window (a new key,
@@ -88,7 +90,7 @@ interface Tally {
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
-  version: '1.5.0',
+  version: '1.6.0',
   title: 'Impossible travel',
   description:
     'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
@@ -119,7 +121,9 @@ export const rule: RuleDefinition<Params, Tally> = {
     'A freshly rotated key deployed to a multi-region fleet alerts once, high at most (investigate, never block): until the key has a place established before its window, its first place is a guess.',
     'An engineer\'s VPN exit moving between two countries (London, then Frankfurt) on an established key is high, not critical: the key\'s own country does not count towards criticalCountries.',
     'A new key rolled out region by region (one region for hours, then the fleet\'s others at once) is high, not critical: a key first seen less than minKeyAgeMinutes (a day) before its window is never critical.',
-    'Accepted: a thief with exits in only two new countries, or a key stolen in its first day of use (or after 7 idle days), is high (investigate), not critical (block).',
+    'An edge deployment or global fleet at home in many countries that starts serving from three new ones at once (a market launch through new edge locations) is high, not critical: critical needs as many new countries as the key is at home in, and at least criticalCountries.',
+    'Not avoided: a fleet at home in one or two countries that moves to three new ones at once (a failover to standby regions abroad) is critical; allowlist the key for a drill, or dismiss the alert with a note.',
+    'Accepted: a thief with exits in only two new countries, or in fewer new countries than the key is at home in (three for a key used in five), or a key stolen in its first day of use (or after 7 idle days), is high (investigate), not critical (block).',
     'Not avoided: a region the key used only briefly before (a job of a few minutes, on one day) is not established yet: its next hop with the key\'s other sites alerts again, once; from its second day it is known.',
   ],
   evaluate(window, params, now) {
@@ -248,8 +252,12 @@ export const rule: RuleDefinition<Params, Tally> = {
       }
     });
     // Critical (block) only for an established key seen for a day; otherwise what would be critical is high.
+    // A key at home in many countries (an edge deployment, a global fleet) needs as many new ones:
+    // three new countries are a market launch through new edge locations for it, more hands for a key
+    // at home in one or two.
+    const criticalCountries = Math.max(params.criticalCountries, homeCountries.size);
     const severity: Severity =
-      newCountries.size >= params.criticalCountries
+      newCountries.size >= criticalCountries
         ? blockable
           ? 'critical'
           : 'high'
@@ -296,6 +304,7 @@ export const rule: RuleDefinition<Params, Tally> = {
         impossibleHops: hops.length,
         countries: [...countries].sort(),
         newCountries: [...newCountries].sort(),
+        criticalCountries,
         keyEstablished,
         keyAgeMinutes,
         minKeyAgeMinutes: params.minKeyAgeMinutes,

@@ -102,9 +102,9 @@ const BYTES_PER_WINDOW_EVENT = 300;
 const BYTES_PER_HISTORY_ENTRY = 125;
 
 /**
- * A history entry against the budget, in events (about 0.37). A key seen from many networks may
+ * A history entry against the budget, in events (about 0.42). A key seen from many networks may
  * hold 640 entries (MAX_SIGHTINGS networks and as many places, a quarter more before a trim), some
- * 70 KB, ten times its KEY_WEIGHT, and an idle key's history has no KEY_WEIGHT at all: so the
+ * 80 KB, over ten times its KEY_WEIGHT, and an idle key's history has no KEY_WEIGHT at all: so the
  * entries beyond HISTORY_ENTRIES_PER_KEY per history count.
  */
 export const HISTORY_ENTRY_WEIGHT = BYTES_PER_HISTORY_ENTRY / BYTES_PER_WINDOW_EVENT;

@@ -53,6 +53,10 @@ describe('Kafka intake into ClickHouse', () => {
         .sort(),
     );
     expect(newest.map((event) => event.timestamp)).toEqual(newest.map((event) => event.timestamp).sort((a, b) => a - b));
+    // Read in queries of fewer rows (each after the last one's), the same events in the same order.
+    const inQueries: number[] = [];
+    expect(await recentEvents(store, { since: new Date(eventOptions.startMs - 60_000), plans: ['business', 'enterprise'], limit: 1_000 }, 300, inQueries, 350)).toEqual(newest);
+    expect(inQueries).toEqual([300, 50, 300, 50, 300]);
     const merchantTotals = await store.trafficTotals({ merchantId: 'm_7', from: new Date(0), to: new Date(Date.UTC(2100, 0)) });
     expect(merchantTotals.requests).toBe(validByMerchant.get('m_7'));
 
@@ -75,7 +79,7 @@ describe('Kafka intake into ClickHouse', () => {
 });
 
 /** EventStore.recentEvents's pages, joined; the size of each page goes to `pageSizes`. */
-async function recentEvents(store: EventStore, range: Parameters<EventStore['recentEvents']>[0], pageSize?: number, pageSizes: number[] = []): Promise<RequestEvent[]> {
+async function recentEvents(store: EventStore, range: Parameters<EventStore['recentEvents']>[0], pageSize?: number, pageSizes: number[] = [], queryRows?: number): Promise<RequestEvent[]> {
   const events: RequestEvent[] = [];
   const handed = await store.recentEvents(
     range,
@@ -84,6 +88,7 @@ async function recentEvents(store: EventStore, range: Parameters<EventStore['rec
       events.push(...page);
     },
     pageSize,
+    queryRows,
   );
   expect(handed).toBe(events.length);
   return events;

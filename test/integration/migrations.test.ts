@@ -207,6 +207,33 @@ describe('migrations', () => {
     ]);
   });
 
+  it('hands back a partition\'s newest events once each, oldest first, across queries: ties of time in eventId order, a repeat not merged yet collapsed', async () => {
+    const tables = tablesIn(service.database);
+    const store = new EventStore(db, tables);
+    const topic = 'api.warm';
+    const start = Date.now() - 3_600_000;
+    // Four instants, three events at each; one more event on another partition.
+    const row = (i: number, partition = 1) => {
+      const parsed = parseRequestEventValue({ ...makeEvent(i, { runId: 'warm', startMs: start }), eventId: `warm_${String(i).padStart(2, '0')}`, timestamp: new Date(start + Math.floor(i / 3) * 1_000).toISOString() });
+      if (!parsed.ok) throw new Error('fixture must be valid');
+      return `${serializeEventRow(parsed.event, { topic, partition, offset: i })}\n`;
+    };
+    const ids = Array.from({ length: 12 }, (_, i) => `warm_${String(i).padStart(2, '0')}`);
+    await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(ids.map((_, i) => row(i)).join('') + row(12, 2)), 'TabSeparated', {});
+    await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(row(4)), 'TabSeparated', {}); // redelivered, not merged yet
+    const read = async (limit: number | undefined, queryRows: number) => {
+      const pages: string[][] = [];
+      const handed = await store.recentEvents({ since: new Date(start - 1), topic, partition: 1, limit }, async (page) => void pages.push(page.map((event) => event.eventId)), 2, queryRows);
+      expect(handed).toBe(pages.flat().length);
+      return pages;
+    };
+    // Queries of two rows end inside each instant's three events.
+    expect((await read(undefined, 2)).flat()).toEqual(ids);
+    expect(await read(undefined, 5)).toEqual([ids.slice(0, 2), ids.slice(2, 4), [ids[4]], ids.slice(5, 7), ids.slice(7, 9), [ids[9]], ids.slice(10, 12)]);
+    // The newest five rows begin at the third instant: its three events come too.
+    expect((await read(5, 2)).flat()).toEqual(ids.slice(6));
+  });
+
   it('refuses to start when an applied migration has been edited', async () => {
     const tables = tablesIn(service.database);
     await db.command(`ALTER TABLE ${tables.schemaMigrations} UPDATE checksum = 'edited' WHERE version = 1 SETTINGS mutations_sync = 1`);

@@ -142,7 +142,7 @@ describe('loadConfig', () => {
     expect(problemsOf({ DEDUP_CACHE_SIZE: '0' })).toEqual([expect.stringMatching(/^DEDUP_CACHE_SIZE: /)]);
     expect(problemsOf({ DEDUP_CACHE_SIZE: '999' })).toEqual([expect.stringMatching(/^DEDUP_CACHE_SIZE: /)]);
     expect(loadConfig({ DEDUP_CACHE_SIZE: '1000' }).ingest.dedupCacheSize).toBe(1000);
-    expect(loadConfig({}).ingest.dedupCacheSize).toBe(200_000);
+    expect(loadConfig({}).ingest.dedupCacheSize).toBe(1_000_000);
   });
 
   it('refuses ALERT_SUPPRESSION_MINUTES=0 (a dismissal would silence nothing)', () => {

@@ -254,7 +254,7 @@ const envSchema = z
     STORE_FLUSH_INTERVAL_MS: envInt(1_000, 10, 60_000),
     STORE_MAX_BUFFERED_ROWS: envInt(200_000, 1, 10_000_000),
     // Fewer would forget an eventId before a re-published copy arrives (0 would drop none), and count it twice.
-    DEDUP_CACHE_SIZE: envInt(200_000, 1_000, 10_000_000),
+    DEDUP_CACHE_SIZE: envInt(1_000_000, 1_000, 10_000_000),
 
     // Trimmed: HTTP trims header values, so a token ending in a newline (a secret file written by echo)
     // would never match. Not so the HMAC keys below (ADMIN_JWT_SECRET, ONCALL_WEBHOOK_SECRET): they

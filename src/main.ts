@@ -206,7 +206,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   }
   const detectionLoad = new DetectionLoadMonitor(metrics, logger.child({ component: 'detection' }));
   const onDetection = (detection: Detection) => {
-    if (detection.load) detectionLoad.record(detection.load);
+    if (detection.load) detectionLoad.record(detection.load, detection.heap);
     alerts.handle(detection);
   };
   // Keys judged by the thread itself once their REJUDGE_MS wait is over, when no batch came to do it.

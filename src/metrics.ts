@@ -120,12 +120,22 @@ export class WorkerMetrics {
   });
   readonly detectionHistoryEntries = new Gauge({
     name: 'security_center_detection_key_history_entries',
-    help: 'Networks and places of the last 7 days that detection remembers for all keys, with a window or idle (about 110 bytes each, counted against the memory budget)',
+    help: 'Networks and places of the last 7 days that detection remembers for all keys, with a window or idle (about 125 bytes each, counted against the memory budget)',
     registers: [this.registry],
   });
   readonly detectionTallyEntries = new Gauge({
     name: 'security_center_detection_tally_entries',
     help: 'Distinct networks, places and paths the rules\' running tallies hold for the keys with a window (about a window event\'s memory each, counted against the memory budget)',
+    registers: [this.registry],
+  });
+  readonly detectionHeapUsed = new Gauge({
+    name: 'security_center_detection_heap_used_bytes',
+    help: 'V8 heap used by the analysis thread (validation, detection windows and histories), after its last batch',
+    registers: [this.registry],
+  });
+  readonly detectionHeapLimit = new Gauge({
+    name: 'security_center_detection_heap_limit_bytes',
+    help: 'Heap limit of the analysis thread (DETECTION_MAX_HEAP_MB, else V8\'s default): out of it, the thread ends and the worker exits 1',
     registers: [this.registry],
   });
   readonly detectionEventsPerKeyCap = new Gauge({

@@ -31,9 +31,11 @@ describe('DetectionLoadMonitor', () => {
     expect(await value('security_center_detection_events_per_key_cap')).toBe(5_000);
   });
 
-  it('shows the idle keys\' histories and every history\'s entries', async () => {
+  it('shows the idle keys\' histories and every history\'s entries, and the analysis thread\'s heap', async () => {
     const { loads, value } = monitor();
-    loads.record({ ...WHOLE, idleHistories: 40, historyEntries: 1_300 });
+    loads.record({ ...WHOLE, idleHistories: 40, historyEntries: 1_300 }, { usedBytes: 300 * 2 ** 20, limitBytes: 1_024 * 2 ** 20 });
+    expect(await value('security_center_detection_heap_used_bytes')).toBe(300 * 2 ** 20);
+    expect(await value('security_center_detection_heap_limit_bytes')).toBe(1_024 * 2 ** 20);
     expect(await value('security_center_detection_idle_key_histories')).toBe(40);
     expect(await value('security_center_detection_key_history_entries')).toBe(1_300);
   });

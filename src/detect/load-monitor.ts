@@ -27,8 +27,12 @@ export class DetectionLoadMonitor {
     private readonly clock: () => number = Date.now,
   ) {}
 
-  record(load: EngineLoad): void {
+  record(load: EngineLoad, heap?: { usedBytes: number; limitBytes: number }): void {
     const { metrics } = this;
+    if (heap) {
+      metrics.detectionHeapUsed.set(heap.usedBytes);
+      metrics.detectionHeapLimit.set(heap.limitBytes);
+    }
     metrics.detectionWindowEvents.set(load.windowEvents);
     metrics.detectionTrackedKeys.set(load.trackedKeys);
     metrics.detectionIdleHistories.set(load.idleHistories);

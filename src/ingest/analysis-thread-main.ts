@@ -4,6 +4,7 @@
  * use one core while the main thread fetches from Kafka and the storage engine inserts on the other.
  * It owns the RecentEventIds of the Kafka path and the detection windows.
  */
+import { getHeapStatistics } from 'node:v8';
 import { parentPort, workerData } from 'node:worker_threads';
 import { RULES } from '../../rules/index.ts';
 import { DetectionConfig, followDetectionConfig } from '../detect/detection-config.ts';
@@ -72,6 +73,12 @@ function scheduleDeferredJudgement(): void {
   deferredTimer = setTimeout(judgeDeferredKeys, at - Date.now()).unref();
 }
 
+/** This thread's V8 heap, the worker's largest (its windows and histories), against its limit (DETECTION_MAX_HEAP_MB). */
+function heap(): { usedBytes: number; limitBytes: number } {
+  const statistics = getHeapStatistics();
+  return { usedBytes: statistics.used_heap_size, limitBytes: statistics.heap_size_limit };
+}
+
 function judgeDeferredKeys(): void {
   deferredTimer = undefined;
   let findings: EngineFinding[] = [];
@@ -81,7 +88,7 @@ function judgeDeferredKeys(): void {
     ruleErrors.push({ ruleId: ENGINE_ERROR, message: error instanceof Error ? error.message : String(error) });
   }
   if (findings.length > 0 || ruleErrors.length > 0) {
-    const message: DeferredDetection = { kind: 'detection', detection: { findings, ruleErrors: ruleErrors.splice(0), load: engine!.load } };
+    const message: DeferredDetection = { kind: 'detection', detection: { findings, ruleErrors: ruleErrors.splice(0), load: engine!.load, heap: heap() } };
     port.postMessage(message);
   }
   scheduleDeferredJudgement();
@@ -115,12 +122,12 @@ port.on('message', (request: AnalysisRequest) => {
       case 'batch': {
         const { events, ...result } = validateBatch(request.batch, recentIds, settings.eventTimes);
         const findings = detect(events, request.batch.partition);
-        response = { id: request.id, result: { ...result, findings, ruleErrors: ruleErrors.splice(0), load: engine?.load, vouched: engine?.takeVouched() } };
+        response = { id: request.id, result: { ...result, findings, ruleErrors: ruleErrors.splice(0), load: engine?.load, heap: heap(), vouched: engine?.takeVouched() } };
         port.postMessage(response, [result.rows.buffer as ArrayBuffer]);
         return;
       }
       case 'detect':
-        response = { id: request.id, result: { findings: detect(request.events, -1), ruleErrors: ruleErrors.splice(0), load: engine?.load, vouched: engine?.takeVouched() } };
+        response = { id: request.id, result: { findings: detect(request.events, -1), ruleErrors: ruleErrors.splice(0), load: engine?.load, heap: heap(), vouched: engine?.takeVouched() } };
         break;
       case 'warm':
         engine?.warm(request.events, request.partition);

@@ -37,6 +37,17 @@ describe('AnalysisThread', () => {
     return { thread, unasked };
   }
 
+  it('reports its own heap with each detection, against the limit it was given (DETECTION_MAX_HEAP_MB)', async () => {
+    analysis = new AnalysisThread({ dedupCacheSize: 1_000, eventTimes: EVENT_TIME_RANGE, detection: true, entitledPlans: ['business'], maxWindowEvents: 1_000_000, maxHeapMb: 96 }, createLogger('silent'));
+    await analysis.ready;
+    const { heap } = await analysis.detect([event(0, Date.now() - 1_000, 201)]);
+    // V8's limit is the old generation's plus the young one's: a little over the setting.
+    expect(heap!.limitBytes / 2 ** 20).toBeGreaterThanOrEqual(96);
+    expect(heap!.limitBytes / 2 ** 20).toBeLessThan(96 + 64);
+    expect(heap!.usedBytes).toBeGreaterThan(1_000_000);
+    expect(heap!.usedBytes).toBeLessThan(heap!.limitBytes);
+  });
+
   it('sends unasked what a key waiting out REJUDGE_MS is found to have done, when no batch follows', async () => {
     const { thread, unasked } = await startThread();
     analysis = thread;

@@ -38,6 +38,8 @@ export interface Detection {
   ruleErrors: { ruleId: string; message: string }[];
   /** The engine against its memory budget after the batch (undefined without detection). */
   load?: EngineLoad;
+  /** The thread's V8 heap after the batch: used, and its limit. */
+  heap?: { usedBytes: number; limitBytes: number };
   /** The networks the keys' histories vouched for (engine.takeVouched), for storage to record; handed to onVouched. */
   vouched?: VouchedNetwork[];
 }

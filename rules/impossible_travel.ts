@@ -210,8 +210,8 @@ export const rule: RuleDefinition<Params, Tally> = {
       while (i < events.length && !events[i]!.geo) i++;
       const first = events[i];
       if (first?.geo) {
-        const own = new Set(window.history!.establishedPlacesBefore(first.timestamp + MINUTE + 1).map(cellOf));
-        if (own.has(cellOf(first.geo))) atKnownPlace = true;
+        const cell = cellOf(first.geo);
+        atKnownPlace = window.history!.establishedPlacesBefore(first.timestamp + MINUTE + 1).some((place) => cellOf(place) === cell);
       }
     }
     for (let i = start; i < events.length && next < candidates.length; i++) {

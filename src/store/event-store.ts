@@ -569,8 +569,8 @@ export class EventStore {
       `SELECT toString(ts) AS first FROM ${table} WHERE ${filter} ORDER BY ts DESC LIMIT 1 OFFSET {skip:UInt64}`,
       { ...params, skip: Math.max(0, (range.limit ?? 1_000_000) - 1) },
     );
-    const from = newest?.first ?? params.since;
-    let after: { ts: string; eventId: string } | undefined;
+    // Every eventId is longer than '': the first query starts at the first row's time, inclusive.
+    let after = { ts: newest?.first ?? params.since, eventId: '' };
     let handed = 0;
     for (;;) {
       let read = 0;
@@ -580,12 +580,12 @@ export class EventStore {
                 response_time_ms, rate_limit_per_minute, country
            FROM ${table}
           WHERE ${filter}
-            AND ts >= {from:DateTime64(3, 'UTC')}
-            AND ({first:Bool} OR (ts, event_id) > ({afterTs:DateTime64(3, 'UTC')}, {afterId:String}))
+            AND ts >= {afterTs:DateTime64(3, 'UTC')} -- the same bound, as the engine reads it to skip data
+            AND (ts, event_id) > ({afterTs:DateTime64(3, 'UTC')}, {afterId:String})
           ORDER BY ts, event_id
           LIMIT 1 BY event_id
           LIMIT {rows:UInt64}`,
-        { ...params, from, first: after === undefined, afterTs: after?.ts ?? from, afterId: after?.eventId ?? '', rows: queryRows },
+        { ...params, afterTs: after.ts, afterId: after.eventId, rows: queryRows },
         pageSize,
         async (rows) => {
           const stored = rows.map((row) => storedEventRow.parse(row));

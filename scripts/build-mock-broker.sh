@@ -122,6 +122,17 @@ sed -i "/^[[:space:]]*rd_kafka_mock_cgrp_classic_sync_done(mcgrp, RD_KAFKA_RESP_
 grep -Fq '/* PATCHED sync waits for every member */' "$CGRP_C" || die "sync patch did not apply to rdkafka_mock_cgrp.c"
 grep -Fq 'TAILQ_FOREACH(m_, &mcgrp->members, link)' "$CGRP_C" || die "sync patch is malformed"
 
+# --- Patch 4: member ids are never given twice. The mock names a member after its
+# address in memory ("%p"), which a member joining later reuses once an earlier one
+# is freed: a consumer the group dropped (its session timed out) could rejoin under
+# the id it had, which real brokers never give again (they add a UUID). The intake
+# tells a dropped membership by its new member id. Name members by a counter instead
+# (the mock cluster handles requests on one thread).
+anchor4='rd_snprintf(memberid, sizeof(memberid), "%p", member);'
+[[ "$(grep -Fc "$anchor4" "$CGRP_C")" == 1 ]] || die "member id patch anchor not found exactly once in rdkafka_mock_cgrp.c"
+sed -i 's|rd_snprintf(memberid, sizeof(memberid), "%p", member);|static unsigned long long next_member_id_; /* PATCHED unique member ids */ rd_snprintf(memberid, sizeof(memberid), "member-%llu", ++next_member_id_);|' "$CGRP_C"
+grep -Fq '/* PATCHED unique member ids */' "$CGRP_C" || die "member id patch did not apply to rdkafka_mock_cgrp.c"
+
 # --- Configure + build the static library (no TLS, SASL/GSSAPI, curl, zstd:
 # the mock needs none of them and they would drag in more static deps).
 log "configuring"

@@ -175,6 +175,28 @@ describe(`startKafka`, () => {
     await b.disconnect();
   }, 90_000);
 
+  it('never gives a member id twice, as real brokers do (the intake tells a dropped membership by a new id)', async () => {
+    // The mock named members after their address in memory, which a later member may reuse once an
+    // earlier one is gone: a replica the group dropped could rejoin under its old id. Members join and
+    // leave in several groups at once, so that many ids are handed out while others are freed.
+    const joinAndLeave = async (groupId: string): Promise<string> => {
+      const consumer = newConsumer(groupId);
+      let memberId: string | undefined;
+      consumer.on(consumer.events.GROUP_JOIN, (event) => (memberId = event.payload.memberId));
+      await consumer.connect();
+      await consumer.subscribe({ topic: TOPIC_BASIC, fromBeginning: true });
+      await consumer.run({ eachBatch: async () => undefined });
+      await waitFor(() => memberId !== undefined, 20_000, `a member of ${groupId} to join`);
+      await consumer.disconnect();
+      return memberId!;
+    };
+    const ids: string[] = [];
+    for (let round = 0; round < 3; round++) {
+      ids.push(...(await Promise.all(Array.from({ length: 8 }, (_, group) => joinAndLeave(`g-ids-${group}-${RUN}`)))));
+    }
+    expect(new Set(ids).size).toBe(ids.length);
+  }, 90_000);
+
   it('keeps 200,000 messages of ~300 bytes in one partition (raised retention)', async () => {
     const N = 200_000;
     const PER_SEND = 5_000;

@@ -97,6 +97,15 @@ export const fixtures: Fixture[] = [
     expect: { findings: 0 },
   },
   {
+    // 0.14 × 50 is 7.000000000000001 in floating point, yet 7 / 50 is 0.14: the bar is met exactly.
+    name: 'a merchant\'s own bar (14% of at least 50 requests) met exactly: 7 × 401 of 50 is medium',
+    kind: 'positive',
+    window: keyWindow([...spread(43, TEN_MINUTES_AGO, 10 * MINUTE, OK), ...spread(7, TEN_MINUTES_AGO, 10 * MINUTE, { status: 401 })]),
+    now: T0,
+    params: { minRequests: 50, thresholdShare: 0.14 },
+    expect: { findings: 1, severity: 'medium', evidence: { signalFailures: 7, judgedRequests: 50, observedShare: 0.14 } },
+  },
+  {
     name: '3 failures out of 5 requests is below minRequests',
     kind: 'negative',
     window: keyWindow([...spread(2, TEN_MINUTES_AGO, 10 * MINUTE, OK), ...spread(3, TEN_MINUTES_AGO, 10 * MINUTE, { status: 401 })]),

@@ -28,7 +28,7 @@
  * looking up ids it lacks, also from a fresh egress /24 of its city or cloud region) stop at high
  * (rate_limit), since critical means block.
  */
-import { DistinctValues, entryAdded, entryRemoved, FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
+import { addToMinutes, DistinctValues, entryAdded, entryRemoved, FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS, removeFromMinutes } from '../src/detect/tallies.ts';
 import type { Finding, GeoPoint, KeyHistoryView, KeyWindow, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
 import { cellOf, nearCells } from './network.ts';
 
@@ -51,9 +51,9 @@ const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
 
 /**
- * The screen's tally: judged requests and signal failures per clock minute for the last
- * RING_MINUTES, the same per block of BLOCK_MINUTES for the longer horizon, and the networks that
- * sent signal failures (with their counts and newest time).
+ * The screen's tally: the key's judged requests and signal failures per clock minute for the last
+ * RING_MINUTES, the same per block of BLOCK_MINUTES for the longer horizon, and each network's per
+ * clock minute (JudgedNetworks).
  */
 const RING_MINUTES = 16;
 const BLOCK_MINUTES = 5;
@@ -65,7 +65,7 @@ interface Tally {
   minutes: MinuteRing;
   /** A MinuteRing of blocks: it is given timestamps divided by BLOCK_MINUTES, so its "minutes" are blocks. */
   blocks: MinuteRing;
-  failingNetworks: FailingNetworks | undefined;
+  networks: JudgedNetworks | undefined;
   /** Signal failures in the window. */
   failures: number;
 }
@@ -96,7 +96,7 @@ const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, cr
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'high_failure_rate',
-  version: '1.4.0',
+  version: '1.4.1',
   title: 'High failure rate',
   description:
     'Most of a key\'s requests are refused (401: credential guessing or a revoked key) or hit resources ' +
@@ -181,44 +181,44 @@ export const rule: RuleDefinition<Params, Tally> = {
     return best ? [finding(window, params, now, best, first, isNew)] : [];
   },
   screen: {
-    create: () => ({ minutes: new MinuteRing(RING_MINUTES, [0, 0]), blocks: new MinuteRing(RING_BLOCKS, [0, 0]), failingNetworks: undefined, failures: 0 }),
+    create: () => ({ minutes: new MinuteRing(RING_MINUTES, [0, 0]), blocks: new MinuteRing(RING_BLOCKS, [0, 0]), networks: undefined, failures: 0 }),
     add(tally, event) {
       const at = tally.minutes.claim(event.timestamp);
       if (at !== FORGOTTEN) countIn(tally.minutes, at, event.status, 1);
       const block = tally.blocks.claim(event.timestamp / BLOCK_MINUTES);
       if (block !== FORGOTTEN) countIn(tally.blocks, block, event.status, 1);
-      if (!isSignal(event.status)) return 0;
-      tally.failures++;
-      return entryAdded((tally.failingNetworks ??= new FailingNetworks()).add(event.network, event.timestamp));
+      if (!isJudged(event.status)) return 0;
+      const signal = isSignal(event.status);
+      if (signal) tally.failures++;
+      return entryAdded((tally.networks ??= new JudgedNetworks()).addRequest(event.network, event.timestamp, signal));
     },
     remove(tally, event) {
       const at = tally.minutes.find(minuteOf(event.timestamp));
       if (at >= 0) countIn(tally.minutes, at, event.status, -1);
       const block = tally.blocks.find(minuteOf(event.timestamp / BLOCK_MINUTES));
       if (block >= 0) countIn(tally.blocks, block, event.status, -1);
-      if (!isSignal(event.status)) return 0;
-      tally.failures--;
-      return entryRemoved(tally.failingNetworks!.remove(event.network, event.timestamp));
+      if (!isJudged(event.status)) return 0;
+      const signal = isSignal(event.status);
+      if (signal) tally.failures--;
+      return entryRemoved(tally.networks!.removeRequest(event.network, event.timestamp, signal));
     },
-    entries: (tally) => tally.failingNetworks?.size ?? 0,
+    entries: (tally) => tally.networks?.size ?? 0,
     // Each horizon's window starts inside a minute (a block): its counts lie between those of the
     // minutes wholly inside it (at least) and of every minute it touches (at most), and so does the share.
-    // A network on its own has at most the failures it sent in the whole window.
     mayFire(tally, params, now, history) {
-      // Every finding needs at least thresholdShare × minRequests failures (and one): most keys stop here.
+      // Every finding needs at least thresholdShare × minRequests failures: most keys stop here.
       const networkMin = perNetworkMinimum(params);
       if (!(tally.failures >= networkMin)) return false;
-      const short = bounds(tally.minutes, now - params.windowMinutes * MINUTE);
-      if (short === undefined || mayReach(short, params.minRequests, params)) return true;
+      const shortStart = now - params.windowMinutes * MINUTE;
+      const short = bounds(tally.minutes, shortStart);
+      if (short === undefined || mayReach(short, params, false)) return true;
       const longStart = now - params.longWindowMinutes * MINUTE;
       const long = bounds(tally.blocks, longStart / BLOCK_MINUTES);
-      if (long === undefined) return true;
-      if (long.failuresAtMost >= params.longMinFailures && mayReach(long, params.minRequests, params)) return true;
+      if (long === undefined || mayReach(long, params, true)) return true;
       if (!(long.failuresAtMost >= networkMin) && !(short.failuresAtMost >= networkMin)) return false;
-      // A new network on its own, or the new networks together, with the failures one would need.
-      const isNew = newNetworks(history, longStart);
-      const since = Math.min(longStart, now - params.windowMinutes * MINUTE);
-      return tally.failingNetworks?.reach(networkMin, (network, newest) => newest >= since && isNew(network)) ?? false;
+      // A network new to the key on its own, or the new networks together: a busy young key's
+      // networks are all new, and together they fail as the key does.
+      return tally.networks?.newMayReach(params, shortStart, longStart, newNetworks(history, longStart)) ?? false;
     },
   },
 };
@@ -234,9 +234,16 @@ function failuresOf(counts: Counts): number {
   return counts.auth + counts.notFound;
 }
 
-/** The fewest signal failures a network needs to be judged on its own, over either horizon. */
+/**
+ * The fewest signal failures any verdict needs (of the key, a network, the new networks): the fewest
+ * at thresholdShare of minRequests judged, as judge divides (0.14 × 50 is 7.000000000000001, yet
+ * 7 / 50 is 0.14).
+ */
 function perNetworkMinimum(params: Params): number {
-  return Math.max(1, params.thresholdShare * params.minRequests);
+  const judged = Math.max(1, Math.ceil(params.minRequests));
+  let failures = Math.max(1, Math.ceil(params.thresholdShare * judged));
+  while (failures > 1 && (failures - 1) / judged >= params.thresholdShare) failures--;
+  return failures;
 }
 
 /**
@@ -511,22 +518,71 @@ function bounds(ring: MinuteRing, start: number): Bounds | undefined {
   return result;
 }
 
-/** Whether counts within these bounds may reach minRequests judged at thresholdShare. */
-function mayReach(b: Bounds, minRequests: number, params: Params): boolean {
-  if (b.judgedAtMost < minRequests || b.failuresAtMost === 0) return false;
+/** Whether counts within these bounds may make a verdict: minRequests judged at thresholdShare, and longMinFailures over the long horizon. */
+function mayReach(b: Bounds, params: Params, long: boolean): boolean {
+  if (b.judgedAtMost < params.minRequests || b.failuresAtMost < perNetworkMinimum(params)) return false;
+  if (long && b.failuresAtMost < params.longMinFailures) return false;
   return b.judgedAtLeast === 0 || !(b.failuresAtMost / b.judgedAtLeast < params.thresholdShare);
 }
 
-/** The networks that sent signal failures, with how many each sent in the window and the newest. */
-class FailingNetworks extends DistinctValues<string> {
-  /** Whether the networks that pass the test sent at least `failures` signal failures in the window, together. */
-  reach(failures: number, test: (network: string, newest: number) => boolean): boolean {
-    let sum = 0;
-    for (const [network, tally] of this.values) {
-      if (test(network, tally.newest) && (sum += tally.events) >= failures) return true;
-    }
-    return false;
+const noBounds = (): Bounds => ({ judgedAtMost: 0, judgedAtLeast: 0, failuresAtMost: 0 });
+
+/** What a judged request adds to its minute in a network's list: [judged, failures]. */
+const JUDGED_ONLY = [1, 0];
+const JUDGED_FAILURE = [1, 1];
+
+interface NetworkTally {
+  /** Judged requests in the window. */
+  events: number;
+  newest: number;
+  /** [minute, judged, failures, ...] in minute order. */
+  minutes: number[];
+}
+
+/** The networks that sent judged requests in the window, each with its judged requests and signal failures per clock minute. */
+class JudgedNetworks extends DistinctValues<string, NetworkTally> {
+  addRequest(network: string, timestamp: number, failure: boolean): NetworkTally {
+    const tally = this.add(network, timestamp);
+    addToMinutes(tally.minutes, timestamp, failure ? JUDGED_FAILURE : JUDGED_ONLY);
+    return tally;
   }
+
+  removeRequest(network: string, timestamp: number, failure: boolean): NetworkTally | undefined {
+    const tally = this.remove(network, timestamp);
+    if (tally) removeFromMinutes(tally.minutes, timestamp, failure ? JUDGED_FAILURE : JUDGED_ONLY);
+    return tally;
+  }
+
+  /** Whether a network new to the key, on its own, or the new networks together may make a verdict over either horizon. */
+  newMayReach(params: Params, shortStart: number, longStart: number, isNew: (network: string) => boolean): boolean {
+    const since = Math.min(shortStart, longStart);
+    const together = { short: noBounds(), long: noBounds() };
+    for (const [network, tally] of this.values) {
+      if (tally.newest < since || !isNew(network)) continue;
+      const short = minuteBounds(tally.minutes, shortStart, noBounds());
+      const long = minuteBounds(tally.minutes, longStart, noBounds());
+      if (mayReach(short, params, false) || mayReach(long, params, true)) return true;
+      minuteBounds(tally.minutes, shortStart, together.short);
+      minuteBounds(tally.minutes, longStart, together.long);
+    }
+    return mayReach(together.short, params, false) || mayReach(together.long, params, true);
+  }
+
+  protected override newTally(timestamp: number): NetworkTally {
+    return { events: 1, newest: timestamp, minutes: [] };
+  }
+}
+
+/** Adds to `into` what a network's minute list says of its counts from `start` on (as bounds does for a ring); returns `into`. */
+function minuteBounds(minutes: readonly number[], start: number, into: Bounds): Bounds {
+  const firstSlot = minuteOf(start);
+  const firstWholeSlot = Math.ceil(start / MINUTE);
+  for (let at = minutes.length - 3; at >= 0 && minutes[at]! >= firstSlot; at -= 3) {
+    into.judgedAtMost += minutes[at + 1]!;
+    into.failuresAtMost += minutes[at + 2]!;
+    if (minutes[at]! >= firstWholeSlot) into.judgedAtLeast += minutes[at + 1]!;
+  }
+  return into;
 }
 
 /**

@@ -6,12 +6,13 @@
  */
 import { readdirSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ACTIONS, ANOMALY_TYPES, SEVERITIES, type Finding, type KeyWindow, type RuleDefinition, type WindowEvent } from '../src/detect/types.ts';
+import { ACTIONS, ANOMALY_TYPES, SEVERITIES, type Finding, type KeyWindow, type RuleDefinition, type RuleScreen, type WindowEvent } from '../src/detect/types.ts';
 import { keyWindow, MINUTE, spread, T0, type EventSpec, type RuleFixture } from './fixtures.ts';
 import { RULES } from './index.ts';
 import { DetectionConfig } from '../src/detect/detection-config.ts';
 import { networkOf } from './network.ts';
 import { rule as credentialSharing } from './credential_sharing.ts';
+import { rule as highFailureRate } from './high_failure_rate.ts';
 import { prng } from '../test/support/random.ts';
 
 type AnyRule = RuleDefinition<Record<string, number | string | boolean | readonly string[]>, unknown>;
@@ -180,7 +181,7 @@ describe('rule screens', () => {
   const screened = cases.map((c) => ({ ...c, screen: c.rule.screen as Screen }));
 
   /** The screen's tally after `events` arrive in the given order, and `gone` (older ones) arrive and leave first. */
-  function tallyOf(screen: Screen, events: readonly WindowEvent[], gone: readonly WindowEvent[] = []): unknown {
+  function tallyOf<T>(screen: Pick<RuleScreen<never, T>, 'create' | 'add' | 'remove'>, events: readonly WindowEvent[], gone: readonly WindowEvent[] = []): T {
     const tally = screen.create();
     for (const event of gone) screen.add(tally, event);
     for (const event of events) screen.add(tally, event);
@@ -246,14 +247,90 @@ describe('rule screens', () => {
     expect(screen.mayFire(tallyOf(screen, window.events), rule.defaults, T0)).toBe(false);
   });
 
+  describe('high_failure_rate', () => {
+    type Params = typeof highFailureRate.defaults;
+    const screen = highFailureRate.screen!;
+    const tallyFor = (events: readonly WindowEvent[]) => tallyOf(screen, events);
+    /** An event from network n (a /24). */
+    const from = (n: number) => ({ ip: `100.64.${n}.7`, network: `100.64.${n}.0/24` });
+    const ORDINARY_STATUSES = [200, 201, 201, 201, 422, 429, 503, 403];
+
+    const established = (count: number, now: number) => spread(count, now - 60 * MINUTE, 60 * MINUTE, from(0));
+    const knownSince = (specs: readonly EventSpec[]) => ({ history: [{ at: T0 - 3 * 60 * MINUTE, ...from(0) }, ...specs] });
+
+    // A network's requests in the minute its horizon starts inside may lie before the start: they
+    // bound its judged requests from above, not from below.
+    it('lets a new network through whose horizon starts after its successes, inside their minute', () => {
+      const now = T0 + 30_000; // the 10 minutes start at 11:50:30
+      const specs = [
+        ...established(600, now),
+        ...spread(40, T0 - 10 * MINUTE, 30_000, from(50)), // 11:50:00-11:50:30, before the horizon
+        ...spread(30, now - 10 * MINUTE, 10 * MINUTE, { ...from(50), status: 401 }),
+      ];
+      const window = keyWindow(specs, knownSince(specs));
+      const findings = highFailureRate.evaluate(window, highFailureRate.defaults, now);
+      expect(findings.map((f) => [f.severity, f.evidence.judgedBy, f.evidence.judgedRequests])).toEqual([['medium', 'network', 30]]);
+      expect(screen.mayFire(tallyFor(window.events), highFailureRate.defaults, now, window.history)).toBe(true);
+    });
+
+    it('counts in the new networks\' hour a network whose one request came as the hour began', () => {
+      // 100 × 401 (longMinFailures), each from a network of its own, the first right at the hour's start.
+      const specs = [...established(6_000, T0), ...spread(100, T0 - 60 * MINUTE, 60 * MINUTE, (i) => ({ ...from(100 + i), status: 401 }))];
+      const window = keyWindow(specs, knownSince(specs));
+      const findings = highFailureRate.evaluate(window, highFailureRate.defaults, T0);
+      expect(findings.map((f) => [f.severity, f.evidence.judgedBy, f.evidence.horizon, f.evidence.signalFailures])).toEqual([['medium', 'new_networks', 'long', 100]]);
+      expect(screen.mayFire(tallyFor(window.events), highFailureRate.defaults, T0, window.history)).toBe(true);
+    });
+
+    // The contract on random windows: keys young (every network new) and established, failing at
+    // their own rate, with strangers (one network, or a pool rotating through many) failing at theirs,
+    // quiet spells, and other horizons and thresholds.
+    it('says no only when evaluate finds nothing, on random windows', () => {
+      const random = prng(11);
+      const variants: Partial<Params>[] = [{}, { minRequests: 10, thresholdShare: 0.3 }, { windowMinutes: 5, longWindowMinutes: 30, longMinFailures: 40 }];
+      let quiet = 0;
+      let screenedOut = 0;
+      for (let round = 0; round < 300; round++) {
+        const params: Params = { ...highFailureRate.defaults, ...variants[round % variants.length] };
+        const pick = <T,>(values: readonly T[]): T => values[Math.floor(random() * values.length)]!;
+        const usual = 1 + Math.floor(random() * 4);
+        const young = random() < 0.4; // no request before the window: every network is new to the key
+        const keyFailing = pick([0, 0.03, 0.1, 0.4, 0.7, 0.95]);
+        const strangers = pick([0, 0.05, 0.3]);
+        const pool = pick([1, 3, 40, 400]);
+        const strangerFailing = pick([0.1, 0.5, 0.9]);
+        const gapMs = pick([1_500, 6_000, 30_000]);
+        const specs: EventSpec[] = [];
+        for (let t = T0 - 70 * MINUTE; t < T0 + MINUTE; ) {
+          t += Math.floor(random() * (random() < 0.03 ? 10 * MINUTE : gapMs));
+          const stranger = random() < strangers;
+          const failing = random() < (stranger ? strangerFailing : keyFailing);
+          const status = failing ? pick([401, 404]) : pick(ORDINARY_STATUSES);
+          specs.push({ at: t, status, ...from(stranger ? 10 + Math.floor(random() * pool) : Math.floor(random() * usual)) });
+        }
+        const earlier = young ? [] : Array.from({ length: usual }, (_, n) => ({ at: T0 - 3 * 60 * MINUTE, ...from(n) }));
+        const { history, events } = keyWindow(specs, { history: [...earlier, ...specs] });
+        for (const now of [T0 - 25 * MINUTE, T0 - 9 * MINUTE - 17_000, T0 - 3 * MINUTE - 1, T0]) {
+          const window = { ...keyWindow([]), history, events: events.filter((e) => e.timestamp >= now - 60 * MINUTE && e.timestamp <= now + 2 * MINUTE) };
+          const verdict = screen.mayFire(tallyFor(window.events), params, now, history);
+          if (highFailureRate.evaluate(window, params, now).length > 0) {
+            expect(verdict, `round ${round} at ${now - T0}`).toBe(true);
+          } else {
+            quiet++;
+            if (!verdict) screenedOut++;
+          }
+        }
+      }
+      // Most quiet windows are screened out, young keys' too: failures from new networks alone (the
+      // screen before per-network counts) let 161 of these 582 through, now 19.
+      expect(screenedOut).toBeGreaterThan(quiet * 0.9);
+    });
+  });
+
   describe('credential_sharing', () => {
     type Params = typeof credentialSharing.defaults;
     const screen = credentialSharing.screen!;
-    const tallyFor = (events: readonly WindowEvent[]) => {
-      const tally = screen.create();
-      for (const event of events) screen.add(tally, event);
-      return tally;
-    };
+    const tallyFor = (events: readonly WindowEvent[]) => tallyOf(screen, events);
     const COUNTRIES = ['US', 'IE', 'SG', 'DE', 'JP', 'BR'];
     /** An event from network n (a /24), in country n % countries. */
     const from = (n: number, countries = 3) => ({ ip: `100.64.${n}.7`, network: `100.64.${n}.0/24`, country: COUNTRIES[n % countries]! });

@@ -196,27 +196,38 @@ export class ValueMinutes<V> extends DistinctValues<V, SeenValue> {
   }
 }
 
+const ONE_EVENT: readonly number[] = [1];
+
 /**
  * Counts an event in a list of the clock minutes something was seen in, [minute, events, ...] in
- * minute order: a few numbers for a few minutes, where a MinuteRing holds its whole span.
+ * minute order: a few numbers for a few minutes, where a MinuteRing holds its whole span. A list may
+ * keep more counters per minute, [minute, events, c1, ..., minute, ...]: `counts` is what the event
+ * adds to each, the events first (1).
  */
-export function addToMinutes(minutes: number[], timestamp: number): void {
+export function addToMinutes(minutes: number[], timestamp: number, counts: readonly number[] = ONE_EVENT): void {
+  const stride = counts.length + 1;
   const minute = minuteOf(timestamp);
-  let at = minutes.length - 2;
-  while (at >= 0 && minutes[at]! > minute) at -= 2; // a late event: walk back to its minute
-  if (at >= 0 && minutes[at] === minute) minutes[at + 1]!++;
-  else minutes.splice(at + 2, 0, minute, 1);
+  let at = minutes.length - stride;
+  while (at >= 0 && minutes[at]! > minute) at -= stride; // a late event: walk back to its minute
+  if (at >= 0 && minutes[at] === minute) {
+    for (let k = 0; k < counts.length; k++) minutes[at + 1 + k]! += counts[k]!;
+  } else {
+    minutes.splice(at + stride, 0, minute, ...counts);
+  }
 }
 
-/** Takes an event out of such a list; a minute left without events goes. */
-export function removeFromMinutes(minutes: number[], timestamp: number): void {
+/** Takes an event out of such a list (`counts` as it was added); a minute left without events goes. */
+export function removeFromMinutes(minutes: number[], timestamp: number, counts: readonly number[] = ONE_EVENT): void {
+  const stride = counts.length + 1;
   const minute = minuteOf(timestamp);
   let at = 0;
-  while (at < minutes.length && minutes[at]! < minute) at += 2; // usually the first: the oldest event leaves
-  if (minutes[at] === minute && --minutes[at + 1]! === 0) minutes.splice(at, 2);
+  while (at < minutes.length && minutes[at]! < minute) at += stride; // usually the first: the oldest event leaves
+  if (minutes[at] !== minute) return;
+  for (let k = 0; k < counts.length; k++) minutes[at + 1 + k]! -= counts[k]!;
+  if (minutes[at + 1] === 0) minutes.splice(at, stride);
 }
 
-/** Whether such a list has events in a minute from `first` to `last` (inclusive). */
+/** Whether such a list (of events alone) has events in a minute from `first` to `last` (inclusive). */
 export function seenInMinutes(minutes: readonly number[], first: number, last: number): boolean {
   for (let at = 0; at < minutes.length && minutes[at]! <= last; at += 2) if (minutes[at]! >= first) return true;
   return false;

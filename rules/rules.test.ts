@@ -258,6 +258,15 @@ describe('rule screens', () => {
     const established = (count: number, now: number) => spread(count, now - 60 * MINUTE, 60 * MINUTE, from(0));
     const knownSince = (specs: readonly EventSpec[]) => ({ history: [{ at: T0 - 3 * 60 * MINUTE, ...from(0) }, ...specs] });
 
+    // A key seen for less than an hour: every network of it is new. A busy one with an ordinary
+    // share of failures was read on every batch, as its new networks held enough failures.
+    it('screens out a busy young key failing as keys ordinarily do (3% of 1,800 requests from three new networks)', () => {
+      const specs = spread(1_800, T0 - 45 * MINUTE, 45 * MINUTE, (i) => ({ ...from(i % 3), status: i % 33 === 0 ? 401 : 201 }));
+      const window = keyWindow(specs, { history: specs });
+      expect(highFailureRate.evaluate(window, highFailureRate.defaults, T0)).toEqual([]);
+      expect(screen.mayFire(tallyFor(window.events), highFailureRate.defaults, T0, window.history)).toBe(false);
+    });
+
     // A network's requests in the minute its horizon starts inside may lie before the start: they
     // bound its judged requests from above, not from below.
     it('lets a new network through whose horizon starts after its successes, inside their minute', () => {

@@ -56,6 +56,12 @@ describe('loadConfig', () => {
     expect(loadConfig({ FEATURE_ANOMALY_DETECTION: value }).features.anomalyDetection).toBe(expected);
   });
 
+  it('takes ENFORCEMENT_MODE and LOG_LEVEL in any case, as booleans, and names the words it takes otherwise', () => {
+    const config = loadConfig({ ENFORCEMENT_MODE: ' Shadow', LOG_LEVEL: 'WARN' });
+    expect([config.enforcement.mode, config.logLevel]).toEqual(['shadow', 'warn']);
+    expect(problemsOf({ ENFORCEMENT_MODE: 'always' })).toEqual(['ENFORCEMENT_MODE: expected one of off, shadow, enforce']);
+  });
+
   it('reads Kafka settings when brokers are given', () => {
     const config = loadConfig({ KAFKA_BROKERS: 'a:9092, b:9092', KAFKA_TOPIC: 't' });
     expect(config.kafka?.brokers).toEqual(['a:9092', 'b:9092']);

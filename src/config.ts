@@ -29,6 +29,14 @@ const envBoolean = (defaultValue: boolean) =>
     .optional()
     .transform((value) => (value === undefined ? defaultValue : isTrueWord(value)));
 
+/** A setting that is one of a few words, in any case as booleans are ("Shadow", "WARN"); anything else is an error naming them. */
+const envWord = <const W extends readonly [string, ...string[]]>(words: W) =>
+  z
+    .string()
+    .trim()
+    .toLowerCase()
+    .pipe(z.enum(words, { error: `expected one of ${words.join(', ')}` }));
+
 /** Whether a raw setting says true (before the schema: for checks across settings). */
 function isTrueWord(value: string | undefined): boolean {
   return (TRUE_WORDS as readonly string[]).includes((value ?? '').trim().toLowerCase());
@@ -193,7 +201,7 @@ const PLANS = ['free', 'pro', 'business', 'enterprise'] as const;
 
 const envSchema = z
   .object({
-    LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    LOG_LEVEL: envWord(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
     HOST: z
       .string()
       .trim()
@@ -234,12 +242,7 @@ const envSchema = z
     KAFKA_MAX_WAIT_MS: envInt(500, 10, 10_000),
     KAFKA_SSL: envBoolean(false),
     KAFKA_SSL_CA_FILE: pemCertificatesFile.optional(),
-    KAFKA_SASL_MECHANISM: z
-      .string()
-      .trim()
-      .toLowerCase()
-      .pipe(z.enum(KAFKA_SASL_MECHANISMS, { error: `expected one of ${KAFKA_SASL_MECHANISMS.join(', ')}` }))
-      .optional(),
+    KAFKA_SASL_MECHANISM: envWord(KAFKA_SASL_MECHANISMS).optional(),
     KAFKA_SASL_USERNAME: z.string().max(1024).optional(),
     KAFKA_SASL_PASSWORD: z.string().max(4096).optional(),
 
@@ -276,7 +279,7 @@ const envSchema = z
     ADMIN_MAX_BODY_BYTES: envInt(16 * 1024, 256, 1024 * 1024),
     ADMIN_CACHE_TTL_MS: envInt(5_000, 0, 300_000),
     ENTITLED_PLANS: commaList.pipe(z.array(z.enum(PLANS)).min(1)).default(['business', 'enterprise']),
-    ENFORCEMENT_MODE: z.enum(['off', 'shadow', 'enforce']).default('off'),
+    ENFORCEMENT_MODE: envWord(['off', 'shadow', 'enforce']).default('off'),
     ENFORCEMENT_BLOCK_MIN_RISK: z.coerce.number().min(0).max(1).default(0.95),
     ENFORCEMENT_TTL_MINUTES: envInt(60, 1, 7 * 24 * 60),
 

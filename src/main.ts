@@ -17,7 +17,7 @@ import { ResponseCache } from './admin/response-cache.ts';
 import { AlertManager } from './alerts/alert-manager.ts';
 import { AlertService } from './alerts/alert-service.ts';
 import { DetectionConfig, followDetectionConfig } from './detect/detection-config.ts';
-import { windowBudgetFor } from './detect/engine.ts';
+import { warmUpLimit, windowBudgetFor } from './detect/engine.ts';
 import { HISTORY_MS } from './detect/key-history.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
 import { describeConfig, listenConfigError, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
@@ -271,10 +271,10 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   // The networks the partition's keys were seen from over the days detection remembers (a few rows
   // per key and network, with which of them it vouched for), so that a key's habits outlive a
   // restart; first, so that a key's first network is the first of those days, not of its window.
-  // Then at most a budget's worth of the partition's events, the newest, of the plans detection
-  // evaluates, read and handed over a page at a time (a million events at once would hold about a
-  // gigabyte of the analysis thread's heap).
-  const warm = async (analysis: AnalysisThread, topic: string, partition: number, heartbeat?: () => Promise<void>) => {
+  // Then the partition's newest events of the plans detection evaluates, at most its share of the
+  // windows' budget (warmUpLimit), read and handed over a page at a time (a million events at once
+  // would hold about a gigabyte of the analysis thread's heap).
+  const warm = async (analysis: AnalysisThread, topic: string, partition: number, heartbeat?: () => Promise<void>, partitionsOwned = 1) => {
     // As of the partition's newest stored event, not the clock: a replica that restarts behind (a
     // backlog after an outage) judges the backlog as of its own times, and needs the hour before them.
     const asOf = (await store.newestEventTime({ topic, partition }, new Date())) ?? Date.now();
@@ -283,7 +283,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       await heartbeat?.();
     });
     await store.recentEvents(
-      { since: new Date(asOf - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: Math.min(maxWindowEvents, 1_000_000) },
+      { since: new Date(asOf - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: warmUpLimit(maxWindowEvents, partitionsOwned) },
       async (events) => {
         await analysis.warm(events, partition);
         await heartbeat?.();
@@ -298,7 +298,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       store,
       analysis,
       onDetection,
-      warmPartition: (partition, heartbeat) => warm(analysis, kafkaConfig.topic, partition, heartbeat),
+      warmPartition: (partition, heartbeat, partitionsOwned) => warm(analysis, kafkaConfig.topic, partition, heartbeat, partitionsOwned),
       // Every partition an assignment brings recalls the ids of its recently stored events (any plan).
       dedupCacheSize: config.ingest.dedupCacheSize,
       syncAlerts: () => alerts.syncWithStore(),

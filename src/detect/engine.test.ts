@@ -4,7 +4,7 @@ import { RULES } from '../../rules/index.ts';
 import { prng } from '../../test/support/random.ts';
 import { PLACES } from '../../rules/fixtures.ts';
 import { DetectionConfig } from './detection-config.ts';
-import { capWithin, DetectionEngine, HISTORY_ENTRIES_PER_KEY, HISTORY_ENTRY_WEIGHT, KEY_WEIGHT, MIN_EVENTS_PER_KEY, REJUDGE_MS, TALLY_ENTRIES_PER_KEY, TALLY_ENTRY_WEIGHT, type AnyRule, type EngineLoad } from './engine.ts';
+import { capWithin, DetectionEngine, HISTORY_ENTRIES_PER_KEY, WARM_UP_MAX_EVENTS, warmUpLimit, HISTORY_ENTRY_WEIGHT, KEY_WEIGHT, MIN_EVENTS_PER_KEY, REJUDGE_MS, TALLY_ENTRIES_PER_KEY, TALLY_ENTRY_WEIGHT, type AnyRule, type EngineLoad } from './engine.ts';
 import { eventIdHash } from './event-id-hashes.ts';
 import type { GeoLookup } from './geo.ts';
 
@@ -1078,5 +1078,17 @@ describe('DetectionEngine with the rules of rules/', () => {
     expect(detection.process([event(1), event(2)], T0)).toHaveLength(0);
     expect(detection.process([event(3)], T0 + 3000)).toHaveLength(1);
     expect(errors).toEqual(['velocity_attack']);
+  });
+});
+
+describe('warmUpLimit', () => {
+  it('gives each partition a replica owns its share of 80% of the budget, at most WARM_UP_MAX_EVENTS', () => {
+    // An hour at 1,750 events/s on 4 partitions is 1.575M each: 1.43M of it (55 minutes) with a 4 GiB
+    // heap's budget (7.16M); a fixed 1M (38 minutes) before.
+    expect(warmUpLimit(7_158_278, 4)).toBe(1_431_655);
+    expect(warmUpLimit(900_000, 4)).toBe(180_000); // a small heap: together they leave room
+    expect(warmUpLimit(50_000_000, 1)).toBe(WARM_UP_MAX_EVENTS);
+    expect(warmUpLimit(1_000, 0)).toBe(800); // no partition counted: one
+    expect(warmUpLimit(0, 3)).toBe(1);
   });
 });

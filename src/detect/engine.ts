@@ -132,6 +132,18 @@ export function windowBudgetFor(heapMb: number): number {
   return Math.floor((heapMb * 1024 * 1024) / 2 / BYTES_PER_WINDOW_EVENT);
 }
 
+/** The most events one partition's warm-up loads, whatever the budget: about 30 s of reading on the embedded engine. */
+export const WARM_UP_MAX_EVENTS = 4_000_000;
+
+/**
+ * The most events a warm-up loads for one of the `partitions` a replica owns: its share of 80% of the
+ * budget (the rest for the keys' own weight, and the traffic that arrives meanwhile, so that the
+ * warmed windows do not start out shedding), at most WARM_UP_MAX_EVENTS.
+ */
+export function warmUpLimit(budget: number, partitions: number): number {
+  return Math.max(1, Math.min(WARM_UP_MAX_EVENTS, Math.floor((0.8 * budget) / Math.max(1, partitions))));
+}
+
 /** How the engine stands against its memory budget; the counts of shed events and forgotten keys are since start. */
 export interface EngineLoad {
   windowEvents: number;

@@ -332,6 +332,14 @@ describe('KafkaIntake', () => {
       expect(warnings).toContainEqual(expect.objectContaining({ msg: message, partition: 0, pagesLoaded: pages }));
     });
 
+    it('tells the warm-up how many partitions this replica owns, which share the windows\' budget', async () => {
+      const owned: number[] = [];
+      const { deliver, join } = await intakeWithBatches(undefined, undefined, { warmPartition: async (_partition, _afterPage, partitionsOwned) => void owned.push(partitionsOwned) });
+      join([0, 1, 2], 'member-2'); // dropped and given three partitions: partition 0 is warmed again
+      await deliver(range(0, 10), 200, '');
+      expect(owned).toEqual([3]);
+    });
+
     it('warms a partition once while it stays here, and again once it comes back or the group dropped this replica meanwhile', async () => {
       const warmed: number[] = [];
       const { deliver, join } = await intakeWithBatches(undefined, undefined, { warmPartition: async (partition) => void warmed.push(partition) });

@@ -51,8 +51,11 @@ export interface KafkaIntakeOptions {
   analysis: AnalysisThread;
   /** Receives each batch's findings, in fetch order. */
   onDetection(detection: Detection): void;
-  /** Loads recent history of a partition this replica now owns into the detection windows, calling heartbeat after each page it loads. */
-  warmPartition?(partition: number, heartbeat: () => Promise<void>): Promise<void>;
+  /**
+   * Loads recent history of a partition this replica now owns into the detection windows, calling
+   * heartbeat after each page it loads; `partitionsOwned` share the windows' budget.
+   */
+  warmPartition?(partition: number, heartbeat: () => Promise<void>, partitionsOwned: number): Promise<void>;
   /**
    * The capacity of the analysis thread's memory of recent eventIds (DEDUP_CACHE_SIZE). Set, a
    * partition an assignment brings has the ids of its events stored in the last
@@ -698,7 +701,7 @@ export class KafkaIntake {
       }
     };
     try {
-      await warmPartition(partition, afterPage);
+      await warmPartition(partition, afterPage, this.owned.size);
     } catch (error) {
       if (heartbeatFailure) throw heartbeatFailure.error;
       this.options.logger.warn(

@@ -113,8 +113,9 @@ export const HISTORY_ENTRY_WEIGHT = BYTES_PER_HISTORY_ENTRY / BYTES_PER_WINDOW_E
 
 /**
  * The distinct values each tracked key's tallies hold outside the budget's count (RuleScreen.entries:
- * networks, places, paths), an ordinary key's: one network, one place, and a spare. KEY_WEIGHT covers
- * them; beyond them, each counts as TALLY_ENTRY_WEIGHT events.
+ * networks, places, paths), an ordinary key's: its network in credential_sharing's tally and in
+ * high_failure_rate's, and its place in impossible_travel's. KEY_WEIGHT covers them; beyond them,
+ * each counts as TALLY_ENTRY_WEIGHT events.
  */
 export const TALLY_ENTRIES_PER_KEY = 3;
 

@@ -559,11 +559,11 @@ class JudgedNetworks extends DistinctValues<string, NetworkTally> {
     const together = { short: noBounds(), long: noBounds() };
     for (const [network, tally] of this.values) {
       if (tally.newest < since || !isNew(network)) continue;
-      const short = minuteBounds(tally.minutes, shortStart, noBounds());
-      const long = minuteBounds(tally.minutes, longStart, noBounds());
+      const short = minuteBounds(tally.minutes, shortStart);
+      const long = minuteBounds(tally.minutes, longStart);
       if (mayReach(short, params, false) || mayReach(long, params, true)) return true;
-      minuteBounds(tally.minutes, shortStart, together.short);
-      minuteBounds(tally.minutes, longStart, together.long);
+      addBounds(together.short, short);
+      addBounds(together.long, long);
     }
     return mayReach(together.short, params, false) || mayReach(together.long, params, true);
   }
@@ -573,16 +573,23 @@ class JudgedNetworks extends DistinctValues<string, NetworkTally> {
   }
 }
 
-/** Adds to `into` what a network's minute list says of its counts from `start` on (as bounds does for a ring); returns `into`. */
-function minuteBounds(minutes: readonly number[], start: number, into: Bounds): Bounds {
+/** What a network's minute list says of its counts from `start` on, as bounds says it of a ring. */
+function minuteBounds(minutes: readonly number[], start: number): Bounds {
   const firstSlot = minuteOf(start);
   const firstWholeSlot = Math.ceil(start / MINUTE);
+  const result = noBounds();
   for (let at = minutes.length - 3; at >= 0 && minutes[at]! >= firstSlot; at -= 3) {
-    into.judgedAtMost += minutes[at + 1]!;
-    into.failuresAtMost += minutes[at + 2]!;
-    if (minutes[at]! >= firstWholeSlot) into.judgedAtLeast += minutes[at + 1]!;
+    result.judgedAtMost += minutes[at + 1]!;
+    result.failuresAtMost += minutes[at + 2]!;
+    if (minutes[at]! >= firstWholeSlot) result.judgedAtLeast += minutes[at + 1]!;
   }
-  return into;
+  return result;
+}
+
+function addBounds(total: Bounds, b: Bounds): void {
+  total.judgedAtMost += b.judgedAtMost;
+  total.judgedAtLeast += b.judgedAtLeast;
+  total.failuresAtMost += b.failuresAtMost;
 }
 
 /**

@@ -4,7 +4,7 @@ import { RULES } from '../../rules/index.ts';
 import { prng } from '../../test/support/random.ts';
 import { PLACES } from '../../rules/fixtures.ts';
 import { DetectionConfig } from './detection-config.ts';
-import { capWithin, DetectionEngine, HISTORY_ENTRIES_PER_KEY, WARM_UP_MAX_EVENTS, warmUpLimit, HISTORY_ENTRY_WEIGHT, KEY_WEIGHT, MIN_EVENTS_PER_KEY, REJUDGE_MS, TALLY_ENTRIES_PER_KEY, TALLY_ENTRY_WEIGHT, type AnyRule, type EngineLoad } from './engine.ts';
+import { capWithin, DetectionEngine, HISTORY_ENTRIES_PER_KEY, HISTORY_ENTRY_WEIGHT, KEY_WEIGHT, MIN_EVENTS_PER_KEY, REJUDGE_MS, TALLY_ENTRIES_PER_KEY, TALLY_ENTRY_WEIGHT, WARM_UP_MAX_EVENTS, warmUpLimit, type AnyRule, type EngineLoad } from './engine.ts';
 import { eventIdHash } from './event-id-hashes.ts';
 import type { GeoLookup } from './geo.ts';
 

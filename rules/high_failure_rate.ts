@@ -497,6 +497,8 @@ interface Bounds {
   failuresAtMost: number;
 }
 
+const noBounds = (): Bounds => ({ judgedAtMost: 0, judgedAtLeast: 0, failuresAtMost: 0 });
+
 /**
  * What a ring says of the counts from `start` on (a ring of blocks is given `start` scaled as its
  * timestamps are); undefined when it cannot say (the span is longer than
@@ -506,7 +508,7 @@ function bounds(ring: MinuteRing, start: number): Bounds | undefined {
   const firstSlot = minuteOf(start);
   const firstWholeSlot = Math.ceil(start / MINUTE);
   if (ring.newestMinute - firstSlot >= ring.size) return undefined;
-  const result: Bounds = { judgedAtMost: 0, judgedAtLeast: 0, failuresAtMost: 0 };
+  const result = noBounds();
   for (let slot = firstSlot; slot <= ring.newestMinute; slot++) {
     const at = ring.find(slot);
     if (at === NO_EVENTS) continue;
@@ -524,8 +526,6 @@ function mayReach(b: Bounds, params: Params, long: boolean): boolean {
   if (long && b.failuresAtMost < params.longMinFailures) return false;
   return b.judgedAtLeast === 0 || !(b.failuresAtMost / b.judgedAtLeast < params.thresholdShare);
 }
-
-const noBounds = (): Bounds => ({ judgedAtMost: 0, judgedAtLeast: 0, failuresAtMost: 0 });
 
 /** What a judged request adds to its minute in a network's list: [judged, failures]. */
 const JUDGED_ONLY = [1, 0];

@@ -32,6 +32,7 @@ import {
 import type { ChdbConnection } from 'chdb/connection';
 import { pino } from 'pino';
 import type { Logger } from '../logger.ts';
+import { settingsClause, sqlString } from './settings-clause.ts';
 
 const require = createRequire(import.meta.url);
 
@@ -91,7 +92,13 @@ export interface ClickHouse {
    * engine returns the result as one buffer, outside the heap; a server streams it.)
    */
   queryPages<T = Record<string, unknown>>(query: string, params: Record<string, unknown>, pageSize: number, onPage: (rows: T[]) => Promise<void>): Promise<void>;
-  command(query: string, params?: Record<string, unknown>, settings?: ClickHouseSettings): Promise<void>;
+  /**
+   * Runs a statement. A statement that needs settings of its own carries them in its SETTINGS clause
+   * (settingsClause): the embedded engine would SET settings given to the client on its session, for
+   * every later query of this process (a repair's insert_deduplication_token made every later insert
+   * without a token of its own, such as detection's alert writes, a repeat to be dropped).
+   */
+  command(query: string, params?: Record<string, unknown>): Promise<void>;
   ping(): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -217,18 +224,6 @@ function insertFiles(root: string): { write(body: Buffer): Promise<string>; remo
   };
 }
 
-/** A ClickHouse string literal. */
-function sqlString(text: string): string {
-  return `'${text.replace(/[\\']/g, (special) => `\\${special}`)}'`;
-}
-
-/** ` SETTINGS k=v, ...` for an insert statement ('' without any). */
-function settingsClause(settings: ClickHouseSettings | undefined): string {
-  const entries = Object.entries(settings ?? {}).filter(([, value]) => value !== undefined);
-  if (entries.length === 0) return '';
-  return ` SETTINGS ${entries.map(([name, value]) => `${name}=${typeof value === 'string' ? sqlString(value) : Number(value)}`).join(', ')}`;
-}
-
 /** The passwords a client may come to hold: CLICKHOUSE_PASSWORD and the URL's, as given and decoded. */
 function secretsOf(options: ClickHouseOptions): string[] {
   const fromUrl = options.url ? new URL(options.url).password : '';
@@ -319,8 +314,8 @@ function wrap(
       const result = await client.exec({ query: `${query}\nFORMAT JSONEachRow`, query_params: params });
       for await (const texts of linePages(result.stream, pageSize)) await onPage(texts.map((text) => JSON.parse(text) as T));
     },
-    async command(query, params, settings) {
-      await client.command({ query, query_params: params, clickhouse_settings: settings });
+    async command(query, params) {
+      await client.command({ query, query_params: params });
     },
     async ping() {
       const result = await client.ping();

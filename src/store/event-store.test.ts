@@ -97,19 +97,19 @@ describe('EventStore.insertRows', () => {
 
 describe('EventStore.repairViews', () => {
   type Reading = { rollup: number; keyNetworks: number };
-  /** A storage whose shortfall readings come from a list; records the tables it inserts into, and the settings. */
+  /** A storage whose shortfall readings come from a list; records the tables it inserts into, and each insert's token. */
   function storageReading(shortfalls: Reading[]) {
     const inserts: string[] = [];
-    const settings: Record<string, unknown>[] = [];
+    const tokens: (string | undefined)[] = [];
     let readings = 0;
     const db = {
       queryRows: async () => [shortfalls[Math.min(readings++, shortfalls.length - 1)]],
-      command: async (query: string, _params: unknown, insertSettings: Record<string, unknown>) => {
+      command: async (query: string) => {
         inserts.push(/^INSERT INTO (\S+) /.exec(query)?.[1] ?? query);
-        settings.push(insertSettings);
+        tokens.push(/ SETTINGS [^\n]*\binsert_deduplication_token='([^']+)'/.exec(query)?.[1]);
       },
     } as unknown as ClickHouse;
-    return { store: new EventStore(db, tablesIn('sc')), inserts, settings, readings: () => readings };
+    return { store: new EventStore(db, tablesIn('sc')), inserts, tokens, readings: () => readings };
   }
   const source = { topic: 't', partition: 0, fromOffset: 100 };
   const complete = { rollup: 0, keyNetworks: 0 };
@@ -148,7 +148,7 @@ describe('EventStore.repairViews', () => {
     const storage = storageReading([{ rollup: 1, keyNetworks: 1 }]);
     await storage.store.repairViews(source, 1);
     await storage.store.repairViews(source, 1);
-    const tokens = storage.settings.map((settings) => settings.insert_deduplication_token);
+    const tokens = storage.tokens;
     expect(tokens).toHaveLength(4);
     expect(tokens.every((token) => typeof token === 'string' && token.length > 0)).toBe(true);
     expect(new Set(tokens).size).toBe(4);

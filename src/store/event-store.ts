@@ -12,6 +12,7 @@ import { isIP } from 'node:net';
 import type { VouchedNetwork } from '../detect/engine.ts';
 import type { NetworkSighting } from '../detect/key-history.ts';
 import type { ClickHouse } from './clickhouse.ts';
+import { settingsClause } from './settings-clause.ts';
 import type { Tables } from './tables.ts';
 
 export const REQUEST_EVENT_COLUMNS = [
@@ -342,7 +343,7 @@ export class EventStore {
       // without one a repair with the same rows as an earlier one could be dropped as its repeat (a
       // 25.8 server deduplicates an INSERT ... SELECT by its rows).
       const settings = { ...EVENT_INSERT_SETTINGS, insert_deduplication_token: randomUUID() };
-      await this.db.command(`INSERT INTO ${repairs[view].into} ${repairs[view].rows}`, params, settings);
+      await this.db.command(`INSERT INTO ${repairs[view].into}${settingsClause(settings)} ${repairs[view].rows}`, params);
     }
     return shortfalls;
   }

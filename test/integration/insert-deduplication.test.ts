@@ -3,13 +3,16 @@
  * flush stored again under its token after an attempt that landed unseen is counted once, by
  * request_events and by both views, whether the engine reads it inline or from a file, over several
  * partitions and blocks; different flushes are all stored, whatever their rows; a retry still adds
- * the view rows its landed attempt missed; a repair of the views is never taken for a repeat.
+ * the view rows its landed attempt missed; a repair of the views is never taken for a repeat, and
+ * leaves its token to no later insert.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { parseRequestEventValue } from '../../src/events/request-event.ts';
+import { AlertStore } from '../../src/store/alert-store.ts';
 import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { EVENT_INSERT_SETTINGS, EventStore, REQUEST_EVENT_COLUMNS, serializeEventRow } from '../../src/store/event-store.ts';
 import type { Tables } from '../../src/store/tables.ts';
+import { makeAlert } from '../support/admin.ts';
 import { useMigratedClickHouse } from '../support/engines.ts';
 import { makeEvent } from '../support/events.ts';
 
@@ -148,5 +151,22 @@ describe('insert deduplication', () => {
       expect(await store.repairViews({ topic: TOPIC, partition: 0, fromOffset: offset }, 10)).toEqual({ rollup: 1, keyNetworks: 0 });
     }
     expect(await counted('pk_repair')).toEqual({ events: 2, rollup: 2, keyNetworks: 2 });
+  });
+
+  it('leaves a repair\'s token to no later insert: alerts saved after it, which carry none, are each stored', async () => {
+    // The embedded engine keeps settings given to the client for the rest of the session: a repair's
+    // token given that way made every later insert without one of its own a repeat of the first.
+    const view = `${tables.requestRollup1m}_mv`;
+    await db.command(`DETACH TABLE ${view}`);
+    try {
+      await store.insertRows(bodyOf(rowsOf('pk_after_repair', 1, 300)), undefined, 'flush-after-repair');
+    } finally {
+      await db.command(`ATTACH TABLE ${view}`);
+    }
+    expect(await store.repairViews({ topic: TOPIC, partition: 0, fromOffset: 300 }, 10)).toMatchObject({ rollup: 1 });
+    const alerts = new AlertStore(db, tables);
+    const createdAtMs = Date.now();
+    for (let i = 0; i < 3; i++) await alerts.save([makeAlert(i, { merchantId: 'm_after_repair', createdAtMs })]);
+    expect(await alerts.list({ merchantId: 'm_after_repair' })).toHaveLength(3);
   });
 });

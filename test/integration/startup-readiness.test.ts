@@ -101,8 +101,8 @@ describe('/ready while start-up steps are retried', () => {
     let failed = 0;
     const wrapClickHouse = (db: ClickHouse): ClickHouse => ({
       ...db,
-      command: async (query, params, settings) => {
-        if (!unwritable) return db.command(query, params, settings);
+      command: async (query, params) => {
+        if (!unwritable) return db.command(query, params);
         failed++;
         throw new Error('injected: storage cannot be written');
       },
@@ -227,9 +227,9 @@ describe('/ready while start-up steps are retried', () => {
     };
     const wrapClickHouse = (db: ClickHouse): ClickHouse => ({
       ...db,
-      command: async (query, params, settings) => {
+      command: async (query, params) => {
         await migrationHeld;
-        return db.command(query, params, settings);
+        return db.command(query, params);
       },
       queryRows: async <T,>(query: string, params?: Record<string, unknown>) => {
         noteRead(query);

@@ -34,7 +34,7 @@ describe('storage and intake', () => {
     };
     const wrapClickHouse = (db: ClickHouse): ClickHouse => ({
       ...db,
-      command: (query, params, settings) => (unreachable ? refuse() : db.command(query, params, settings)),
+      command: (query, params) => (unreachable ? refuse() : db.command(query, params)),
       queryRows: (query, params) => (unreachable ? refuse() : db.queryRows(query, params)),
     });
     worker = await startWorker(config, {

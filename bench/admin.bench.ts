@@ -11,11 +11,15 @@
  * Before the clients start, it times the two reads every replica repeats in the background over
  * the same alerts: the enforcement decisions' refresh (every 2 s) and the sync of alerts written by
  * other replicas (every 5 s).
- * Env: BENCH_ALERTS (1000000), BENCH_CLIENTS (50), BENCH_SECONDS (10 per scenario), BENCH_AI (true).
+ * Then it times the traffic reads behind metrics and dashboards, uncached (EventStore.trafficTotals
+ * and trafficTrend), for the busy merchant and for the operators' all-merchants view.
+ * Env: BENCH_ALERTS (1000000), BENCH_CLIENTS (50), BENCH_SECONDS (10 per scenario), BENCH_AI (true),
+ * BENCH_BUSY_KEYS (40: the busy merchant's keys in the rollups, each active every minute).
  */
 import { createLogger } from '../src/logger.ts';
 import { startWorker } from '../src/main.ts';
 import type { AlertStore } from '../src/store/alert-store.ts';
+import type { EventStore } from '../src/store/event-store.ts';
 import { tablesIn } from '../src/store/tables.ts';
 import { startClickHouse } from '../test/services/clickhouse.ts';
 import { ADMIN_ENV, token } from '../test/support/admin.ts';
@@ -26,8 +30,9 @@ const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 50);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const MERCHANTS = 50;
 const BUSY = 'm_busy';
-const BUSY_KEYS = 40;
+const BUSY_KEYS = Number(process.env.BENCH_BUSY_KEYS ?? 40);
 const DAYS = 30;
+const DAY_MS = 86_400_000;
 
 interface Scenario {
   name: string;
@@ -75,6 +80,30 @@ async function timeBackgroundReads(alerts: AlertStore): Promise<void> {
   const enforceable = await medianMs(10, () => alerts.enforceable(new Date(Date.now() - enforcementTtlMs)));
   const sync = await medianMs(10, () => alerts.changedSince(new Date(Date.now() - syncOverlapMs)));
   console.log(`background reads over ${ALERTS} alerts (median of 10): enforcement refresh ${enforceable.toFixed(0)} ms (every 2 s), sync with other replicas ${sync.toFixed(0)} ms (every 5 s)`);
+}
+
+/**
+ * The traffic reads of metrics and dashboards, uncached, as the admin API makes them: the ranges end
+ * now, and a dashboard's starts at the start of a chart bucket (alert-routes.ts).
+ */
+async function timeTrafficReads(events: EventStore): Promise<void> {
+  const now = Date.now();
+  const dashboard = (rangeMs: number, bucketSeconds: number, merchantId?: string) => {
+    const bucketMs = bucketSeconds * 1000;
+    const range = { from: new Date(Math.floor((now - rangeMs) / bucketMs) * bucketMs), to: new Date(now), merchantId };
+    return () => Promise.all([events.trafficTotals(range), events.trafficTrend({ ...range, bucketSeconds })]);
+  };
+  const metrics = (rangeMs: number, merchantId?: string) => () => events.trafficTotals({ from: new Date(now - rangeMs), to: new Date(now), merchantId });
+  const reads: [string, () => Promise<unknown>][] = [
+    [`dashboard 24h, ${BUSY}`, dashboard(DAY_MS, 900, BUSY)],
+    ['dashboard 24h, all merchants', dashboard(DAY_MS, 900)],
+    [`dashboard 7d, ${BUSY}`, dashboard(7 * DAY_MS, 3600, BUSY)],
+    ['dashboard 7d, all merchants', dashboard(7 * DAY_MS, 3600)],
+    [`metrics ${DAYS}d, ${BUSY}`, metrics(DAYS * DAY_MS, BUSY)],
+    [`metrics ${DAYS}d, all merchants`, metrics(DAYS * DAY_MS)],
+  ];
+  console.log('traffic reads, uncached (median of 5, ms):');
+  for (const [name, read] of reads) console.log(`  ${name}: ${(await medianMs(5, read)).toFixed(0)}`);
 }
 
 async function main(): Promise<void> {
@@ -141,6 +170,7 @@ async function main(): Promise<void> {
     console.log(`loaded ${rollupRows} rollup rows (${DAYS} days) in ${((performance.now() - started) / 1000).toFixed(1)} s`);
 
     await timeBackgroundReads(worker.alertStore);
+    await timeTrafficReads(worker.store);
 
     const tokens = await Promise.all(Array.from({ length: CLIENTS }, (_, i) => token(BUSY, 'admin', { userId: `bench_${i}` })));
     // Warm up: one round of every scenario, so first-query costs do not count.

@@ -97,33 +97,61 @@ describe('EventStore.insertRows', () => {
 
 describe('EventStore.repairViews', () => {
   type Reading = { rollup: number; keyNetworks: number };
-  /** A storage whose shortfall readings come from a list; records the tables it inserts into, and each insert's token. */
-  function storageReading(shortfalls: Reading[]) {
+  /**
+   * A storage whose shortfall readings come from lists, one for the views of request_events and one
+   * for merchant_rollup_15m; records the tables it inserts into, each insert's token, and every step in order.
+   */
+  function storageReading(shortfalls: Reading[], merchantShortfalls: number[] = [0]) {
     const inserts: string[] = [];
     const tokens: (string | undefined)[] = [];
+    const steps: string[] = [];
     let readings = 0;
+    let merchantReadings = 0;
     const db = {
-      queryRows: async () => [shortfalls[Math.min(readings++, shortfalls.length - 1)]],
+      queryRows: async (query: string) => {
+        if (/ AS merchantRollup\b/.test(query)) {
+          steps.push('read merchantRollup');
+          return [{ merchantRollup: merchantShortfalls[Math.min(merchantReadings++, merchantShortfalls.length - 1)] }];
+        }
+        steps.push('read rollup, keyNetworks');
+        return [shortfalls[Math.min(readings++, shortfalls.length - 1)]];
+      },
       command: async (query: string) => {
-        inserts.push(/^INSERT INTO (\S+) /.exec(query)?.[1] ?? query);
+        const table = /^INSERT INTO (\S+) /.exec(query)?.[1] ?? query;
+        inserts.push(table);
+        steps.push(`insert ${table}`);
         tokens.push(/ SETTINGS [^\n]*\binsert_deduplication_token='([^']+)'/.exec(query)?.[1]);
       },
     } as unknown as ClickHouse;
-    return { store: new EventStore(db, tablesIn('sc')), inserts, tokens, readings: () => readings };
+    return { store: new EventStore(db, tablesIn('sc')), inserts, tokens, steps, readings: () => readings };
   }
   const source = { topic: 't', partition: 0, fromOffset: 100 };
   const complete = { rollup: 0, keyNetworks: 0 };
+  const none = { ...complete, merchantRollup: 0 };
 
-  it('adds nothing and reads once when the views are complete', async () => {
+  it('adds nothing and reads each stage once when the views are complete', async () => {
     const storage = storageReading([complete]);
-    expect(await storage.store.repairViews(source, 1)).toEqual(complete);
-    expect(storage.readings()).toBe(1);
+    expect(await storage.store.repairViews(source, 1)).toEqual(none);
+    expect(storage.steps).toEqual(['read rollup, keyNetworks', 'read merchantRollup']);
     expect(storage.inserts).toEqual([]);
+  });
+
+  it('reads merchant_rollup_15m\'s shortfall against the rollup only once the rollup is repaired', async () => {
+    const storage = storageReading([{ rollup: 300, keyNetworks: 0 }], [300]);
+    expect(await storage.store.repairViews(source, 1)).toEqual({ rollup: 300, keyNetworks: 0, merchantRollup: 300 });
+    expect(storage.steps).toEqual([
+      'read rollup, keyNetworks',
+      'read rollup, keyNetworks',
+      'insert sc.request_rollup_1m',
+      'read merchantRollup',
+      'read merchantRollup',
+      'insert sc.merchant_rollup_15m',
+    ]);
   });
 
   it('adds each view its shortfall once two readings agree', async () => {
     const storage = storageReading([{ rollup: 700, keyNetworks: 700 }, { rollup: 300, keyNetworks: 300 }, { rollup: 300, keyNetworks: 300 }]);
-    expect(await storage.store.repairViews(source, 1)).toEqual({ rollup: 300, keyNetworks: 300 });
+    expect(await storage.store.repairViews(source, 1)).toEqual({ rollup: 300, keyNetworks: 300, merchantRollup: 0 });
     expect(storage.readings()).toBe(3);
     expect(storage.inserts).toEqual(['sc.request_rollup_1m', 'sc.key_networks_1d']);
   });
@@ -131,32 +159,32 @@ describe('EventStore.repairViews', () => {
   it('waits until both views agree, and adds only to the one short', async () => {
     // The rollup's part had landed; key_networks_1d's was still landing at the first reading.
     const storage = storageReading([{ rollup: 0, keyNetworks: 500 }, { rollup: 0, keyNetworks: 200 }, { rollup: 0, keyNetworks: 200 }]);
-    expect(await storage.store.repairViews(source, 1)).toEqual({ rollup: 0, keyNetworks: 200 });
+    expect(await storage.store.repairViews(source, 1)).toEqual({ rollup: 0, keyNetworks: 200, merchantRollup: 0 });
     expect(storage.readings()).toBe(3);
     expect(storage.inserts).toEqual(['sc.key_networks_1d']);
   });
 
   it('takes the fifth reading when readings keep changing', async () => {
     const storage = storageReading([1, 2, 3, 4, 5, 6].map((n) => ({ rollup: n, keyNetworks: 0 })));
-    expect(await storage.store.repairViews(source, 1)).toEqual({ rollup: 5, keyNetworks: 0 });
+    expect(await storage.store.repairViews(source, 1)).toEqual({ rollup: 5, keyNetworks: 0, merchantRollup: 0 });
     expect(storage.readings()).toBe(5);
     expect(storage.inserts).toEqual(['sc.request_rollup_1m']);
   });
 
   it('gives every repair a deduplication token of its own, so that none is taken for the repeat of another', async () => {
     // The same shortfall twice (two crashes in the same minute) gives the same rows to insert.
-    const storage = storageReading([{ rollup: 1, keyNetworks: 1 }]);
+    const storage = storageReading([{ rollup: 1, keyNetworks: 1 }], [1]);
     await storage.store.repairViews(source, 1);
     await storage.store.repairViews(source, 1);
     const tokens = storage.tokens;
-    expect(tokens).toHaveLength(4);
+    expect(tokens).toHaveLength(6);
     expect(tokens.every((token) => typeof token === 'string' && token.length > 0)).toBe(true);
-    expect(new Set(tokens).size).toBe(4);
+    expect(new Set(tokens).size).toBe(6);
   });
 
   it('adds nothing when the shortfall was another insert landing', async () => {
-    const storage = storageReading([{ rollup: 700, keyNetworks: 40 }, complete]);
-    expect(await storage.store.repairViews(source, 1)).toEqual(complete);
+    const storage = storageReading([{ rollup: 700, keyNetworks: 40 }, complete], [20, 0]);
+    expect(await storage.store.repairViews(source, 1)).toEqual(none);
     expect(storage.inserts).toEqual([]);
   });
 });

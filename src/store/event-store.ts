@@ -151,23 +151,52 @@ export const EVENT_INSERT_SETTINGS: ClickHouseSettings = {
 /** The rollup's minute is a DateTime: seconds since 1970 in 32 bits, up to 2106-02-07T06:28:15Z. */
 const ROLLUP_MINUTES_MS = { min: 0, max: 4_294_967_295_000 } as const;
 
+/** merchant_rollup_15m's period. */
+const QUARTER_HOUR_MS = 15 * 60_000;
+
+/** A range as the traffic queries bind it (rollupSpan). */
+interface RollupSpan {
+  from: string;
+  to: string;
+  quartersFrom: string;
+  quartersTo: string;
+}
+
 /**
- * A range as the rollup's queries bind it, within the times its minutes can hold (a bound beyond
- * them would be wrapped around by the comparison, and match the wrong rows); undefined when the
- * range lies wholly outside them (no traffic can be there).
+ * A range as the traffic queries bind it: its minutes, [from, to), within the times the rollups'
+ * columns can hold (a bound beyond them would be wrapped around by the comparison, and match the
+ * wrong rows); and the whole quarter hours in it, [quartersFrom, quartersTo), which are read from
+ * merchant_rollup_15m, the rest from request_rollup_1m. Without `wholeQuarters`, or with no whole
+ * quarter hour in the range, that part is empty. Undefined when the range lies wholly outside the
+ * rollups' times (no traffic can be there).
  */
-function rollupSpan(range: { from: Date; to: Date }): { from: string; to: string } | undefined {
+function rollupSpan(range: { from: Date; to: Date }, wholeQuarters = true): RollupSpan | undefined {
   const from = Math.max(range.from.getTime(), ROLLUP_MINUTES_MS.min);
   const to = Math.min(range.to.getTime(), ROLLUP_MINUTES_MS.max);
-  return from <= to ? { from: toClickHouseTime(from), to: toClickHouseTime(to) } : undefined;
+  if (from > to) return undefined;
+  let quartersFrom = Math.ceil(from / QUARTER_HOUR_MS) * QUARTER_HOUR_MS;
+  let quartersTo = Math.floor(to / QUARTER_HOUR_MS) * QUARTER_HOUR_MS;
+  if (!wholeQuarters || quartersFrom >= quartersTo) quartersFrom = quartersTo = from;
+  return {
+    from: toClickHouseTime(from),
+    to: toClickHouseTime(to),
+    quartersFrom: toClickHouseTime(quartersFrom),
+    quartersTo: toClickHouseTime(quartersTo),
+  };
 }
 
 /** The rollup's sum columns (002_request_rollup_1m.sql). */
 const ROLLUP_SUMS = ['requests', 'successes', 'client_errors', 'server_errors', 'auth_failures', 'not_found', 'rate_limited', 'response_time_sum'];
 
-/** The views of request_events that repairViews makes whole after a crash. */
-const VIEWS = ['rollup', 'keyNetworks'] as const;
-type View = (typeof VIEWS)[number];
+/**
+ * The views that repairViews makes whole after a crash, in stages, each stage's shortfalls read once
+ * the stage before it is repaired: the per-minute rollup and key_networks_1d, compared with the raw
+ * events; then merchant_rollup_15m (016_merchant_rollup_15m.sql), compared with the per-minute rollup,
+ * which holds the same sums per key and minute, in fewer rows than the raw events, once it is whole.
+ */
+const VIEW_STAGES = [['rollup', 'keyNetworks'], ['merchantRollup']] as const;
+type ViewStage = (typeof VIEW_STAGES)[number];
+type View = ViewStage[number];
 
 /** How many events each view missed (repairViews). */
 export type ViewShortfalls = Record<View, number>;
@@ -178,19 +207,19 @@ interface ViewRepair {
   rows: string;
 }
 
-const viewShortfallsRow = z.object({ rollup: z.coerce.number(), keyNetworks: z.coerce.number() });
+const shortfallCount = z.coerce.number();
 
 /**
- * Reads the views' shortfalls until two readings `settleMs` apart agree, or five were taken; one
- * with nothing missing is taken at once. A shortfall that changes between readings was another
- * writer's insert still landing its view parts.
+ * Reads the shortfalls of a stage's views until two readings `settleMs` apart agree, or five were
+ * taken; one with nothing missing is taken at once. A shortfall that changes between readings was
+ * another writer's insert still landing its view parts.
  */
-async function settledShortfalls(read: () => Promise<ViewShortfalls>, settleMs: number): Promise<ViewShortfalls> {
+async function settledShortfalls(stage: ViewStage, read: () => Promise<Partial<ViewShortfalls>>, settleMs: number): Promise<Partial<ViewShortfalls>> {
   let shortfalls = await read();
-  for (let reading = 1; VIEWS.some((view) => shortfalls[view] > 0) && reading < 5; reading++) {
+  for (let reading = 1; stage.some((view) => shortfalls[view]! > 0) && reading < 5; reading++) {
     await sleep(settleMs);
     const again = await read();
-    if (VIEWS.every((view) => again[view] === shortfalls[view])) break;
+    if (stage.every((view) => again[view] === shortfalls[view])) break;
     shortfalls = again;
   }
   return shortfalls;
@@ -319,15 +348,15 @@ export class EventStore {
   }
 
   /**
-   * Adds to the views of request_events (the per-minute rollup, key_networks_1d) what they miss for
-   * the events of one partition from `fromOffset` on, and returns how many events each missed.
+   * Adds to the views (the per-minute rollup, key_networks_1d, merchant_rollup_15m) what they miss
+   * for the events of one partition from `fromOffset` on, and returns how many events each missed.
    * Why: ClickHouse commits an insert's raw part and its materialized views' parts one after the
    * other, not atomically. A process killed in between leaves events stored without their view
    * rows; their offsets were not committed, so they come again, and storedOffsets skips them as
    * already stored. Without this metrics would never count them, and detection's memory of the
    * key's networks (warmed from key_networks_1d) would not know the networks seen in them.
-   * Every group of a view those events fall in is compared with all raw events of that group, and
-   * only a shortfall is added: the sums by the difference, the other columns (max, min, any, uniq)
+   * Every group of a view those events fall in is compared with all raw events of that group (for
+   * merchant_rollup_15m, with the rollup's rows of the group: see VIEW_STAGES), and only a shortfall is added: the sums by the difference, the other columns (max, min, any, uniq)
    * by their whole value (merging them again changes nothing). Run again, it adds nothing.
    * Another writer's insert may be between its commits right now (a replica that just lost the
    * partition, or this one's own buffer): a shortfall is added only once two readings `settleMs`
@@ -335,26 +364,34 @@ export class EventStore {
    */
   async repairViews(source: { topic: string; partition: number; fromOffset: number }, settleMs = 1_000, lookbackHours = 48): Promise<ViewShortfalls> {
     const params = { ...source, hours: lookbackHours };
-    const repairs = { rollup: this.rollupRepair(), keyNetworks: this.keyNetworksRepair() };
-    const shortfalls = await settledShortfalls(() => this.viewShortfalls(repairs, params), settleMs);
-    for (const view of VIEWS) {
-      if (shortfalls[view] <= 0) continue;
-      // A token of its own: the views' tables deduplicate inserts (010_insert_deduplication.sql), and
-      // without one a repair with the same rows as an earlier one could be dropped as its repeat (a
-      // 25.8 server deduplicates an INSERT ... SELECT by its rows).
-      const settings = { ...EVENT_INSERT_SETTINGS, insert_deduplication_token: randomUUID() };
-      await this.db.command(`INSERT INTO ${repairs[view].into}${settingsClause(settings)} ${repairs[view].rows}`, params);
+    const repairs: Record<View, ViewRepair> = {
+      rollup: this.rollupRepair(),
+      keyNetworks: this.keyNetworksRepair(),
+      merchantRollup: this.merchantRollupRepair(),
+    };
+    const shortfalls: ViewShortfalls = { rollup: 0, keyNetworks: 0, merchantRollup: 0 };
+    for (const stage of VIEW_STAGES) {
+      const found = await settledShortfalls(stage, () => this.viewShortfalls(repairs, stage, params), settleMs);
+      for (const view of stage) {
+        shortfalls[view] = found[view]!;
+        if (shortfalls[view] <= 0) continue;
+        // A token of its own: the views' tables deduplicate inserts (010_insert_deduplication.sql), and
+        // without one a repair with the same rows as an earlier one could be dropped as its repeat (a
+        // 25.8 server deduplicates an INSERT ... SELECT by its rows).
+        const settings = { ...EVENT_INSERT_SETTINGS, insert_deduplication_token: randomUUID() };
+        await this.db.command(`INSERT INTO ${repairs[view].into}${settingsClause(settings)} ${repairs[view].rows}`, params);
+      }
     }
     return shortfalls;
   }
 
-  /** How many events each view misses (see repairViews), read in one query. */
-  private async viewShortfalls(repairs: Record<View, ViewRepair>, params: Record<string, unknown>): Promise<ViewShortfalls> {
-    const [row] = await this.db.queryRows(
-      `SELECT ${VIEWS.map((view) => `(SELECT sum(requests) FROM (${repairs[view].rows})) AS ${view}`).join(', ')}`,
+  /** How many events each of a stage's views misses (see repairViews), read in one query. */
+  private async viewShortfalls(repairs: Record<View, ViewRepair>, stage: ViewStage, params: Record<string, unknown>): Promise<Partial<ViewShortfalls>> {
+    const [row] = await this.db.queryRows<Record<string, unknown>>(
+      `SELECT ${stage.map((view) => `(SELECT sum(requests) FROM (${repairs[view].rows})) AS ${view}`).join(', ')}`,
       params,
     );
-    return viewShortfallsRow.parse(row);
+    return Object.fromEntries(stage.map((view) => [view, shortfallCount.parse(row?.[view])]));
   }
 
   /**
@@ -397,6 +434,43 @@ export class EventStore {
   }
 
   /**
+   * The merchant_rollup_15m rows that make up for a shortfall against the rollup (see repairViews),
+   * in the merchants' quarter hours of the partition's events. The rollup's sums per merchant and
+   * quarter hour are what the view in 016_merchant_rollup_15m.sql writes from the raw events.
+   */
+  private merchantRollupRepair(): ViewRepair {
+    const { requestEvents, requestRollup1m, merchantRollup15m } = this.tables;
+    return {
+      into: `${merchantRollup15m} (merchant_id, quarter_hour, ${ROLLUP_SUMS.join(', ')}, response_time_max, unique_ips)`,
+      rows: `
+      WITH touched AS (
+        SELECT DISTINCT merchant_id, toStartOfFifteenMinutes(ts) AS quarter_hour
+          FROM ${requestEvents}
+         WHERE source_topic = {topic:String} AND source_partition = {partition:Int32} AND source_offset >= {fromOffset:Int64}
+           AND received_at >= now64(3) - toIntervalHour({hours:UInt32})
+      )
+      SELECT merchant_id, quarter_hour,
+             ${ROLLUP_SUMS.map((column) => `greatest(whole.${column} - rolled.${column}, 0) AS ${column}`).join(', ')},
+             whole.response_time_max AS response_time_max, whole.unique_ips AS unique_ips
+        FROM (
+          SELECT merchant_id, toStartOfFifteenMinutes(minute) AS quarter_hour,
+                 ${ROLLUP_SUMS.map((column) => `sum(${column}) AS ${column}`).join(', ')},
+                 max(response_time_max) AS response_time_max, uniqMergeState(unique_ips) AS unique_ips
+            FROM ${requestRollup1m}
+           WHERE (merchant_id, toStartOfFifteenMinutes(minute)) IN touched
+           GROUP BY merchant_id, quarter_hour
+        ) AS whole
+        LEFT JOIN (
+          SELECT merchant_id, quarter_hour, ${ROLLUP_SUMS.map((column) => `sum(${column}) AS ${column}`).join(', ')}
+            FROM ${merchantRollup15m}
+           WHERE (merchant_id, quarter_hour) IN touched
+           GROUP BY merchant_id, quarter_hour
+        ) AS rolled USING (merchant_id, quarter_hour)
+       WHERE whole.requests > rolled.requests`,
+    };
+  }
+
+  /**
    * The key_networks_1d rows that make up for a shortfall (see repairViews). The grouping, the
    * network and the raw aggregates must be the ones the view in 007_key_networks.sql writes. A group
    * the view lacks entirely joins as zeros (join_use_nulls off, pinned in clickhouse.ts): it is added whole.
@@ -435,7 +509,27 @@ export class EventStore {
   }
 
   /**
-   * Traffic totals from the per-minute rollups (never raw events); merchantId undefined = all.
+   * The rollups' rows of a span (rollupSpan), `columns` of each and its `start` (its minute or quarter
+   * hour): its whole quarter hours from merchant_rollup_15m, its other minutes from request_rollup_1m,
+   * so every minute is read once. The two tables' columns have the same names and types.
+   */
+  private rollupRows(columns: string): string {
+    const ofMerchant = "({merchantId:String} = '' OR merchant_id = {merchantId:String})";
+    return `
+        SELECT quarter_hour AS start, ${columns}
+          FROM ${this.tables.merchantRollup15m}
+         WHERE quarter_hour >= {quartersFrom:DateTime64(3, 'UTC')} AND quarter_hour < {quartersTo:DateTime64(3, 'UTC')}
+           AND ${ofMerchant}
+        UNION ALL
+        SELECT minute AS start, ${columns}
+          FROM ${this.tables.requestRollup1m}
+         WHERE minute >= {from:DateTime64(3, 'UTC')} AND minute < {to:DateTime64(3, 'UTC')}
+           AND (minute < {quartersFrom:DateTime64(3, 'UTC')} OR minute >= {quartersTo:DateTime64(3, 'UTC')})
+           AND ${ofMerchant}`;
+  }
+
+  /**
+   * Traffic totals from the rollups (never raw events); merchantId undefined = all.
    * A minute counts in the range its start falls in, [from, to): so ranges that meet share no minute,
    * and a range ending now includes the minute in progress.
    */
@@ -443,9 +537,7 @@ export class EventStore {
     const span = rollupSpan(range);
     const rows = !span ? [] : await this.db.queryRows(
       `SELECT sum(requests) AS requests, sum(successes) AS successes, uniqMerge(unique_ips) AS unique_ips
-         FROM ${this.tables.requestRollup1m}
-        WHERE minute >= {from:DateTime64(3, 'UTC')} AND minute < {to:DateTime64(3, 'UTC')}
-          AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})`,
+         FROM (${this.rollupRows('requests, successes, unique_ips')})`,
       { ...span, merchantId: range.merchantId ?? '' },
     );
     const totals = trafficRow.parse(rows[0] ?? { requests: 0, successes: 0, unique_ips: 0 });
@@ -458,20 +550,19 @@ export class EventStore {
   }
 
   /**
-   * Requests and successes per bucket from the per-minute rollups, oldest first, with empty buckets
-   * filled in as zeros so a chart has one point per bucket: those starting in [floor(from), to).
+   * Requests and successes per bucket from the rollups, oldest first, with empty buckets filled in
+   * as zeros so a chart has one point per bucket: those starting in [floor(from), to).
    * Minutes count as in trafficTotals, so the points add up to its requests over a range whose from
-   * starts a bucket.
+   * starts a bucket. Buckets are aligned to the epoch, as quarter hours are: a bucket of whole
+   * quarter hours reads them from merchant_rollup_15m; a shorter one reads minutes only.
    */
   async trafficTrend(range: { from: Date; to: Date; merchantId?: string; bucketSeconds: number }): Promise<TrafficPoint[]> {
     const bucketMs = range.bucketSeconds * 1000;
-    const span = rollupSpan(range);
+    const span = rollupSpan(range, bucketMs % QUARTER_HOUR_MS === 0);
     const rows = !span ? [] : await this.db.queryRows(
-      `SELECT toUnixTimestamp(toStartOfInterval(minute, INTERVAL {bucket:UInt32} SECOND)) AS t,
+      `SELECT toUnixTimestamp(toStartOfInterval(start, INTERVAL {bucket:UInt32} SECOND)) AS t,
               sum(requests) AS requests, sum(successes) AS successes
-         FROM ${this.tables.requestRollup1m}
-        WHERE minute >= {from:DateTime64(3, 'UTC')} AND minute < {to:DateTime64(3, 'UTC')}
-          AND ({merchantId:String} = '' OR merchant_id = {merchantId:String})
+         FROM (${this.rollupRows('requests, successes')})
         GROUP BY t`,
       { ...span, merchantId: range.merchantId ?? '', bucket: range.bucketSeconds },
     );

@@ -4,6 +4,7 @@ export interface Tables {
   readonly schemaMigrations: string;
   readonly requestEvents: string;
   readonly requestRollup1m: string;
+  readonly merchantRollup15m: string;
   readonly keyNetworks1d: string;
   readonly keyVouchedNetworks1d: string;
   readonly alerts: string;
@@ -20,6 +21,7 @@ export function tablesIn(database: string): Tables {
     schemaMigrations: `${database}.schema_migrations`,
     requestEvents: `${database}.request_events`,
     requestRollup1m: `${database}.request_rollup_1m`,
+    merchantRollup15m: `${database}.merchant_rollup_15m`,
     keyNetworks1d: `${database}.key_networks_1d`,
     keyVouchedNetworks1d: `${database}.key_vouched_networks_1d`,
     alerts: `${database}.alerts_by_time`,

@@ -1,7 +1,7 @@
 /**
  * Insert deduplication on the real engine (010_insert_deduplication.sql, EventStore.insertRows): a
  * flush stored again under its token after an attempt that landed unseen is counted once, by
- * request_events and by both views, whether the engine reads it inline or from a file, over several
+ * request_events and by every view, whether the engine reads it inline or from a file, over several
  * partitions and blocks; different flushes are all stored, whatever their rows; a retry still adds
  * the view rows its landed attempt missed; a repair of the views is never taken for a repeat, and
  * leaves its token to no later insert.
@@ -36,7 +36,7 @@ function rowsOf(apiKeyId: string, count: number, firstOffset = 0): Row[] {
   return Array.from({ length: count }, (_, i) => {
     const offset = firstOffset + i;
     const timestamp = FIRST_DAY + 12 * 3_600_000 + (i % 3) * DAY_MS + i;
-    const parsed = parseRequestEventValue({ ...makeEvent(offset, { runId: 'dedup', startMs: timestamp }), apiKeyId, merchantId: 'm_dedup', timestamp });
+    const parsed = parseRequestEventValue({ ...makeEvent(offset, { runId: 'dedup', startMs: timestamp }), apiKeyId, merchantId: `m_${apiKeyId}`, timestamp });
     if (!parsed.ok) throw new Error(`fixture ${offset} must be valid`);
     const partition = i % 2;
     return { line: serializeEventRow(parsed.event, { topic: TOPIC, partition, offset }), partition };
@@ -56,15 +56,19 @@ describe('insert deduplication', () => {
     store = new EventStore(db, tables);
   });
 
-  /** A key's events as request_events holds them (FINAL: each eventId once), and as each view counts them. */
-  async function counted(apiKeyId: string): Promise<{ events: number; rollup: number; keyNetworks: number }> {
-    const [row] = await db.queryRows<{ events: number; rollup: number; keyNetworks: number }>(
+  /**
+   * A key's events as request_events holds them (FINAL: each eventId once), and as each view counts
+   * them (merchant_rollup_15m by the key's own merchant, m_<key>).
+   */
+  async function counted(apiKeyId: string): Promise<{ events: number; rollup: number; merchantRollup: number; keyNetworks: number }> {
+    const [row] = await db.queryRows<{ events: number; rollup: number; merchantRollup: number; keyNetworks: number }>(
       `SELECT (SELECT count() FROM ${tables.requestEvents} FINAL WHERE api_key_id = {key:String}) AS events,
               (SELECT sum(requests) FROM ${tables.requestRollup1m} WHERE api_key_id = {key:String}) AS rollup,
+              (SELECT sum(requests) FROM ${tables.merchantRollup15m} WHERE merchant_id = concat('m_', {key:String})) AS merchantRollup,
               (SELECT sum(requests) FROM ${tables.keyNetworks1d} WHERE api_key_id = {key:String}) AS keyNetworks`,
       { key: apiKeyId },
     );
-    return { events: Number(row?.events), rollup: Number(row?.rollup), keyNetworks: Number(row?.keyNetworks) };
+    return { events: Number(row?.events), rollup: Number(row?.rollup), merchantRollup: Number(row?.merchantRollup), keyNetworks: Number(row?.keyNetworks) };
   }
 
   it('counts a flush stored again under its token once, read inline or from a file', async () => {
@@ -76,8 +80,8 @@ describe('insert deduplication', () => {
       await store.insertRows(body, undefined, token);
       await store.insertRows(body, undefined, token); // the retry of an attempt that landed unseen
     }
-    expect(await counted('pk_inline')).toEqual({ events: 6, rollup: 6, keyNetworks: 6 });
-    expect(await counted('pk_file')).toEqual({ events: 100, rollup: 100, keyNetworks: 100 });
+    expect(await counted('pk_inline')).toEqual({ events: 6, rollup: 6, merchantRollup: 6, keyNetworks: 6 });
+    expect(await counted('pk_file')).toEqual({ events: 100, rollup: 100, merchantRollup: 100, keyNetworks: 100 });
   });
 
   it('stores an insert split into several blocks whole, and drops its repeat whole', async () => {
@@ -88,9 +92,9 @@ describe('insert deduplication', () => {
     const body = bodyOf(rowsOf('pk_blocks', 38));
     expect(body.length).toBeLessThan(FILE_INSERT_MIN_BYTES);
     await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, body, 'TabSeparated', settings);
-    expect(await counted('pk_blocks')).toEqual({ events: 38, rollup: 38, keyNetworks: 38 });
+    expect(await counted('pk_blocks')).toEqual({ events: 38, rollup: 38, merchantRollup: 38, keyNetworks: 38 });
     await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, body, 'TabSeparated', settings);
-    expect(await counted('pk_blocks')).toEqual({ events: 38, rollup: 38, keyNetworks: 38 });
+    expect(await counted('pk_blocks')).toEqual({ events: 38, rollup: 38, merchantRollup: 38, keyNetworks: 38 });
   });
 
   it('stores every flush, even two with the same rows, and equal view rows of different flushes', async () => {
@@ -98,13 +102,13 @@ describe('insert deduplication', () => {
     await store.insertRows(body, undefined, 'flush-one');
     await store.insertRows(body, undefined, 'flush-two');
     // request_events collapses the copies by eventId (FINAL); the views count what was inserted.
-    expect(await counted('pk_twice')).toEqual({ events: 6, rollup: 12, keyNetworks: 12 });
+    expect(await counted('pk_twice')).toEqual({ events: 6, rollup: 12, merchantRollup: 12, keyNetworks: 12 });
 
     // Two events alike but for their eventId: each flush's view rows are the same, and both count.
     const [first, second] = [0, 1].map((n) => rowsOf('pk_alike', 1, 0)[0]!.line.replace('evt_dedup_0', `evt_alike_${n}`));
     await store.insertRows(Buffer.from(`${first}\n`), undefined, 'flush-alike-1');
     await store.insertRows(Buffer.from(`${second}\n`), undefined, 'flush-alike-2');
-    expect(await counted('pk_alike')).toEqual({ events: 2, rollup: 2, keyNetworks: 2 });
+    expect(await counted('pk_alike')).toEqual({ events: 2, rollup: 2, merchantRollup: 2, keyNetworks: 2 });
   });
 
   it('counts once a flush that landed and then lost partitions before its retry, under the same token', async () => {
@@ -112,12 +116,12 @@ describe('insert deduplication', () => {
     const rows = rowsOf('pk_shrunk', 12);
     await store.insertRows(bodyOf(rows), undefined, 'flush-shrunk');
     await store.insertRows(bodyOf(rows.filter((row) => row.partition === 0)), undefined, 'flush-shrunk');
-    expect(await counted('pk_shrunk')).toEqual({ events: 12, rollup: 12, keyNetworks: 12 });
+    expect(await counted('pk_shrunk')).toEqual({ events: 12, rollup: 12, merchantRollup: 12, keyNetworks: 12 });
 
     // Its first attempt failed before landing: the shrunk retry is stored.
     const lost = rowsOf('pk_shrunk_first', 12);
     await store.insertRows(bodyOf(lost.filter((row) => row.partition === 0)), undefined, 'flush-shrunk-first');
-    expect(await counted('pk_shrunk_first')).toEqual({ events: 6, rollup: 6, keyNetworks: 6 });
+    expect(await counted('pk_shrunk_first')).toEqual({ events: 6, rollup: 6, merchantRollup: 6, keyNetworks: 6 });
   });
 
   it('adds on the retry the view rows its landed attempt missed, and nothing twice', async () => {
@@ -130,9 +134,9 @@ describe('insert deduplication', () => {
     } finally {
       await db.command(`ATTACH TABLE ${view}`);
     }
-    expect(await counted('pk_partial')).toEqual({ events: 9, rollup: 9, keyNetworks: 0 });
+    expect(await counted('pk_partial')).toEqual({ events: 9, rollup: 9, merchantRollup: 9, keyNetworks: 0 });
     await store.insertRows(body, undefined, 'flush-partial');
-    expect(await counted('pk_partial')).toEqual({ events: 9, rollup: 9, keyNetworks: 9 });
+    expect(await counted('pk_partial')).toEqual({ events: 9, rollup: 9, merchantRollup: 9, keyNetworks: 9 });
   });
 
   it('stores a repair of the views with the same rows as an earlier repair', async () => {
@@ -148,9 +152,9 @@ describe('insert deduplication', () => {
       } finally {
         await db.command(`ATTACH TABLE ${view}`);
       }
-      expect(await store.repairViews({ topic: TOPIC, partition: 0, fromOffset: offset }, 10)).toEqual({ rollup: 1, keyNetworks: 0 });
+      expect(await store.repairViews({ topic: TOPIC, partition: 0, fromOffset: offset }, 10)).toEqual({ rollup: 1, keyNetworks: 0, merchantRollup: 0 });
     }
-    expect(await counted('pk_repair')).toEqual({ events: 2, rollup: 2, keyNetworks: 2 });
+    expect(await counted('pk_repair')).toEqual({ events: 2, rollup: 2, merchantRollup: 2, keyNetworks: 2 });
   });
 
   it('leaves a repair\'s token to no later insert: alerts saved after it, which carry none, are each stored', async () => {

@@ -6,7 +6,7 @@ import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.t
 import type { NetworkSighting } from '../../src/detect/key-history.ts';
 import { EventStore, REQUEST_EVENT_COLUMNS, serializeEventRow } from '../../src/store/event-store.ts';
 import { networkOf } from '../../rules/network.ts';
-import { listMigrations, migrate, renderMigration, splitStatements } from '../../src/store/migrate.ts';
+import { listMigrations, migrate, renderMigration, splitStatements, type Migration } from '../../src/store/migrate.ts';
 import { tablesIn, type Tables } from '../../src/store/tables.ts';
 import { AlertStore } from '../../src/store/alert-store.ts';
 import { makeAlert } from '../support/admin.ts';
@@ -178,6 +178,68 @@ describe('migrations', () => {
     await db.command(`ALTER TABLE ${tables.schemaMigrations} DELETE WHERE version = 12 SETTINGS mutations_sync = 1`);
     expect(await migrate(db, options, logger)).toEqual([12]);
     expect(await networks()).toEqual({ requests: 170, rows: 150 });
+  });
+
+  it('fills merchant_rollup_15m from the rollup rows before 016 (its backfill), counting once what its view counted, and adds nothing run again', async () => {
+    // A worker of before 016: migrations 001-015 applied, and events of two days ago stored, of two merchants.
+    const tables = tablesIn(`${service.database}_before_016`);
+    const options = { tables, eventsTtlDays: 30 };
+    await db.command(`CREATE DATABASE IF NOT EXISTS ${tables.database}`);
+    await db.command(`CREATE TABLE IF NOT EXISTS ${tables.schemaMigrations} (version UInt32, name String, checksum String, applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = MergeTree ORDER BY version`);
+    const [v016] = listMigrations().filter((m) => m.version === 16);
+    const record = (migration: Migration) =>
+      db.command(`INSERT INTO ${tables.schemaMigrations} (version, name, checksum) VALUES ({v:UInt32}, {n:String}, {c:String})`, { v: migration.version, n: migration.name, c: migration.checksum });
+    for (const migration of listMigrations().filter((m) => m.version <= 15)) {
+      for (const statement of splitStatements(renderMigration(migration.template, options))) await db.command(statement);
+      await record(migration);
+    }
+    const startMs = Date.now() - 2 * 86_400_000;
+    let offset = 0;
+    const insertEvents = async (count: number, runId: string) => {
+      const lines = Array.from({ length: count }, (_, i) => {
+        const parsed = parseRequestEventValue({ ...makeEvent(i, { runId, startMs, merchants: 2, keys: 6 }), timestamp: new Date(startMs + i * 37_000).toISOString(), status: i % 7 === 0 ? 404 : 200 });
+        if (!parsed.ok) throw new Error('fixture must be valid');
+        return `${serializeEventRow(parsed.event, { topic: 'api.request-metadata', partition: 0, offset: offset++ })}\n`;
+      });
+      await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(lines.join('')), 'TabSeparated', {});
+    };
+    await insertEvents(120, 'before_016');
+    // Every column of each merchant's quarter hours, in merchant_rollup_15m and as the rollup's minutes add up.
+    const quarterHours = async (from: 'merchant' | 'minutes') => {
+      await db.command(`OPTIMIZE TABLE ${tables.merchantRollup15m} FINAL`);
+      return db.queryRows(
+        from === 'merchant'
+          ? `SELECT merchant_id, quarter_hour, sum(requests) AS requests, sum(successes) AS ok, sum(client_errors) AS c4, sum(not_found) AS nf,
+                    sum(response_time_sum) AS rt, max(response_time_max) AS rt_max, uniqMerge(unique_ips) AS ips, count() AS rows
+               FROM ${tables.merchantRollup15m} GROUP BY merchant_id, quarter_hour ORDER BY merchant_id, quarter_hour`
+          : `SELECT merchant_id, toStartOfFifteenMinutes(minute) AS quarter_hour, sum(requests) AS requests, sum(successes) AS ok,
+                    sum(client_errors) AS c4, sum(not_found) AS nf, sum(response_time_sum) AS rt, max(response_time_max) AS rt_max,
+                    uniqMerge(unique_ips) AS ips, 1 AS rows
+               FROM ${tables.requestRollup1m} GROUP BY merchant_id, quarter_hour ORDER BY merchant_id, quarter_hour`,
+      );
+    };
+
+    // The upgrade, statement by statement: once 016's view exists, another replica stores events
+    // (in the same quarter hours as the earlier ones, and later) before its backfill runs.
+    const statements = splitStatements(renderMigration(v016!.template, options));
+    expect(statements).toHaveLength(3);
+    await db.command(statements[0]!);
+    await db.command(statements[1]!);
+    await insertEvents(40, 'during_016');
+    await db.command(statements[2]!);
+    await record(v016!);
+    const filled = await quarterHours('merchant');
+    expect(filled.length).toBeGreaterThan(6);
+    expect(filled).toEqual(await quarterHours('minutes'));
+    const total = (rows: Record<string, unknown>[]) => rows.reduce((sum, row) => sum + Number(row.requests), 0);
+    expect(total(filled)).toBe(160);
+
+    // Events stored since go through the view; 016 run again (a crash before it was recorded) adds nothing.
+    await insertEvents(20, 'after_016');
+    await db.command(`ALTER TABLE ${tables.schemaMigrations} DELETE WHERE version = 16 SETTINGS mutations_sync = 1`);
+    expect(await migrate(db, options, logger)).toEqual([16]);
+    expect(total(await quarterHours('merchant'))).toBe(180);
+    expect(await quarterHours('merchant')).toEqual(await quarterHours('minutes'));
   });
 
   it('hands back with each network sighting its earliest record as vouched for, IPv4 and IPv6, each key\'s in order of first request', async () => {

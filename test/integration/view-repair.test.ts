@@ -3,6 +3,8 @@
  * rows (a kill between the raw part and the view's part of one insert) are added to the view by
  * repairViews, so detection's memory of a key's networks (networkSightings) knows them after a
  * restart; a second repair adds nothing, and another partition's events are left to its own repair.
+ * Events stored without their merchant_rollup_15m rows, alone or with the other views', are added to
+ * it as the per-minute rollup, repaired first, counts them.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { networkOf } from '../../rules/network.ts';
@@ -136,15 +138,63 @@ describe('repairing the views after a crash between the raw part and the views\'
     expect(await sightingsOf(0, everything)).toEqual(expectedSightings(BEFORE)); // the forced gap is there
 
     // The next owner of partition 0 resumes from the offset committed before the cut-short insert.
-    expect(await store.repairViews({ topic: TOPIC, partition: 0, fromOffset: CUT_SHORT[0]!.offset }, 10)).toEqual({ rollup: 0, keyNetworks: CUT_SHORT.length });
+    expect(await store.repairViews({ topic: TOPIC, partition: 0, fromOffset: CUT_SHORT[0]!.offset }, 10)).toEqual({ rollup: 0, keyNetworks: CUT_SHORT.length, merchantRollup: 0 });
     expect(await sightingsOf(0, everything)).toEqual(expectedSightings(everything));
     expect(await viewRequests(0)).toEqual(expectedRequests(everything));
     expect(await sightingsOf(1, OTHER_PARTITION)).toEqual([]); // not partition 0's to repair
 
-    expect(await store.repairViews({ topic: TOPIC, partition: 0, fromOffset: CUT_SHORT[0]!.offset }, 10)).toEqual({ rollup: 0, keyNetworks: 0 });
+    expect(await store.repairViews({ topic: TOPIC, partition: 0, fromOffset: CUT_SHORT[0]!.offset }, 10)).toEqual({ rollup: 0, keyNetworks: 0, merchantRollup: 0 });
     expect(await viewRequests(0)).toEqual(expectedRequests(everything));
 
-    expect(await store.repairViews({ topic: TOPIC, partition: 1, fromOffset: 0 }, 10)).toEqual({ rollup: 0, keyNetworks: 1 });
+    expect(await store.repairViews({ topic: TOPIC, partition: 1, fromOffset: 0 }, 10)).toEqual({ rollup: 0, keyNetworks: 1, merchantRollup: 0 });
     expect(await sightingsOf(1, OTHER_PARTITION)).toEqual(expectedSightings(OTHER_PARTITION));
+  });
+
+  /** Each merchant's quarter hours in merchant_rollup_15m, or as the raw events of partition 2 make them, every column. */
+  const perQuarterHour = (from: 'rollup' | 'raw') =>
+    db.queryRows(
+      from === 'rollup'
+        ? `SELECT merchant_id, quarter_hour, sum(requests) AS requests, sum(successes) AS ok, sum(client_errors) AS c4,
+                  sum(server_errors) AS c5, sum(auth_failures) AS auth, sum(not_found) AS nf, sum(rate_limited) AS rl,
+                  sum(response_time_sum) AS rt, max(response_time_max) AS rt_max, uniqMerge(unique_ips) AS ips
+             FROM ${tables.merchantRollup15m} WHERE merchant_id LIKE 'm_quarter_%'
+            GROUP BY merchant_id, quarter_hour ORDER BY merchant_id, quarter_hour`
+        : `SELECT merchant_id, toStartOfFifteenMinutes(ts) AS quarter_hour, count() AS requests, countIf(status < 400) AS ok,
+                  countIf(status BETWEEN 400 AND 499) AS c4, countIf(status >= 500) AS c5, countIf(status IN (401, 403)) AS auth,
+                  countIf(status = 404) AS nf, countIf(status = 429) AS rl, sum(toFloat64(response_time_ms)) AS rt,
+                  max(response_time_ms) AS rt_max, uniq(ip) AS ips
+             FROM ${tables.requestEvents} WHERE source_topic = '${TOPIC}' AND source_partition = 2
+            GROUP BY merchant_id, quarter_hour ORDER BY merchant_id, quarter_hour`,
+    );
+
+  it('adds to merchant_rollup_15m what it missed, after its own view\'s part or every view\'s, as the repaired per-minute rollup counts it', async () => {
+    // Partition 2: two merchants' events over an hour, stored in three inserts.
+    const quarterEvents = Array.from({ length: 90 }, (_, i) => {
+      const event = stored(i, `pk_q${i % 3}`, `198.51.100.${i % 7}`, at(15, i % 60, i % 50), 2);
+      event.event = { ...event.event, merchantId: `m_quarter_${i % 2}`, status: [200, 201, 401, 404, 429, 503][i % 6]! };
+      return event;
+    });
+    const [whole, rollupWhole, allShort] = [quarterEvents.slice(0, 30), quarterEvents.slice(30, 60), quarterEvents.slice(60)];
+    const cutShort = async (views: string[], events: Stored[]) => {
+      for (const view of views) await db.command(`DETACH TABLE ${view}`);
+      try {
+        await insert(events);
+      } finally {
+        for (const view of views) await db.command(`ATTACH TABLE ${view}`);
+      }
+    };
+    await insert(whole);
+    // A kill after the per-minute rollup's part, before merchant_rollup_15m's.
+    await cutShort([`${tables.merchantRollup15m}_mv`], rollupWhole);
+    expect(await store.repairViews({ topic: TOPIC, partition: 2, fromOffset: 30 }, 10)).toEqual({ rollup: 0, keyNetworks: 0, merchantRollup: 30 });
+    expect(await perQuarterHour('rollup')).toEqual(await perQuarterHour('raw'));
+
+    // A kill before every view's part: merchant_rollup_15m is compared with the rollup once the rollup is repaired.
+    await cutShort([`${tables.requestRollup1m}_mv`, `${tables.keyNetworks1d}_mv`, `${tables.merchantRollup15m}_mv`], allShort);
+    expect(await store.repairViews({ topic: TOPIC, partition: 2, fromOffset: 60 }, 10)).toEqual({ rollup: 30, keyNetworks: 30, merchantRollup: 30 });
+    expect(await perQuarterHour('rollup')).toEqual(await perQuarterHour('raw'));
+
+    expect(await store.repairViews({ topic: TOPIC, partition: 2, fromOffset: 0 }, 10)).toEqual({ rollup: 0, keyNetworks: 0, merchantRollup: 0 });
+    expect(await perQuarterHour('rollup')).toHaveLength(8);
   });
 });

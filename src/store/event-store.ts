@@ -126,7 +126,7 @@ export function serializeEventRow(event: RequestEvent, source: EventSource, sour
 
 /**
  * Settings of every insert into request_events (partitioned by day) and, through its views,
- * request_rollup_1m (by month) and key_networks_1d.
+ * request_rollup_1m and merchant_rollup_15m (by month) and key_networks_1d (by day).
  * - An event may carry any time from 2000 to 2100 (a backfill, a producer with a bad clock), so one
  *   insert may touch more than the server's max_partitions_per_insert_block (100) partitions.
  *   Refused, such an insert would be retried forever with intake paused; past the limit the server

@@ -1,6 +1,6 @@
 /**
  * The worker as a real process: killed with SIGKILL mid-stream and restarted, it still stores each
- * valid event once and dead-letters each malformed one; on SIGTERM it drains, commits and exits 0,
+ * valid event once (and every view counts it once) and dead-letters each malformed one; on SIGTERM it drains, commits and exits 0,
  * and a SIGTERM repeated while it drains does not cut the drain short.
  */
 import { connect } from 'node:net';
@@ -84,6 +84,18 @@ describe('worker process killed mid-stream', () => {
       ]);
       expect(networks.length).toBeGreaterThan(0);
       expect(networks).toEqual(rawNetworks);
+      // So is merchant_rollup_15m, from which metrics over whole quarter hours are read (the range
+      // above has none: these two hours have eight).
+      const wide = await store.trafficTotals({ from: new Date(eventOptions.startMs - 3_600_000), to: new Date(eventOptions.startMs + 3_600_000) });
+      expect(wide.requests).toBe(valid);
+      const perMerchant = (from: string, quarterHour: string, requests: string) =>
+        db.queryRows(`SELECT merchant_id, ${quarterHour} AS q, ${requests} AS requests FROM ${clickhouse.database}.${from} GROUP BY merchant_id, q ORDER BY merchant_id, q`);
+      const [quarterHours, rawQuarterHours] = await Promise.all([
+        perMerchant('merchant_rollup_15m', 'quarter_hour', 'sum(requests)'),
+        perMerchant('request_events', 'toStartOfFifteenMinutes(ts)', 'count()'),
+      ]);
+      expect(quarterHours.length).toBeGreaterThan(0);
+      expect(quarterHours).toEqual(rawQuarterHours);
     } finally {
       await db.close();
     }

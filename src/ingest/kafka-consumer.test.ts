@@ -1,6 +1,7 @@
 import { Kafka, KafkaJSSASLAuthenticationError, logLevel, Partitioners, type Batch, type EachBatchPayload, type KafkaMessage, type ProducerRecord } from 'kafkajs';
 import { describe, expect, it, vi } from 'vitest';
 import { makeEvent } from '../../test/support/events.ts';
+import { capturedLogs } from '../../test/support/logs.ts';
 import { parseRequestEventText, parseRequestEventValue, type RequestEvent } from '../events/request-event.ts';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
@@ -151,7 +152,7 @@ describe('KafkaIntake', () => {
       store: {
         storedOffsets: async () => (await storage.hang, new Map(analysed.length > 0 ? [[0, 99]] : [])),
         eventIdsAtFirstStoredOffset: async () => ({ offset: 0, eventIds: ['evt_0'] }),
-        repairViews: async () => ({ rollup: 0, keyNetworks: 0 }),
+        repairViews: async () => ({ rollup: 0, keyNetworks: 0, merchantRollup: 0 }),
       } as unknown as EventStore,
       analysis: {
         analyzeBatch: async (_topic: string, _partition: number, messages: KafkaMessage[]) => {
@@ -194,6 +195,22 @@ describe('KafkaIntake', () => {
 
   it('makes its consumer, its dead-letter producer and its admin client from the one client it is given, with its TLS and SASL settings', async () => {
     expect((await intakeWithBatches()).made.sort()).toEqual(['admin', 'consumer', 'producer']);
+  });
+
+  it('warns when the views\' repair added events to any of them, merchant_rollup_15m alone included', async () => {
+    const { logger, lines } = capturedLogs<{ msg: string; events?: Record<string, number> }>();
+    const { deliver } = await intakeWithBatches({ end: 20, committed: -1 }, 60_000, {
+      logger,
+      // Offsets 0-9 stored (their first one's eventId is the message's: a redelivery), with merchant_rollup_15m short of 25 events.
+      store: {
+        storedOffsets: async () => new Map([[0, 9]]),
+        eventIdsAtFirstStoredOffset: async () => ({ offset: 0, eventIds: ['evt_0'] }),
+        repairViews: async () => ({ rollup: 0, keyNetworks: 0, merchantRollup: 25 }),
+      } as unknown as EventStore,
+    });
+    await deliver([0, 1, 2, 10, 11], 20, '');
+    const warnings = lines.filter((line) => line.msg === 'views were missing events stored before a crash; added them');
+    expect(warnings.map((line) => line.events)).toEqual([{ rollup: 0, keyNetworks: 0, merchantRollup: 25 }]);
   });
 
   /** The consumer lag the intake reports for partition 0, or undefined when it reports none. */
@@ -449,7 +466,7 @@ describe('KafkaIntake', () => {
         store: {
           storedOffsets: async () => new Map(storage.storedUpTo === undefined ? [] : [[0, storage.storedUpTo]]),
           eventIdsAtFirstStoredOffset: async () => undefined,
-          repairViews: async () => ({ rollup: 0, keyNetworks: 0 }),
+          repairViews: async () => ({ rollup: 0, keyNetworks: 0, merchantRollup: 0 }),
           recentEventIds: async () => storage.ids,
         } as unknown as EventStore,
         analysis: {

@@ -787,7 +787,7 @@ export class KafkaIntake {
       }
       try {
         const added = await store.repairViews({ topic, partition, fromOffset: committed });
-        if (added.rollup > 0 || added.keyNetworks > 0) {
+        if (Object.values(added).some((events) => events > 0)) {
           logger.warn({ partition, fromOffset: committed, toOffset: storedUpTo, events: added }, 'views were missing events stored before a crash; added them');
         }
       } catch (error) {

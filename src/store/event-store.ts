@@ -356,8 +356,9 @@ export class EventStore {
    * already stored. Without this metrics would never count them, and detection's memory of the
    * key's networks (warmed from key_networks_1d) would not know the networks seen in them.
    * Every group of a view those events fall in is compared with all raw events of that group (for
-   * merchant_rollup_15m, with the rollup's rows of the group: see VIEW_STAGES), and only a shortfall is added: the sums by the difference, the other columns (max, min, any, uniq)
-   * by their whole value (merging them again changes nothing). Run again, it adds nothing.
+   * merchant_rollup_15m, with the rollup's rows of the group: see VIEW_STAGES), and only a shortfall
+   * is added: the sums by the difference, the other columns (max, min, any, uniq) by their whole
+   * value (merging them again changes nothing). Run again, it adds nothing.
    * Another writer's insert may be between its commits right now (a replica that just lost the
    * partition, or this one's own buffer): a shortfall is added only once two readings `settleMs`
    * apart agree, or after the fifth reading.

@@ -188,6 +188,14 @@ function rollupSpan(range: { from: Date; to: Date }, wholeQuarters = true): Roll
 /** The rollup's sum columns (002_request_rollup_1m.sql). */
 const ROLLUP_SUMS = ['requests', 'successes', 'client_errors', 'server_errors', 'auth_failures', 'not_found', 'rate_limited', 'response_time_sum'];
 
+/** The rollup's sum columns, each summed under its own name: a group's sums, in a repair's query. */
+const SUMMED_ROLLUP_SUMS = ROLLUP_SUMS.map((column) => `sum(${column}) AS ${column}`).join(', ');
+
+/** Each rollup sum of the subquery `whole` less that of `rolled`, under its own name, never below 0: a repair's rows. */
+function rollupSumShortfalls(whole: string, rolled: string): string {
+  return ROLLUP_SUMS.map((column) => `greatest(${whole}.${column} - ${rolled}.${column}, 0) AS ${column}`).join(', ');
+}
+
 /**
  * The views that repairViews makes whole after a crash, in stages, each stage's shortfalls read once
  * the stage before it is repaired: the per-minute rollup and key_networks_1d, compared with the raw
@@ -411,7 +419,7 @@ export class EventStore {
            AND received_at >= now64(3) - toIntervalHour({hours:UInt32})
       )
       SELECT merchant_id, api_key_id, minute,
-             ${ROLLUP_SUMS.map((column) => `greatest(raw.${column} - rolled.${column}, 0) AS ${column}`).join(', ')},
+             ${rollupSumShortfalls('raw', 'rolled')},
              raw.response_time_max AS response_time_max, raw.unique_ips AS unique_ips
         FROM (
           SELECT merchant_id, api_key_id, toStartOfMinute(ts) AS minute,
@@ -425,7 +433,7 @@ export class EventStore {
            GROUP BY merchant_id, api_key_id, minute
         ) AS raw
         LEFT JOIN (
-          SELECT merchant_id, api_key_id, minute, ${ROLLUP_SUMS.map((column) => `sum(${column}) AS ${column}`).join(', ')}
+          SELECT merchant_id, api_key_id, minute, ${SUMMED_ROLLUP_SUMS}
             FROM ${requestRollup1m}
            WHERE (merchant_id, api_key_id, minute) IN touched
            GROUP BY merchant_id, api_key_id, minute
@@ -451,18 +459,18 @@ export class EventStore {
            AND received_at >= now64(3) - toIntervalHour({hours:UInt32})
       )
       SELECT merchant_id, quarter_hour,
-             ${ROLLUP_SUMS.map((column) => `greatest(whole.${column} - rolled.${column}, 0) AS ${column}`).join(', ')},
+             ${rollupSumShortfalls('whole', 'rolled')},
              whole.response_time_max AS response_time_max, whole.unique_ips AS unique_ips
         FROM (
           SELECT merchant_id, toStartOfFifteenMinutes(minute) AS quarter_hour,
-                 ${ROLLUP_SUMS.map((column) => `sum(${column}) AS ${column}`).join(', ')},
+                 ${SUMMED_ROLLUP_SUMS},
                  max(response_time_max) AS response_time_max, uniqMergeState(unique_ips) AS unique_ips
             FROM ${requestRollup1m}
            WHERE (merchant_id, toStartOfFifteenMinutes(minute)) IN touched
            GROUP BY merchant_id, quarter_hour
         ) AS whole
         LEFT JOIN (
-          SELECT merchant_id, quarter_hour, ${ROLLUP_SUMS.map((column) => `sum(${column}) AS ${column}`).join(', ')}
+          SELECT merchant_id, quarter_hour, ${SUMMED_ROLLUP_SUMS}
             FROM ${merchantRollup15m}
            WHERE (merchant_id, quarter_hour) IN touched
            GROUP BY merchant_id, quarter_hour

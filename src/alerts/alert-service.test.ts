@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { RULES } from '../../rules/index.ts';
+import { fake } from '../../test/support/fake.ts';
 import type { Finding, Severity } from '../detect/types.ts';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
@@ -19,12 +20,12 @@ function finding(severity: Severity, scope = 'pk_live_a'): Finding {
 function unstartedService(onCritical?: AlertServiceHooks['onCritical'], stored: Alert[] = []) {
   const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
   const saved: Alert[] = [];
-  const store = {
+  const store = fake<AlertStore>({
     save: async (alerts: Alert[]) => void saved.push(...alerts),
     getMany: async () => [],
     loadForDedup: async () => stored,
     changedSince: async () => [],
-  } as unknown as AlertStore;
+  });
   const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), { onCritical });
   const apply = (severity: Severity, scope?: string) =>
     alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding(severity, scope) }], ruleErrors: [] });
@@ -132,14 +133,14 @@ describe('AlertService.stop', () => {
     try {
       let release: (rows: Alert[]) => void = () => undefined;
       const reads: string[] = [];
-      const store = {
+      const store = fake<AlertStore>({
         loadForDedup: async () => [],
         changedSince: () => {
           reads.push('changedSince');
           return new Promise<Alert[]>((resolve) => (release = resolve));
         },
         save: async () => undefined,
-      } as unknown as AlertStore;
+      });
       const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
       const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
       await alerts.start();
@@ -180,7 +181,7 @@ describe('AlertService after stop()', () => {
     try {
       let saves = 0;
       let failFirstSave!: (error: Error) => void;
-      const store = {
+      const store = fake<AlertStore>({
         loadForDedup: async () => [],
         changedSince: async () => [],
         getMany: async () => [],
@@ -189,7 +190,7 @@ describe('AlertService after stop()', () => {
           if (saves === 1) return new Promise<void>((_resolve, reject) => (failFirstSave = reject));
           return Promise.reject(new Error('storage closed'));
         },
-      } as unknown as AlertStore;
+      });
       const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => T0 }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
       await alerts.start();
       alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding('high') }], ruleErrors: [] });
@@ -214,12 +215,12 @@ describe('AlertService stopped while it starts', () => {
       let finishLoad!: (alerts: Alert[]) => void;
       const reads: string[] = [];
       const saved: Alert[] = [];
-      const store = {
+      const store = fake<AlertStore>({
         loadForDedup: () => new Promise<Alert[]>((resolve) => (finishLoad = resolve)),
         changedSince: async () => (reads.push('changedSince'), []),
         getMany: async () => [],
         save: async (alerts: Alert[]) => void saved.push(...alerts),
-      } as unknown as AlertStore;
+      });
       const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
       const pages: string[] = [];
       const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), { onCritical: (_alert, change) => pages.push(change) });
@@ -253,13 +254,13 @@ describe('AlertService status changes with racing replicas', () => {
     // What storage holds; the key's owner (another replica) writes its copy, without the change, over it.
     let stored = open;
     const ownerWritesOver = () => (stored = { ...open, occurrences: stored.occurrences + 1 });
-    const store = {
+    const store = fake<AlertStore>({
       getStored: async () => ({ alert: stored, version: 1 }),
       getMany: async () => [{ alert: stored, version: 1 }],
       save: async (alerts: Alert[]) => {
         stored = alerts[0]!;
       },
-    } as unknown as AlertStore;
+    });
     const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
     const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
 
@@ -287,7 +288,7 @@ function memoryStore(...alerts: Alert[]) {
     const alert = rows.get(id);
     return alert && { alert, version: writes.count };
   };
-  const store = {
+  const store = fake<AlertStore>({
     getStored: async (id: string) => stored(id),
     getMany: async (ids: string[]) => ids.flatMap((id) => stored(id) ?? []),
     loadForDedup: async () => [...rows.values()],
@@ -299,7 +300,7 @@ function memoryStore(...alerts: Alert[]) {
       writes.count++;
       if (writes.failingAfter) throw new Error('socket hang up');
     },
-  } as unknown as AlertStore;
+  });
   const releaseOne = async () => {
     writes.held.shift()?.();
     await vi.advanceTimersByTimeAsync(0);
@@ -482,12 +483,12 @@ describe('AlertService memory of closed alerts', () => {
     const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => now });
     const loadedSince: number[] = [];
     const resolvedAt = T0 - 3_600_000;
-    const store = {
+    const store = fake<AlertStore>({
       save: async () => undefined,
       getMany: async () => [],
       loadForDedup: async (since: Date) => (loadedSince.push(since.getTime()), [testAlert(resolvedAt, { status: 'resolved', updatedAt: new Date(resolvedAt).toISOString() })]),
       changedSince: async () => [],
-    } as unknown as AlertStore;
+    });
     const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
     const startedAt = Date.now();
     await alerts.start();

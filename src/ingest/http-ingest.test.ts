@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import { gzipSync } from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
 import { makeEvent } from '../../test/support/events.ts';
+import { fake } from '../../test/support/fake.ts';
 import { EVENT_TIME_RANGE, type RequestEvent } from '../events/request-event.ts';
 import { storableEventTimes } from '../store/event-store.ts';
 import { createHttpServer } from '../http/server.ts';
@@ -47,11 +48,11 @@ async function until(condition: () => boolean | Promise<boolean>, what: string):
 /** A buffer whose add() resolves (the rows are durable) when `durable` does; records each add's lines. */
 function slowBuffer(durable: Promise<void>) {
   const adds: string[][] = [];
-  const buffer = {
+  const buffer = fake<EventBuffer>({
     healthy: true,
     add: ({ lines }: { lines: string[] }) => (adds.push(lines), durable),
     onOutage: () => () => undefined,
-  } as unknown as EventBuffer;
+  });
   return { buffer, adds };
 }
 
@@ -84,11 +85,11 @@ async function server(options: Partial<HttpIngestOptions> = {}, logger = createL
   const stored: string[][] = [];
   const detected: RequestEvent[][] = [];
   const app = createHttpServer({ logger, metrics, version: 'test', bodyLimit: 1 << 20, notReadyReason: () => undefined });
-  const buffer = {
+  const buffer = fake<EventBuffer>({
     healthy: true,
     add: async ({ lines }: { lines: string[] }) => void stored.push(lines),
     onOutage: () => () => undefined,
-  } as unknown as EventBuffer;
+  });
   registerHttpIngest(app, { token: TOKEN, maxEvents: 100, eventTimes: EVENT_TIME_RANGE, buffer, recentIds: new RecentEventIds(100), metrics, onAccepted: (events) => detected.push(events), ...options });
   apps.push(app);
   const post = async (events: unknown[]) => {

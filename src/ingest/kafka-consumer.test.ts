@@ -1,6 +1,7 @@
 import { Kafka, KafkaJSSASLAuthenticationError, logLevel, Partitioners, type Batch, type EachBatchPayload, type KafkaMessage, type ProducerRecord } from 'kafkajs';
 import { describe, expect, it, vi } from 'vitest';
 import { makeEvent } from '../../test/support/events.ts';
+import { fake } from '../../test/support/fake.ts';
 import { capturedLogs } from '../../test/support/logs.ts';
 import { parseRequestEventText, parseRequestEventValue, type RequestEvent } from '../events/request-event.ts';
 import { createLogger } from '../logger.ts';
@@ -149,18 +150,18 @@ describe('KafkaIntake', () => {
       heartbeatIntervalMs: 500,
       maxWaitMs: 100,
       // Nothing stored yet when the partition is assigned; the rows of offsets 0-99 once they are.
-      store: {
+      store: fake<EventStore>({
         storedOffsets: async () => (await storage.hang, new Map(analysed.length > 0 ? [[0, 99]] : [])),
         eventIdsAtFirstStoredOffset: async () => ({ offset: 0, eventIds: ['evt_0'] }),
         repairViews: async () => ({ rollup: 0, keyNetworks: 0, merchantRollup: 0 }),
-      } as unknown as EventStore,
-      analysis: {
+      }),
+      analysis: fake<AnalysisThread>({
         analyzeBatch: async (_topic: string, _partition: number, messages: KafkaMessage[]) => {
           analysed.push(messages.map((message) => Number(message.offset)));
           return { rows: Buffer.alloc(0), rowCount: messages.length, rejections: [], duplicates: 0, findings: [], ruleErrors: [] };
         },
         keepPartitions: async () => ({ findings: [], ruleErrors: [] }),
-      } as unknown as AnalysisThread,
+      }),
       onDetection: () => undefined,
       buffer: buffer as unknown as EventBuffer,
       metrics,
@@ -202,11 +203,11 @@ describe('KafkaIntake', () => {
     const { deliver } = await intakeWithBatches({ end: 20, committed: -1 }, 60_000, {
       logger,
       // Offsets 0-9 stored (their first one's eventId is the message's: a redelivery), with merchant_rollup_15m short of 25 events.
-      store: {
+      store: fake<EventStore>({
         storedOffsets: async () => new Map([[0, 9]]),
         eventIdsAtFirstStoredOffset: async () => ({ offset: 0, eventIds: ['evt_0'] }),
         repairViews: async () => ({ rollup: 0, keyNetworks: 0, merchantRollup: 25 }),
-      } as unknown as EventStore,
+      }),
     });
     await deliver([0, 1, 2, 10, 11], 20, '');
     const warnings = lines.filter((line) => line.msg === 'views were missing events stored before a crash; added them');
@@ -382,22 +383,22 @@ describe('KafkaIntake', () => {
       const made = await intakeWithBatches(undefined, undefined, {
         dedupCacheSize: 1000,
         logger,
-        store: {
+        store: fake<EventStore>({
           storedOffsets: async () => new Map(),
           recentEventIds: async (source: { topic: string; partition: number }, since: Date, limit: number) => {
             reads.push({ partition: source.partition, sinceAgoMs: Date.now() - since.getTime(), limit });
             if (stored instanceof Error) throw stored;
             return stored;
           },
-        } as unknown as EventStore,
-        analysis: {
+        }),
+        analysis: fake<AnalysisThread>({
           recallEventIds: async (eventIds: string[], partition: number) => void steps.push(`recall ${partition}: ${eventIds.join(',')}`),
           analyzeBatch: async (_topic: string, partition: number, messages: KafkaMessage[]) => {
             steps.push(`validate ${partition}: ${messages.length}`);
             return { rows: Buffer.alloc(0), rowCount: messages.length, rejections: [], duplicates: 0, findings: [], ruleErrors: [] };
           },
           keepPartitions: async () => ({ findings: [], ruleErrors: [] }),
-        } as unknown as AnalysisThread,
+        }),
       });
       return { ...made, steps, reads };
     }
@@ -463,13 +464,13 @@ describe('KafkaIntake', () => {
         buffer,
         metrics,
         dedupCacheSize: 1000,
-        store: {
+        store: fake<EventStore>({
           storedOffsets: async () => new Map(storage.storedUpTo === undefined ? [] : [[0, storage.storedUpTo]]),
           eventIdsAtFirstStoredOffset: async () => undefined,
           repairViews: async () => ({ rollup: 0, keyNetworks: 0, merchantRollup: 0 }),
           recentEventIds: async () => storage.ids,
-        } as unknown as EventStore,
-        analysis: {
+        }),
+        analysis: fake<AnalysisThread>({
           analyzeBatch: async (_topic: string, _partition: number, messages: KafkaMessage[]) => {
             steps.push(`validate ${messages[0]!.offset}-${messages.at(-1)!.offset}`);
             await analysisGate.wait;
@@ -478,7 +479,7 @@ describe('KafkaIntake', () => {
           },
           recallEventIds: async (eventIds: string[], partition: number) => void steps.push(`recall ${partition}: ${eventIds.join(',')}`),
           keepPartitions: async (partitions: number[]) => (steps.push(`keep [${partitions.join(',')}]`), { findings: [], ruleErrors: [] }),
-        } as unknown as AnalysisThread,
+        }),
       });
       /** A batch of partition 0 with these offsets, handed in and (once analysed) to the buffer. */
       const deliver = (offsets: number[]) => made.deliver(offsets, brokers.end, '');

@@ -4,6 +4,7 @@
  * test/integration/webhook-delivery.test.ts; the schedule's arithmetic is here.
  */
 import { describe, expect, it, vi } from 'vitest';
+import { fake } from '../../test/support/fake.ts';
 import type { Alert } from '../alerts/alert.ts';
 import { testAlert } from '../alerts/test-findings.ts';
 import { createLogger } from '../logger.ts';
@@ -20,7 +21,7 @@ function alert(i: number): Alert {
 /** A store whose writes never finish: what a hung storage looks like to the dispatcher. */
 function stalledStore(): WebhookStore {
   const never = () => new Promise<never>(() => undefined);
-  return { endpoints: never, saveMessages: never, pendingMessages: never, loadBreakers: async () => [], nextVersion: () => 1 } as unknown as WebhookStore;
+  return fake<WebhookStore>({ endpoints: never, saveMessages: never, pendingMessages: never, loadBreakers: async () => [], nextVersion: () => 1 });
 }
 
 describe('webhookBody', () => {
@@ -54,11 +55,11 @@ describe('WebhookDispatcher.notify', () => {
     const metrics = new WorkerMetrics({ defaultMetrics: false });
     let failStore: (error: Error) => void = () => undefined;
     let stores = 0;
-    const store = {
+    const store = fake<WebhookStore>({
       nextVersion: () => 1,
       // Each try to store hangs until the test fails it, as a storage outage's timeouts do.
       endpoints: () => new Promise((_, reject) => ((failStore = reject), stores++)),
-    } as unknown as WebhookStore;
+    });
     const dispatcher = new WebhookDispatcher({
       store,
       oncall: { url: 'https://oncall.example.com/hook', secret: 'x'.repeat(32) },
@@ -86,7 +87,7 @@ describe('WebhookDispatcher.notify', () => {
 
   it('after stop, drops and counts instead of throwing', async () => {
     const metrics = new WorkerMetrics({ defaultMetrics: false });
-    const store = { endpoints: async () => new Map(), saveMessages: async () => undefined, loadBreakers: async () => [] } as unknown as WebhookStore;
+    const store = fake<WebhookStore>({ endpoints: async () => new Map(), saveMessages: async () => undefined, loadBreakers: async () => [] });
     const dispatcher = new WebhookDispatcher({ store, policy: targetPolicy(), metrics, logger: createLogger('silent') });
     await dispatcher.stop();
     expect(() => dispatcher.notify(alert(1))).not.toThrow();
@@ -98,11 +99,11 @@ describe('WebhookDispatcher.notify', () => {
 describe('WebhookDispatcher.stop', () => {
   it('waits for the read of due messages in progress, so storage is not closed under it', async () => {
     let release: (rows: []) => void = () => undefined;
-    const store = {
+    const store = fake<WebhookStore>({
       saveHeartbeat: async () => undefined,
       loadBreakers: async () => [],
       pendingMessages: () => new Promise<[]>((resolve) => (release = resolve)),
-    } as unknown as WebhookStore;
+    });
     const dispatcher = new WebhookDispatcher({ store, policy: targetPolicy(), metrics: new WorkerMetrics({ defaultMetrics: false }), logger: createLogger('silent') });
     await dispatcher.start();
 
@@ -120,11 +121,11 @@ describe('WebhookDispatcher.up (security_center_webhook_dispatcher_up)', () => {
   it('is 0 until start-up is done, 1 once started, 0 while its storage fails and again after stop', async () => {
     const metrics = new WorkerMetrics({ defaultMetrics: false });
     let storageDown = true;
-    const fails = async () => {
+    const failsWhileDown = async () => {
       if (storageDown) throw new Error('storage is down');
-      return [];
     };
-    const store = { saveHeartbeat: fails, loadBreakers: fails, pendingMessages: fails, endpoints: async () => new Map(), saveMessages: async () => undefined } as unknown as WebhookStore;
+    const nothingOrFails = async () => (await failsWhileDown(), []);
+    const store = fake<WebhookStore>({ saveHeartbeat: failsWhileDown, loadBreakers: nothingOrFails, pendingMessages: nothingOrFails, endpoints: async () => new Map(), saveMessages: async () => undefined });
     const dispatcher = new WebhookDispatcher({ store, policy: targetPolicy(), metrics, logger: createLogger('silent'), pollIntervalMs: 10, rescanIntervalMs: 10 });
     metrics.reportWebhookDispatcherUp(() => dispatcher.up);
     const gauge = async () => (await metrics.registry.getSingleMetric('security_center_webhook_dispatcher_up')!.get()).values[0]?.value;
@@ -186,7 +187,7 @@ function oneMessageStore(message: Partial<PendingMessage>, options: { verdict?: 
   const written: WebhookMessage[] = [];
   const claims: { owner: string; leaseUntil: number }[] = [];
   let served = false;
-  const store = {
+  const store = fake<WebhookStore>({
     nextVersion: () => 1,
     saveHeartbeat: async () => undefined,
     loadBreakers: async () => [],
@@ -196,7 +197,7 @@ function oneMessageStore(message: Partial<PendingMessage>, options: { verdict?: 
     saveMessages: async (messages: WebhookMessage[]) => void written.push(...messages),
     claimMessage: async (_message: PendingMessage, owner: string, leaseUntil: number) => (claims.push({ owner, leaseUntil }), pending.storedVersion + 1),
     claimStands: async () => options.verdict ?? 'claimed',
-  } as unknown as WebhookStore;
+  });
   return { store, now, written, claims };
 }
 
@@ -278,13 +279,13 @@ describe('WebhookDispatcher: a stale heartbeat', () => {
     let now = Date.UTC(2026, 10, 21, 10, 0, 0);
     let heartbeatsFail = false;
     let reads = 0;
-    const store = {
+    const store = fake<WebhookStore>({
       saveHeartbeat: async () => {
         if (heartbeatsFail) throw new Error('storage is down');
       },
       loadBreakers: async () => [],
       pendingMessages: async () => (reads++, []),
-    } as unknown as WebhookStore;
+    });
     const dispatcher = new WebhookDispatcher({
       store,
       now: () => now,
@@ -325,14 +326,14 @@ describe('WebhookDispatcher: storage failures in the log', () => {
       failed[op]++;
       throw new Error('connect ECONNREFUSED 10.0.0.9:8123');
     };
-    const store = {
+    const store = fake<WebhookStore>({
       nextVersion: () => 1,
       endpoints: answer('endpoints', new Map()),
       saveMessages: async () => undefined,
       saveHeartbeat: answer('saveHeartbeat', undefined),
       loadBreakers: answer('loadBreakers', []),
       pendingMessages: answer('pendingMessages', []),
-    } as unknown as WebhookStore;
+    });
     const dispatcher = new WebhookDispatcher({
       store,
       policy: targetPolicy(),

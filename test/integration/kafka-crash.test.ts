@@ -13,6 +13,7 @@ import { createLogger } from '../../src/logger.ts';
 import { WorkerMetrics } from '../../src/metrics.ts';
 import type { EventStore } from '../../src/store/event-store.ts';
 import { asOfToday, makeEvent } from '../support/events.ts';
+import { fake } from '../support/fake.ts';
 import { testKafka } from '../support/kafka.ts';
 import { testNames, waitFor } from '../support/worker.ts';
 
@@ -33,13 +34,13 @@ describe('Kafka intake after a crash kafkajs will not restart', () => {
       sessionTimeoutMs: 6_000,
       heartbeatIntervalMs: 500,
       maxWaitMs: 100,
-      store: { storedOffsets: async () => new Map<number, number>() } as unknown as EventStore,
-      analysis: {
+      store: fake<EventStore>({ storedOffsets: async () => new Map<number, number>() }),
+      analysis: fake<AnalysisThread>({
         analyzeBatch: () => {
           throw unrecoverable;
         },
         keepPartitions: async () => ({ findings: [], ruleErrors: [] }),
-      } as unknown as AnalysisThread,
+      }),
       onDetection: () => undefined,
       buffer: new EventBuffer({
         flushRows: 1000,

@@ -4,10 +4,11 @@
  * each with the right type, key and evidence. Then an attack that straddles a worker restart is
  * still caught, because the new worker warms its windows from ClickHouse: as of the partition's own
  * times when it restarts behind, and again when a rebalance cuts the warm-up short (a partition a
- * replica keeps through a rebalance is not read again). A key's new owner continues the alert its
- * previous owner opened. A key's networks of the last days outlive a restart (key_networks_1d), so a
- * daily job from many networks alerts once. An attack that worsens within REJUDGE_MS of its first
- * finding and then stops is still judged, with no later event to prompt it.
+ * replica keeps through a rebalance is not read again), each partition with its share of the windows'
+ * budget. A key's new owner continues the alert its previous owner opened. A key's networks of the
+ * last days outlive a restart (key_networks_1d), so a daily job from many networks alerts once. An
+ * attack that worsens within REJUDGE_MS of its first finding and then stops is still judged, with no
+ * later event to prompt it.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
@@ -120,18 +121,24 @@ function plantedAttacks(runId: string, now: number): Record<string, { key: strin
 
 /**
  * Storage for a worker whose Kafka partitions' warm-up reads (not the HTTP events') are watched:
- * `onRead` hears of each, and with `page` their rows come `size` at a time, each `delayMs` late.
+ * `onRead` hears of each, `onRows` of each page of events it loads, and with `page` their rows come
+ * `size` at a time, each `delayMs` late.
  */
-function watchedWarmUps(onRead: (partition: number) => void, page?: { size: number; delayMs: number }): (db: ClickHouse) => ClickHouse {
+function watchedWarmUps(watch: {
+  onRead?: (partition: number) => void;
+  onRows?: (partition: number, rows: number) => void;
+  page?: { size: number; delayMs: number };
+}): (db: ClickHouse) => ClickHouse {
+  const { onRead, onRows, page } = watch;
   return (db) => ({
     ...db,
     queryPages: <T>(query: string, params: Record<string, unknown>, pageSize: number, onPage: (rows: T[]) => Promise<void>) => {
       const partition = Number(params.partition);
       if (!query.includes('LIMIT 1 BY event_id') || !(partition >= 0)) return db.queryPages(query, params, pageSize, onPage);
-      onRead(partition);
-      if (!page) return db.queryPages(query, params, pageSize, onPage);
-      return db.queryPages<T>(query, params, page.size, async (rows) => {
-        await sleep(page.delayMs);
+      onRead?.(partition);
+      return db.queryPages<T>(query, params, page?.size ?? pageSize, async (rows) => {
+        onRows?.(partition, rows.length);
+        if (page) await sleep(page.delayMs);
         await onPage(rows);
       });
     },
@@ -258,7 +265,7 @@ describe('detection end to end', () => {
     // partition), and a third joins the group meanwhile: the rebalance lands during the warm-ups.
     await sendMinute(names.topic, keys, currentMinute - MINUTE);
     let warmUpReads = 0;
-    await engines.startWorker(config, { wrapClickHouse: watchedWarmUps(() => warmUpReads++, { size: 20, delayMs: 700 }) });
+    await engines.startWorker(config, { wrapClickHouse: watchedWarmUps({ onRead: () => warmUpReads++, page: { size: 20, delayMs: 700 } }) });
     await waitFor(() => warmUpReads > 0, 'the second worker warms a partition', 30_000);
     const third = await engines.startWorker(config);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the replicas consume the next minute', 90_000);
@@ -271,7 +278,7 @@ describe('detection end to end', () => {
     /** The first worker's warm-up reads, per partition. */
     const reads = new Map<number, number>();
     await sendMinute(names.topic, keys, Date.now() - 10 * MINUTE, 50);
-    const first = await engines.startWorker(config, { wrapClickHouse: watchedWarmUps((partition) => reads.set(partition, (reads.get(partition) ?? 0) + 1)) });
+    const first = await engines.startWorker(config, { wrapClickHouse: watchedWarmUps({ onRead: (partition) => reads.set(partition, (reads.get(partition) ?? 0) + 1) }) });
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the first worker consumes', 60_000);
     expect(Object.fromEntries(reads)).toEqual({ 0: 1, 1: 1, 2: 1, 3: 1 });
 
@@ -282,6 +289,25 @@ describe('detection end to end', () => {
     expect(await metricTotal(first, 'security_center_assigned_partitions')).toBeGreaterThan(0);
     // The partitions the first worker kept were warmed once: their windows stayed live.
     expect(Object.fromEntries(reads)).toEqual({ 0: 1, 1: 1, 2: 1, 3: 1 });
+  });
+
+  it('warms each partition it owns with its share of the windows\' budget', async () => {
+    const names = testNames('share');
+    const keys = [0, 1, 2, 3].map((partition) => `pk_live_${names.runId}_p${partition}`);
+    // Room for 1,000 events in all: a worker that owns the four partitions loads 200 of each.
+    const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names, extra: { DETECTION_MAX_WINDOW_EVENTS: '1000' } });
+    await sendMinute(names.topic, keys, Date.now() - 10 * MINUTE, 600);
+    const first = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the first worker consumes', 60_000);
+    await first.stop();
+
+    /** The events the restarted worker's warm-up loads, per partition. */
+    const loaded = new Map<number, number>();
+    await engines.startWorker(config, { wrapClickHouse: watchedWarmUps({ onRows: (partition, rows) => loaded.set(partition, (loaded.get(partition) ?? 0) + rows) }) });
+    await sendMinute(names.topic, keys, Date.now() - 5 * MINUTE, 1); // a first batch for each partition, which its warm-up precedes
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the restarted worker consumes', 60_000);
+    // 600 each (all of them, under 80% of the budget) were every partition to take the whole budget.
+    expect(Object.fromEntries(loaded)).toEqual({ 0: 200, 1: 200, 2: 200, 3: 200 });
   });
 
   it('continues on a key\'s new owner the alert its previous owner opened since the new owner last read the alerts', async () => {

@@ -7,21 +7,20 @@
  * Uses INGEST_TOKEN from the environment or config/dev.env.
  */
 import { randomUUID } from 'node:crypto';
-import { parseArgs } from 'node:util';
+import { parseOptions, usageError } from './cli.ts';
 
-const { values } = parseArgs({
-  options: {
+const USAGE = 'usage: npm run demo:attack [-- --merchant <merchantId> --key <apiKeyId> --url <worker URL>]';
+
+const values = parseOptions(
+  {
     merchant: { type: 'string', default: 'm_demo' },
     key: { type: 'string', default: 'pk_live_demo' },
     url: { type: 'string', default: `http://127.0.0.1:${process.env.PORT ?? 8080}` },
   },
-  strict: true,
-});
+  USAGE,
+);
 const token = process.env.INGEST_TOKEN;
-if (!token) {
-  process.stderr.write('INGEST_TOKEN is not set\n');
-  process.exit(2);
-}
+if (!token) usageError('INGEST_TOKEN is not set', USAGE);
 
 const MINUTE = 60_000;
 const currentMinute = Math.floor(Date.now() / MINUTE) * MINUTE;
@@ -46,5 +45,11 @@ const response = await fetch(`${values.url}/v1/ingest/events`, {
   method: 'POST',
   headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
   body: JSON.stringify(events),
+}).catch((error: unknown) => {
+  // fetch says only "fetch failed"; its cause names the connection's error (ECONNREFUSED: no worker there).
+  const cause = error instanceof Error && error.cause instanceof Error ? error.cause.message : String(error);
+  process.stderr.write(`cannot reach the worker at ${values.url}: ${cause}\n`);
+  process.exit(1);
 });
 process.stdout.write(`${response.status} ${await response.text()}\n`);
+if (!response.ok) process.exitCode = 1;

@@ -5,26 +5,24 @@
  *
  * `npm run token` reads config/dev.env; a secret already in the environment wins. Prints the token only.
  */
-import { parseArgs } from 'node:util';
 import { ADMIN_ROLES, mintAdminToken, type AdminRole } from '../src/admin/auth.ts';
+import { parseOptions, usageError } from './cli.ts';
 
 const USAGE = 'usage: npm run token -- --merchant <merchantId> --role viewer|admin|operator [--plan business] [--user <id>] [--ttl <seconds>]';
-
 function fail(message: string): never {
-  process.stderr.write(`${message}\n${USAGE}\n`);
-  process.exit(2);
+  usageError(message, USAGE);
 }
 
-const { values } = parseArgs({
-  options: {
+const values = parseOptions(
+  {
     merchant: { type: 'string' },
     role: { type: 'string', default: 'admin' },
     plan: { type: 'string', default: 'business' },
     user: { type: 'string', default: 'dev-admin' },
     ttl: { type: 'string', default: '3600' },
   },
-  strict: true,
-});
+  USAGE,
+);
 
 const secret = process.env.ADMIN_JWT_SECRET;
 if (!secret) fail('ADMIN_JWT_SECRET is not set');

@@ -54,7 +54,7 @@ for (const name of ['pendingMessages', 'endpoints', 'saveMessages', 'saveBreaker
 const registered = Math.round(MERCHANTS * MERCHANT_SHARE);
 for (let m = 0; m < registered; m++) {
   const now = Date.now();
-  await store.putEndpoint({ merchantId: `m_${m}`, endpointId: randomUUID(), url: `${receiver.origin}/m_${m}`, secret: 's'.repeat(40), createdBy: 'bench', createdAt: now, updatedAt: now });
+  await store.putEndpoint({ merchantId: `m_${m}`, endpointId: randomUUID(), url: `${receiver.origin}/m_${m}`, secret: 's'.repeat(40), createdBy: 'bench', updatedBy: 'bench', createdAt: now, updatedAt: now });
 }
 const dispatcher = new WebhookDispatcher({
   store,

@@ -21,6 +21,7 @@ import {
   alertPageSchema,
   alertSchema,
   DASHBOARD_RANGES,
+  DEFAULT_PAGE_SIZE,
   dashboardQuery,
   dashboardSchema,
   encodeCursor,
@@ -44,7 +45,6 @@ export interface AlertRoutesDeps {
   now?: () => number;
 }
 
-const DEFAULT_PAGE_SIZE = 50;
 const DEFAULT_METRICS_RANGE_MS = 24 * 3_600_000;
 const TOP_KEYS = 10;
 const RECENT_ALERTS = 10;

@@ -70,13 +70,16 @@ export function encodeCursor(cursor: Cursor): string {
 
 export const cursorParam = alertCursor.param;
 
+/** The page size of every admin list when the request names none. */
+export const DEFAULT_PAGE_SIZE = 50;
+
 export const limitParam = z
   .string()
   .regex(/^\d{1,4}$/, 'an integer from 1 to 200')
   .transform(Number)
   .pipe(z.number().int().min(1, 'an integer from 1 to 200').max(200, 'an integer from 1 to 200'))
   .optional()
-  .describe('page size, 1..200 (default 50)');
+  .describe(`page size, 1..200 (default ${DEFAULT_PAGE_SIZE})`);
 
 const merchantIdParam = identifier.optional().describe('operators only: the merchant to act on');
 

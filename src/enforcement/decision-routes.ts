@@ -28,7 +28,7 @@ import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { merchantScope } from '../admin/auth.ts';
 import { defineRoute, type AdminRoute } from '../admin/route.ts';
-import { identifier, isoDate, limitParam, pageCursor, positionTime, rangeInOrder, rangeWithDefaults } from '../admin/schemas.ts';
+import { DEFAULT_PAGE_SIZE, identifier, isoDate, limitParam, pageCursor, positionTime, rangeInOrder, rangeWithDefaults } from '../admin/schemas.ts';
 import { parseInput } from '../admin/validation.ts';
 import { bearerTokenCheck } from '../http/bearer-token.ts';
 import { HttpError } from '../http/errors.ts';
@@ -104,7 +104,6 @@ const adminEnforcementView = z.object({
 });
 
 const HISTORY_DEFAULT_RANGE_MS = 7 * 24 * 3_600_000;
-const HISTORY_DEFAULT_LIMIT = 50;
 
 /** A history page's position: its last entry's [startedAt epoch ms, merchantId, apiKeyId, alertId, action, mode]. */
 const historyCursor = pageCursor(
@@ -190,7 +189,7 @@ export function enforcementAdminRoutes(source: DecisionSource | undefined, histo
       handle: async ({ principal, query, reply }) => {
         const merchantId = merchantScope(principal, query.merchantId);
         const { from, to } = rangeWithDefaults(query, Date.now(), HISTORY_DEFAULT_RANGE_MS);
-        const limit = query.limit ?? HISTORY_DEFAULT_LIMIT;
+        const limit = query.limit ?? DEFAULT_PAGE_SIZE;
         // One more than a page: whether another page follows.
         const rows = await history.list({ from, to, merchantId, apiKeyId: query.apiKeyId, after: query.cursor, limit: limit + 1 });
         const entries = rows.slice(0, limit);

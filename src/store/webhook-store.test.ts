@@ -12,7 +12,7 @@ describe('WebhookStore.putEndpoint', () => {
     } as unknown as ClickHouse;
     const secret = 'whsec_do_not_leak_0123456789abcdefghijklmnop';
     const store = new WebhookStore(db, tablesIn('sc'));
-    const put = store.putEndpoint({ merchantId: 'm_1', endpointId: crypto.randomUUID(), url: 'https://hooks.example.com/a', secret, createdBy: 'u', createdAt: 0, updatedAt: 0 });
+    const put = store.putEndpoint({ merchantId: 'm_1', endpointId: crypto.randomUUID(), url: 'https://hooks.example.com/a', secret, createdBy: 'u', updatedBy: 'u', createdAt: 0, updatedAt: 0 });
     await expect(put).rejects.toThrow(/storing a webhook endpoint failed: Cannot parse input.*\[REDACTED\]/);
     await expect(put).rejects.not.toThrow(secret);
   });

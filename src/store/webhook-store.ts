@@ -29,7 +29,10 @@ export interface WebhookEndpoint {
    * deliveries fail until the key is restored or the merchant registers the endpoint again.
    */
   secret: string | undefined;
+  /** The admin user who first registered the merchant's endpoint. */
   createdBy: string;
+  /** The admin user who last registered it (its URL and secret): createdBy, or who replaced it since. */
+  updatedBy: string;
   createdAt: number;
   updatedAt: number;
 }
@@ -121,6 +124,7 @@ const endpointRow = z.object({
   url: z.string(),
   secret: z.string(),
   created_by: z.string(),
+  updated_by: z.string(),
   created_at: time,
   updated_at: time,
 });
@@ -169,7 +173,7 @@ const breakerRow = z.object({
   updated_at: time,
 });
 
-const ENDPOINT_COLUMNS = ['merchant_id', 'endpoint_id', 'url', 'secret', 'created_by', 'created_at', 'updated_at', 'deleted', 'version'] as const;
+const ENDPOINT_COLUMNS = ['merchant_id', 'endpoint_id', 'url', 'secret', 'created_by', 'updated_by', 'created_at', 'updated_at', 'deleted', 'version'] as const;
 const MESSAGE_COLUMNS = [
   'id', 'alert_id', 'merchant_id', 'destination', 'endpoint_id', 'target', 'body', 'status', 'owner', 'attempts', 'next_attempt_at',
   'last_outcome', 'last_error', 'attempt_log', 'created_at', 'updated_at', 'version',
@@ -233,13 +237,13 @@ export class WebhookStore {
    * Removes a merchant's endpoint (blanking its secret) and cancels the pending messages to it, so
    * the delivery log says so at once; undefined when it had none. An attempt in flight meanwhile
    * still records its outcome, later; a retry it schedules is cancelled when due (pendingMessages
-   * finds no endpoint for it).
+   * finds no endpoint for it). The removed row keeps who removed it (updated_by), for an audit.
    */
-  async removeEndpoint(merchantId: string, at: number): Promise<{ cancelledMessages: number } | undefined> {
+  async removeEndpoint(merchantId: string, at: number, by: string): Promise<{ cancelledMessages: number } | undefined> {
     const current = await this.endpoint(merchantId);
     if (!current) return undefined;
     await this.insert(this.tables.webhookEndpoints, ENDPOINT_COLUMNS, [
-      this.endpointLine({ ...current, storedSecret: '', updatedAt: at }, true),
+      this.endpointLine({ ...current, storedSecret: '', updatedBy: by, updatedAt: at }, true),
     ]);
     const rows = await this.db.queryRows(
       `SELECT ${READ_COLUMNS}, body
@@ -266,7 +270,7 @@ export class WebhookStore {
    */
   async resealSecrets(): Promise<{ resealed: number; unreadable: number }> {
     const rows = await this.db.queryRows(
-      `SELECT merchant_id, endpoint_id, url, secret, created_by, created_at, updated_at, version
+      `SELECT merchant_id, endpoint_id, url, secret, created_by, updated_by, created_at, updated_at, version
          FROM ${this.tables.webhookEndpoints} FINAL
         WHERE deleted = 0`,
     );
@@ -294,7 +298,7 @@ export class WebhookStore {
   async endpoints(merchantIds: readonly string[]): Promise<Map<string, WebhookEndpoint>> {
     if (merchantIds.length === 0) return new Map();
     const rows = await this.db.queryRows(
-      `SELECT merchant_id, endpoint_id, url, secret, created_by, created_at, updated_at
+      `SELECT merchant_id, endpoint_id, url, secret, created_by, updated_by, created_at, updated_at
          FROM ${this.tables.webhookEndpoints} FINAL
         WHERE merchant_id IN {merchantIds:Array(String)} AND deleted = 0`,
       { merchantIds: [...new Set(merchantIds)] },
@@ -510,6 +514,7 @@ export class WebhookStore {
       url: endpoint.url,
       secret: endpoint.storedSecret,
       created_by: endpoint.createdBy,
+      updated_by: endpoint.updatedBy,
       created_at: toClickHouseTime(endpoint.createdAt),
       updated_at: toClickHouseTime(endpoint.updatedAt),
       deleted: deleted ? 1 : 0,
@@ -535,6 +540,7 @@ function toEndpoint(row: z.output<typeof endpointRow>): Omit<WebhookEndpoint, 's
     endpointId: row.endpoint_id,
     url: row.url,
     createdBy: row.created_by,
+    updatedBy: row.updated_by,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
   };

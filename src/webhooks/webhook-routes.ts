@@ -14,7 +14,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { merchantScope, type AdminPrincipal } from '../admin/auth.ts';
 import { defineRoute, type AdminRoute } from '../admin/route.ts';
-import { cursorParam, encodeCursor, identifier } from '../admin/schemas.ts';
+import { cursorParam, DEFAULT_PAGE_SIZE, encodeCursor, identifier, limitParam } from '../admin/schemas.ts';
 import { HttpError, validationError } from '../http/errors.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import { DESTINATIONS, MESSAGE_STATUSES, type WebhookEndpoint, type WebhookStore } from '../store/webhook-store.ts';
@@ -36,7 +36,8 @@ const endpointView = z.object({
   url: z.string(),
   createdAt: z.string(),
   updatedAt: z.string(),
-  createdBy: z.string(),
+  createdBy: z.string().describe('the admin user who first registered the endpoint'),
+  updatedBy: z.string().describe('the admin user who last registered it (its URL and secret)'),
 });
 
 const registeredView = endpointView.extend({
@@ -71,7 +72,7 @@ const deliveryView = z.object({
 const deliveriesQuery = z.strictObject({
   merchantId: identifier.optional().describe('operators: one merchant (default: all)'),
   status: z.enum(MESSAGE_STATUSES).optional(),
-  limit: z.coerce.number().int().min(1).max(200).default(50),
+  limit: limitParam,
   cursor: cursorParam.optional(),
 });
 
@@ -84,6 +85,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): AdminRoute[] {
     createdAt: iso(endpoint.createdAt),
     updatedAt: iso(endpoint.updatedAt),
     createdBy: endpoint.createdBy,
+    updatedBy: endpoint.updatedBy,
   });
 
   return [
@@ -129,7 +131,10 @@ export function webhookRoutes(deps: WebhookRouteDeps): AdminRoute[] {
           endpointId: randomUUID(),
           url,
           secret: `whsec_${randomBytes(32).toString('base64url')}`,
-          createdBy: principal.userId,
+          // A replacement is a new endpoint (id, secret, breaker) for the same merchant: when and by
+          // whom it was first registered stay.
+          createdBy: previous?.createdBy ?? principal.userId,
+          updatedBy: principal.userId,
           createdAt: previous?.createdAt ?? at,
           updatedAt: at,
         };
@@ -148,7 +153,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): AdminRoute[] {
       response: z.object({ deleted: z.literal(true) }),
       errors: [404],
       async handle({ principal, query }) {
-        const removed = await deps.store.removeEndpoint(singleMerchant(principal, query.merchantId), now());
+        const removed = await deps.store.removeEndpoint(singleMerchant(principal, query.merchantId), now(), principal.userId);
         if (!removed) throw new HttpError(404, 'NOT_FOUND', 'No webhook endpoint is registered');
         deps.metrics?.webhookMessages.inc({ destination: 'merchant', status: 'cancelled' }, removed.cancelledMessages);
         return { deleted: true as const };
@@ -163,15 +168,16 @@ export function webhookRoutes(deps: WebhookRouteDeps): AdminRoute[] {
       response: z.object({ deliveries: z.array(deliveryView), nextCursor: z.string().nullable() }),
       async handle({ principal, query }) {
         const merchantId = merchantScope(principal, query.merchantId);
+        const limit = query.limit ?? DEFAULT_PAGE_SIZE;
         const deliveries = await deps.store.deliveries({
           merchantId,
           // The on-call endpoint is the operator's, not the merchant's.
           destination: principal.role === 'operator' ? undefined : 'merchant',
           status: query.status,
-          limit: query.limit + 1,
+          limit: limit + 1,
           after: query.cursor,
         });
-        const page = deliveries.slice(0, query.limit);
+        const page = deliveries.slice(0, limit);
         const last = page[page.length - 1];
         return {
           deliveries: page.map((delivery) => ({
@@ -196,7 +202,7 @@ export function webhookRoutes(deps: WebhookRouteDeps): AdminRoute[] {
               durationMs: attempt.durationMs,
             })),
           })),
-          nextCursor: deliveries.length > query.limit && last ? encodeCursor(last) : null,
+          nextCursor: deliveries.length > limit && last ? encodeCursor(last) : null,
         };
       },
     }),

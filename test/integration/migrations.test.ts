@@ -9,6 +9,7 @@ import { networkOf } from '../../rules/network.ts';
 import { listMigrations, migrate, renderMigration, splitStatements, type Migration } from '../../src/store/migrate.ts';
 import { tablesIn, type Tables } from '../../src/store/tables.ts';
 import { AlertStore } from '../../src/store/alert-store.ts';
+import { WebhookStore } from '../../src/store/webhook-store.ts';
 import { makeAlert } from '../support/admin.ts';
 import { makeEvent } from '../support/events.ts';
 import { waitFor } from '../support/worker.ts';
@@ -182,17 +183,8 @@ describe('migrations', () => {
 
   it('fills merchant_rollup_15m from the rollup rows before 016 (its backfill), counting once what its view counted, and adds nothing run again', async () => {
     // A worker of before 016: migrations 001-015 applied, and events of two days ago stored, of two merchants.
-    const tables = tablesIn(`${service.database}_before_016`);
-    const options = { tables, eventsTtlDays: 30 };
-    await db.command(`CREATE DATABASE IF NOT EXISTS ${tables.database}`);
-    await db.command(`CREATE TABLE IF NOT EXISTS ${tables.schemaMigrations} (version UInt32, name String, checksum String, applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = MergeTree ORDER BY version`);
+    const { tables, options, record } = await migratedUpTo(15, 'before_016');
     const [v016] = listMigrations().filter((m) => m.version === 16);
-    const record = (migration: Migration) =>
-      db.command(`INSERT INTO ${tables.schemaMigrations} (version, name, checksum) VALUES ({v:UInt32}, {n:String}, {c:String})`, { v: migration.version, n: migration.name, c: migration.checksum });
-    for (const migration of listMigrations().filter((m) => m.version <= 15)) {
-      for (const statement of splitStatements(renderMigration(migration.template, options))) await db.command(statement);
-      await record(migration);
-    }
     const startMs = Date.now() - 2 * 86_400_000;
     let offset = 0;
     const insertEvents = async (count: number, runId: string) => {
@@ -237,9 +229,20 @@ describe('migrations', () => {
     // Events stored since go through the view; 016 run again (a crash before it was recorded) adds nothing.
     await insertEvents(20, 'after_016');
     await db.command(`ALTER TABLE ${tables.schemaMigrations} DELETE WHERE version = 16 SETTINGS mutations_sync = 1`);
-    expect(await migrate(db, options, logger)).toEqual([16]);
+    // (With the later migrations, which this database has not had yet.)
+    expect(await migrate(db, options, logger)).toEqual(listMigrations().filter((m) => m.version >= 16).map((m) => m.version));
     expect(total(await quarterHours('merchant'))).toBe(180);
     expect(await quarterHours('merchant')).toEqual(await quarterHours('minutes'));
+  });
+
+  it('reads a webhook endpoint registered before 017 as last registered by who registered it', async () => {
+    const { tables, options } = await migratedUpTo(16, 'before_017');
+    await db.command(
+      `INSERT INTO ${tables.webhookEndpoints} (merchant_id, endpoint_id, url, secret, created_by, created_at, updated_at, deleted, version)
+       VALUES ('m_old', generateUUIDv4(), 'https://hooks.example.com/sc', 'whsec_old', 'alice', now64(3), now64(3), 0, 1)`,
+    );
+    expect(await migrate(db, options, logger)).toEqual([17]);
+    expect(await new WebhookStore(db, tables).endpoint('m_old')).toMatchObject({ url: 'https://hooks.example.com/sc', createdBy: 'alice', updatedBy: 'alice' });
   });
 
   it('hands back with each network sighting its earliest record as vouched for, IPv4 and IPv6, each key\'s in order of first request', async () => {
@@ -295,6 +298,21 @@ describe('migrations', () => {
     // The newest five rows begin at the third instant: its three events come too.
     expect((await read(5, 2)).flat()).toEqual(ids.slice(6));
   });
+
+  /** A database of its own, as a worker of before `version` + 1 left it: migrations up to `version` applied and recorded. */
+  async function migratedUpTo(version: number, suffix: string) {
+    const tables = tablesIn(`${service.database}_${suffix}`);
+    const options = { tables, eventsTtlDays: 30 };
+    await db.command(`CREATE DATABASE IF NOT EXISTS ${tables.database}`);
+    await db.command(`CREATE TABLE IF NOT EXISTS ${tables.schemaMigrations} (version UInt32, name String, checksum String, applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = MergeTree ORDER BY version`);
+    const record = (migration: Migration) =>
+      db.command(`INSERT INTO ${tables.schemaMigrations} (version, name, checksum) VALUES ({v:UInt32}, {n:String}, {c:String})`, { v: migration.version, n: migration.name, c: migration.checksum });
+    for (const migration of listMigrations().filter((m) => m.version <= version)) {
+      for (const statement of splitStatements(renderMigration(migration.template, options))) await db.command(statement);
+      await record(migration);
+    }
+    return { tables, options, record };
+  }
 
   it('refuses to start when an applied migration has been edited', async () => {
     const tables = tablesIn(service.database);

@@ -120,7 +120,7 @@ describe('webhook delivery', () => {
   async function registerEndpoint(store: WebhookStore, merchantId: string, url: string, now: number): Promise<string> {
     const secret = `whsec_${merchantId}_${randomUUID()}`;
     const createdAt = (await store.endpoint(merchantId))?.createdAt ?? now;
-    await store.putEndpoint({ merchantId, endpointId: randomUUID(), url, secret, createdBy: 'test', createdAt, updatedAt: now });
+    await store.putEndpoint({ merchantId, endpointId: randomUUID(), url, secret, createdBy: 'test', updatedBy: 'test', createdAt, updatedAt: now });
     return secret;
   }
 
@@ -340,13 +340,13 @@ describe('webhook delivery', () => {
 
     const newSecret = await registerEndpoint(h.store, 'm_moves', `${receiver.origin}${base}/new`, t0 + 1);
     // The removal cancels the pending message at once: the log shows it before its retry is due.
-    expect(await h.store.removeEndpoint('m_leaves', t0 + 1)).toEqual({ cancelledMessages: 1 });
+    expect(await h.store.removeEndpoint('m_leaves', t0 + 1, 'test')).toEqual({ cancelledMessages: 1 });
     expect((await deliveries(h.store, 'm_leaves'))[0]).toMatchObject({ status: 'cancelled', lastOutcome: 'cancelled', lastError: 'the merchant endpoint was removed', updatedAt: t0 + 1 });
     // Removed while an attempt was in flight, whose retry is recorded after the removal, then
     // registered again before that retry: the removal still cancels it (a registration within a few
     // seconds of the message might be the replicas' clocks apart).
     const [inFlight] = (await h.store.pendingMessages(10, [], { owner: 'test', adoptAfterMs: 0 })).filter((message) => message.merchantId === 'm_returns');
-    expect(await h.store.removeEndpoint('m_returns', t0 + 1)).toEqual({ cancelledMessages: 1 });
+    expect(await h.store.removeEndpoint('m_returns', t0 + 1, 'test')).toEqual({ cancelledMessages: 1 });
     const { endpoint: _endpoint, dueAt: _dueAt, ...retry } = inFlight!;
     await h.store.saveMessages([{ ...retry, updatedAt: t0 + 2 }]);
     await registerEndpoint(h.store, 'm_returns', `${receiver.origin}${base}/new-returns`, t0 + 10_000);

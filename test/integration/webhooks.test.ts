@@ -185,12 +185,20 @@ describe('critical-alert webhooks', () => {
     const secret = first.json.data.secret;
     const shown = await call('GET', '/webhook', 'viewer');
     expect(shown.status).toBe(200);
-    expect(shown.json.data).toEqual({ url: `${receiver.origin}/merchant-a/v2`, createdAt: expect.any(String), updatedAt: expect.any(String), createdBy: `admin@${merchantA}` });
+    expect(shown.json.data).toEqual({
+      url: `${receiver.origin}/merchant-a/v2`,
+      createdAt: expect.any(String),
+      updatedAt: expect.any(String),
+      createdBy: `admin@${merchantA}`,
+      updatedBy: `admin@${merchantA}`,
+    });
     expect(shown.text).not.toContain(secret);
     expect(shown.text).not.toContain('whsec_');
-    const second = await call('PUT', '/webhook', 'admin', { body: { url: `${receiver.origin}/merchant-a/v2` } });
+    // Replaced by an operator: when and by whom it was first registered stay; who replaced it shows.
+    const second = await call('PUT', `/webhook?merchantId=${merchantA}`, 'operator', { merchantId: 'm_ops', body: { url: `${receiver.origin}/merchant-a/v3` } });
     expect(second.json.data.secret).not.toBe(secret);
-    expect(second.json.data.createdAt).toBe(first.json.data.createdAt);
+    expect(second.json.data).toMatchObject({ createdAt: first.json.data.createdAt, createdBy: `admin@${merchantA}`, updatedBy: 'operator@m_ops' });
+    expect((await call('GET', '/webhook', 'viewer')).json.data).toMatchObject({ url: `${receiver.origin}/merchant-a/v3`, createdBy: `admin@${merchantA}`, updatedBy: 'operator@m_ops' });
   });
 
   it('seals the secrets registered without a key when a worker starts with WEBHOOK_SECRET_KEY, and they still sign', async () => {
@@ -301,7 +309,7 @@ describe('critical-alert webhooks', () => {
     expect(second.deliveries).toHaveLength(1);
     expect(second.deliveries[0].id).not.toBe(first.deliveries[0].id);
     expect(second.deliveries[0].createdAt <= first.deliveries[0].createdAt).toBe(true);
-    for (const query of ['limit=0', 'limit=201', 'cursor=garbage', 'status=lost', 'destination=oncall']) {
+    for (const query of ['limit=0', 'limit=201', 'limit=1e2', 'limit=0x10', 'cursor=garbage', 'status=lost', 'destination=oncall']) {
       const response = await call('GET', `/webhook/deliveries?${query}`, 'operator', operator);
       expect(response.status).toBe(400);
       expect(response.json.code).toBe('VALIDATION_ERROR');

@@ -22,7 +22,7 @@ export interface AdmittedBatch {
  * How far ahead of the worker's clock an event may be dated and still enter a window: producers'
  * clocks drift a little. A window is pruned relative to its newest event, so an event dated a day
  * ahead would push every real event of its key out as it arrives (and keep the key from ever
- * looking idle); such events are stored all the same (validation accepts timestamps up to 2100),
+ * looking idle); such events are stored all the same (validation accepts timestamps up to a day ahead),
  * but detection leaves them out, and counts them (futureEvents). The worker judges a batch as of
  * its newest event but never later than the clock, so an event within the skew is judged as
  * belonging to the current minute.

@@ -113,6 +113,28 @@ describe('request event schema', () => {
     expect(!lateResult.ok && lateResult.rejection.errors[0]!.message).toMatch(/: storage ends there$/);
   });
 
+  it('rejects a time more than maxAheadMs after the clock, saying why, whichever end the rule or storage had', () => {
+    const now = Date.parse('2026-11-21T03:00:00.123Z');
+    const day = 86_400_000;
+    const times = { ...EVENT_TIME_RANGE, max: Date.UTC(2096, 0, 1), why: 'storage ends there', maxAheadMs: day, aheadWhy: 'too far ahead' };
+    expect(timesAsOf(times, now)).toEqual({ ...EVENT_TIME_RANGE, max: now + day, why: 'too far ahead' });
+    const ahead = { ...valid, timestamp: now + day + 1 };
+    for (const result of [parseRequestEventValue(ahead, timesAsOf(times, now)), parseRequestEventText(JSON.stringify(ahead), timesAsOf(times, now))]) {
+      expect(result.ok).toBe(false);
+      if (!result.ok) {
+        expect(result.rejection.errors).toEqual([{ path: ['timestamp'], message: `must be a time from 2000-01-01T00:00:00.000Z to ${new Date(now + day).toISOString()}: too far ahead` }]);
+      }
+    }
+    expect(parseRequestEventValue({ ...valid, timestamp: new Date(now + day).toISOString() }, timesAsOf(times, now)).ok).toBe(true);
+    // An hour later the same event is taken, and a range not resolved by the caller is resolved against the clock.
+    expect(parseRequestEventValue(ahead, timesAsOf(times, now + 3_600_000)).ok).toBe(true);
+    expect(parseRequestEventValue({ ...valid, timestamp: Date.now() + 2 * day }, times).ok).toBe(false);
+    expect(parseRequestEventValue({ ...valid, timestamp: Date.now() + day / 2 }, times).ok).toBe(true);
+    // Near the rule's own end, the rule's end and its reason stand.
+    const nearEnd = Date.UTC(2095, 11, 31, 12);
+    expect(timesAsOf(times, nearEnd)).toEqual({ ...EVENT_TIME_RANGE, max: Date.UTC(2096, 0, 1), why: 'storage ends there' });
+  });
+
   it('names an out-of-range time with the other problems, and a malformed one once', () => {
     const fields = (value: unknown) => rejectionOf(value).errors.map((error) => error.path[0]);
     expect(fields({ ...valid, ip: 'example.com', timestamp: '2150-01-01T00:00:00.000Z' })).toEqual(['ip', 'timestamp']);

@@ -23,6 +23,10 @@ export interface TimeRange {
   readonly maxAgeMs?: number;
   /** Why the range starts where it does, when that is not the rule's own start (said in the rejection). */
   readonly minWhy?: string;
+  /** Events dated more than this many ms after the clock are refused too; timesAsOf turns it into `max`. */
+  readonly maxAheadMs?: number;
+  /** Why, said in the rejection when that bound is the range's end. */
+  readonly aheadWhy?: string;
 }
 
 /**
@@ -32,15 +36,23 @@ export interface TimeRange {
 export const EVENT_TIME_RANGE: TimeRange = { min: Date.UTC(2000, 0, 1), max: Date.UTC(2100, 0, 1) };
 
 /**
- * The range as validation applies it at `nowMs`: with `maxAgeMs`, `min` is raised to nowMs minus it
- * (and the result has no maxAgeMs left). The ways in resolve it once per Kafka batch or post, so
- * that checking an event's time stays two number comparisons, without reading the clock per event.
+ * The range as validation applies it at `nowMs`: with `maxAgeMs`, `min` is raised to nowMs minus it;
+ * with `maxAheadMs`, `max` is lowered to nowMs plus it (and the result has neither left). The ways in
+ * resolve it once per Kafka batch or post, so that checking an event's time stays two number
+ * comparisons, without reading the clock per event.
  */
 export function timesAsOf(times: TimeRange, nowMs: number): TimeRange {
-  if (times.maxAgeMs === undefined) return times;
-  const { maxAgeMs, minWhy, ...fixed } = times;
-  const oldest = nowMs - maxAgeMs;
-  return oldest > fixed.min ? { ...fixed, min: oldest, ...(minWhy !== undefined && { minWhy }) } : fixed;
+  if (times.maxAgeMs === undefined && times.maxAheadMs === undefined) return times;
+  const { maxAgeMs, minWhy, maxAheadMs, aheadWhy, ...fixed } = times;
+  let resolved: TimeRange = fixed;
+  const oldest = maxAgeMs === undefined ? -Infinity : nowMs - maxAgeMs;
+  if (oldest > fixed.min) resolved = { ...resolved, min: oldest, ...(minWhy !== undefined && { minWhy }) };
+  const latest = maxAheadMs === undefined ? Infinity : nowMs + maxAheadMs;
+  if (latest < fixed.max) {
+    const { why: _rulesWhy, ...rest } = resolved;
+    resolved = { ...rest, max: latest, ...(aheadWhy !== undefined && { why: aheadWhy }) };
+  }
+  return resolved;
 }
 
 export const MAX_USER_AGENT_LENGTH = 512;
@@ -313,7 +325,7 @@ function jsonErrorMessage(error: unknown): string {
 
 function validateRequestEvent(value: unknown, times: TimeRange): ParseResult {
   // A range not resolved by the caller (timesAsOf, once per batch) is resolved here, per event.
-  if (times.maxAgeMs !== undefined) times = timesAsOf(times, Date.now());
+  if (times.maxAgeMs !== undefined || times.maxAheadMs !== undefined) times = timesAsOf(times, Date.now());
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     return reject('not_an_object', [{ path: [], message: 'event must be a JSON object' }]);
   }

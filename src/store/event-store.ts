@@ -55,6 +55,14 @@ export const STORABLE_TIME_MS = { min: Date.UTC(1900, 0, 1), max: Date.UTC(2299,
 const DATETIME_MAX_SECOND = 2 ** 32 - 1;
 
 /**
+ * How far ahead of the worker's clock an event may be dated: a producer's clock may be off, but a
+ * request is not received tomorrow. Raw events are partitioned by day, so every day an insert's
+ * events name is a part of its own, kept until that day's TTL: a stream dated over years ahead
+ * (a bad clock, or made-up times) would make thousands of them, stalling storage for everyone.
+ */
+export const MAX_EVENT_AHEAD_MS = 86_400_000;
+
+/**
  * The event times request_events holds with raw events kept `eventsTtlDays`: the rule's
  * (EVENT_TIME_RANGE), ending earlier when the row's TTL, toDateTime(ts) + EVENTS_TTL_DAYS
  * (001_request_events.sql), would pass the end of DateTime (above 2228 days for 2100). Such a TTL
@@ -63,11 +71,14 @@ const DATETIME_MAX_SECOND = 2 ** 32 - 1;
  * For the same reason it starts `eventsTtlDays` before the clock (maxAgeMs, applied by timesAsOf):
  * an older event's row has expired already, so the engine drops it at insert while the rollup counts
  * it, and every guard against storing a redelivery twice, which reads raw rows, would miss it.
+ * And it ends MAX_EVENT_AHEAD_MS after the clock (maxAheadMs).
  */
 export function storableEventTimes(eventsTtlDays: number): TimeRange {
   const kept = {
     maxAgeMs: eventsTtlDays * 86_400_000,
     minWhy: `an earlier event is older than the raw events are kept (EVENTS_TTL_DAYS=${eventsTtlDays}), and would be counted in metrics but not stored`,
+    maxAheadMs: MAX_EVENT_AHEAD_MS,
+    aheadWhy: "a later event is dated more than a day ahead of this worker's clock (the producer's clock, or this worker's, is off)",
   };
   const latest = (DATETIME_MAX_SECOND - eventsTtlDays * 86_400) * 1000 + 999;
   if (latest >= EVENT_TIME_RANGE.max) return { ...EVENT_TIME_RANGE, ...kept };

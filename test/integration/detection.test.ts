@@ -231,10 +231,10 @@ describe('detection end to end', () => {
     const key = `pk_live_${names.runId}_velocity`;
     const config = testConfig({ brokers: engines.brokers, clickhouse, names });
     const attackMinute = Math.floor((Date.now() - behindMinutes * MINUTE) / MINUTE) * MINUTE - MINUTE;
-    // One partition: beside the attack, an event from a producer whose clock is a day ahead.
+    // One partition: beside the attack, an event from a producer whose clock is most of a day ahead.
     const send = (events: Event[]) => producer.send({ topic: names.topic, acks: -1, messages: events.map((e) => ({ key: e.apiKeyId, value: JSON.stringify(e), partition: 0 })) });
     // One minute over the limit before the restart: not sustained yet, so no alert.
-    await send([...spread(200, attackMinute - MINUTE, MINUTE, (t) => event(key, t)), event(`pk_live_${names.runId}_ahead`, Date.now() + 24 * 60 * MINUTE)]);
+    await send([...spread(200, attackMinute - MINUTE, MINUTE, (t) => event(key, t)), event(`pk_live_${names.runId}_ahead`, Date.now() + 23 * 60 * MINUTE)]);
     const first = await engines.startWorker(config);
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'first worker consumes', 60_000);
     await new Promise((resolve) => setTimeout(resolve, 500));

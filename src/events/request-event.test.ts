@@ -43,6 +43,31 @@ describe('request event schema', () => {
     expect(result.ok && result.event.timestamp).toBe(Date.UTC(2026, 10, 21, 3, 0, 0));
   });
 
+  it('accepts epoch milliseconds with a fraction, cut to the millisecond as an ISO time\'s digits past it are', () => {
+    const ms = Date.UTC(2026, 10, 21, 3, 0, 0, 123);
+    for (const result of [parseRequestEventValue({ ...valid, timestamp: ms + 0.5 }), parseRequestEventText(JSON.stringify({ ...valid, timestamp: ms + 0.999 }))]) {
+      expect(result.ok && result.event.timestamp).toBe(ms);
+    }
+    expect(parseRequestEventValue({ ...valid, timestamp: '2026-11-21T03:00:00.123999Z' }).ok && ms).toBe(ms);
+  });
+
+  it.each([
+    ['eventId', 'evt_\uD800'],
+    ['eventId', 'evt_\uDC00_1'],
+    ['eventId', 'evt_\uFFFD'],
+    ['merchantId', 'm_\uDBFF'],
+    ['apiKeyId', 'pk_live_\uFFFD'],
+  ])('rejects a %s storage would not keep apart from another (%j), naming it', (field, value) => {
+    for (const result of [parseRequestEventValue({ ...valid, [field]: value }), parseRequestEventText(JSON.stringify({ ...valid, [field]: value }))]) {
+      expect(result.ok).toBe(false);
+      if (!result.ok) expect(result.rejection.errors).toEqual([{ path: [field], message: expect.stringMatching(/^must be well-formed text: a lone surrogate, or U\+FFFD/) }]);
+    }
+  });
+
+  it('accepts ids with characters outside the BMP, their surrogates paired', () => {
+    expect(parseRequestEventValue({ ...valid, eventId: 'evt_\u{1F600}_\u{10FFFF}', merchantId: 'm_\u00e9' }).ok).toBe(true);
+  });
+
   it.each([
     ['eventId', ''],
     ['eventId', 'x'.repeat(129)],
@@ -255,6 +280,18 @@ describe('request event schema', () => {
     }
   });
 
+  it('redacts a secret that the reported eventId\'s cut (128 characters) would split, leaving no head of it', () => {
+    for (const secret of ['sk_ABcdEFgh1234567890', '%73k_LiveABCDEFGH12345678']) {
+      const event = { ...valid, eventId: `${'a'.repeat(122)} ${secret}` };
+      for (const result of [parseRequestEventText(JSON.stringify(event)), parseRequestEventValue(event)]) {
+        expect(result).toMatchObject({ ok: false, rejection: { reason: 'secret_in_event' } });
+        const reported = !result.ok ? result.rejection.eventId! : '';
+        expect(reported.startsWith(`${'a'.repeat(122)} sk_[REDACTED]`.slice(0, 128))).toBe(true);
+        expect(reported).not.toMatch(/sk_[A-Z]|%73k_L/);
+      }
+    }
+  });
+
   it('dead-letters a value that is not JSON without the secret glued to a JSON escape in it', () => {
     const text = '{"eventId":"evt_1","userAgent":"agent\\nsk_live_0123456789abcdef", truncated';
     const result = parseRequestEventText(text);
@@ -337,7 +374,7 @@ describe('the hand-checked common case', () => {
     '0999-01-01T00:00:00.000Z', '1000-01-01T00:00:00.000Z', '2026-1a-21T03:00:00.000Z', '2026-11-21T03:00:00.000z', '2026-11-21T03:00:00.00Z',
     '2026-11-21T03:00:00.0000Z', '+2026-11-21T03:00:00.000Z', '2026-11-21T03:00:00,000Z', Date.UTC(2000, 0, 1), Date.UTC(2000, 0, 1) - 1, Date.UTC(2100, 0, 1), Date.UTC(2100, 0, 1) + 1, '1.2.3.4', '01.2.3.4', '256.1.1.1',
     '2001:db8::1', '::ffff:1.2.3.4', 'GET', 'get', 'GET /', 'X'.repeat(16), 'X'.repeat(17), 'de', 'DE', 'DEU', 'd1', 99, 100, 599, 600, 86_400_000, 86_400_001,
-    100_000_000, 100_000_001, 'sk_live_0123456789abcdef', '\u00e9', '12', '201',
+    100_000_000, 100_000_001, 'sk_live_0123456789abcdef', '\u00e9', '12', '201', Date.UTC(2026, 0, 1) + 0.5, 'x\uD800', '\uDC00x', '\uFFFD', 'x\u{1F600}',
   ];
   const FIELDS = [...Object.keys(valid), 'rateLimitPerMinute', 'country'];
 

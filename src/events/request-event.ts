@@ -56,18 +56,23 @@ export function timesAsOf(times: TimeRange, nowMs: number): TimeRange {
 }
 
 export const MAX_USER_AGENT_LENGTH = 512;
+/** The largest epoch ms a timestamp may be written as (a Date's own limit); the time range narrows it further. */
+const MAX_EPOCH_MS = 8.64e15;
 /** Larger values are not request metadata; they are dead-lettered without being parsed. */
 export const MAX_EVENT_BYTES = 64 * 1024;
 
 // The schema only checks; normalization happens after it, in plain code (normalizeEvent), because
 // zod transforms cost about half a microsecond each and this runs on every event. The timestamp's
 // range is checked after both (validateRequestEvent), on the normalized time, whatever its form.
+const identifier = z.string().min(1).max(128).refine(isDistinctText, 'must be well-formed text: a lone surrogate, or U+FFFD (what bytes that were not UTF-8 became), would be stored as the same id as another');
+
 export const requestEventSchema = z.object({
-  eventId: z.string().min(1).max(128),
-  timestamp: z.union([z.iso.datetime({ offset: true }), z.number().int()]),
-  merchantId: z.string().min(1).max(128),
+  eventId: identifier,
+  // Epoch ms with a fraction are taken, as an ISO time's digits past the ms are: normalizeEvent truncates.
+  timestamp: z.union([z.iso.datetime({ offset: true }), z.number().min(-MAX_EPOCH_MS).max(MAX_EPOCH_MS)]),
+  merchantId: identifier,
   plan: z.enum(PLANS),
-  apiKeyId: z.string().min(1).max(128),
+  apiKeyId: identifier,
   environment: z.enum(['test', 'live']),
   ip: z.union([z.ipv4(), z.ipv6()], { error: 'must be an IPv4 or IPv6 address' }),
   // Long user agents are a bot signal, not an error: normalizeEvent keeps the head.
@@ -118,7 +123,7 @@ function isHighSurrogate(code: number): boolean {
 /** Normalizes zod's output in place (it is a fresh object already): one allocation less per event. */
 function normalizeEvent(input: z.output<typeof requestEventSchema>): RequestEvent {
   const event = input as unknown as RequestEvent;
-  if (typeof input.timestamp !== 'number') event.timestamp = epochMsOf(input.timestamp);
+  if (typeof input.timestamp !== 'number' || !Number.isInteger(input.timestamp)) event.timestamp = epochMsOf(input.timestamp);
   if (input.userAgent.length > MAX_USER_AGENT_LENGTH) event.userAgent = cutUserAgent(input.userAgent);
   event.method = input.method.toUpperCase();
   // A null optional field is an absent one (rare: the common case, commonEvent, builds a fresh object).
@@ -177,7 +182,7 @@ export function commonEvent(value: Record<string, unknown>): RequestEvent | unde
 
 /** A timestamp the schema accepts, in epoch ms; undefined for anything else. */
 function epochMs(timestamp: unknown): number | undefined {
-  if (typeof timestamp === 'number') return Number.isSafeInteger(timestamp) ? timestamp : undefined;
+  if (typeof timestamp === 'number') return Math.abs(timestamp) <= MAX_EPOCH_MS ? Math.floor(timestamp) : undefined;
   if (typeof timestamp !== 'string') return undefined;
   const canonical = canonicalUtcTime(timestamp);
   if (canonical !== undefined) return canonical;
@@ -223,7 +228,20 @@ function digits(text: string, start: number, length: number): number {
 }
 
 function isName(value: unknown): value is string {
-  return typeof value === 'string' && value.length >= 1 && value.length <= 128;
+  return typeof value === 'string' && value.length >= 1 && value.length <= 128 && isDistinctText(value);
+}
+
+const MAYBE_INDISTINCT = /[\uD800-\uDFFF\uFFFD]/;
+const INDISTINCT = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]|\uFFFD/;
+
+/**
+ * Text storage keeps apart from other text: no lone surrogate (storage writes each as U+FFFD, so
+ * `x\uD800` and `x\uD801` would be one id, and an id re-read after a restart would not match its
+ * original) and no U+FFFD (what a Kafka value's or a post's bytes that were not UTF-8 became: two
+ * different ids would be one). The first test is the cheap one: most text has no surrogate at all.
+ */
+function isDistinctText(value: string): boolean {
+  return !MAYBE_INDISTINCT.test(value) || !INDISTINCT.test(value);
 }
 
 function isIntegerIn(value: unknown, min: number, max: number): value is number {
@@ -349,9 +367,9 @@ function validateRequestEvent(value: unknown, times: TimeRange): ParseResult {
   return reject('validation_failed', errors, readEventId(value));
 }
 
-/** A timestamp the schema took (epoch ms, or an ISO string), in epoch ms, as normalizeEvent reads it. */
+/** A timestamp the schema took (epoch ms, or an ISO string), in epoch ms (whole), as normalizeEvent reads it. */
 function epochMsOf(timestamp: unknown): number {
-  return typeof timestamp === 'number' ? timestamp : Date.parse(String(timestamp));
+  return typeof timestamp === 'number' ? Math.floor(timestamp) : Date.parse(String(timestamp));
 }
 
 /** The timestamp's error when the time is outside `times`; undefined inside. */
@@ -377,5 +395,6 @@ function reject(reason: RejectionReason, errors: FieldError[], eventId?: string)
 function readEventId(value: unknown): string | undefined {
   if (value === null || typeof value !== 'object') return undefined;
   const eventId = (value as Record<string, unknown>).eventId;
-  return typeof eventId === 'string' ? redactSecrets(eventId.slice(0, 128)) : undefined;
+  // Redacted whole, then cut: cut first, a secret across the cut could leave its head (`sk_AB`), which redaction no longer recognises.
+  return typeof eventId === 'string' ? redactSecrets(eventId).slice(0, 128) : undefined;
 }

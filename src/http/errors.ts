@@ -19,6 +19,7 @@ export type ErrorCode =
   | 'BAD_REQUEST'
   | 'REQUEST_TIMEOUT'
   | 'HEADERS_TOO_LARGE'
+  | 'NOT_IMPLEMENTED'
   | 'INTERNAL_ERROR';
 
 export interface FieldIssue {

@@ -181,6 +181,42 @@ describe('HTTP ingest: the request', () => {
     expect(app.stored.flat()).toHaveLength(readable.length);
   });
 
+  it('refuses (501) a transfer coding other than chunked, which Node hands on undecoded; chunked alone is read', async () => {
+    const app = await server();
+    await app.app.listen({ host: '127.0.0.1', port: 0 });
+    const { port } = app.app.server.address() as { port: number };
+    /** One chunked post with this Transfer-Encoding, over a socket of its own; its status line and body. */
+    const post = (transferEncoding: string, payload: Buffer) =>
+      new Promise<{ status: string; body: unknown }>((resolve, reject) => {
+        const socket = connect(port, '127.0.0.1');
+        let received = '';
+        socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
+        socket.on('error', reject);
+        socket.on('end', () => {
+          const [head, body] = received.split('\r\n\r\n') as [string, string];
+          const chunkedBody = /transfer-encoding: chunked/i.test(head) ? body.split('\r\n').slice(1, -3).join('') : body;
+          resolve({ status: head.split('\r\n')[0]!, body: JSON.parse(chunkedBody) });
+        });
+        socket.write(
+          `POST /v1/ingest/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer ${TOKEN}\r\n` +
+            `Content-Type: application/x-ndjson\r\nTransfer-Encoding: ${transferEncoding}\r\n\r\n${payload.length.toString(16)}\r\n`,
+        );
+        socket.write(payload);
+        socket.write('\r\n0\r\n\r\n');
+      });
+    const ndjson = `${JSON.stringify(event(70))}\n${JSON.stringify(event(71))}\n`;
+    for (const coding of ['gzip, chunked', 'deflate, chunked', 'x-custom, chunked']) {
+      expect({ coding, ...(await post(coding, gzipSync(ndjson))) }).toEqual({
+        coding,
+        status: 'HTTP/1.1 501 Not Implemented',
+        body: { success: false, error: { code: 'NOT_IMPLEMENTED', message: 'Transfer-Encoding other than chunked is not supported: send the body uncompressed' } },
+      });
+    }
+    expect(app.stored).toEqual([]);
+    expect(await post('chunked', Buffer.from(ndjson))).toMatchObject({ status: 'HTTP/1.1 202 Accepted', body: { data: { accepted: 2 } } });
+    await app.app.close();
+  });
+
   it('refuses a JSON string, which is not NDJSON however it reads', async () => {
     const app = await server();
     const answer = await send(app, JSON.stringify(JSON.stringify(event(0))), 'application/json; charset=utf-8', `Bearer ${TOKEN}`);

@@ -347,6 +347,12 @@ const READABLE_CHARSETS = new Set(['utf-8', 'utf8', 'us-ascii']);
  * would be invalid JSON, Latin-1's accented letters U+FFFD). The header values are not echoed.
  */
 function refuseUndecodedBody(request: FastifyRequest): void {
+  // Node's parser undoes chunked alone and hands on the body of `gzip, chunked` still compressed
+  // (RFC 9112 6.1: a transfer coding the server does not understand is a 501).
+  const transfer = request.headers['transfer-encoding'];
+  if (transfer !== undefined && !transfer.split(',').every((coding) => ['', 'chunked', 'identity'].includes(coding.trim().toLowerCase()))) {
+    throw new HttpError(501, 'NOT_IMPLEMENTED', 'Transfer-Encoding other than chunked is not supported: send the body uncompressed');
+  }
   const encoding = request.headers['content-encoding'];
   if (encoding !== undefined && !isIdentity(encoding)) {
     throw new HttpError(415, 'UNSUPPORTED_MEDIA_TYPE', 'Content-Encoding is not supported: send the body uncompressed', undefined, { 'accept-encoding': 'identity' });

@@ -196,6 +196,25 @@ export const fixtures: Fixture[] = [
     expect: { findings: 0 },
   },
 
+  {
+    name: 'apps whose names hold a scraper\'s or crawler\'s word (ScrapyardPOS, PubCrawl, Spider-Man Unlimited) reading at volume are not scrapers',
+    kind: 'negative',
+    window: keyWindow(
+      ['ScrapyardPOS/3.2 (iPad; iOS 17.5)', 'PubCrawl/2.4 (iPhone; iOS 17.5; Scale/3.00)', 'Spider-Man Unlimited/4.6.0 (Android 14)'].flatMap((userAgent) =>
+        spread(200, TEN_MINUTES_AGO, 10 * MINUTE, { userAgent, method: 'GET', path: TEMPLATE, status: 200 }),
+      ),
+    ),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'Colly\'s default user agent reading 150 sessions in 10 minutes is a scraper (medium)',
+    kind: 'positive',
+    window: keyWindow(spread(150, TEN_MINUTES_AGO, 10 * MINUTE, { userAgent: 'colly - https://github.com/gocolly/colly/v2', method: 'GET', path: TEMPLATE, status: 200 })),
+    now: T0,
+    expect: { findings: 1, severity: 'medium', evidence: { tools: { Colly: 150 } } },
+  },
+
   // Attack tools' names as tokens: a product built around a tool is not the tool.
   {
     name: 'products built around a tool\'s name, joined by a hyphen (Nmap-Parser, python-nmap-report, Nuclei-Sync), are not attack tools',

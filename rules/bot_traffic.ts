@@ -94,12 +94,15 @@ export const USER_AGENT_PATTERNS: readonly UserAgentPattern[] = [
   { name: 'HtmlUnit', pattern: /htmlunit/i, category: 'headless' },
   { name: 'jsdom', pattern: /jsdom/i, category: 'headless' },
   // Scrapers and crawlers.
-  { name: 'Scrapy', pattern: /scrapy/i, category: 'scraper' },
+  // As tokens: a product whose name holds the word ("ScrapyardPOS", "Broccolly") is not the tool.
+  { name: 'Scrapy', pattern: token('scrapy'), category: 'scraper' },
   { name: 'HTTrack', pattern: /httrack/i, category: 'scraper' },
-  { name: 'Colly', pattern: /colly/i, category: 'scraper' },
-  { name: 'Apify', pattern: /apify/i, category: 'scraper' },
-  // The end of a word ("Baiduspider", "webcrawler"), not its start ("SpiderOakONE", a backup client).
-  { name: 'crawler', pattern: /(?:crawl(?:er)?|spider|scraper)(?![a-z])/i, category: 'scraper' },
+  { name: 'Colly', pattern: token('colly'), category: 'scraper' },
+  { name: 'Apify', pattern: token('apify'), category: 'scraper' },
+  // The end of a word ("Baiduspider", "webcrawler"), not its start ("SpiderOakONE", a backup client),
+  // nor a word joined on by a hyphen ("Spider-Man Unlimited", a game); "crawl" only as a word of its
+  // own ("PubCrawl" is an app).
+  { name: 'crawler', pattern: /(?<![a-z])crawl(?![a-z]|-[a-z])|(?:crawler|spider|scraper)(?![a-z]|-[a-z])/i, category: 'scraper' },
 ];
 
 // One alternation rejects an ordinary user agent in a single regex run; the list is consulted only on a hit.
@@ -139,7 +142,7 @@ const READ_MINUTES = 16;
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'bot_traffic',
-  version: '1.2.0',
+  version: '1.2.1',
   title: 'Bot traffic',
   description:
     'A key is used by an attack tool (scanner, fuzzer, brute forcer), or by a headless browser or scraper that ' +

@@ -123,7 +123,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     'A key past its monthly live quota (403 QUOTA_EXCEEDED) or a test key on a live-only endpoint (403 ENVIRONMENT_MISMATCH): 403 is the API\'s policy, not a wrong secret, and is excluded from both numerator and denominator.',
     'A handful of failures (3 of 5): no share is judged below minRequests judged requests.',
     'Validation errors (400, 422) are the integration\'s bugs, not abuse: they count as judged requests, not as failures.',
-    'An old deployment still using a rotated secret fails 100% with 401 at its usual rate: it is reported (medium, or high at volume) because the merchant must fix it; dismiss it once fixed.',
+    'An old deployment still calling with a key deleted after a rotation (spec: create new, deploy, verify, delete old) fails 100% with 401 at its usual rate: it is reported because the merchant must fix it (medium, high at volume, and critical from 1,000 in 10 minutes: 401s from the key\'s own network are not told from a brute force there, and blocking a deleted key stops nothing that works); dismiss it once fixed.',
     'A second site of the merchant whose lookups mostly miss (404), among the key\'s successes: a network the key used before the last hour is judged with the key, not on its own.',
     'The merchant\'s own job looking up ids it does not have (404) from the key\'s usual networks, or from a fresh /24 in a place the key is established at: at most high (rate_limit), never critical (block).',
     'The key\'s end users arriving from many new networks (a mobile app, a browser integration): their networks are judged together only at thresholdShare, so a few missing lookups among their successes stay quiet.',

@@ -90,6 +90,12 @@ describe('request event schema', () => {
     expect(rejection.eventId).toBe(field === 'eventId' ? value.toString().slice(0, 128) || '' : 'evt_1');
   });
 
+  it.each([undefined, 'yesterday', '2026-11-21 03:00:00Z', true, null])('says what a timestamp must be when it is neither form: %j', (timestamp) => {
+    expect(rejectionOf({ ...valid, timestamp }).errors).toEqual([
+      { path: ['timestamp'], message: 'must be an ISO 8601 time (2026-11-20T12:00:00.000Z) or epoch milliseconds' },
+    ]);
+  });
+
   it.each([
     '1999-12-31T23:59:59.999Z', '2100-01-01T00:00:00.001Z', '2150-01-01T00:00:00.000Z', '9999-12-31T23:59:59.999Z', '2100-01-01T00:30:00-01:00',
     Date.UTC(2000, 0, 1) - 1, Date.UTC(2100, 0, 1) + 1,

@@ -56,6 +56,7 @@ export function timesAsOf(times: TimeRange, nowMs: number): TimeRange {
 }
 
 export const MAX_USER_AGENT_LENGTH = 512;
+const TIMESTAMP_FORMS = 'must be an ISO 8601 time (2026-11-20T12:00:00.000Z) or epoch milliseconds';
 /** The largest epoch ms a timestamp may be written as (a Date's own limit); the time range narrows it further. */
 const MAX_EPOCH_MS = 8.64e15;
 /** Larger values are not request metadata; they are dead-lettered without being parsed. */
@@ -69,7 +70,7 @@ const identifier = z.string().min(1).max(128).refine(isDistinctText, 'must be we
 export const requestEventSchema = z.object({
   eventId: identifier,
   // Epoch ms with a fraction are taken, as an ISO time's digits past the ms are: normalizeEvent truncates.
-  timestamp: z.union([z.iso.datetime({ offset: true }), z.number().min(-MAX_EPOCH_MS).max(MAX_EPOCH_MS)]),
+  timestamp: z.union([z.iso.datetime({ offset: true, error: TIMESTAMP_FORMS }), z.number().min(-MAX_EPOCH_MS).max(MAX_EPOCH_MS)], { error: TIMESTAMP_FORMS }),
   merchantId: identifier,
   plan: z.enum(PLANS),
   apiKeyId: identifier,

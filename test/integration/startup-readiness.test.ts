@@ -14,9 +14,10 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { Worker as ThreadWorker } from 'node:worker_threads';
 import { afterAll, describe, expect, it, vi } from 'vitest';
@@ -25,6 +26,7 @@ import { createLogger } from '../../src/logger.ts';
 import { startWorker, type Worker, type WorkerDeps } from '../../src/main.ts';
 import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { useEngines } from '../support/engines.ts';
+import { makeEvent } from '../support/events.ts';
 import { freePort } from '../support/ports.ts';
 import { spawnWorker } from '../support/process.ts';
 import { readiness, TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/worker.ts';
@@ -387,6 +389,49 @@ describe('the worker process with a setting it cannot start with', () => {
       npm.kill('SIGTERM');
       await waitFor(async () => (await health()) === 0 && npm.exitCode !== null, `the worker stops with npm\n${output}`, 20_000);
       expect(output).toMatch(/"reason":"SIGTERM"[^\n]*"msg":"shutdown requested"[\s\S]*"msg":"stopped"/);
+    } finally {
+      try {
+        process.kill(-npm.pid!, 'SIGKILL');
+      } catch {
+        // the group has ended
+      }
+    }
+  });
+
+  it('under `npm start`, a SIGTERM that arrives while large posts are being read stops the worker cleanly, the posts answered', async () => {
+    // tsx's own runner, which `npm start` used before, killed the worker (SIGKILL) when it did not
+    // acknowledge a relayed signal within 60 ms, as it cannot while it parses a post of 10,000 events.
+    const port = await freePort();
+    const npm = spawn('npm', ['start'], {
+      cwd: REPO_ROOT,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? dir, PORT: String(port), DATA_DIR: join(dir, 'npm-start-busy'), LOG_LEVEL: 'info' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    let output = '';
+    npm.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    npm.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const exited = once(npm, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    try {
+      const ready = () => fetch(`http://127.0.0.1:${port}/ready`).then((response) => response.status, () => 0);
+      await waitFor(async () => (await ready()) === 200, `npm start is ready\n${output}`, 90_000);
+      const token = readFileSync(join(REPO_ROOT, 'config/dev.env'), 'utf8').match(/^INGEST_TOKEN=(.*)$/m)![1]!;
+      const body = (post: number) =>
+        Array.from({ length: 10_000 }, (_, i) => JSON.stringify({ ...makeEvent(i, { runId: `busy${post}_${randomUUID().slice(0, 8)}`, startMs: Date.now() - 600_000 }), userAgent: 'x'.repeat(200) })).join('\n');
+      const bodies = [0, 1, 2].map(body);
+      const posts = bodies.map((payload) =>
+        fetch(`http://127.0.0.1:${port}/v1/ingest/events`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/x-ndjson' }, body: payload }).then(
+          (response) => response.status,
+          () => 0,
+        ),
+      );
+      await sleep(150);
+      npm.kill('SIGTERM');
+      const [code, signal] = await exited;
+      expect({ code, signal }, output).toEqual({ code: 0, signal: null });
+      expect(output).toMatch(/"reason":"SIGTERM"[^\n]*"msg":"shutdown requested"[\s\S]*"msg":"stopped"/);
+      // Each post is answered: stored (202), or refused as the stop began (503); none is cut off.
+      for (const status of await Promise.all(posts)) expect([202, 503]).toContain(status);
     } finally {
       try {
         process.kill(-npm.pid!, 'SIGKILL');

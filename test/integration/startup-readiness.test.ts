@@ -371,56 +371,57 @@ describe('the worker process with a setting it cannot start with', () => {
     }
   });
 
-  it('under `npm start`, a SIGTERM sent to npm alone (as an orchestrator sends it) stops the worker cleanly', async () => {
+  /**
+   * `npm start` in its own process group (so that whatever npm leaves behind can be killed after the
+   * test, by `killGroup`), on a free port, with these settings over config/dev.env's.
+   */
+  async function npmStart(env: Record<string, string>) {
     const port = await freePort();
-    // Its own process group, so that whatever npm leaves behind can be killed after the test.
     const npm = spawn('npm', ['start'], {
       cwd: REPO_ROOT,
-      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? dir, PORT: String(port), DATA_DIR: join(dir, 'npm-start'), FEATURE_ANOMALY_DETECTION: 'false' },
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? dir, PORT: String(port), ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });
     let output = '';
     npm.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
     npm.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    const health = () => fetch(`http://127.0.0.1:${port}/health`).then((response) => response.status, () => 0);
-    try {
-      await waitFor(async () => (await health()) === 200, `npm start answers /health\n${output}`, 60_000);
-      npm.kill('SIGTERM');
-      await waitFor(async () => (await health()) === 0 && npm.exitCode !== null, `the worker stops with npm\n${output}`, 20_000);
-      expect(output).toMatch(/"reason":"SIGTERM"[^\n]*"msg":"shutdown requested"[\s\S]*"msg":"stopped"/);
-    } finally {
+    const killGroup = () => {
       try {
         process.kill(-npm.pid!, 'SIGKILL');
       } catch {
         // the group has ended
       }
+    };
+    return { npm, url: `http://127.0.0.1:${port}`, output: () => output, killGroup };
+  }
+
+  it('under `npm start`, a SIGTERM sent to npm alone (as an orchestrator sends it) stops the worker cleanly', async () => {
+    const { npm, url, output, killGroup } = await npmStart({ DATA_DIR: join(dir, 'npm-start'), FEATURE_ANOMALY_DETECTION: 'false' });
+    const health = () => fetch(`${url}/health`).then((response) => response.status, () => 0);
+    try {
+      await waitFor(async () => (await health()) === 200, 'npm start answers /health', 60_000, output);
+      npm.kill('SIGTERM');
+      await waitFor(async () => (await health()) === 0 && npm.exitCode !== null, 'the worker stops with npm', 20_000, output);
+      expect(output()).toMatch(/"reason":"SIGTERM"[^\n]*"msg":"shutdown requested"[\s\S]*"msg":"stopped"/);
+    } finally {
+      killGroup();
     }
   });
 
   it('under `npm start`, a SIGTERM that arrives while large posts are being read stops the worker cleanly, the posts answered', async () => {
     // tsx's own runner, which `npm start` used before, killed the worker (SIGKILL) when it did not
     // acknowledge a relayed signal within 60 ms, as it cannot while it parses a post of 10,000 events.
-    const port = await freePort();
-    const npm = spawn('npm', ['start'], {
-      cwd: REPO_ROOT,
-      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? dir, PORT: String(port), DATA_DIR: join(dir, 'npm-start-busy'), LOG_LEVEL: 'info' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      detached: true,
-    });
-    let output = '';
-    npm.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    npm.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const { npm, url, output, killGroup } = await npmStart({ DATA_DIR: join(dir, 'npm-start-busy'), LOG_LEVEL: 'info' });
     const exited = once(npm, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
     try {
-      const ready = () => fetch(`http://127.0.0.1:${port}/ready`).then((response) => response.status, () => 0);
-      await waitFor(async () => (await ready()) === 200, `npm start is ready\n${output}`, 90_000);
+      const ready = () => fetch(`${url}/ready`).then((response) => response.status, () => 0);
+      await waitFor(async () => (await ready()) === 200, 'npm start is ready', 90_000, output);
       const token = readFileSync(join(REPO_ROOT, 'config/dev.env'), 'utf8').match(/^INGEST_TOKEN=(.*)$/m)![1]!;
       const body = (post: number) =>
         Array.from({ length: 10_000 }, (_, i) => JSON.stringify({ ...makeEvent(i, { runId: `busy${post}_${randomUUID().slice(0, 8)}`, startMs: Date.now() - 600_000 }), userAgent: 'x'.repeat(200) })).join('\n');
-      const bodies = [0, 1, 2].map(body);
-      const posts = bodies.map((payload) =>
-        fetch(`http://127.0.0.1:${port}/v1/ingest/events`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/x-ndjson' }, body: payload }).then(
+      const posts = [0, 1, 2].map(body).map((payload) =>
+        fetch(`${url}/v1/ingest/events`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/x-ndjson' }, body: payload }).then(
           (response) => response.status,
           () => 0,
         ),
@@ -428,16 +429,12 @@ describe('the worker process with a setting it cannot start with', () => {
       await sleep(150);
       npm.kill('SIGTERM');
       const [code, signal] = await exited;
-      expect({ code, signal }, output).toEqual({ code: 0, signal: null });
-      expect(output).toMatch(/"reason":"SIGTERM"[^\n]*"msg":"shutdown requested"[\s\S]*"msg":"stopped"/);
+      expect({ code, signal }, output()).toEqual({ code: 0, signal: null });
+      expect(output()).toMatch(/"reason":"SIGTERM"[^\n]*"msg":"shutdown requested"[\s\S]*"msg":"stopped"/);
       // Each post is answered: stored (202), or refused as the stop began (503); none is cut off.
       for (const status of await Promise.all(posts)) expect([202, 503]).toContain(status);
     } finally {
-      try {
-        process.kill(-npm.pid!, 'SIGKILL');
-      } catch {
-        // the group has ended
-      }
+      killGroup();
     }
   });
 

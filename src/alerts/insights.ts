@@ -18,6 +18,7 @@ export const ATTACK_PATTERNS = {
   attack_tool: 'Known attack tools',
   leaked_key: 'Signs of a leaked or published key',
   brute_force: 'Brute-force attempts',
+  credential_stuffing: 'Credential stuffing across keys',
   impossible_travel: 'Impossible travel',
   distributed_flood: 'Distributed request floods',
   shared_key: 'Signs of a shared key',
@@ -87,6 +88,7 @@ function sources(what: 'failures' | 'requests', ips: number | undefined, network
 }
 
 function explainFailures(evidence: EvidenceReader): Explanation {
+  if (evidence.text('judgedBy') === 'network_across_keys') return explainStuffing(evidence);
   const auth = evidence.count('authFailures');
   const notFound = evidence.count('notFound');
   const judged = evidence.count('judgedRequests');
@@ -133,6 +135,23 @@ function explainFailures(evidence: EvidenceReader): Explanation {
       : `Unusually many of this key's requests were refused: ${percent(share)}${window}.`,
   );
   return { pattern: 'failed_requests', insights };
+}
+
+/** One network failing authentication with many keys (source-spray.ts): an alert about the network, not a key. */
+function explainStuffing(evidence: EvidenceReader): Explanation {
+  const keys = evidence.count('distinctKeys');
+  const yours = evidence.count('merchantKeyCount');
+  const window = within(evidence.count('windowMinutes'));
+  const network = evidence.text('network');
+  const insights = [
+    keys === undefined
+      ? 'Credential stuffing: one network failed authentication with many API keys.'
+      : `Credential stuffing: ${network ? `${network} ` : 'one network '}failed authentication with ${plural(keys, 'API key')}${window}${yours === undefined ? '' : `, ${figure(yours)} of them yours`}.`,
+    'A list of stolen or guessed keys is being tried: no one key\'s own traffic shows it.',
+  ];
+  const from = sources('failures', evidence.strings('ips').length || undefined, undefined);
+  if (from) insights.push(from);
+  return { pattern: 'credential_stuffing', insights };
 }
 
 function explainVelocity(evidence: EvidenceReader): Explanation {

@@ -18,6 +18,7 @@ import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
 import { HISTORY_MS, KeyHistory, type HistoryEntryCount, type NetworkSighting } from './key-history.ts';
+import { SourceSpray, type SprayedKey } from './source-spray.ts';
 
 const MAX_UNTAKEN_VOUCHED = 100_000;
 
@@ -296,6 +297,8 @@ export class DetectionEngine {
   private config: DetectionConfig | undefined;
   /** Keys with a rule waiting out REJUDGE_MS with events it has not judged (KeyState.deferred). */
   private readonly deferredKeys = new Set<KeyState>();
+  /** 401s per network across keys: credential stuffing, which no one key's window shows. */
+  private readonly spray = new SourceSpray();
   ruleErrors = 0;
 
   constructor(private readonly options: EngineOptions) {
@@ -398,6 +401,11 @@ export class DetectionEngine {
     for (const state of this.arrive(batch, partition)) {
       this.take(state);
       this.judge(state, now, findings);
+    }
+    try {
+      for (const finding of this.spray.judge(now, (key, network, since) => this.failedMostly(key, network, since))) findings.push(finding);
+    } catch (error) {
+      this.ruleError('high_failure_rate', error);
     }
     this.judgeDeferred(partition, now, findings);
     if (now > (this.partitionClocks.get(partition) ?? -Infinity)) this.partitionClocks.set(partition, now);
@@ -687,8 +695,27 @@ export class DetectionEngine {
       state.plan = event.plan;
       if (partition >= 0) state.partition = partition;
       if (state.arrived.push(batch.windowEvents[i]!) === 1) touched.push(state);
+      if (!warming) this.spray.add(event, batch.windowEvents[i]!);
     }
     return touched;
+  }
+
+  /**
+   * Whether most of a key's requests from a network since `since` failed with 401, by its window
+   * (403, 429 and 5xx not counted, as high_failure_rate does not); true for a key no longer tracked.
+   */
+  private failedMostly(key: SprayedKey, network: string, since: number): boolean {
+    const owner = this.keys.get(key.apiKeyId);
+    const state = owner?.merchantId === key.merchantId ? owner : this.sharedIds.get(keyRef(key.merchantId, key.apiKeyId));
+    if (state === undefined) return true;
+    let failed = 0;
+    let judged = 0;
+    state.window.forEachSince(since, (event) => {
+      if (event.network !== network || event.status === 403 || event.status === 429 || event.status >= 500) return;
+      judged++;
+      if (event.status === 401) failed++;
+    });
+    return failed * 2 >= judged;
   }
 
   /** Whether the key has an event with this id already (to confirm a hash hit: a repeat or a rare collision). */

@@ -108,6 +108,15 @@ export class EventWindow {
     return false;
   }
 
+  /** Visits the events at or after `since`, newest first. */
+  forEachSince(since: number, visit: (event: WindowEvent) => void): void {
+    for (let i = this.events.length - 1; i >= this.head; i--) {
+      const event = this.events[i]!;
+      if (event.timestamp < since) return;
+      visit(event);
+    }
+  }
+
   /** The events, oldest first, as an array (valid until the window changes). */
   toArray(): WindowEvent[] {
     if (this.head > 0) this.compact();

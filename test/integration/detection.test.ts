@@ -16,6 +16,7 @@ import type { Alert } from '../../src/alerts/alert.ts';
 import type { Worker } from '../../src/main.ts';
 import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { networkOf } from '../../rules/network.ts';
+import { adminCall, ADMIN_ENV, token } from '../support/admin.ts';
 import { useEngines } from '../support/engines.ts';
 import { groupCaughtUp, produceAll } from '../support/kafka.ts';
 import { metricTotal, TEST_INGEST_TOKEN, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
@@ -308,6 +309,45 @@ describe('detection end to end', () => {
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'the restarted worker consumes', 60_000);
     // 600 each (all of them, under 80% of the budget) were every partition to take the whole budget.
     expect(Object.fromEntries(loaded)).toEqual({ 0: 200, 1: 200, 2: 200, 3: 200 });
+  });
+
+  it('alerts each merchant once about a network that tries 30 keys with one 401 each, naming only its own keys, and the admin API serves it', async () => {
+    const names = testNames('stuffing');
+    const merchantOf = (k: number) => `m_${names.runId}_${k % 3}`;
+    const keys = Array.from({ length: 30 }, (_, k) => `pk_live_${names.runId}_${k}`);
+    const now = Date.now();
+    // Each key's own traffic from its merchant's server, then one 401 from the stuffer per key, a few seconds apart.
+    const stream = keys.flatMap((key, k) => [
+      ...spread(5, now - 9 * MINUTE, 4 * MINUTE, (t) => event(key, t, { merchantId: merchantOf(k), ip: `10.20.${k % 3}.5` })),
+      event(key, now - 3 * MINUTE + k * 3_000, { merchantId: merchantOf(k), ip: '203.0.113.9', status: 401, userAgent: 'curl/8.5.0' }),
+    ]);
+    stream.sort((a, b) => String(a.timestamp).localeCompare(String(b.timestamp)));
+    await produceAll(engines.producer, names.topic, stream.map((e) => ({ key: e.apiKeyId, value: JSON.stringify(e) })));
+    const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names, extra: ADMIN_ENV }));
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker consumes the stream', 60_000);
+    const ofRun = async () => (await alertsOf(worker)).filter((alert) => alert.merchantId.startsWith(`m_${names.runId}_`));
+    await waitFor(async () => (await ofRun()).length >= 3, 'an alert for each merchant', 10_000);
+    await sleep(1_000); // room for a wrong fourth
+
+    const alerts = await ofRun();
+    expect(alerts.map((alert) => alert.merchantId).sort()).toEqual([0, 1, 2].map(merchantOf));
+    for (const alert of alerts) {
+      expect(alert).toMatchObject({ type: 'high_failure_rate', apiKeyId: null, severity: 'medium', status: 'open', recommendedAction: 'investigate' });
+      // As many keys as the batches had brought when it fired (at least 20), and what came within a minute of it is not reported before a later batch.
+      const [, keysTried, yours] = alert.title.match(/^Credential stuffing from 203\.0\.113\.0\/24: 401 for (\d+) API keys in 10 min, (\d+) of them yours$/)!.map(Number);
+      expect(keysTried).toBeGreaterThanOrEqual(20);
+      const own = keys.filter((_, k) => merchantOf(k) === alert.merchantId);
+      expect(alert.evidence.merchantKeys as string[]).toHaveLength(yours!);
+      for (const key of alert.evidence.merchantKeys as string[]) expect(own).toContain(key);
+      expect(JSON.stringify(alert)).not.toMatch(new RegExp(keys.filter((key) => !own.includes(key)).map((key) => `${key}"`).join('|')));
+    }
+    const [first] = alerts;
+    const served = await adminCall(worker.url, await token(first!.merchantId, 'viewer'), `/alerts/${first!.id}`);
+    expect(served.status).toBe(200);
+    expect(served.body.data).toMatchObject({ id: first!.id, apiKeyId: null, type: 'high_failure_rate' });
+    const dashboard = await adminCall(worker.url, await token(first!.merchantId, 'viewer'), '/dashboard?range=1h');
+    expect(dashboard.status).toBe(200);
+    expect(dashboard.body.data.metrics.activeAlerts).toBe(1);
   });
 
   it('continues on a key\'s new owner the alert its previous owner opened since the new owner last read the alerts', async () => {

@@ -1,0 +1,160 @@
+/**
+ * Credential stuffing across keys (source-spray.ts), through the engine with the five rules: one
+ * network's 401s for many keys, a failure or two each, far below any key's own bar.
+ */
+import { describe, expect, it } from 'vitest';
+import { RULES } from '../../rules/index.ts';
+import { explainAlert } from '../alerts/insights.ts';
+import type { RequestEvent } from '../events/request-event.ts';
+import { DetectionConfig } from './detection-config.ts';
+import { DetectionEngine, type EngineFinding } from './engine.ts';
+import { SourceSpray } from './source-spray.ts';
+
+const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
+const SECOND = 1000;
+const MINUTE = 60 * SECOND;
+const CONFIG = new DetectionConfig();
+const STUFFER = '203.0.113.9';
+let sequence = 0;
+
+function engine(): DetectionEngine {
+  return new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => CONFIG, clock: () => T0 + 24 * 60 * MINUTE });
+}
+
+function request(merchant: number, key: number, at: number, overrides: Partial<RequestEvent> = {}): RequestEvent {
+  return {
+    eventId: `e${sequence++}`,
+    timestamp: at,
+    merchantId: `m_${merchant}`,
+    plan: 'business',
+    apiKeyId: `pk_live_m${merchant}_k${key}`,
+    environment: 'live',
+    ip: '198.51.100.20',
+    userAgent: 'python-requests/2.32.3',
+    method: 'POST',
+    path: '/v1/verify/sessions',
+    status: 201,
+    responseTimeMs: 80,
+    ...overrides,
+  };
+}
+
+/** One 401 from the stuffer for each key, a second apart from `start`; keys spread over `merchants`. */
+function spray(keys: number, merchants: number, start: number, ip = STUFFER): RequestEvent[] {
+  return Array.from({ length: keys }, (_, k) => request(k % merchants, k, start + k * SECOND, { ip, status: 401, userAgent: 'curl/8.5.0' }));
+}
+
+/** The engine's findings about networks (apiKeyId null), batch by batch of `size` events. */
+function networkFindings(detection: DetectionEngine, events: readonly RequestEvent[], size = 10): EngineFinding[] {
+  const found: EngineFinding[] = [];
+  for (let i = 0; i < events.length; i += size) {
+    const batch = events.slice(i, i + size);
+    found.push(...detection.process(batch, batch.at(-1)!.timestamp).filter((finding) => finding.finding.apiKeyId === null));
+  }
+  return found;
+}
+
+describe('credential stuffing across keys', () => {
+  it('reports a network that fails for 20 keys in 10 minutes to each merchant of those keys, with its own keys alone', () => {
+    const findings = networkFindings(engine(), spray(20, 3, T0));
+    expect(findings.map((f) => f.merchantId).sort()).toEqual(['m_0', 'm_1', 'm_2']);
+    for (const { merchantId, ruleId, finding } of findings) {
+      expect(ruleId).toBe('high_failure_rate');
+      expect(finding).toMatchObject({ scope: 'network:203.0.113.0/24', apiKeyId: null, severity: 'medium' });
+      expect(finding.title).toMatch(/^Credential stuffing from 203\.0\.113\.0\/24: 401 for 20 API keys in 10 min, \d of them yours$/);
+      expect((finding.evidence.merchantKeys as string[]).every((key) => key.startsWith(`pk_live_m${merchantId.slice(2)}_`))).toBe(true);
+      expect(finding.evidence).toMatchObject({ judgedBy: 'network_across_keys', distinctKeys: 20, ips: [STUFFER], minKeys: 20 });
+      // Other merchants' keys and events are counted, never named.
+      expect(JSON.stringify(finding)).not.toMatch(new RegExp(`pk_live_m(?!${merchantId.slice(2)}_)`));
+      expect(finding.evidence.sampleEventIds).toHaveLength(finding.evidence.merchantKeyCount as number);
+    }
+  });
+
+  it('stays quiet for 19 keys, for 30 spread so that no 10 minutes hold 20, and for networks that each fail for fewer keys', () => {
+    expect(networkFindings(engine(), spray(19, 3, T0))).toEqual([]);
+    const slow = Array.from({ length: 30 }, (_, k) => request(0, k, T0 + k * 33 * SECOND, { ip: STUFFER, status: 401 }));
+    expect(networkFindings(engine(), slow)).toEqual([]); // never 20 within 10 minutes
+    const split = [...spray(15, 2, T0, '203.0.113.9'), ...spray(15, 2, T0, '203.0.114.9').map((e, k) => ({ ...e, apiKeyId: `pk_other_${k}` }))];
+    expect(networkFindings(engine(), split)).toEqual([]);
+  });
+
+  it('does not count a key whose requests from the network mostly succeed: an integration platform calling for many merchants', () => {
+    const detection = engine();
+    // 40 merchants' keys called from one egress, each a few times a minute, each key's calls failing now and then.
+    const platform: RequestEvent[] = [];
+    for (let minute = 0; minute < 10; minute++) {
+      for (let k = 0; k < 40; k++) {
+        for (let call = 0; call < 3; call++) platform.push(request(k, 0, T0 + minute * MINUTE + k * 500 + call * 10 * SECOND, { ip: '192.0.2.7', status: call === 0 && (minute + k) % 4 === 0 ? 401 : 200 }));
+      }
+    }
+    platform.sort((a, b) => a.timestamp - b.timestamp);
+    expect(networkFindings(detection, platform, 40)).toEqual([]);
+  });
+
+  it('is high from 100 keys, reported at once though it was reported medium a moment before; the same again waits a minute, and then goes to the merchants with new failures', () => {
+    const detection = engine();
+    const first = networkFindings(detection, spray(20, 1, T0), 20);
+    expect(first.map((f) => f.finding.severity)).toEqual(['medium']);
+    // More keys of m_0 within the minute: not reported again until severity rises.
+    expect(networkFindings(detection, spray(30, 1, T0 + 20 * SECOND).map((e, k) => ({ ...e, apiKeyId: `pk_live_m0_more${k}` })), 30)).toEqual([]);
+    const high = networkFindings(detection, spray(60, 2, T0 + 40 * SECOND).map((e, k) => ({ ...e, apiKeyId: `pk_live_m${k % 2}_late${k}` })), 60);
+    expect(high.map((f) => `${f.merchantId} ${f.finding.severity}`).sort()).toEqual(['m_0 high', 'm_1 high']);
+    expect(high[0]!.finding.evidence.distinctKeys).toBe(110);
+    // Two minutes on, a failure for m_1 alone: m_1 hears of it, m_0 (nothing new) does not.
+    const later = networkFindings(detection, [request(1, 999, T0 + 3 * MINUTE, { ip: STUFFER, status: 401 })]);
+    expect(later.map((f) => f.merchantId)).toEqual(['m_1']);
+  });
+
+  it('reports what came within a minute of a report with the first batch after the minute, whatever it holds', () => {
+    const detection = engine();
+    expect(networkFindings(detection, spray(20, 1, T0), 20).map((f) => f.finding.evidence.distinctKeys)).toEqual([20]);
+    expect(networkFindings(detection, spray(10, 1, T0 + 20 * SECOND).map((e, k) => ({ ...e, apiKeyId: `pk_live_m0_more${k}` })), 10)).toEqual([]);
+    // The spray has ended; an ordinary request of another key, another network, a minute on.
+    const next = networkFindings(detection, [request(5, 1, T0 + 81 * SECOND)]);
+    expect(next.map((f) => [f.merchantId, f.finding.evidence.distinctKeys])).toEqual([['m_0', 30]]);
+    // Reported, it is not reported again without new failures.
+    expect(networkFindings(detection, [request(5, 1, T0 + 3 * MINUTE)])).toEqual([]);
+  });
+
+  it('forgets the keys whose failures left the window', () => {
+    const detection = engine();
+    expect(networkFindings(detection, spray(15, 1, T0))).toEqual([]);
+    expect(networkFindings(detection, spray(4, 1, T0 + 20 * SECOND).map((e, k) => ({ ...e, apiKeyId: `pk_live_m0_x${k}` })))).toEqual([]); // 19 keys
+    // Eleven minutes on, the first 15 have left: 5 more make 9, not 24.
+    expect(networkFindings(detection, spray(5, 1, T0 + 11 * MINUTE).map((e, k) => ({ ...e, apiKeyId: `pk_live_m0_y${k}` })))).toEqual([]);
+  });
+
+  it('reads the keys of a network whose failures are not a spray at most once a minute, however many batches bring it 401s', () => {
+    const tally = new SourceSpray();
+    let reads = 0;
+    const notMostly = () => (reads++, false);
+    const windowEvent = (e: RequestEvent) => ({ ...e, network: '192.0.2.0/24', rateLimitPerMinute: 0, country: undefined, geo: undefined });
+    // 40 keys of an integration platform, each with a 401 now and then, over 30 batches two seconds apart.
+    for (let batch = 0; batch < 30; batch++) {
+      for (let k = 0; k < 40; k++) {
+        const e = request(k, 0, T0 + batch * 2 * SECOND + k, { ip: '192.0.2.7', status: 401 });
+        tally.add(e, windowEvent(e));
+      }
+      expect(tally.judge(T0 + batch * 2 * SECOND + 40, notMostly)).toEqual([]);
+    }
+    expect(reads).toBe(40); // once, at the first batch: 40 keys
+    const e = request(0, 0, T0 + 61 * SECOND, { ip: '192.0.2.7', status: 401 });
+    tally.add(e, windowEvent(e));
+    tally.judge(T0 + 61 * SECOND, notMostly);
+    expect(reads).toBe(80); // and again a minute on
+  });
+
+  it('is explained as credential stuffing, with the figures of its evidence', () => {
+    const [found] = networkFindings(engine(), spray(24, 2, T0), 24).filter((f) => f.merchantId === 'm_1');
+    const { evidence } = found!.finding;
+    expect(evidence).toMatchObject({ distinctKeys: 24, merchantKeyCount: 12, windowMinutes: 10, ips: [STUFFER] });
+    expect(explainAlert({ type: 'high_failure_rate', severity: 'medium', evidence })).toEqual({
+      pattern: 'credential_stuffing',
+      insights: [
+        'Credential stuffing: 203.0.113.0/24 failed authentication with 24 API keys in 10 min, 12 of them yours.',
+        "A list of stolen or guessed keys is being tried: no one key's own traffic shows it.",
+        'All the failures came from a single IP address.',
+      ],
+    });
+  });
+});

@@ -1,0 +1,274 @@
+/**
+ * Credential stuffing across keys: one network (/24, /64) answered 401 for many distinct keys within
+ * a few minutes, someone trying a list of stolen or guessed keys from one place. Every rule judges
+ * one key's window, where such a spray is a failure or two per key, far below any key's own bar;
+ * this tally follows the 401s of every network across all the keys this replica owns (Kafka
+ * partitions by key, so a replica sees its share of a spray: with R replicas, about 1/R of the keys).
+ *
+ * A key counts only when most of its requests from the network failed (its own window says, read
+ * when the network has enough keys to report): an integration platform calling for many merchants
+ * from one egress, a few of its calls failing, is not a spray.
+ * It reports to each merchant whose keys were among them, as a high_failure_rate alert about the
+ * network (scope "network:<cidr>", no apiKeyId: no one key is at fault, nor is any to be throttled),
+ * with this merchant's keys and events only: of other merchants' keys, the count alone. (Two
+ * replicas that see one spray at once may each open an alert for it, before they read each other's.)
+ * Medium from minKeys (20) keys in windowMinutes (10), high from highKeys (100). A network is judged
+ * when a batch brings it 401s, at most once per REPORT_EVERY_MS unless its severity rises (what came
+ * meanwhile is judged by the first batch after that), and reported to the merchants with failures
+ * since its last report.
+ *
+ * Memory: at most MAX_ENTRIES (network, key) pairs and MAX_KEYS_PER_NETWORK keys a network (the
+ * networks that began failing longest ago go first); pairs leave as the window passes them, every
+ * network's at least once a minute.
+ */
+import type { RequestEvent } from '../events/request-event.ts';
+import type { EngineFinding } from './engine.ts';
+import type { Severity, WindowEvent } from './types.ts';
+
+export const SPRAY_DEFAULTS = { windowMinutes: 10, minKeys: 20, highKeys: 100 } as const;
+export type SprayParams = { windowMinutes: number; minKeys: number; highKeys: number };
+
+const MINUTE = 60_000;
+/** A network reported is reported again at most this often while its severity stays the same. */
+export const REPORT_EVERY_MS = MINUTE;
+const MAX_ENTRIES = 200_000;
+const MAX_KEYS_PER_NETWORK = 5_000;
+const MAX_LISTED = 20;
+const MAX_SAMPLES = 10;
+
+/** One key's 401s from a network. */
+export interface SprayedKey {
+  merchantId: string;
+  apiKeyId: string;
+  failures: number;
+  first: number;
+  newest: number;
+  /** The key's newest failed event from the network (a sample for its merchant's evidence), its address, user agent and country. */
+  newestEventId: string;
+  ip: string;
+  userAgent: string;
+  country: string | undefined;
+}
+
+interface NetworkSpray {
+  network: string;
+  /** By apiKeyId; by merchant and key for a key id another merchant's key has too (rare). */
+  keys: Map<string, SprayedKey>;
+  reportedAt: number;
+  reportedSeverity: Severity | undefined;
+  /** When its keys were last read one by one (failedMostly), and the severity their count allowed then. */
+  checkedAt: number;
+  checkedBound: Severity | undefined;
+}
+
+const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, critical: 3 };
+
+export class SourceSpray {
+  /** In the order of their first 401 in the window: the first is the one that began failing longest ago. */
+  private readonly networks = new Map<string, NetworkSpray>();
+  private readonly touched = new Set<NetworkSpray>();
+  /** Networks with failures their last report did not include (it was too recent): judged again once due, by any batch. */
+  private readonly unreported = new Set<NetworkSpray>();
+  private entries = 0;
+  private sweptAt = -Infinity;
+
+  constructor(private readonly params: () => SprayParams = () => SPRAY_DEFAULTS) {}
+
+  /** Counts a 401 (other statuses are ignored); its network is judged by the next judge(). */
+  add(event: RequestEvent, windowEvent: WindowEvent): void {
+    if (windowEvent.status !== 401) return;
+    const { network } = windowEvent;
+    let spray = this.networks.get(network);
+    if (spray === undefined) {
+      spray = { network, keys: new Map(), reportedAt: -Infinity, reportedSeverity: undefined, checkedAt: -Infinity, checkedBound: undefined };
+      this.networks.set(network, spray);
+    }
+    const { merchantId, apiKeyId } = event;
+    let ref = apiKeyId;
+    let key = spray.keys.get(ref);
+    if (key !== undefined && key.merchantId !== merchantId) key = spray.keys.get((ref = `${merchantId}\u0000${apiKeyId}`));
+    const { timestamp, eventId, ip, userAgent, country } = windowEvent;
+    if (key !== undefined) {
+      key.failures++;
+      if (timestamp < key.first) key.first = timestamp;
+      if (timestamp >= key.newest) {
+        key.newest = timestamp;
+        key.newestEventId = eventId;
+        key.ip = ip;
+        key.userAgent = userAgent;
+        key.country = country;
+      }
+    } else if (spray.keys.size < MAX_KEYS_PER_NETWORK) {
+      spray.keys.set(ref, { merchantId, apiKeyId, failures: 1, first: timestamp, newest: timestamp, newestEventId: eventId, ip, userAgent, country });
+      if (++this.entries > MAX_ENTRIES) this.dropOldest(spray);
+    }
+    this.touched.add(spray);
+  }
+
+  /**
+   * Judges the networks that got 401s since the last call, as of `now`; a finding per merchant to
+   * report to. `failedMostly` tells whether most of a key's requests from the network since a time
+   * failed (401), from the key's own window.
+   */
+  judge(now: number, failedMostly: (key: SprayedKey, network: string, since: number) => boolean): EngineFinding[] {
+    const params = this.params();
+    const since = now - params.windowMinutes * MINUTE;
+    if (now - this.sweptAt >= MINUTE) this.sweep(since, now);
+    for (const spray of this.unreported) if (now - spray.checkedAt >= REPORT_EVERY_MS) this.touched.add(spray);
+    if (this.touched.size === 0) return [];
+    const findings: EngineFinding[] = [];
+    for (const spray of this.touched) {
+      this.unreported.delete(spray);
+      if (!this.prune(spray, since)) continue;
+      // The keys with a 401 bound the severity from above: most networks stop here, at no cost. A
+      // network is checked key by key (their windows read) at most once per REPORT_EVERY_MS unless
+      // that bound rose: an integration platform whose many keys fail now and then is not read on
+      // every batch. What it skips is checked by the first batch after that (unreported).
+      const bound = severityOf(spray.keys.size, params);
+      if (bound === undefined) continue;
+      if (now - spray.checkedAt < REPORT_EVERY_MS && !above(bound, spray.checkedBound)) {
+        this.unreported.add(spray);
+        continue;
+      }
+      spray.checkedAt = now;
+      spray.checkedBound = bound;
+      const failing = [...spray.keys.values()].filter((key) => failedMostly(key, spray.network, since));
+      const severity = severityOf(failing.length, params);
+      if (severity === undefined) continue;
+      if (now - spray.reportedAt < REPORT_EVERY_MS && !above(severity, spray.reportedSeverity)) {
+        this.unreported.add(spray);
+        continue;
+      }
+      findings.push(...this.report(spray, failing, severity, params, spray.reportedAt));
+      spray.reportedAt = now;
+      spray.reportedSeverity = severity;
+    }
+    this.touched.clear();
+    return findings;
+  }
+
+  /** How many (network, key) pairs the tally holds. */
+  get size(): number {
+    return this.entries;
+  }
+
+  /** Drops the network's keys whose last 401 is before `since`, and the network once it has none; whether it has any left. */
+  private prune(spray: NetworkSpray, since: number): boolean {
+    for (const [ref, key] of spray.keys) {
+      if (key.newest >= since) continue;
+      spray.keys.delete(ref);
+      this.entries--;
+    }
+    if (spray.keys.size > 0) return true;
+    if (this.networks.get(spray.network) === spray) this.networks.delete(spray.network);
+    this.unreported.delete(spray);
+    return false;
+  }
+
+  /** Prunes every network (those no batch touches any more too). */
+  private sweep(since: number, now: number): void {
+    this.sweptAt = now;
+    for (const spray of this.networks.values()) this.prune(spray, since);
+  }
+
+  /** Over MAX_ENTRIES: the networks that failed longest ago go, never `keep` (the one being added to). */
+  private dropOldest(keep: NetworkSpray): void {
+    for (const spray of this.networks.values()) {
+      if (this.entries <= MAX_ENTRIES) return;
+      if (spray === keep) continue;
+      this.networks.delete(spray.network);
+      this.touched.delete(spray);
+      this.unreported.delete(spray);
+      this.entries -= spray.keys.size;
+    }
+  }
+
+  /** A finding for each merchant with keys among `failing` that failed since `since` (the network's last report). */
+  private report(spray: NetworkSpray, failing: readonly SprayedKey[], severity: Severity, params: SprayParams, since: number): EngineFinding[] {
+    const byMerchant = new Map<string, SprayedKey[]>();
+    let failures = 0;
+    for (const key of failing) {
+      failures += key.failures;
+      const keys = byMerchant.get(key.merchantId);
+      if (keys) keys.push(key);
+      else byMerchant.set(key.merchantId, [key]);
+    }
+    const allKeys = failing.length;
+    // The attacker's addresses, user agents and countries (each key's newest failure's): the same for every merchant.
+    const ips = distinct(failing, (key) => key.ip);
+    const userAgents = distinct(failing, (key) => key.userAgent);
+    const countries = distinct(failing, (key) => key.country);
+    const confidence = Math.min(1, Math.log(allKeys / params.minKeys) / Math.log((params.highKeys * 5) / params.minKeys));
+    const findings: EngineFinding[] = [];
+    for (const [merchantId, keys] of byMerchant) {
+      if (!keys.some((key) => key.newest > since)) continue;
+      keys.sort((a, b) => b.newest - a.newest);
+      const listed = keys.slice(0, MAX_LISTED).map((key) => key.apiKeyId);
+      const theirFailures = keys.reduce((sum, key) => sum + key.failures, 0);
+      const firstSeenAt = Math.min(...keys.map((key) => key.first));
+      const lastSeenAt = keys[0]!.newest;
+      const yours = keys.length === 1 ? `1 of yours (${listed[0]})` : `${keys.length} of yours (${listed.slice(0, 3).join(', ')}${keys.length > 3 ? ', ...' : ''})`;
+      findings.push({
+        merchantId,
+        ruleId: 'high_failure_rate',
+        finding: {
+          scope: `network:${spray.network}`,
+          apiKeyId: null,
+          severity,
+          confidence: Math.max(0, confidence),
+          title: `Credential stuffing from ${spray.network}: 401 for ${allKeys} API keys in ${params.windowMinutes} min, ${keys.length} of them yours`,
+          summary:
+            `One network (${spray.network}, ${addresses(ips.length)}) failed authentication with ${allKeys} distinct API keys ` +
+            `in ${params.windowMinutes} minutes (at least ${params.minKeys} make an alert), ${yours}: someone is trying a list of keys. ` +
+            'Check that those keys\' secrets have not leaked (rotate them if in doubt), and block the network at your edge if it is not yours.',
+          evidence: {
+            judgedBy: 'network_across_keys',
+            network: spray.network,
+            ips,
+            userAgents,
+            countries,
+            distinctKeys: allKeys,
+            minKeys: params.minKeys,
+            highKeys: params.highKeys,
+            authFailures: failures,
+            merchantKeys: listed,
+            merchantKeyCount: keys.length,
+            merchantAuthFailures: theirFailures,
+            windowMinutes: params.windowMinutes,
+            windowMs: params.windowMinutes * MINUTE,
+            sampleEventIds: keys.slice(0, MAX_SAMPLES).map((key) => key.newestEventId),
+          },
+          firstSeenAt,
+          lastSeenAt,
+        },
+      });
+    }
+    return findings;
+  }
+}
+
+function above(severity: Severity, than: Severity | undefined): boolean {
+  return than === undefined || SEVERITY_RANK[severity] > SEVERITY_RANK[than];
+}
+
+function severityOf(keys: number, params: SprayParams): Severity | undefined {
+  if (keys >= params.highKeys) return 'high';
+  if (keys >= params.minKeys) return 'medium';
+  return undefined;
+}
+
+/** The first MAX_LISTED distinct values the keys have. */
+function distinct(keys: readonly SprayedKey[], valueOf: (key: SprayedKey) => string | undefined): string[] {
+  const values = new Set<string>();
+  for (const key of keys) {
+    const value = valueOf(key);
+    if (value !== undefined) values.add(value);
+    if (values.size >= MAX_LISTED) break;
+  }
+  return [...values];
+}
+
+function addresses(count: number): string {
+  if (count >= MAX_LISTED) return `${MAX_LISTED} or more addresses`;
+  return count === 1 ? '1 address' : `${count} addresses`;
+}

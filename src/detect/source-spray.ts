@@ -25,8 +25,9 @@ import type { RequestEvent } from '../events/request-event.ts';
 import type { EngineFinding } from './engine.ts';
 import type { Severity, WindowEvent } from './types.ts';
 
-export const SPRAY_DEFAULTS = { windowMinutes: 10, minKeys: 20, highKeys: 100 } as const;
-export type SprayParams = { windowMinutes: number; minKeys: number; highKeys: number };
+/** Not yet parameters per plan or merchant, as the rules' are. */
+const PARAMS = { windowMinutes: 10, minKeys: 20, highKeys: 100 } as const;
+type SprayParams = typeof PARAMS;
 
 const MINUTE = 60_000;
 /** A network reported is reported again at most this often while its severity stays the same. */
@@ -72,8 +73,6 @@ export class SourceSpray {
   private entries = 0;
   private sweptAt = -Infinity;
 
-  constructor(private readonly params: () => SprayParams = () => SPRAY_DEFAULTS) {}
-
   /** Counts a 401 (other statuses are ignored); its network is judged by the next judge(). */
   add(event: RequestEvent, windowEvent: WindowEvent): void {
     if (windowEvent.status !== 401) return;
@@ -111,7 +110,7 @@ export class SourceSpray {
    * failed (401), from the key's own window.
    */
   judge(now: number, failedMostly: (key: SprayedKey, network: string, since: number) => boolean): EngineFinding[] {
-    const params = this.params();
+    const params = PARAMS;
     const since = now - params.windowMinutes * MINUTE;
     if (now - this.sweptAt >= MINUTE) this.sweep(since, now);
     for (const spray of this.unreported) if (now - spray.checkedAt >= REPORT_EVERY_MS) this.touched.add(spray);
@@ -145,11 +144,6 @@ export class SourceSpray {
     }
     this.touched.clear();
     return findings;
-  }
-
-  /** How many (network, key) pairs the tally holds. */
-  get size(): number {
-    return this.entries;
   }
 
   /** Drops the network's keys whose last 401 is before `since`, and the network once it has none; whether it has any left. */

@@ -557,13 +557,17 @@ export class DetectionEngine {
     idle.history.release();
   }
 
+  /** A tracked key's state, by its id or (another merchant's key of the same id) by merchant and id; undefined for a key not tracked. */
+  private trackedState(merchantId: string, apiKeyId: string): KeyState | undefined {
+    const state = this.keys.get(apiKeyId);
+    return state !== undefined && state.merchantId === merchantId ? state : this.sharedIds.get(keyRef(merchantId, apiKeyId));
+  }
+
   /** The history of a key, tracked or idle; an unknown key gets an idle one. */
   private historyOf(merchantId: string, apiKeyId: string, partition: number): KeyHistory {
-    const state = this.keys.get(apiKeyId);
-    if (state !== undefined && state.merchantId === merchantId) return state.history;
+    const tracked = this.trackedState(merchantId, apiKeyId);
+    if (tracked !== undefined) return tracked.history;
     const ref = keyRef(merchantId, apiKeyId);
-    const shared = this.sharedIds.get(ref);
-    if (shared !== undefined) return shared.history;
     let idle = this.idleHistories.get(ref);
     if (idle === undefined) this.keepIdle(ref, (idle = { history: new KeyHistory(this.historyEntries), partition }));
     return idle.history;
@@ -705,8 +709,7 @@ export class DetectionEngine {
    * (403, 429 and 5xx not counted, as high_failure_rate does not); true for a key no longer tracked.
    */
   private failedMostly(key: SprayedKey, network: string, since: number): boolean {
-    const owner = this.keys.get(key.apiKeyId);
-    const state = owner?.merchantId === key.merchantId ? owner : this.sharedIds.get(keyRef(key.merchantId, key.apiKeyId));
+    const state = this.trackedState(key.merchantId, key.apiKeyId);
     if (state === undefined) return true;
     let failed = 0;
     let judged = 0;

@@ -6,7 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { keyWindow, MINUTE, perMinute, spread, T0 } from '../../rules/fixtures.ts';
 import { ANOMALY_TYPES, type AnomalyType, type Finding, type Severity } from '../detect/types.ts';
 import { figure } from './insight-text.ts';
-import { alertInsights, explainAlert, MAX_INSIGHTS, withInsightsShown } from './insights.ts';
+import { testKeyFinding } from '../detect/test-keys.ts';
+import { alertInsights, explainAlert, MAX_INSIGHTS, TEST_KEY_INSIGHT, withInsightsShown } from './insights.ts';
 import { FIXTURES, fixtureFinding, ruleFinding, testAlert } from './test-findings.ts';
 
 const TEN_MINUTES_AGO = T0 - 10 * MINUTE;
@@ -152,6 +153,17 @@ describe('insights of credential_sharing', () => {
     expect(insights[0]).toMatch(new RegExp(`^Leaked or published key: used from ${evidence.recentNetworks} networks .* in 12 countries`));
     expect(insights[1]).toBe(`It has no earlier use in the last ${evidence.windowMinutes} min to compare with: the key may be new, or newly exposed.`);
   });
+  it('explains a test key\'s finding as the rule judged it, and says last that it is a test key', () => {
+    const published = fixtureFinding('credential_sharing', 'a published key: 60 networks in 12 countries with no history is critical');
+    const asTestKey = testKeyFinding(published, 'low');
+    const { pattern, insights } = explain('credential_sharing', asTestKey);
+    expect(asTestKey.severity).toBe('low');
+    expect(pattern).toBe('leaked_key');
+    expect(insights).toEqual([...explain('credential_sharing', published).insights.slice(0, MAX_INSIGHTS - 1), TEST_KEY_INSIGHT]);
+    // Not lowered (its ceiling is critical): marked all the same.
+    expect(explain('credential_sharing', testKeyFinding(published, 'critical')).insights.at(-1)).toBe(TEST_KEY_INSIGHT);
+  });
+
   it('quotes a leak growing over the window with the window\'s new networks, countries and minutes', () => {
     const { pattern, insights, evidence } = explain(
       'credential_sharing',

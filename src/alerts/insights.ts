@@ -7,7 +7,7 @@
  * (tools are named by the rule's own short names).
  */
 import { USER_AGENT_PATTERNS } from '../../rules/bot_traffic.ts';
-import type { Severity } from '../detect/types.ts';
+import { SEVERITIES, type Severity } from '../detect/types.ts';
 import type { Alert } from './alert.ts';
 import { figure, line, listed, percent, plural, quoted, readEvidence, type EvidenceReader } from './insight-text.ts';
 
@@ -39,10 +39,18 @@ export interface Explanation {
   insights: string[];
 }
 
+/** The last line of a test key's insights (src/detect/test-keys.ts). */
+export const TEST_KEY_INSIGHT =
+  'This is a test key: it reaches only mock verifications with fake data, so nothing real is at risk, but a stranger using it suggests the merchant\'s keys have leaked.';
+
 export function explainAlert(alert: AlertFacts): Explanation {
   const evidence = readEvidence(alert.evidence);
-  const explained = EXPLAIN[alert.type](evidence, alert.severity);
-  return { pattern: explained.pattern, insights: explained.insights.slice(0, MAX_INSIGHTS).map(line) };
+  const testKey = evidence.text('keyEnvironment') === 'test';
+  // A test key's finding lowered to its ceiling is explained as the rule judged it; its last line says why it is reported lower.
+  const judged = SEVERITIES.find((severity) => severity === evidence.text('judgedSeverity'));
+  const explained = EXPLAIN[alert.type](evidence, testKey && judged ? judged : alert.severity);
+  const insights = testKey ? [...explained.insights.slice(0, MAX_INSIGHTS - 1), TEST_KEY_INSIGHT] : explained.insights.slice(0, MAX_INSIGHTS);
+  return { pattern: explained.pattern, insights: insights.map(line) };
 }
 
 export function alertInsights(alert: AlertFacts): string[] {

@@ -7,13 +7,25 @@
  * {
  *   "allowlist": { "keys": ["pk_live_probe"], "ips": ["203.0.113.7", "198.51.100.0/24"], "userAgents": ["^uptime-bot/"] },
  *   "merchants": { "m_1": { "allowlist": { ... }, "rules": { "velocity_attack": { "thresholdRatio": 3 } } } },
- *   "plans": { "enterprise": { "rules": { "velocity_attack": { "thresholdRatio": 2 } } } }
+ *   "plans": { "enterprise": { "rules": { "velocity_attack": { "thresholdRatio": 2 } } } },
+ *   "testKeys": { "maxSeverity": "low" }
  * }
+ * testKeys (top level, per plan or per merchant) caps the severity of findings on test keys.
  */
 import { readFileSync, unwatchFile, watchFile } from 'node:fs';
 import { BlockList, isIP } from 'node:net';
 import { z } from 'zod';
 import { PLANS } from '../events/request-event.ts';
+import { SEVERITIES, type Severity } from './types.ts';
+
+/**
+ * The highest severity a finding on a test key is reported at unless the config says otherwise. A test
+ * key reaches only mock verifications with fake data, unlimited and not usage-tracked (the spec's
+ * section 1), so its abuse puts nothing real at risk, while automation, load tests, CI runners in many
+ * regions and a team sharing one key are what test keys are for: low is reported (a leaked test key
+ * shows), never enforced, and never pages anyone.
+ */
+export const DEFAULT_TEST_KEY_MAX_SEVERITY: Severity = 'low';
 
 const ipOrCidr = z.string().refine((value) => {
   const [address, bits, ...rest] = value.split('/');
@@ -38,11 +50,15 @@ const allowlistSchema = z.strictObject({
   userAgents: z.array(pattern).default([]),
 });
 const ruleOverrides = z.record(z.string(), z.record(z.string(), z.union([z.number(), z.string(), z.boolean()])));
+const testKeysSchema = z.strictObject({ maxSeverity: z.enum(SEVERITIES) });
 
 export const detectionConfigSchema = z.strictObject({
   allowlist: allowlistSchema.optional(),
-  merchants: z.record(z.string(), z.strictObject({ allowlist: allowlistSchema.optional(), rules: ruleOverrides.optional() })).default({}),
-  plans: z.record(z.string(), z.strictObject({ rules: ruleOverrides.optional() })).default({}),
+  testKeys: testKeysSchema.optional(),
+  merchants: z
+    .record(z.string(), z.strictObject({ allowlist: allowlistSchema.optional(), rules: ruleOverrides.optional(), testKeys: testKeysSchema.optional() }))
+    .default({}),
+  plans: z.record(z.string(), z.strictObject({ rules: ruleOverrides.optional(), testKeys: testKeysSchema.optional() })).default({}),
 });
 export type DetectionConfigInput = z.input<typeof detectionConfigSchema>;
 
@@ -143,6 +159,16 @@ export class DetectionConfig {
       }
     }
     return merged as P;
+  }
+
+  /** The highest severity of a finding on the merchant's test keys: the merchant's setting, else its plan's, else the file's, else low. */
+  testKeyMaxSeverity(plan: string, merchantId: string): Severity {
+    return (
+      this.input.merchants[merchantId]?.testKeys?.maxSeverity ??
+      this.input.plans[plan]?.testKeys?.maxSeverity ??
+      this.input.testKeys?.maxSeverity ??
+      DEFAULT_TEST_KEY_MAX_SEVERITY
+    );
   }
 }
 

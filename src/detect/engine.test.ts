@@ -580,6 +580,60 @@ describe('DetectionEngine with the rules of rules/', () => {
     if (maxWindowEvents !== undefined) expect(screened.load.shedEvents).toBeGreaterThan(0);
   });
 
+  describe('test keys', () => {
+    const sqlmap = 'sqlmap/1.7.2#stable (https://sqlmap.org)';
+    /** One sqlmap request from each key (critical for a live key), the merchant m_1 unless given. */
+    function judged(config: DetectionConfig, keys: { apiKeyId: string; merchantId?: string; environments: RequestEvent['environment'][] }[]) {
+      const detection = new DetectionEngine({ rules: [...RULES], entitledPlans: ['business'], geo, config: () => config, clock: WALL_CLOCK });
+      let i = 0;
+      const batch = keys.flatMap(({ apiKeyId, merchantId = 'm_1', environments }) =>
+        environments.map((environment) => event(i++, { apiKeyId, merchantId, environment, userAgent: sqlmap, ip: '100.0.7.7' })),
+      );
+      return new Map(detection.process(batch, T0 + 60_000).map(({ finding }) => [finding.apiKeyId, finding]));
+    }
+
+    it('reports a test key\'s finding at low, saying what it was judged and why, and a live key\'s as judged', () => {
+      const findings = judged(new DetectionConfig(), [
+        { apiKeyId: 'pk_test_qa', environments: ['test', 'test'] },
+        { apiKeyId: 'pk_live_prod', environments: ['live'] },
+        // A key one event calls live is judged as live.
+        { apiKeyId: 'pk_mixed', environments: ['test', 'live', 'test'] },
+      ]);
+      const test = findings.get('pk_test_qa')!;
+      expect(test.severity).toBe('low');
+      expect(test.evidence).toMatchObject({ keyEnvironment: 'test', judgedSeverity: 'critical', category: 'attack_tool' });
+      expect(test.summary).toMatch(/ Reported as low, not critical, because pk_test_qa is a test key: it reaches only mock verifications/);
+      for (const key of ['pk_live_prod', 'pk_mixed']) {
+        expect(findings.get(key)!.severity).toBe('critical');
+        expect(findings.get(key)!.evidence).not.toHaveProperty('keyEnvironment');
+      }
+    });
+
+    it('takes the ceiling from the merchant, else its plan, else the file', () => {
+      const config = DetectionConfig.parse(
+        JSON.stringify({ testKeys: { maxSeverity: 'medium' }, plans: { business: { testKeys: { maxSeverity: 'high' } } }, merchants: { m_2: { testKeys: { maxSeverity: 'critical' } } } }),
+        RULES,
+      );
+      const findings = judged(config, [
+        { apiKeyId: 'pk_test_1', environments: ['test'] },
+        { apiKeyId: 'pk_test_2', merchantId: 'm_2', environments: ['test'] },
+      ]);
+      expect(findings.get('pk_test_1')).toMatchObject({ severity: 'high', evidence: { keyEnvironment: 'test', judgedSeverity: 'critical' } });
+      // At or under the ceiling: marked as a test key's, nothing lowered.
+      expect(findings.get('pk_test_2')!.severity).toBe('critical');
+      expect(findings.get('pk_test_2')!.evidence).toMatchObject({ keyEnvironment: 'test' });
+      expect(findings.get('pk_test_2')!.evidence).not.toHaveProperty('judgedSeverity');
+      expect(findings.get('pk_test_2')!.summary).not.toMatch(/Reported as/);
+      expect(config.testKeyMaxSeverity('enterprise', 'm_1')).toBe('medium');
+      expect(new DetectionConfig().testKeyMaxSeverity('business', 'm_1')).toBe('low');
+    });
+
+    it('refuses a ceiling that is not a severity, naming the field', () => {
+      expect(() => DetectionConfig.parse(JSON.stringify({ merchants: { m_1: { testKeys: { maxSeverity: 'none' } } } }), RULES)).toThrow(/merchants\.m_1\.testKeys\.maxSeverity: /);
+      expect(() => DetectionConfig.parse(JSON.stringify({ testKeys: { max: 'low' } }), RULES)).toThrow(/testKeys: .*max/);
+    });
+  });
+
   it('judges a backlog batch a minute at a time, so attacks early in it alert as they would have live', () => {
     const MINUTE = 60_000;
     const at = (t: number, i: number, overrides: Partial<RequestEvent> = {}) => event(i, { timestamp: t, ip: '100.0.7.7', ...overrides });

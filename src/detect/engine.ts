@@ -19,6 +19,7 @@ import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
 import { HISTORY_MS, KeyHistory, type HistoryEntryCount, type NetworkSighting } from './key-history.ts';
 import { SourceSpray, type SprayedKey } from './source-spray.ts';
+import { testKeyFinding } from './test-keys.ts';
 
 const MAX_UNTAKEN_VOUCHED = 100_000;
 
@@ -32,7 +33,7 @@ export interface VouchedNetwork {
   at: number;
 }
 import type { GeoLookup } from './geo.ts';
-import type { AnomalyType, Finding, KeyWindow, RuleDefinition, WindowEvent } from './types.ts';
+import type { AnomalyType, Finding, KeyWindow, RuleDefinition, Severity, WindowEvent } from './types.ts';
 
 // Rules have different parameter and tally types; the engine treats them alike.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -205,6 +206,8 @@ interface KeyState {
   merchantId: string;
   apiKeyId: string;
   plan: Plan;
+  /** `test` while every event of the key said so; its findings are capped at testKeyMaxSeverity (test-keys.ts). */
+  environment: RequestEvent['environment'];
   window: EventWindow;
   /** The eventIds of the window and of `arrived`. */
   eventIds: EventIdHashes;
@@ -220,6 +223,8 @@ interface KeyState {
   tallyEntries: number;
   /** Per rule: its parameters for this key, merged under paramsConfig for paramsPlan. */
   params: unknown[];
+  /** The highest severity reported for the key while it is a test key, under paramsConfig for paramsPlan. */
+  testKeyMaxSeverity: Severity;
   paramsConfig: DetectionConfig | undefined;
   paramsPlan: Plan | undefined;
   /** The batch's events for this key (repeats left out), before they go into the window. */
@@ -697,6 +702,8 @@ export class DetectionEngine {
       if (state.eventIds.has(idHash) && this.holds(state, event.eventId)) continue; // a redelivery counts once
       state.eventIds.add(idHash);
       state.plan = event.plan;
+      // A key one event calls live is judged as live: never under-report a live key.
+      if (event.environment === 'live') state.environment = 'live';
       if (partition >= 0) state.partition = partition;
       if (state.arrived.push(batch.windowEvents[i]!) === 1) touched.push(state);
       if (!warming) this.spray.add(event, batch.windowEvents[i]!);
@@ -785,12 +792,14 @@ export class DetectionEngine {
       merchantId: event.merchantId,
       apiKeyId: event.apiKeyId,
       plan: event.plan,
+      environment: event.environment,
       window: new EventWindow(),
       eventIds: new EventIdHashes(),
       partition,
       tallies: this.rules.map((rule) => rule.screen?.create()),
       tallyEntries: 0,
       params: [],
+      testKeyMaxSeverity: 'low',
       paramsConfig: undefined,
       paramsPlan: undefined,
       arrived: [],
@@ -863,7 +872,8 @@ export class DetectionEngine {
       let found = false;
       try {
         for (const finding of rule.evaluate(window, state.params[r], now)) {
-          findings.push({ merchantId: state.merchantId, ruleId: rule.id, finding });
+          const reported = state.environment === 'test' ? testKeyFinding(finding, state.testKeyMaxSeverity) : finding;
+          findings.push({ merchantId: state.merchantId, ruleId: rule.id, finding: reported });
           found = true;
         }
       } catch (error) {
@@ -927,11 +937,12 @@ export class DetectionEngine {
     this.ruleError(this.rules[r]!.id, error);
   }
 
-  /** The rules' parameters for a key, merged again only when the config or the key's plan changed. */
+  /** The rules' parameters (and test-key ceiling) for a key, merged again only when the config or the key's plan changed. */
   private refreshParams(state: KeyState): void {
     const config = this.options.config();
     if (state.paramsConfig === config && state.paramsPlan === state.plan) return;
     state.params = this.rules.map((rule) => config.parameters(rule.id, rule.defaults, state.plan, state.merchantId));
+    state.testKeyMaxSeverity = config.testKeyMaxSeverity(state.plan, state.merchantId);
     state.paramsConfig = config;
     state.paramsPlan = state.plan;
   }

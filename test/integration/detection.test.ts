@@ -350,6 +350,34 @@ describe('detection end to end', () => {
     expect(dashboard.body.data.metrics.activeAlerts).toBe(1);
   });
 
+  it('reports an attack tool on a test key at low (monitor), from Kafka and over HTTP, and on a live key at critical', async () => {
+    const names = testNames('testkeys');
+    const key = (name: string) => `pk_${names.runId}_${name}`;
+    const sqlmap = { userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)' };
+    const now = Date.now();
+    const fromKafka = [event(key('kafka_test'), now - MINUTE, { ...sqlmap, environment: 'test' }), event(key('kafka_live'), now - MINUTE, sqlmap)];
+    await produceAll(engines.producer, names.topic, fromKafka.map((e) => ({ key: e.apiKeyId, value: JSON.stringify(e) })));
+    const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names }));
+    const posted = await fetch(`${worker.url}/v1/ingest/events`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify([event(key('http_test'), now - MINUTE, { ...sqlmap, environment: 'test' })]),
+    });
+    expect(posted.status).toBe(202);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker consumes the stream', 60_000);
+    const ofRun = async () => (await alertsOf(worker)).filter((alert) => alert.apiKeyId?.startsWith(`pk_${names.runId}_`));
+    await waitFor(async () => (await ofRun()).length >= 3, 'an alert for each key', 10_000);
+
+    const byKey = new Map((await ofRun()).map((alert) => [alert.apiKeyId, alert]));
+    for (const name of ['kafka_test', 'http_test']) {
+      const alert = byKey.get(key(name))!;
+      expect(alert).toMatchObject({ type: 'bot_traffic', severity: 'low', recommendedAction: 'monitor', evidence: { keyEnvironment: 'test', judgedSeverity: 'critical' } });
+      expect(alert.riskScore).toBeLessThan(0.4);
+    }
+    expect(byKey.get(key('kafka_live'))).toMatchObject({ type: 'bot_traffic', severity: 'critical', recommendedAction: 'block' });
+    await worker.stop();
+  });
+
   it('continues on a key\'s new owner the alert its previous owner opened since the new owner last read the alerts', async () => {
     const { names, keys, config, alertsOfKeys } = keyPerPartition('moved');
     const currentMinute = Math.floor(Date.now() / MINUTE) * MINUTE;

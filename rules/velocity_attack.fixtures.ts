@@ -113,6 +113,29 @@ export const fixtures: Fixture[] = [
     expect: { findings: 0 },
   },
   {
+    name: 'a 20-second spike of 240 that straddles a minute boundary (120 in each minute) is one spike, not two minutes',
+    kind: 'negative',
+    window: keyWindow([...perMinute([30, 30, 30], FIVE_MINUTES_AGO), ...spread(240, T0 - 2 * MINUTE - 10 * SECOND, 20 * SECOND), ...perMinute([30], T0 - MINUTE)]),
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
+    // 100 in the minute it began, 300 in the next: 100 outside its busiest 60 s, over the 90 of a minute.
+    name: 'a flood of 300/min that began 20 s before a minute ended is found 80 s in',
+    kind: 'positive',
+    window: keyWindow(spread(400, T0 - 20 * SECOND, 80 * SECOND)),
+    now: T0 + 60 * SECOND,
+    expect: { findings: 1, severity: 'medium', evidence: { minutesOver: 2, observedRequestsPerMinute: 300, sustainedRatio: 1.67 } },
+  },
+  {
+    // Both clock minutes are over (100 and 250), but outside its busiest 60 s are only 50 requests.
+    name: 'the same flood 70 s in is not yet sustained',
+    kind: 'negative',
+    window: keyWindow(spread(350, T0 - 20 * SECOND, 70 * SECOND)),
+    now: T0 + 50 * SECOND,
+    expect: { findings: 0 },
+  },
+  {
     name: 'exactly at the threshold (90/min for a limit of 60) is not over',
     kind: 'negative',
     window: keyWindow(perMinute([90, 90, 90, 90, 90], FIVE_MINUTES_AGO)),

@@ -496,8 +496,10 @@ describe('DetectionEngine with the rules of rules/', () => {
     for (let i = 0; events.length < 50_000; i++) {
       clock += Math.floor(random() * 1800);
       const key = pick(keys);
-      // Busy keys now and then send bursts above their limit of 60 a minute; failing keys call more often.
+      // Busy keys now and then send bursts above their limit of 60 a minute, a request every 250 ms to
+      // 1.25 s, some for minutes; failing keys call more often.
       const burst = key.profile === 'busy' ? (random() < 0.25 ? 100 + Math.floor(random() * 150) : 1) : key.profile === 'failing' ? 3 : 1;
+      const gap = key.profile === 'busy' ? 250 + Math.floor(random() * 1_000) : 250;
       for (let b = 0; b < burst; b++) {
         const late = random() < 0.05 ? Math.floor(random() * 120_000) : 0;
         let place = key.home;
@@ -507,7 +509,7 @@ describe('DetectionEngine with the rules of rules/', () => {
         const failing = (key.profile === 'failing' || key.profile === 'bot') && random() < key.share;
         events.push({
           eventId: `e${i}_${b}`,
-          timestamp: clock + b * 250 - late,
+          timestamp: clock + b * gap - late,
           merchantId: `m_${key.k % 3}`,
           plan: key.k % 5 === 0 ? 'enterprise' : 'business',
           apiKeyId: `pk_live_${key.k}`,

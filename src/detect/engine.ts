@@ -454,7 +454,7 @@ export class DetectionEngine {
     return vouched;
   }
 
-  /** Adds events without evaluating (warming the windows after a start or a rebalance). */
+  /** Adds events without evaluating (warming the windows, and the spray tally, after a start or a rebalance). */
   warm(events: readonly RequestEvent[], partition = -1): void {
     this.followConfig();
     for (const state of this.arrive(this.admit(events), partition, true)) this.take(state);
@@ -706,7 +706,8 @@ export class DetectionEngine {
       if (event.environment === 'live') state.environment = 'live';
       if (partition >= 0) state.partition = partition;
       if (state.arrived.push(batch.windowEvents[i]!) === 1) touched.push(state);
-      if (!warming) this.spray.add(event, batch.windowEvents[i]!);
+      // Warmed events too: a spray that straddles a restart or a rebalance is judged whole by the next batch.
+      this.spray.add(event, batch.windowEvents[i]!);
     }
     return touched;
   }

@@ -144,6 +144,21 @@ describe('credential stuffing across keys', () => {
     expect(reads).toBe(80); // and again a minute on
   });
 
+  it('finds a spray that straddles a restart: the 401s warmed from storage count with those after it', () => {
+    const events = spray(20, 2, T0);
+    const restarted = engine();
+    restarted.warm(events.slice(0, 15), 0);
+    const findings = networkFindings(restarted, events.slice(15));
+    expect(findings.map((f) => [f.merchantId, f.finding.evidence.distinctKeys])).toEqual([
+      ['m_0', 20],
+      ['m_1', 20],
+    ]);
+    // Warming judges nothing; the batches after it do.
+    const warmedOnly = engine();
+    warmedOnly.warm(spray(25, 2, T0), 0);
+    expect(networkFindings(warmedOnly, [request(0, 99, T0 + 30 * SECOND)])).toHaveLength(2);
+  });
+
   it('is explained as credential stuffing, with the figures of its evidence', () => {
     const [found] = networkFindings(engine(), spray(24, 2, T0), 24).filter((f) => f.merchantId === 'm_1');
     const { evidence } = found!.finding;

@@ -17,6 +17,9 @@
  * meanwhile is judged by the first batch after that), and reported to the merchants with failures
  * since its last report.
  *
+ * The engine adds the events it warms after a start or a rebalance as well, so a spray that straddles
+ * one is judged whole by the first batch after it.
+ *
  * Memory: at most MAX_ENTRIES (network, key) pairs and MAX_KEYS_PER_NETWORK keys a network (the
  * networks that began failing longest ago go first); pairs leave as the window passes them, every
  * network's at least once a minute.

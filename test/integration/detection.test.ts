@@ -8,7 +8,8 @@
  * budget. A key's new owner continues the alert its previous owner opened. A key's networks of the
  * last days outlive a restart (key_networks_1d), so a daily job from many networks alerts once. An
  * attack that worsens within REJUDGE_MS of its first finding and then stops is still judged, with no
- * later event to prompt it.
+ * later event to prompt it. A network trying many keys alerts each merchant once, also across a
+ * restart; a test key's alerts are low.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
@@ -348,6 +349,33 @@ describe('detection end to end', () => {
     const dashboard = await adminCall(worker.url, await token(first!.merchantId, 'viewer'), '/dashboard?range=1h');
     expect(dashboard.status).toBe(200);
     expect(dashboard.body.data.metrics.activeAlerts).toBe(1);
+  });
+
+  it('alerts on a network trying keys across a worker restart: the 401s before it are warmed from storage', async () => {
+    const names = testNames('stuffrestart');
+    const keys = Array.from({ length: 24 }, (_, k) => `pk_live_${names.runId}_${k}`);
+    const merchantId = `m_${names.runId}`;
+    const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names });
+    const now = Date.now();
+    const tried = (k: number) => event(keys[k]!, now - 4 * MINUTE + k * 5_000, { merchantId, ip: '203.0.113.9', status: 401, userAgent: 'curl/8.5.0' });
+    const send = (events: Event[]) => produceAll(engines.producer, names.topic, events.map((e) => ({ key: e.apiKeyId, value: JSON.stringify(e) })));
+    const ofRun = async (w: Worker) => (await alertsOf(w)).filter((alert) => alert.merchantId === merchantId);
+    // 16 keys before the restart: under the 20 that make a spray.
+    await send(keys.slice(0, 16).map((_, k) => tried(k)));
+    const first = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'first worker consumes', 60_000);
+    await sleep(500);
+    expect(await ofRun(first)).toHaveLength(0);
+    await first.stop();
+
+    await send(keys.slice(16).map((_, k) => tried(16 + k)));
+    const second = await engines.startWorker(config);
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'second worker consumes', 60_000);
+    await waitFor(async () => (await ofRun(second)).length > 0, 'an alert about the network', 10_000);
+    const [alert] = await ofRun(second);
+    expect(alert).toMatchObject({ type: 'high_failure_rate', apiKeyId: null, scope: 'network:203.0.113.0/24', severity: 'medium' });
+    expect(alert!.evidence.distinctKeys).toBeGreaterThanOrEqual(20);
+    await second.stop();
   });
 
   it('reports an attack tool on a test key at low (monitor), from Kafka and over HTTP, and on a live key at critical', async () => {

@@ -9,15 +9,17 @@
  *  3. the worker's full path: consume, validate, store, commit.
  * Prints the rates, the worker's ratio to each, and peak RSS. Uses the test services: the
  * mock broker (or KAFKA_BROKERS) and the embedded engine (or CLICKHOUSE_URL).
- * Env: BENCH_EVENTS (default 500000).
+ * Env: BENCH_EVENTS (default 500000); BENCH_PLANS (a comma list the keys' plans cycle through, default
+ * all four, half of the keys entitled to detection; `pro` leaves detection nothing to judge, which
+ * measures the path without it: the worker's whole cost of detection is the difference).
  */
 import { Kafka, logLevel } from 'kafkajs';
 import { loadConfig } from '../src/config.ts';
-import { parseRequestEventText } from '../src/events/request-event.ts';
+import { parseRequestEventText, PLANS } from '../src/events/request-event.ts';
 import { createLogger } from '../src/logger.ts';
 import { startWorker } from '../src/main.ts';
 import { connectClickHouse } from '../src/store/clickhouse.ts';
-import type { RequestEvent } from '../src/events/request-event.ts';
+import type { Plan, RequestEvent } from '../src/events/request-event.ts';
 import type { ClickHouse, RowFormat } from '../src/store/clickhouse.ts';
 import { EVENT_INSERT_SETTINGS, REQUEST_EVENT_COLUMNS, serializeEventRow, toClickHouseTime, type EventSource } from '../src/store/event-store.ts';
 import { migrate } from '../src/store/migrate.ts';
@@ -40,7 +42,10 @@ async function main(): Promise<void> {
   const kafkaService = await startKafka({ topics: [names.topic] });
   const clickhouse = await startClickHouse();
   const kafka = new Kafka({ clientId: 'bench', brokers: kafkaService.brokers, logLevel: logLevel.NOTHING });
-  const eventOptions = { runId: names.runId, startMs: Date.now() - 3_600_000, keys: 10_000, merchants: 500 };
+  const plans = process.env.BENCH_PLANS?.split(',') as Plan[] | undefined;
+  const unknown = plans?.filter((plan) => !(PLANS as readonly string[]).includes(plan));
+  if (unknown?.length) throw new Error(`BENCH_PLANS: unknown plan ${unknown.join(', ')} (plans: ${PLANS.join(', ')})`);
+  const eventOptions = { runId: names.runId, startMs: Date.now() - 3_600_000, keys: 10_000, merchants: 500, plans };
   try {
     // The input, produced once: 500k events keyed by API key, in sends of 5,000.
     const values = Array.from({ length: EVENTS }, (_, i) => JSON.stringify(makeEvent(i, eventOptions)));
@@ -51,7 +56,7 @@ async function main(): Promise<void> {
     await produceAll(producer, names.topic, values.map((value, i) => ({ key: `pk_${i % 10_000}`, value })), 5000);
     const produceMs = performance.now() - produceStarted;
     await producer.disconnect();
-    console.log(`input: ${EVENTS} events, ${averageBytes} bytes on average, produced in ${(produceMs / 1000).toFixed(1)} s (${kafkaService.kind} broker, ${clickhouse.kind} ClickHouse)`);
+    console.log(`input: ${EVENTS} events of plans ${(plans ?? ['all four']).join(', ')}, ${averageBytes} bytes on average, produced in ${(produceMs / 1000).toFixed(1)} s (${kafkaService.kind} broker, ${clickhouse.kind} ClickHouse)`);
 
     // 1. Plain consumer: counts messages, nothing else.
     const plainMs = await timePlainConsumer(kafka, names.topic, EVENTS);

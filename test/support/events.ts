@@ -2,7 +2,7 @@
  * Request events for tests and benchmarks: ordinary traffic of about 300 bytes an event, and
  * malformed messages of every kind the worker must dead-letter, each with the reason it expects.
  */
-import type { RejectionReason } from '../../src/events/request-event.ts';
+import type { Plan, RejectionReason } from '../../src/events/request-event.ts';
 import { redactSecrets } from '../../src/events/secrets.ts';
 
 const USER_AGENTS = [
@@ -13,6 +13,7 @@ const USER_AGENTS = [
   'Mozilla/5.0 (Macintosh; Intel Mac OS X 14_5) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Safari/605.1.15',
 ];
 const PATHS = ['/v1/verify/sessions', '/v1/verify/sessions/:id'];
+const PLANS: readonly Plan[] = ['business', 'enterprise', 'pro', 'free'];
 
 const DAY_MS = 86_400_000;
 /** The day these suites' fixed event times were written against. */
@@ -33,6 +34,8 @@ export interface EventOptions {
   startMs: number;
   merchants?: number;
   keys?: number;
+  /** The plans keys are on, in turn (default all four: half of the keys entitled to detection). */
+  plans?: readonly Plan[];
 }
 
 export type RequestEventInput = Record<string, unknown> & { eventId: string; apiKeyId: string; merchantId: string; status: number };
@@ -43,7 +46,7 @@ export function makeEvent(i: number, options: EventOptions): RequestEventInput {
     eventId: `evt_${options.runId}_${i}`,
     timestamp: new Date(options.startMs + i).toISOString(),
     merchantId: `m_${key % (options.merchants ?? 50)}`,
-    plan: (['business', 'enterprise', 'pro', 'free'] as const)[key % 4],
+    plan: (options.plans ?? PLANS)[key % (options.plans ?? PLANS).length],
     apiKeyId: `pk_live_${options.runId}_${key}`,
     environment: 'live',
     // A server-side integration calls from a few addresses of its own network.

@@ -120,6 +120,29 @@ export const fixtures: Fixture[] = [
     expect: { findings: 0 },
   },
   {
+    // 720 requests in 5 minutes (2.4x), 4 of them over: one burst taken out, the other is still two minutes at 3x.
+    name: 'bursts of 360 straddling a minute boundary every 3 minutes are a flood that skips minutes, not one spike: medium',
+    kind: 'positive',
+    window: keyWindow([...spread(360, T0 - 4 * MINUTE - 10 * SECOND, 20 * SECOND), ...spread(360, T0 - MINUTE - 10 * SECOND, 20 * SECOND)]),
+    now: NOW,
+    expect: { findings: 1, severity: 'medium', evidence: { minutesOver: 4, spanMinutes: 5, sustainedRatio: 2 } },
+  },
+  {
+    // The spike's halves are two over minutes at 25x, but the key sustained 150/min (2.5x) beside it.
+    name: 'a spike of 3,000 straddling a minute boundary before two minutes at 2.5x is medium, as it is inside one minute',
+    kind: 'positive',
+    window: keyWindow([...spread(3000, T0 - 4 * MINUTE - 10 * SECOND, 20 * SECOND), ...perMinute([150, 150], T0 - 3 * MINUTE)]),
+    now: NOW,
+    expect: { findings: 1, severity: 'medium', evidence: { minutesOver: 4, peakRatio: 25, sustainedRatio: 1.67 } },
+  },
+  {
+    name: 'the same spike inside one minute before two minutes at 2.5x is medium',
+    kind: 'positive',
+    window: keyWindow([...spread(3000, T0 - 4 * MINUTE + 20 * SECOND, 20 * SECOND), ...perMinute([150, 150], T0 - 3 * MINUTE)]),
+    now: NOW,
+    expect: { findings: 1, severity: 'medium', evidence: { minutesOver: 3, peakRatio: 50 } },
+  },
+  {
     // 100 in the minute it began, 300 in the next: 100 outside its busiest 60 s, over the 90 of a minute.
     name: 'a flood of 300/min that began 20 s before a minute ended is found 80 s in',
     kind: 'positive',

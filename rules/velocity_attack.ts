@@ -8,12 +8,13 @@
  * can only grow. The rule fires when at least minMinutesOver (2) over minutes lie in one stretch of
  * minutes whose own rate is over too: its requests above thresholdRatio × its minutes' limits. Back
  * to back over minutes always are; a job bursting once every few minutes, quiet in between, is not
- * (its stretch's rate is under the limit), while a flood that skips every other minute still is. Its
- * requests outside its busiest 60 seconds must be over the rest of its minutes' limits too, so a
- * burst of seconds that straddles a minute boundary is one spike, however the clock cuts it.
+ * (its stretch's rate is under the limit), while a flood that skips every other minute still is. Two
+ * adjacent over minutes must be over without their busiest 60 seconds too, so a burst of seconds
+ * that straddles a minute boundary is one spike, however the clock cuts it.
  * Severity follows the rate the key SUSTAINED over that stretch — the minMinutesOver-th busiest
- * over minute, or the stretch's own rate when lower — so one huge spike next to a mild excess stays
- * medium: medium >= 1.5x the limit, high >= 3x, critical >= 10x. Of several such stretches, the
+ * over minute, or the stretch's own rate, or its over minutes' rate without their busiest 60
+ * seconds, whichever is lowest — so one huge spike next to a mild excess stays medium, straddling a
+ * minute boundary or not: medium >= 1.5x the limit, high >= 3x, critical >= 10x. Of several such stretches, the
  * finding reports the most severe, then the one with the most over minutes.
  * A minute's limit is the highest an event of it carried (RateLimit-Limit); an event without one
  * (rateLimitPerMinute 0) leaves it to defaultLimitPerMinute, the plan's default unless overridden.
@@ -142,7 +143,6 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       let requests = 0;
       let allowed = 0;
       let slot = over[a]!.slot;
-      let busiest: BusiestMinute | undefined;
       for (let b = a; b < over.length; b++) {
         for (; slot <= over[b]!.slot; slot++) {
           requests += counts[slot]!;
@@ -157,18 +157,16 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
           (band(sustained) === band(best.sustained) &&
             (b - a > best.to - best.from || (b - a === best.to - best.from && sustained >= best.sustained)));
         if (!better) continue;
-        // Outside its busiest 60 seconds (of time, not a clock minute), the stretch must still be over
-        // in the rest of its minutes: a burst of seconds that straddles a minute boundary fills two
-        // clock minutes, yet it is one spike, as it would be had it fallen within one. (When even a
+        // Two adjacent over minutes may be one burst of seconds that straddles the boundary between
+        // them (60 seconds touch at most two clock minutes): it is one spike, as it would be had it
+        // fallen within one minute, unless the pair is over without its busiest 60 seconds (of time,
+        // not a clock minute) too. Over minutes further apart are more than one burst. (When even a
         // bound found by binary search leaves enough, the events need not be read.)
-        if (needed > 1) {
-          const minutes = over[b]!.slot - over[a]!.slot + 1;
-          const rest = params.thresholdRatio * allowed * ((minutes - 1) / minutes);
+        if (needed > 1 && over[b]!.slot - over[a]!.slot === 1) {
+          const rest = (params.thresholdRatio * allowed) / 2;
           const from = windowStart + over[a]!.slot * MINUTE;
-          if (!(requests - busiestMinuteBound(events, from, from + minutes * MINUTE) > rest)) {
-            busiest ??= new BusiestMinute(events, starts[over[a]!.slot]!);
-            if (!(requests - busiest.upTo(ends[over[b]!.slot]!) > rest)) continue;
-          }
+          const outside = (busiest: number) => requests - busiest > rest;
+          if (!outside(busiestMinuteBound(events, from, from + 2 * MINUTE)) && !outside(busiestCount(events, starts[over[a]!.slot]!, ends[over[b]!.slot]!))) continue;
         }
         best = { from: a, to: b, ratio, sustained };
       }
@@ -177,7 +175,17 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     const stretch = over.slice(best.from, best.to + 1);
     const spanMinutes = stretch[stretch.length - 1]!.slot - stretch[0]!.slot + 1;
     const peak = stretch.reduce((top, o) => (o.ratio > top.ratio ? o : top));
-    const sustainedRatio = best.sustained;
+    // Nor does one spike rate the stretch: what the key sustained is at most the rate of its over
+    // minutes without their busiest 60 seconds (a spike of 3,000 straddling a boundary is not two
+    // minutes at 25x), against the limits of all of them but one.
+    let outsideBusiest = Infinity;
+    if (stretch.length > 1) {
+      const overRequests = stretch.reduce((sum, o) => sum + o.count, 0);
+      const overAllowed = stretch.reduce((sum, o) => sum + o.limit, 0);
+      const busiest = busiestCount(events, starts[stretch[0]!.slot]!, ends[stretch[stretch.length - 1]!.slot]!);
+      outsideBusiest = (overRequests - busiest) / ((overAllowed * (stretch.length - 1)) / stretch.length);
+    }
+    const sustainedRatio = Math.min(best.sustained, outsideBusiest);
     const severity: Severity =
       sustainedRatio >= params.criticalRatio ? 'critical' : sustainedRatio >= params.highRatio ? 'high' : 'medium';
     // Within the band, on a log scale; the critical band is read as 10x..30x the limit.
@@ -283,32 +291,19 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
   },
 };
 
-/** The most counted events in any 60 seconds of time (not a clock minute) among events[from, end), `end` growing call by call. */
-class BusiestMinute {
-  private oldest: number;
-  private scanned: number;
-  private inMinute = 0;
-  private most = 0;
-
-  constructor(
-    private readonly events: readonly WindowEvent[],
-    from: number,
-  ) {
-    this.oldest = from;
-    this.scanned = from;
+/** The most counted events in any 60 seconds of time (not a clock minute) among events[from, end). */
+function busiestCount(events: readonly WindowEvent[], from: number, end: number): number {
+  let oldest = from;
+  let inMinute = 0;
+  let most = 0;
+  for (let i = from; i < end; i++) {
+    const event = events[i]!;
+    if (!counted(event)) continue;
+    inMinute++;
+    for (; events[oldest]!.timestamp <= event.timestamp - MINUTE; oldest++) if (counted(events[oldest]!)) inMinute--;
+    if (inMinute > most) most = inMinute;
   }
-
-  upTo(end: number): number {
-    const { events } = this;
-    for (; this.scanned < end; this.scanned++) {
-      const event = events[this.scanned]!;
-      if (!counted(event)) continue;
-      this.inMinute++;
-      for (; events[this.oldest]!.timestamp <= event.timestamp - MINUTE; this.oldest++) if (counted(events[this.oldest]!)) this.inMinute--;
-      if (this.inMinute > this.most) this.most = this.inMinute;
-    }
-    return this.most;
-  }
+  return most;
 }
 
 /**

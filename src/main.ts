@@ -285,7 +285,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     await store.recentEvents(
       { since: new Date(asOf - detectionWindowMs), topic, partition, plans: config.admin.entitledPlans, limit: warmUpLimit(maxWindowEvents, partitionsOwned) },
       async (events) => {
-        await analysis.warm(events, partition);
+        await analysis.warm(events, partition, asOf);
         await heartbeat?.();
       },
     );

@@ -123,6 +123,11 @@ export class WorkerMetrics {
     help: 'Networks and places of the last 7 days that detection remembers for all keys, with a window or idle (about 125 bytes each, counted against the memory budget)',
     registers: [this.registry],
   });
+  readonly detectionSprayEntries = new Gauge({
+    name: 'security_center_detection_spray_entries',
+    help: 'The (network, key) pairs the credential-stuffing tally holds: 401s per network across keys in the last 10 minutes, at most 200,000',
+    registers: [this.registry],
+  });
   readonly detectionTallyEntries = new Gauge({
     name: 'security_center_detection_tally_entries',
     help: 'Distinct networks, places and paths the rules\' running tallies hold for the keys with a window (about a window event\'s memory each, counted against the memory budget)',

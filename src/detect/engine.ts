@@ -18,7 +18,7 @@ import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
 import { HISTORY_MS, KeyHistory, type HistoryEntryCount, type NetworkSighting } from './key-history.ts';
-import { SourceSpray, type SprayedKey } from './source-spray.ts';
+import { SourceSpray, SPRAY_WINDOW_MS, type SprayedKey } from './source-spray.ts';
 import { testKeyFinding } from './test-keys.ts';
 
 const MAX_UNTAKEN_VOUCHED = 100_000;
@@ -169,6 +169,8 @@ export interface EngineLoad {
   shedHistories: number;
   /** Distinct values held by the rules' tallies of all tracked keys (beyond TALLY_ENTRIES_PER_KEY per key, counted against the budget). */
   tallyEntries: number;
+  /** The (network, key) pairs the credential-stuffing tally holds (source-spray.ts: bounded on its own, not by the budget). */
+  sprayEntries: number;
 }
 
 const MINUTE = 60_000;
@@ -332,6 +334,7 @@ export class DetectionEngine {
       historyEntries: this.historyEntries.entries,
       shedHistories: this.shedHistories,
       tallyEntries: this.tallyEntries,
+      sprayEntries: this.spray.size,
     };
   }
 
@@ -454,10 +457,18 @@ export class DetectionEngine {
     return vouched;
   }
 
-  /** Adds events without evaluating (warming the windows, and the spray tally, after a start or a rebalance). */
-  warm(events: readonly RequestEvent[], partition = -1): void {
+  /**
+   * Adds events without evaluating (warming the windows after a start or a rebalance), and those of
+   * the last SPRAY_WINDOW_MS before `asOf` (the partition's newest stored event; by default the
+   * newest of these events) to the spray tally: a spray that straddles the restart is judged whole,
+   * and the older 401s of the hour a warm-up reads, which the tally would drop at once, never crowd
+   * out a spray it is following.
+   */
+  warm(events: readonly RequestEvent[], partition = -1, asOf?: number): void {
     this.followConfig();
-    for (const state of this.arrive(this.admit(events), partition, true)) this.take(state);
+    const batch = this.admit(events);
+    const sprayFrom = (asOf ?? batch.events.reduce((newest, event) => Math.max(newest, event.timestamp), -Infinity)) - SPRAY_WINDOW_MS;
+    for (const state of this.arrive(batch, partition, sprayFrom)) this.take(state);
     this.keepWithinBudget();
   }
 
@@ -482,6 +493,7 @@ export class DetectionEngine {
       for (const [key, state] of keys) if (state.partition >= 0 && !owned.has(state.partition)) this.forget(keys, key, state, false);
     }
     for (const [ref, idle] of this.idleHistories) if (idle.partition >= 0 && !owned.has(idle.partition)) this.dropIdle(ref, idle);
+    this.spray.keepPartitions(owned);
   }
 
   /**
@@ -692,7 +704,8 @@ export class DetectionEngine {
    * Warming, an event older than what the key has thinned is left out too: the key had it, and thinned
    * it out (which forgot its eventId). Back whole, the key would go over its cap, which drops the oldest.
    */
-  private arrive(batch: AdmittedBatch, partition: number, warming = false): KeyState[] {
+  private arrive(batch: AdmittedBatch, partition: number, warmingSprayFrom?: number): KeyState[] {
+    const warming = warmingSprayFrom !== undefined;
     const touched: KeyState[] = [];
     for (let i = 0; i < batch.events.length; i++) {
       const event = batch.events[i]!;
@@ -706,8 +719,7 @@ export class DetectionEngine {
       if (event.environment === 'live') state.environment = 'live';
       if (partition >= 0) state.partition = partition;
       if (state.arrived.push(batch.windowEvents[i]!) === 1) touched.push(state);
-      // Warmed events too: a spray that straddles a restart or a rebalance is judged whole by the next batch.
-      this.spray.add(event, batch.windowEvents[i]!);
+      if (!warming || event.timestamp >= warmingSprayFrom) this.spray.add(event, batch.windowEvents[i]!, state.partition);
     }
     return touched;
   }

@@ -4,7 +4,7 @@ import { WorkerMetrics } from '../metrics.ts';
 import type { EngineLoad } from './engine.ts';
 import { DetectionLoadMonitor, HISTORY_WARNING_MS } from './load-monitor.ts';
 
-const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0, idleHistories: 0, historyEntries: 0, shedHistories: 0, tallyEntries: 0 };
+const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0, idleHistories: 0, historyEntries: 0, shedHistories: 0, tallyEntries: 0, sprayEntries: 0 };
 
 function monitor(clock?: () => number) {
   const lines: { level: number; msg: string }[] = [];
@@ -31,9 +31,10 @@ describe('DetectionLoadMonitor', () => {
     expect(await value('security_center_detection_events_per_key_cap')).toBe(5_000);
   });
 
-  it('shows the idle keys\' histories and every history\'s entries, and the analysis thread\'s heap', async () => {
+  it('shows the idle keys\' histories, every history\'s entries, the spray tally\'s and the analysis thread\'s heap', async () => {
     const { loads, value } = monitor();
-    loads.record({ ...WHOLE, idleHistories: 40, historyEntries: 1_300 }, { usedBytes: 300 * 2 ** 20, limitBytes: 1_024 * 2 ** 20 });
+    loads.record({ ...WHOLE, idleHistories: 40, historyEntries: 1_300, sprayEntries: 75 }, { usedBytes: 300 * 2 ** 20, limitBytes: 1_024 * 2 ** 20 });
+    expect(await value('security_center_detection_spray_entries')).toBe(75);
     expect(await value('security_center_detection_heap_used_bytes')).toBe(300 * 2 ** 20);
     expect(await value('security_center_detection_heap_limit_bytes')).toBe(1_024 * 2 ** 20);
     expect(await value('security_center_detection_idle_key_histories')).toBe(40);

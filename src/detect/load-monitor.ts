@@ -38,6 +38,7 @@ export class DetectionLoadMonitor {
     metrics.detectionIdleHistories.set(load.idleHistories);
     metrics.detectionHistoryEntries.set(load.historyEntries);
     metrics.detectionTallyEntries.set(load.tallyEntries);
+    metrics.detectionSprayEntries.set(load.sprayEntries);
     metrics.detectionEventsPerKeyCap.set(load.eventsPerKeyCap);
     // The engine counts since its start: a count lower than the last one is a new engine's.
     const since = (count: number, last: number) => (count >= last ? count - last : count);

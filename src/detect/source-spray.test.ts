@@ -133,13 +133,13 @@ describe('credential stuffing across keys', () => {
     for (let batch = 0; batch < 30; batch++) {
       for (let k = 0; k < 40; k++) {
         const e = request(k, 0, T0 + batch * 2 * SECOND + k, { ip: '192.0.2.7', status: 401 });
-        tally.add(e, windowEvent(e));
+        tally.add(e, windowEvent(e), -1);
       }
       expect(tally.judge(T0 + batch * 2 * SECOND + 40, notMostly)).toEqual([]);
     }
     expect(reads).toBe(40); // once, at the first batch: 40 keys
     const e = request(0, 0, T0 + 61 * SECOND, { ip: '192.0.2.7', status: 401 });
-    tally.add(e, windowEvent(e));
+    tally.add(e, windowEvent(e), -1);
     tally.judge(T0 + 61 * SECOND, notMostly);
     expect(reads).toBe(80); // and again a minute on
   });
@@ -147,7 +147,7 @@ describe('credential stuffing across keys', () => {
   it('finds a spray that straddles a restart: the 401s warmed from storage count with those after it', () => {
     const events = spray(20, 2, T0);
     const restarted = engine();
-    restarted.warm(events.slice(0, 15), 0);
+    restarted.warm(events.slice(0, 15), 0, events[14]!.timestamp);
     const findings = networkFindings(restarted, events.slice(15));
     expect(findings.map((f) => [f.merchantId, f.finding.evidence.distinctKeys])).toEqual([
       ['m_0', 20],
@@ -155,8 +155,42 @@ describe('credential stuffing across keys', () => {
     ]);
     // Warming judges nothing; the batches after it do.
     const warmedOnly = engine();
-    warmedOnly.warm(spray(25, 2, T0), 0);
+    warmedOnly.warm(spray(25, 2, T0), 0, T0 + 25 * SECOND);
     expect(networkFindings(warmedOnly, [request(0, 99, T0 + 30 * SECOND)])).toHaveLength(2);
+  });
+
+  it('takes from a warm-up only the 401s of the 10 minutes before the partition\'s newest event', () => {
+    // 25 keys tried half an hour before the restart: stale, so no spray, and no room taken from one.
+    const stale = engine();
+    stale.warm(spray(25, 2, T0), 0, T0 + 30 * MINUTE);
+    expect(stale.load.sprayEntries).toBe(0);
+    expect(networkFindings(stale, [request(0, 99, T0 + 30 * MINUTE)])).toEqual([]);
+    const recent = engine();
+    recent.warm(spray(25, 2, T0), 0, T0 + 5 * MINUTE);
+    expect(recent.load.sprayEntries).toBe(25);
+    expect(networkFindings(recent, [request(0, 99, T0 + 5 * MINUTE)])).toHaveLength(2);
+  });
+
+  it('forgets the keys of a partition the replica no longer owns: no false spray from their lost windows, no double count when it comes back', () => {
+    // An integration platform's egress: 25 keys on partition 1, each with 20 successes and one 401 (not a spray).
+    const platform = Array.from({ length: 25 }, (_, k) => [
+      ...Array.from({ length: 20 }, (_, i) => request(k, 0, T0 + k * 4 * SECOND + i * 100, { ip: '192.0.2.7' })),
+      request(k, 0, T0 + k * 4 * SECOND + 2_100, { ip: '192.0.2.7', status: 401 }),
+    ]).flat();
+    const revoked = engine();
+    expect(revoked.process(platform, T0 + 100 * SECOND, 1).filter((f) => f.finding.apiKeyId === null)).toEqual([]);
+    revoked.keepPartitions(new Set([0]));
+    const later = request(99, 0, T0 + 3 * MINUTE, { ip: '192.0.2.7', status: 401 });
+    expect(revoked.process([later], T0 + 3 * MINUTE, 0).filter((f) => f.finding.apiKeyId === null)).toEqual([]);
+
+    // A spray on partition 1 that the replica loses and gets back, warmed again: each 401 counts once.
+    const tried = spray(24, 1, T0);
+    const regained = engine();
+    expect(regained.process(tried, T0 + 30 * SECOND, 1).filter((f) => f.finding.apiKeyId === null)).toHaveLength(1);
+    regained.keepPartitions(new Set([0]));
+    regained.warm(tried, 1, T0 + 30 * SECOND);
+    const [again] = regained.process([request(0, 99, T0 + 2 * MINUTE, { ip: STUFFER, status: 401 })], T0 + 2 * MINUTE, 1).filter((f) => f.finding.apiKeyId === null);
+    expect(again!.finding.evidence).toMatchObject({ distinctKeys: 25, authFailures: 25 });
   });
 
   it('is explained as credential stuffing, with the figures of its evidence', () => {

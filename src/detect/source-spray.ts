@@ -17,8 +17,9 @@
  * meanwhile is judged by the first batch after that), and reported to the merchants with failures
  * since its last report.
  *
- * The engine adds the events it warms after a start or a rebalance as well, so a spray that straddles
- * one is judged whole by the first batch after it.
+ * The engine adds the events it warms after a start or a rebalance as well (those of the last
+ * SPRAY_WINDOW_MS before the partition's newest), so a spray that straddles one is judged whole by the
+ * first batch after it; the keys of a partition the replica loses leave the tally (keepPartitions).
  *
  * Memory: at most MAX_ENTRIES (network, key) pairs and MAX_KEYS_PER_NETWORK keys a network (the
  * networks that began failing longest ago go first); pairs leave as the window passes them, every
@@ -33,6 +34,8 @@ const PARAMS = { windowMinutes: 10, minKeys: 20, highKeys: 100 } as const;
 type SprayParams = typeof PARAMS;
 
 const MINUTE = 60_000;
+/** How far back a network's 401s count: the events a warm-up hands over count from this long before its newest. */
+export const SPRAY_WINDOW_MS = PARAMS.windowMinutes * MINUTE;
 /** A network reported is reported again at most this often while its severity stays the same. */
 export const REPORT_EVERY_MS = MINUTE;
 const MAX_ENTRIES = 200_000;
@@ -44,6 +47,8 @@ const MAX_SAMPLES = 10;
 export interface SprayedKey {
   merchantId: string;
   apiKeyId: string;
+  /** The Kafka partition of the key's events (-1 for HTTP): a replica that no longer owns it drops the key (keepPartitions). */
+  partition: number;
   failures: number;
   first: number;
   newest: number;
@@ -76,8 +81,13 @@ export class SourceSpray {
   private entries = 0;
   private sweptAt = -Infinity;
 
-  /** Counts a 401 (other statuses are ignored); its network is judged by the next judge(). */
-  add(event: RequestEvent, windowEvent: WindowEvent): void {
+  /** The (network, key) pairs held. */
+  get size(): number {
+    return this.entries;
+  }
+
+  /** Counts a 401 (other statuses are ignored) of a key whose events arrive on `partition`; its network is judged by the next judge(). */
+  add(event: RequestEvent, windowEvent: WindowEvent, partition: number): void {
     if (windowEvent.status !== 401) return;
     const { network } = windowEvent;
     let spray = this.networks.get(network);
@@ -92,6 +102,7 @@ export class SourceSpray {
     const { timestamp, eventId, ip, userAgent, country } = windowEvent;
     if (key !== undefined) {
       key.failures++;
+      key.partition = partition;
       if (timestamp < key.first) key.first = timestamp;
       if (timestamp >= key.newest) {
         key.newest = timestamp;
@@ -101,7 +112,7 @@ export class SourceSpray {
         key.country = country;
       }
     } else if (spray.keys.size < MAX_KEYS_PER_NETWORK) {
-      spray.keys.set(ref, { merchantId, apiKeyId, failures: 1, first: timestamp, newest: timestamp, newestEventId: eventId, ip, userAgent, country });
+      spray.keys.set(ref, { merchantId, apiKeyId, partition, failures: 1, first: timestamp, newest: timestamp, newestEventId: eventId, ip, userAgent, country });
       if (++this.entries > MAX_ENTRIES) this.dropOldest(spray);
     }
     this.touched.add(spray);
@@ -160,6 +171,25 @@ export class SourceSpray {
     if (this.networks.get(spray.network) === spray) this.networks.delete(spray.network);
     this.unreported.delete(spray);
     return false;
+  }
+
+  /**
+   * Drops the keys of partitions this replica no longer owns (HTTP's stay): their new owner warms
+   * and judges them. Kept, they would be counted twice when the partition comes back and is warmed
+   * again, and judged as failing mostly once their windows are gone.
+   */
+  keepPartitions(owned: ReadonlySet<number>): void {
+    for (const spray of this.networks.values()) {
+      for (const [ref, key] of spray.keys) {
+        if (key.partition < 0 || owned.has(key.partition)) continue;
+        spray.keys.delete(ref);
+        this.entries--;
+      }
+      if (spray.keys.size > 0) continue;
+      this.networks.delete(spray.network);
+      this.touched.delete(spray);
+      this.unreported.delete(spray);
+    }
   }
 
   /** Prunes every network (those no batch touches any more too). */

@@ -130,7 +130,7 @@ port.on('message', (request: AnalysisRequest) => {
         response = { id: request.id, result: { findings: detect(request.events, -1), ruleErrors: ruleErrors.splice(0), load: engine?.load, heap: heap(), vouched: engine?.takeVouched() } };
         break;
       case 'warm':
-        engine?.warm(request.events, request.partition);
+        engine?.warm(request.events, request.partition, request.asOf);
         response = { id: request.id, result: { findings: [], ruleErrors: [], vouched: engine?.takeVouched() } };
         break;
       case 'recall':

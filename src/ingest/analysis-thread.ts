@@ -49,7 +49,7 @@ export type BatchAnalysis = Omit<ValidatedBatch, 'events'> & Detection;
 export type AnalysisRequest =
   | { kind: 'batch'; id: number; batch: RawBatch }
   | { kind: 'detect'; id: number; events: RequestEvent[] }
-  | { kind: 'warm'; id: number; events: RequestEvent[]; partition: number }
+  | { kind: 'warm'; id: number; events: RequestEvent[]; partition: number; asOf: number }
   | { kind: 'recall'; id: number; sightings: NetworkSighting[]; partition: number }
   | { kind: 'recallEventIds'; id: number; eventIds: string[]; partition: number }
   | { kind: 'keepPartitions'; id: number; partitions: number[] };
@@ -125,10 +125,10 @@ export class AnalysisThread {
     return this.request({ kind: 'detect', events });
   }
 
-  /** Loads history into the windows without judging it. */
-  async warm(events: readonly RequestEvent[], partition: number): Promise<void> {
+  /** Loads history into the windows without judging it, as of `asOf` (the partition's newest stored event: DetectionEngine.warm). */
+  async warm(events: readonly RequestEvent[], partition: number, asOf: number): Promise<void> {
     for (let start = 0; start < events.length; start += WARM_CHUNK) {
-      await this.request({ kind: 'warm', events: events.slice(start, start + WARM_CHUNK), partition });
+      await this.request({ kind: 'warm', events: events.slice(start, start + WARM_CHUNK), partition, asOf });
     }
   }
 

@@ -726,11 +726,13 @@ export class DetectionEngine {
 
   /**
    * Whether most of a key's requests from a network since `since` failed with 401, by its window
-   * (403, 429 and 5xx not counted, as high_failure_rate does not); true for a key no longer tracked.
+   * (403, 429 and 5xx not counted, as high_failure_rate does not). False for a key no longer tracked
+   * (forgotten for the memory budget): without its window nothing says its requests failed, and an
+   * integration platform's keys, each failing now and then, would all count.
    */
   private failedMostly(key: SprayedKey, network: string, since: number): boolean {
     const state = this.trackedState(key.merchantId, key.apiKeyId);
-    if (state === undefined) return true;
+    if (state === undefined) return false;
     let failed = 0;
     let judged = 0;
     state.window.forEachSince(since, (event) => {

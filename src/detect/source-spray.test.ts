@@ -171,7 +171,7 @@ describe('credential stuffing across keys', () => {
     expect(networkFindings(recent, [request(0, 99, T0 + 5 * MINUTE)])).toHaveLength(2);
   });
 
-  it('forgets the keys of a partition the replica no longer owns: no false spray from their lost windows, no double count when it comes back', () => {
+  it('counts no key whose window it lost (its partition moved, or the memory budget forgot it) as failing, nor a regained partition\'s 401s twice', () => {
     // An integration platform's egress: 25 keys on partition 1, each with 20 successes and one 401 (not a spray).
     const platform = Array.from({ length: 25 }, (_, k) => [
       ...Array.from({ length: 20 }, (_, i) => request(k, 0, T0 + k * 4 * SECOND + i * 100, { ip: '192.0.2.7' })),
@@ -182,6 +182,15 @@ describe('credential stuffing across keys', () => {
     revoked.keepPartitions(new Set([0]));
     const later = request(99, 0, T0 + 3 * MINUTE, { ip: '192.0.2.7', status: 401 });
     expect(revoked.process([later], T0 + 3 * MINUTE, 0).filter((f) => f.finding.apiKeyId === null)).toEqual([]);
+
+    // The same platform's keys forgotten for the memory budget (60 keys of 21 events each over 3 minutes, a budget of 500): not counted as failing.
+    const squeezed = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => CONFIG, clock: () => T0 + 24 * 60 * MINUTE, maxWindowEvents: 500 });
+    const wider = Array.from({ length: 60 }, (_, k) => [
+      ...Array.from({ length: 20 }, (_, i) => request(k, 1, T0 + k * 3 * SECOND + i * 50, { ip: '192.0.2.7' })),
+      request(k, 1, T0 + k * 3 * SECOND + 1_100, { ip: '192.0.2.7', status: 401 }),
+    ]).flat();
+    expect(networkFindings(squeezed, wider, 21)).toEqual([]);
+    expect(squeezed.load.forgottenKeys).toBeGreaterThan(40);
 
     // A spray on partition 1 that the replica loses and gets back, warmed again: each 401 counts once.
     const tried = spray(24, 1, T0);

@@ -143,6 +143,22 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'medium', evidence: { minutesOver: 3, peakRatio: 50 } },
   },
   {
+    // The longest stretch is not taken at a lower severity than a shorter one sustained.
+    name: 'a flood ramping 100, 200, 400, 800, 1,600 a minute is critical, as its last two minutes are',
+    kind: 'positive',
+    window: keyWindow(perMinute([100, 200, 400, 800, 1600], FIVE_MINUTES_AGO)),
+    now: NOW,
+    expect: { findings: 1, severity: 'critical' },
+  },
+  {
+    name: 'with minMinutesOver 3, a spike straddling a minute boundary is still one over minute: with one more, not enough',
+    kind: 'negative',
+    window: keyWindow([...spread(600, T0 - 3 * MINUTE - 5 * SECOND, 10 * SECOND), ...perMinute([95], T0 - MINUTE)]),
+    now: NOW,
+    params: { minMinutesOver: 3 },
+    expect: { findings: 0 },
+  },
+  {
     // 100 in the minute it began, 300 in the next: 100 outside its busiest 60 s, over the 90 of a minute.
     name: 'a flood of 300/min that began 20 s before a minute ended is found 80 s in',
     kind: 'positive',

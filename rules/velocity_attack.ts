@@ -134,58 +134,75 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     const needed = Math.max(1, Math.floor(params.minMinutesOver));
     if (over.length < needed) return [];
 
+    // A minute the engine's per-key cap cut (window.cappedAt) holds part of its requests only: it is
+    // never judged by its busiest 60 seconds, as no one burst explains a flood the cap cannot hold.
+    const whole = (o: Over) => windowStart + o.slot * MINUTE > (window.cappedAt ?? -Infinity);
+    // Two adjacent over minutes that are one burst of seconds straddling the boundary between them (60
+    // seconds touch at most two clock minutes; without their busiest 60 seconds, of time, not a clock
+    // minute, they are not over): one over minute, as they would be had the burst fallen within one.
+    // (When a bound found by binary search already leaves enough, the events need not be read.)
+    const oneBurst = over.map((o, i) => {
+      const next = over[i + 1];
+      if (next === undefined || next.slot !== o.slot + 1 || !whole(o)) return false;
+      const rest = (params.thresholdRatio * (o.limit + next.limit)) / 2;
+      const requests = o.count + next.count;
+      const from = windowStart + o.slot * MINUTE;
+      if (requests - busiestMinuteBound(events, from, from + 2 * MINUTE) > rest) return false;
+      return !(requests - busiestCount(events, starts[o.slot]!, ends[next.slot]!) > rest);
+    });
+    /** The over minutes among over[a..b], a pair that is one burst counting once. */
+    const distinctOver = (a: number, b: number) => {
+      let distinct = 0;
+      for (let i = a; i <= b; i++, distinct++) if (i < b && oneBurst[i]) i++;
+      return distinct;
+    };
+    const isOver = new Array<boolean>(slots).fill(false);
+    for (const o of over) isOver[o.slot] = true;
+    const inOverMinute = (event: WindowEvent) => isOver[Math.floor((event.timestamp - windowStart) / MINUTE)] === true;
+
     // The stretch from one over minute to another whose own rate is over, with the highest severity,
     // then the most over minutes, then the highest sustained rate, then the latest; at most a dozen
-    // minutes, so every pair is tried.
+    // minutes, so every pair is tried. What a stretch sustained is its minMinutesOver-th busiest over
+    // minute, or its own rate, or its over minutes' rate without their busiest 60 seconds (one spike,
+    // straddling a boundary or not, never rates a stretch), whichever is lowest.
     const band = (ratio: number) => (ratio >= params.criticalRatio ? 2 : ratio >= params.highRatio ? 1 : 0);
     let best: { from: number; to: number; ratio: number; sustained: number } | undefined;
     for (let a = 0; a + needed - 1 < over.length; a++) {
       let requests = 0;
       let allowed = 0;
+      let overRequests = 0;
+      let overAllowed = 0;
       let slot = over[a]!.slot;
+      let busiest: BusiestMinute | undefined;
       for (let b = a; b < over.length; b++) {
         for (; slot <= over[b]!.slot; slot++) {
           requests += counts[slot]!;
           allowed += limitOf(slot);
         }
+        overRequests += over[b]!.count;
+        overAllowed += over[b]!.limit;
         const ratio = requests / allowed;
-        if (b - a + 1 < needed || !(ratio > params.thresholdRatio)) continue;
-        const sustained = Math.min(kthRatio(over, a, b, needed), ratio);
+        if (distinctOver(a, b) < needed || !(ratio > params.thresholdRatio)) continue;
+        const overMinutes = b - a + 1;
+        let outsideBusiest = Infinity;
+        if (overMinutes > 1 && whole(over[a]!)) {
+          busiest ??= new BusiestMinute(events, starts[over[a]!.slot]!, inOverMinute);
+          outsideBusiest = (overRequests - busiest.upTo(ends[over[b]!.slot]!)) / ((overAllowed * (overMinutes - 1)) / overMinutes);
+        }
+        const sustained = Math.min(kthRatio(over, a, b, needed), ratio, outsideBusiest);
         const better =
           !best ||
           band(sustained) > band(best.sustained) ||
           (band(sustained) === band(best.sustained) &&
             (b - a > best.to - best.from || (b - a === best.to - best.from && sustained >= best.sustained)));
-        if (!better) continue;
-        // Two adjacent over minutes may be one burst of seconds that straddles the boundary between
-        // them (60 seconds touch at most two clock minutes): it is one spike, as it would be had it
-        // fallen within one minute, unless the pair is over without its busiest 60 seconds (of time,
-        // not a clock minute) too. Over minutes further apart are more than one burst. (When even a
-        // bound found by binary search leaves enough, the events need not be read.)
-        if (needed > 1 && over[b]!.slot - over[a]!.slot === 1) {
-          const rest = (params.thresholdRatio * allowed) / 2;
-          const from = windowStart + over[a]!.slot * MINUTE;
-          const outside = (busiest: number) => requests - busiest > rest;
-          if (!outside(busiestMinuteBound(events, from, from + 2 * MINUTE)) && !outside(busiestCount(events, starts[over[a]!.slot]!, ends[over[b]!.slot]!))) continue;
-        }
-        best = { from: a, to: b, ratio, sustained };
+        if (better) best = { from: a, to: b, ratio, sustained };
       }
     }
     if (!best) return [];
     const stretch = over.slice(best.from, best.to + 1);
     const spanMinutes = stretch[stretch.length - 1]!.slot - stretch[0]!.slot + 1;
     const peak = stretch.reduce((top, o) => (o.ratio > top.ratio ? o : top));
-    // Nor does one spike rate the stretch: what the key sustained is at most the rate of its over
-    // minutes without their busiest 60 seconds (a spike of 3,000 straddling a boundary is not two
-    // minutes at 25x), against the limits of all of them but one.
-    let outsideBusiest = Infinity;
-    if (stretch.length > 1) {
-      const overRequests = stretch.reduce((sum, o) => sum + o.count, 0);
-      const overAllowed = stretch.reduce((sum, o) => sum + o.limit, 0);
-      const busiest = busiestCount(events, starts[stretch[0]!.slot]!, ends[stretch[stretch.length - 1]!.slot]!);
-      outsideBusiest = (overRequests - busiest) / ((overAllowed * (stretch.length - 1)) / stretch.length);
-    }
-    const sustainedRatio = Math.min(best.sustained, outsideBusiest);
+    const sustainedRatio = best.sustained;
     const severity: Severity =
       sustainedRatio >= params.criticalRatio ? 'critical' : sustainedRatio >= params.highRatio ? 'high' : 'medium';
     // Within the band, on a log scale; the critical band is read as 10x..30x the limit.
@@ -290,6 +307,37 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     },
   },
 };
+
+/** The most events `counts` takes in any 60 seconds of time (not a clock minute) among events[from, end), `end` growing call by call. */
+class BusiestMinute {
+  private oldest: number;
+  private scanned: number;
+  private inMinute = 0;
+  private most = 0;
+
+  constructor(
+    private readonly events: readonly WindowEvent[],
+    from: number,
+    private readonly counts: (event: WindowEvent) => boolean,
+  ) {
+    this.oldest = from;
+    this.scanned = from;
+  }
+
+  upTo(end: number): number {
+    const { events, counts } = this;
+    for (; this.scanned < end; this.scanned++) {
+      const event = events[this.scanned]!;
+      if (!counted(event) || !counts(event)) continue;
+      this.inMinute++;
+      for (; events[this.oldest]!.timestamp <= event.timestamp - MINUTE; this.oldest++) {
+        if (counted(events[this.oldest]!) && counts(events[this.oldest]!)) this.inMinute--;
+      }
+      if (this.inMinute > this.most) this.most = this.inMinute;
+    }
+    return this.most;
+  }
+}
 
 /** The most counted events in any 60 seconds of time (not a clock minute) among events[from, end). */
 function busiestCount(events: readonly WindowEvent[], from: number, end: number): number {

@@ -1039,6 +1039,18 @@ describe('DetectionEngine with the rules of rules/', () => {
       return fired;
     }
 
+    it('finds a flood faster than the key\'s cap holds a minute: the window is cut, not one burst of seconds', () => {
+      // 600 requests a minute against a limit of 60, a cap of 200 events: the window holds 20 s of it.
+      const detection = busyEngine(200);
+      const fired: string[] = [];
+      for (let second = 0; second < 180; second++) {
+        const batch = Array.from({ length: 10 }, (_, j) => event(0, { eventId: `f${second}_${j}`, timestamp: T0 + second * 1000 + j * 100, ip: '100.0.7.7' }));
+        for (const { ruleId, finding } of detection.process(batch, batch.at(-1)!.timestamp)) fired.push(`${ruleId} ${finding.severity}`);
+      }
+      expect(detection.load.eventsPerKeyCap).toBe(200);
+      expect(fired.filter((f) => f.startsWith('velocity_attack')).length).toBeGreaterThan(0);
+    });
+
     // A deployment in us-east, eu-west and ap-southeast, two networks each, at 600 requests a minute:
     // 36,000 events an hour. With the oldest events dropped at the cap, its window held under 10
     // minutes, no baseline, and its six networks in three countries looked like a shared key.

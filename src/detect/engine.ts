@@ -233,6 +233,8 @@ interface KeyState {
   arrived: WindowEvent[];
   /** The window's events dated before this (a whole minute) have been thinned (thin). */
   thinnedBefore: number;
+  /** The newest time of an event the per-key cap dropped (KeyWindow.cappedAt); -Infinity when none was. */
+  cappedAt: number;
   /** The networks and places of the key's last days. */
   history: KeyHistory;
   /**
@@ -670,6 +672,7 @@ export class DetectionEngine {
     for (const [keys, key, state] of entries) {
       if (freed >= excess) break;
       freed += state.window.size + KEY_WEIGHT + HISTORY_ENTRY_WEIGHT * Math.max(0, state.history.size - HISTORY_ENTRIES_PER_KEY);
+      this.keepSprayVerdicts(state);
       this.forget(keys, key, state);
       this.forgottenKeys++;
     }
@@ -726,13 +729,27 @@ export class DetectionEngine {
 
   /**
    * Whether most of a key's requests from a network since `since` failed with 401, by its window
-   * (403, 429 and 5xx not counted, as high_failure_rate does not). False for a key no longer tracked
-   * (forgotten for the memory budget): without its window nothing says its requests failed, and an
-   * integration platform's keys, each failing now and then, would all count.
+   * (403, 429 and 5xx not counted, as high_failure_rate does not). A key the memory budget forgot
+   * is judged by what its window said then (keepSprayVerdicts); a key without a verdict is not
+   * counted, nor one whose window holds none of its requests from the network (the cap cut them):
+   * nothing says they failed, and an integration platform's keys, failing now and then, would count.
    */
   private failedMostly(key: SprayedKey, network: string, since: number): boolean {
     const state = this.trackedState(key.merchantId, key.apiKeyId);
-    if (state === undefined) return false;
+    return state === undefined ? key.failedMostly === true : this.failedFrom(state, network, since);
+  }
+
+  /** Before the budget forgets a key, the spray keeps its window's verdict on each network it failed from in the spray's window. */
+  private keepSprayVerdicts(state: KeyState): void {
+    const since = state.window.newestTime - SPRAY_WINDOW_MS;
+    const networks = new Set<string>();
+    state.window.forEachSince(since, (event) => {
+      if (event.status === 401) networks.add(event.network);
+    });
+    for (const network of networks) this.spray.keepVerdict(network, state.merchantId, state.apiKeyId, this.failedFrom(state, network, since));
+  }
+
+  private failedFrom(state: KeyState, network: string, since: number): boolean {
     let failed = 0;
     let judged = 0;
     state.window.forEachSince(since, (event) => {
@@ -740,7 +757,7 @@ export class DetectionEngine {
       judged++;
       if (event.status === 401) failed++;
     });
-    return failed * 2 >= judged;
+    return judged > 0 && failed * 2 >= judged;
   }
 
   /** Whether the key has an event with this id already (to confirm a hash hit: a repeat or a rare collision). */
@@ -819,6 +836,7 @@ export class DetectionEngine {
       paramsPlan: undefined,
       arrived: [],
       thinnedBefore: -Infinity,
+      cappedAt: -Infinity,
       history: idle?.history ?? new KeyHistory(this.historyEntries),
       firedAt: undefined,
       deferred: undefined,
@@ -836,14 +854,16 @@ export class DetectionEngine {
     const cutoff = window.newestTime - this.windowMs;
     while (window.size > 0 && window.oldestTime < cutoff) this.dropOldest(state);
     if (window.size > this.eventsPerKeyCap) this.thin(state);
-    while (window.size > this.eventsPerKeyCap) this.dropOldest(state);
+    while (window.size > this.eventsPerKeyCap) state.cappedAt = Math.max(state.cappedAt, this.dropOldest(state));
   }
 
-  private dropOldest(state: KeyState): void {
+  /** Drops the window's oldest event; returns its time. */
+  private dropOldest(state: KeyState): number {
     const event = state.window.dropOldest();
     this.windowEvents--;
     state.eventIds.delete(eventIdHash(event.eventId));
     this.updateTallies(state, 'remove', event);
+    return event.timestamp;
   }
 
   /**
@@ -883,7 +903,14 @@ export class DetectionEngine {
         if (state.firedAt !== undefined) state.firedAt[r] = -Infinity;
         continue;
       }
-      window ??= { merchantId: state.merchantId, apiKeyId: state.apiKeyId, plan: state.plan, events: state.window.toArray(), history: state.history };
+      window ??= {
+        merchantId: state.merchantId,
+        apiKeyId: state.apiKeyId,
+        plan: state.plan,
+        events: state.window.toArray(),
+        history: state.history,
+        ...(state.cappedAt > -Infinity ? { cappedAt: state.cappedAt } : {}),
+      };
       let found = false;
       try {
         for (const finding of rule.evaluate(window, state.params[r], now)) {

@@ -171,7 +171,7 @@ describe('credential stuffing across keys', () => {
     expect(networkFindings(recent, [request(0, 99, T0 + 5 * MINUTE)])).toHaveLength(2);
   });
 
-  it('counts no key whose window it lost (its partition moved, or the memory budget forgot it) as failing, nor a regained partition\'s 401s twice', () => {
+  it('counts no key as failing that its window does not show failing (its partition moved, the memory budget forgot it, the cap cut it), nor a regained partition\'s 401s twice', () => {
     // An integration platform's egress: 25 keys on partition 1, each with 20 successes and one 401 (not a spray).
     const platform = Array.from({ length: 25 }, (_, k) => [
       ...Array.from({ length: 20 }, (_, i) => request(k, 0, T0 + k * 4 * SECOND + i * 100, { ip: '192.0.2.7' })),
@@ -192,6 +192,15 @@ describe('credential stuffing across keys', () => {
     expect(networkFindings(squeezed, wider, 21)).toEqual([]);
     expect(squeezed.load.forgottenKeys).toBeGreaterThan(40);
 
+    // The same platform's keys busy from their own networks too, with a cap of 100 events: their
+    // windows lose the platform's calls, which no longer say anything, failed or not.
+    const capped = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => CONFIG, clock: () => T0 + 24 * 60 * MINUTE, maxEventsPerKey: 100 });
+    capped.process(platform, T0 + 100 * SECOND);
+    const own = Array.from({ length: 25 }, (_, k) => Array.from({ length: 150 }, (_, i) => request(k, 0, T0 + 2 * MINUTE + i * 800, { ip: `198.51.100.${k + 1}` }))).flat();
+    capped.process(own.sort((x, y) => x.timestamp - y.timestamp), T0 + 4 * MINUTE);
+    const another = request(0, 0, T0 + 4 * MINUTE + SECOND, { ip: '192.0.2.7', status: 401 });
+    expect(capped.process([another], T0 + 4 * MINUTE + SECOND).filter((f) => f.finding.apiKeyId === null)).toEqual([]);
+
     // A spray on partition 1 that the replica loses and gets back, warmed again: each 401 counts once.
     const tried = spray(24, 1, T0);
     const regained = engine();
@@ -200,6 +209,20 @@ describe('credential stuffing across keys', () => {
     regained.warm(tried, 1, T0 + 30 * SECOND);
     const [again] = regained.process([request(0, 99, T0 + 2 * MINUTE, { ip: STUFFER, status: 401 })], T0 + 2 * MINUTE, 1).filter((f) => f.finding.apiKeyId === null);
     expect(again!.finding.evidence).toMatchObject({ distinctKeys: 25, authFailures: 25 });
+  });
+
+  it('finds a spray whose keys the memory budget forgot, by what their windows said before', () => {
+    // 30 dormant keys tried once each, 6 s apart, while 20 busy keys fill a budget of 2,500: the tried keys are forgotten first.
+    const squeezed = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => CONFIG, clock: () => T0 + 24 * 60 * MINUTE, maxWindowEvents: 2_500 });
+    const found: EngineFinding[] = [];
+    for (let s = 0; s < 200; s++) {
+      const batch = Array.from({ length: 20 }, (_, b) => request(b % 3, 100 + b, T0 + s * SECOND + b, { ip: `198.51.100.${b + 1}` }));
+      if (s % 6 === 0 && s / 6 < 30) batch.push(request(s % 3, s / 6, T0 + s * SECOND + 500, { ip: STUFFER, status: 401, userAgent: 'curl/8.5.0' }));
+      found.push(...squeezed.process(batch, T0 + s * SECOND + 999).filter((f) => f.finding.apiKeyId === null));
+    }
+    expect(squeezed.load.forgottenKeys).toBeGreaterThanOrEqual(20);
+    expect(found.length).toBeGreaterThan(0);
+    expect(found[0]!.finding.evidence.distinctKeys).toBeGreaterThanOrEqual(20);
   });
 
   it('is explained as credential stuffing, with the figures of its evidence', () => {

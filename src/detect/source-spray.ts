@@ -49,6 +49,8 @@ export interface SprayedKey {
   apiKeyId: string;
   /** The Kafka partition of the key's events (-1 for HTTP): a replica that no longer owns it drops the key (keepPartitions). */
   partition: number;
+  /** Whether most of its requests from the network failed, as its window said when the memory budget forgot it (keepVerdict). */
+  failedMostly?: boolean;
   failures: number;
   first: number;
   newest: number;
@@ -171,6 +173,14 @@ export class SourceSpray {
     if (this.networks.get(spray.network) === spray) this.networks.delete(spray.network);
     this.unreported.delete(spray);
     return false;
+  }
+
+  /** Records whether most of a key's requests from a network failed, as its window says before the engine forgets it. */
+  keepVerdict(network: string, merchantId: string, apiKeyId: string, failedMostly: boolean): void {
+    const keys = this.networks.get(network)?.keys;
+    let key = keys?.get(apiKeyId);
+    if (key !== undefined && key.merchantId !== merchantId) key = keys?.get(`${merchantId}\u0000${apiKeyId}`);
+    if (key !== undefined) key.failedMostly = failedMostly;
   }
 
   /**

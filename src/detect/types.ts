@@ -88,6 +88,11 @@ export interface KeyWindow {
   events: readonly WindowEvent[];
   /** The key's longer memory; undefined where there is none (a fixture without one, a unit test). */
   history?: KeyHistoryView;
+  /**
+   * The newest time of an event the engine's per-key cap dropped from the window (a key sending more
+   * than the cap holds); undefined when none was. Minutes up to it hold only part of their events.
+   */
+  cappedAt?: number;
 }
 
 /** What a rule reports. The engine turns findings into deduplicated alerts. */

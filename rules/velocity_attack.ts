@@ -148,7 +148,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       const requests = o.count + next.count;
       const from = windowStart + o.slot * MINUTE;
       if (requests - busiestMinuteBound(events, from, from + 2 * MINUTE) > rest) return false;
-      return !(requests - busiestCount(events, starts[o.slot]!, ends[next.slot]!) > rest);
+      return !(requests - new BusiestMinute(events, starts[o.slot]!, () => true).upTo(ends[next.slot]!) > rest);
     });
     /** The over minutes among over[a..b], a pair that is one burst counting once. */
     const distinctOver = (a: number, b: number) => {
@@ -308,7 +308,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
   },
 };
 
-/** The most events `counts` takes in any 60 seconds of time (not a clock minute) among events[from, end), `end` growing call by call. */
+/** The most counted events that `counts` takes in any 60 seconds of time (not a clock minute) among events[from, end), `end` growing call by call. */
 class BusiestMinute {
   private oldest: number;
   private scanned: number;
@@ -337,21 +337,6 @@ class BusiestMinute {
     }
     return this.most;
   }
-}
-
-/** The most counted events in any 60 seconds of time (not a clock minute) among events[from, end). */
-function busiestCount(events: readonly WindowEvent[], from: number, end: number): number {
-  let oldest = from;
-  let inMinute = 0;
-  let most = 0;
-  for (let i = from; i < end; i++) {
-    const event = events[i]!;
-    if (!counted(event)) continue;
-    inMinute++;
-    for (; events[oldest]!.timestamp <= event.timestamp - MINUTE; oldest++) if (counted(events[oldest]!)) inMinute--;
-    if (inMinute > most) most = inMinute;
-  }
-  return most;
 }
 
 /**

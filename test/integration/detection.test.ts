@@ -358,7 +358,10 @@ describe('detection end to end', () => {
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names });
     const now = Date.now();
     const tried = (k: number) => event(keys[k]!, now - 4 * MINUTE + k * 5_000, { merchantId, ip: '203.0.113.9', status: 401, userAgent: 'curl/8.5.0' });
-    const send = (events: Event[]) => produceAll(engines.producer, names.topic, events.map((e) => ({ key: e.apiKeyId, value: JSON.stringify(e) })));
+    // Key k on partition k % 4, before and after the restart: a partition is warmed on its first batch,
+    // so each must get one after the restart for its keys' earlier 401s to be warmed.
+    const send = (events: Event[]) =>
+      engines.producer.send({ topic: names.topic, acks: -1, messages: events.map((e) => ({ key: e.apiKeyId, value: JSON.stringify(e), partition: keys.indexOf(e.apiKeyId) % 4 })) });
     const ofRun = async (w: Worker) => (await alertsOf(w)).filter((alert) => alert.merchantId === merchantId);
     // 16 keys before the restart: under the 20 that make a spray.
     await send(keys.slice(0, 16).map((_, k) => tried(k)));

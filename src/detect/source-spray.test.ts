@@ -70,6 +70,16 @@ describe('credential stuffing across keys', () => {
     }
   });
 
+  it('counts two merchants\' keys that share an id as two keys, each in its own merchant\'s report', () => {
+    // 19 keys of m_0, and one key of m_1 whose id is one of m_0's: 20 keys, across two merchants.
+    const events = [...spray(19, 1, T0), request(1, 0, T0 + 30 * SECOND, { ip: STUFFER, status: 401, apiKeyId: 'pk_live_m0_k0' })];
+    const findings = networkFindings(engine(), events);
+    expect(findings.map((f) => f.merchantId).sort()).toEqual(['m_0', 'm_1']);
+    const of = (merchant: string) => findings.find((f) => f.merchantId === merchant)!.finding.evidence;
+    expect(of('m_0')).toMatchObject({ distinctKeys: 20, merchantKeyCount: 19 });
+    expect(of('m_1')).toMatchObject({ distinctKeys: 20, merchantKeyCount: 1, merchantKeys: ['pk_live_m0_k0'] });
+  });
+
   it('stays quiet for 19 keys, for 30 spread so that no 10 minutes hold 20, and for networks that each fail for fewer keys', () => {
     expect(networkFindings(engine(), spray(19, 3, T0))).toEqual([]);
     const slow = Array.from({ length: 30 }, (_, k) => request(0, k, T0 + k * 33 * SECOND, { ip: STUFFER, status: 401 }));

@@ -98,9 +98,7 @@ export class SourceSpray {
       this.networks.set(network, spray);
     }
     const { merchantId, apiKeyId } = event;
-    let ref = apiKeyId;
-    let key = spray.keys.get(ref);
-    if (key !== undefined && key.merchantId !== merchantId) key = spray.keys.get((ref = `${merchantId}\u0000${apiKeyId}`));
+    const { ref, key } = heldKey(spray.keys, merchantId, apiKeyId);
     const { timestamp, eventId, ip, userAgent, country } = windowEvent;
     if (key !== undefined) {
       key.failures++;
@@ -178,8 +176,7 @@ export class SourceSpray {
   /** Records whether most of a key's requests from a network failed, as its window says before the engine forgets it. */
   keepVerdict(network: string, merchantId: string, apiKeyId: string, failedMostly: boolean): void {
     const keys = this.networks.get(network)?.keys;
-    let key = keys?.get(apiKeyId);
-    if (key !== undefined && key.merchantId !== merchantId) key = keys?.get(`${merchantId}\u0000${apiKeyId}`);
+    const key = keys && heldKey(keys, merchantId, apiKeyId).key;
     if (key !== undefined) key.failedMostly = failedMostly;
   }
 
@@ -282,6 +279,14 @@ export class SourceSpray {
     }
     return findings;
   }
+}
+
+/** A key's entry among a network's keys (see NetworkSpray.keys), and the ref it is or would be held by. */
+function heldKey(keys: ReadonlyMap<string, SprayedKey>, merchantId: string, apiKeyId: string): { ref: string; key: SprayedKey | undefined } {
+  const key = keys.get(apiKeyId);
+  if (key === undefined || key.merchantId === merchantId) return { ref: apiKeyId, key };
+  const ref = `${merchantId}\u0000${apiKeyId}`;
+  return { ref, key: keys.get(ref) };
 }
 
 function above(severity: Severity, than: Severity | undefined): boolean {

@@ -281,12 +281,45 @@ describe('AlertManager across replicas', () => {
     expect(other.alerts.sync(seen).status).toBe('resolved');
   });
 
-  it('keeps the later of two alerts for one key when their ids differ', () => {
+  it('keeps the later created of two alerts for one key when their ids differ', () => {
     const { alerts } = manager();
     const older = alerts.apply('m_1', rule, finding('medium')).alert!;
-    const newer = { ...older, id: 'newer', updatedAt: new Date(T0 + 5_000).toISOString() };
+    const dismissed = admin(alerts, older, ['dismissed'], T0 + 1_000);
+    // Opened elsewhere after the dismissal; then the dismissed copy is read again, written later still.
+    const newer = { ...older, id: 'newer', createdAt: new Date(T0 + 2_000).toISOString(), updatedAt: new Date(T0 + 2_000).toISOString() };
     alerts.sync(newer);
-    expect(alerts.sync(older).id).toBe('newer');
+    expect(alerts.sync({ ...dismissed, updatedAt: new Date(T0 + 9_000).toISOString() }).id).toBe('newer');
+    expect(alerts.takeDuplicates()).toEqual([]);
+  });
+
+  it('resolves its own alert as a duplicate when another replica opened one for the same pattern at the same time', () => {
+    let now = T0;
+    const replica = (name: string) => {
+      let ids = 0;
+      return new AlertManager({ suppressionMs: 3_600_000, now: () => now, newId: () => `${name}-${++ids}` });
+    };
+    const [a, b, c] = [replica('a'), replica('b'), replica('c')];
+    const spray = finding('medium', T0, 'network:203.0.113.0/24');
+    const first = a.apply('m_1', rule, spray).alert!;
+    now += 1_000;
+    const second = b.apply('m_1', rule, { ...spray, severity: 'high', lastSeenAt: T0 + 1_000 }).alert!;
+    now += 4_000;
+    // Every replica keeps the one created later; only the earlier one's creator resolves it.
+    expect(b.sync(first).id).toBe(second.id);
+    expect(b.takeDuplicates()).toEqual([]);
+    expect(c.sync(first).id).toBe(first.id);
+    expect(c.sync(second).id).toBe(second.id);
+    expect(c.takeDuplicates()).toEqual([]);
+    expect(a.sync(second).id).toBe(second.id);
+    const [duplicate] = a.takeDuplicates();
+    expect(duplicate).toMatchObject({ id: first.id, status: 'resolved', occurrences: 1 });
+    expect(duplicate!.history.at(-1)).toMatchObject({ actor: 'system', from: 'open', to: 'resolved', note: expect.stringContaining(`a duplicate of alert ${second.id}`) });
+    expect(a.takeDuplicates()).toEqual([]);
+    // Its copy read back changes nothing; its next finding goes to the one kept.
+    expect(a.sync(duplicate!).id).toBe(second.id);
+    expect(a.sync(first).id).toBe(second.id);
+    expect(a.takeDuplicates()).toEqual([]);
+    expect(a.apply('m_1', rule, { ...spray, lastSeenAt: T0 + 6_000 })).toMatchObject({ change: 'updated', alert: { id: second.id, severity: 'high', occurrences: 2 } });
   });
 });
 

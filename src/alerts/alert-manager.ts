@@ -42,6 +42,10 @@ export function dedupKey(merchantId: string, type: string, scope: string): strin
 export class AlertManager {
   /** The latest alert per dedup key (any status). */
   private readonly byKey = new Map<string, Alert>();
+  /** The dedup keys whose alert (in byKey) this replica created. */
+  private readonly createdHere = new Set<string>();
+  /** Alerts of ours resolved as duplicates by sync, for the caller to write (takeDuplicates). */
+  private duplicates: Alert[] = [];
   /** Alerts (by id) whose status change this replica is writing, and the status it moves them to. */
   private readonly changing = new Map<string, AlertStatus>();
   private readonly now: () => number;
@@ -64,6 +68,7 @@ export class AlertManager {
     for (const [key, alert] of this.byKey) {
       if ((alert.status === 'resolved' || alert.status === 'dismissed') && Date.parse(alert.updatedAt) < before) {
         this.byKey.delete(key);
+        this.createdHere.delete(key);
         forgotten++;
       }
     }
@@ -79,17 +84,34 @@ export class AlertManager {
    * Learns a stored alert, which another replica may have written, or an admin's change once stored
    * (so dedup sees dismissals and resolutions): an alert known here gets the lifecycle and the
    * detection fields of both copies (merge: an admin's dismissal made elsewhere silences its key here
-   * too, and a copy made before our escalation does not lower it); of two alerts for one dedup key,
-   * the later wins. Returns the alert the key now has.
+   * too, and a copy made before our escalation does not lower it). Of two alerts for one dedup key,
+   * the one created later is the key's, on every replica alike: it follows the other (opened after a
+   * dismissal, or after the other was forgotten), or the two are duplicates, opened at once by two
+   * replicas that each saw the pattern before reading the other's alert (a network trying the keys of
+   * several replicas). The earlier duplicate, if still open or acknowledged, is resolved by the
+   * replica that created it (no other writes to it: no two replicas resolve it twice, and no finding
+   * of its creator's lands after the resolution), and that replica's later findings go to the other.
+   * Returns the alert the key now has.
    */
   sync(stored: Alert): Alert {
     const key = dedupKey(stored.merchantId, stored.type, stored.scope);
     const known = this.byKey.get(key);
     let next = stored;
     if (known?.id === stored.id) next = this.bothCopies(known, stored);
-    else if (known && known.updatedAt > stored.updatedAt) next = known;
+    else if (known && createdLater(known, stored)) next = known;
+    else if (known) {
+      if (this.createdHere.has(key) && (known.status === 'open' || known.status === 'acknowledged')) this.duplicates.push(resolvedAsDuplicate(known, stored, this.now()));
+      this.createdHere.delete(key);
+    }
     this.byKey.set(key, next);
     return next;
+  }
+
+  /** The alerts sync resolved as duplicates since the last call, to be written (see sync). */
+  takeDuplicates(): Alert[] {
+    const duplicates = this.duplicates;
+    this.duplicates = [];
+    return duplicates;
   }
 
   /**
@@ -223,6 +245,7 @@ export class AlertManager {
       history: [{ at: nowIso, actor: 'system', from: null, to: 'open', note: 'created by detection' }],
     });
     this.byKey.set(key, alert);
+    this.createdHere.add(key);
     return { alert, change: 'created' };
   }
 
@@ -273,4 +296,23 @@ function describedBy(rule: RuleInfo, finding: Finding) {
 function resolvedAt(alert: Alert): number {
   for (let i = alert.history.length - 1; i >= 0; i--) if (alert.history[i]!.to === 'resolved') return Date.parse(alert.history[i]!.at);
   return Date.parse(alert.updatedAt);
+}
+
+/** Whether `a` was created after `b` (ties, to the millisecond, by id): of two alerts of one dedup key, `a` is the key's. */
+function createdLater(a: Alert, b: Alert): boolean {
+  return a.createdAt !== b.createdAt ? a.createdAt > b.createdAt : a.id > b.id;
+}
+
+/** Our alert, resolved by the system as a duplicate of `kept`, which another replica opened for the same pattern. */
+function resolvedAsDuplicate(ours: Alert, kept: Alert, now: number): Alert {
+  const at = stampAfter(latestEntry(ours)?.at, now);
+  return {
+    ...ours,
+    status: 'resolved',
+    updatedAt: stampAfter(ours.updatedAt, Date.parse(at)),
+    history: [
+      ...ours.history,
+      { at, actor: 'system', from: ours.status, to: 'resolved', note: `a duplicate of alert ${kept.id}, opened for the same pattern by another replica at the same time; its findings go there` },
+    ],
+  };
 }

@@ -134,7 +134,8 @@ export class AlertService {
   }
 
   /**
-   * Learns the alerts other replicas wrote since the last time, and forgets the closed alerts a start
+   * Learns the alerts other replicas wrote since the last time (and writes those of ours it finds to
+   * be duplicates of theirs resolved: AlertManager.sync), and forgets the closed alerts a start
    * would not load. Every SYNC_INTERVAL_MS, and before the worker judges a partition a rebalance
    * brought it. Rejects when they cannot be read; the next call reads from the same time.
    */
@@ -148,6 +149,10 @@ export class AlertService {
       // recurrence after a resolution made elsewhere (AlertManager.merge). Written, so the store is
       // repaired even when no finding comes to update the alert.
       if (next.id === stored.id && mergeCopies(stored, next) !== stored) this.repair(next);
+    }
+    for (const duplicate of this.manager.takeDuplicates()) {
+      this.logger.info({ alertId: duplicate.id, merchantId: duplicate.merchantId, type: duplicate.type, note: latestEntry(duplicate)?.note }, 'alert resolved as a duplicate');
+      this.repair(duplicate);
     }
     this.syncedUpTo = startedAt;
   }

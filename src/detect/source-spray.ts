@@ -11,7 +11,8 @@
  * It reports to each merchant whose keys were among them, as a high_failure_rate alert about the
  * network (scope "network:<cidr>", no apiKeyId: no one key is at fault, nor is any to be throttled),
  * with this merchant's keys and events only: of other merchants' keys, the count alone. (Two
- * replicas that see one spray at once may each open an alert for it, before they read each other's.)
+ * replicas that see one spray at once may each open an alert for it, before they read each other's:
+ * the earlier is then resolved as a duplicate, AlertManager.sync.)
  * Medium from minKeys (20) keys in windowMinutes (10), high from highKeys (100). A network is judged
  * when a batch brings it 401s, at most once per REPORT_EVERY_MS unless its severity rises (what came
  * meanwhile is judged by the first batch after that), and reported to the merchants with failures

@@ -246,6 +246,29 @@ describe('alerts shared by replicas', () => {
     expect(await storedFor('pk_moved')).toMatchObject({ severity: 'high', occurrences: 2 });
   });
 
+  it('leaves one open alert when two replicas see one pattern at once: the earlier is resolved as a duplicate of the later', async () => {
+    const first = await replicaWithClock(0);
+    const second = await replicaWithClock(3_000); // its alert is created 3 s later
+    const scope = 'network:203.0.113.0/24';
+    const at = Date.now();
+    detect(first, scope, 'medium', at);
+    detect(second, scope, 'high', at + 1_000);
+    await Promise.all([first.flush(), second.flush()]);
+    const stored = async () => (await store.list({ merchantId: 'm_1' })).filter((alert) => alert.scope === scope);
+    expect((await stored()).map((alert) => alert.status)).toEqual(['open', 'open']);
+    // Each reads the other's: the first resolves its own, and both go on with the second's.
+    await Promise.all([first.syncWithStore(), second.syncWithStore()]);
+    await waitFor(async () => (await stored()).some((alert) => alert.status === 'resolved'), 'the duplicate is resolved', 5_000);
+    const [kept, duplicate] = (await stored()).sort((x, y) => (x.status === 'open' ? -1 : y.status === 'open' ? 1 : 0));
+    expect(kept).toMatchObject({ status: 'open', severity: 'high' });
+    expect(duplicate).toMatchObject({ status: 'resolved', severity: 'medium' });
+    expect(duplicate!.history.at(-1)).toMatchObject({ actor: 'system', from: 'open', to: 'resolved', note: expect.stringContaining(`a duplicate of alert ${kept!.id}`) });
+    detect(first, scope, 'high', at + 2_000);
+    await first.flush();
+    expect(await stored()).toEqual(expect.arrayContaining([expect.objectContaining({ id: kept!.id, status: 'open', occurrences: 2 })]));
+    expect((await stored()).filter((alert) => alert.status === 'open')).toHaveLength(1);
+  });
+
   it('keeps the owner\'s counters when it reads an admin\'s change made through another replica before its repeats are written', async () => {
     const owner = await replica();
     const admin = await replica();

@@ -6,6 +6,7 @@
  * Timestamps are absolute and carry the year.
  */
 import { KeyHistory } from '../src/detect/key-history.ts';
+import { DroppedRequestTally } from '../src/detect/tallies.ts';
 import type { GeoPoint, KeyWindow, Severity, WindowEvent } from '../src/detect/types.ts';
 import type { Plan } from '../src/events/request-event.ts';
 import { networkOf } from './network.ts';
@@ -104,13 +105,23 @@ const ORDINARY: Omit<WindowEvent, 'eventId' | 'timestamp' | 'network'> = {
 /**
  * A key's window: the specs in time order, completed with ordinary values, ids numbered evt_0001….
  * `history`: requests the engine remembers from before the window (KeyWindow.history), completed
- * the same way.
+ * the same way. `cap`: the window holds the newest `cap` events only, as the engine's per-key cap
+ * leaves it (KeyWindow.cappedAt, KeyWindow.dropped).
  */
 export function keyWindow(
   specs: readonly EventSpec[],
-  key: { merchantId?: string; apiKeyId?: string; plan?: Plan; history?: readonly EventSpec[] } = {},
+  key: { merchantId?: string; apiKeyId?: string; plan?: Plan; history?: readonly EventSpec[]; cap?: number } = {},
 ): KeyWindow {
-  const window: KeyWindow = { merchantId: key.merchantId ?? 'm_acme', apiKeyId: key.apiKeyId ?? 'pk_live_abc', plan: key.plan ?? 'business', events: windowEvents(specs) };
+  let events = windowEvents(specs);
+  const capped: Pick<KeyWindow, 'cappedAt' | 'dropped'> = {};
+  if (key.cap !== undefined && events.length > key.cap) {
+    const dropped = new DroppedRequestTally();
+    const cut = events.slice(0, events.length - key.cap);
+    for (const event of cut) dropped.add(event);
+    events = events.slice(cut.length);
+    Object.assign(capped, { cappedAt: cut.at(-1)!.timestamp, dropped });
+  }
+  const window: KeyWindow = { merchantId: key.merchantId ?? 'm_acme', apiKeyId: key.apiKeyId ?? 'pk_live_abc', plan: key.plan ?? 'business', events, ...capped };
   if (key.history) {
     const history = new KeyHistory();
     for (const event of windowEvents(key.history)) history.saw(event.network, event.geo, event.timestamp);

@@ -43,11 +43,12 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
-/** A deep copy of a window's events; its history (an object with methods, read-only to rules) is shared. */
+/** A deep copy of a window's events; its history and dropped requests (objects with methods, read-only to rules) are shared. */
 function cloneWindow(window: KeyWindow): KeyWindow {
-  const { history, ...plain } = window;
+  const { history, dropped, ...plain } = window;
   const copy: KeyWindow = structuredClone(plain);
   if (history) copy.history = history;
+  if (dropped) copy.dropped = dropped;
   return copy;
 }
 
@@ -83,6 +84,11 @@ describe('rule fixtures', () => {
 
     const eventIds = new Set(fixture.window.events.map((e) => e.eventId));
     const timestamps = fixture.window.events.map((e) => e.timestamp);
+    // A capped window's requests include those the cap dropped (KeyWindow.dropped, its last 16 minutes).
+    const { dropped, cappedAt } = fixture.window;
+    for (let minute = Math.floor((cappedAt ?? 0) / MINUTE); dropped && minute > Math.floor((cappedAt ?? 0) / MINUTE) - 16; minute--) {
+      if (dropped.count(minute) > 0) timestamps.push(dropped.earliest(minute), dropped.latest(minute));
+    }
     for (const finding of findings) {
       expect(finding.title.trim()).not.toBe('');
       expect(finding.title).not.toContain('\n');
@@ -210,7 +216,7 @@ describe('rule screens', () => {
     const findings = rule.evaluate(fixture.window, params, fixture.now);
     const { events } = fixture.window;
     const verdicts = [tallyOf(screen, events), tallyOf(screen, shuffled(events)), tallyOf(screen, events, earlier(events))].map((tally) =>
-      screen.mayFire(tally, params, fixture.now, fixture.window.history),
+      screen.mayFire(tally, params, fixture.now, fixture.window.history, fixture.window.dropped),
     );
     if (findings.length > 0) expect(verdicts).toEqual([true, true, true]);
     // The same window judges the same way, however its events arrived.

@@ -274,4 +274,21 @@ export const fixtures: Fixture[] = [
     params: { defaultLimitPerMinute: 600 },
     expect: { findings: 1, severity: 'medium', evidence: { limitPerMinute: 100, minutesOver: 3 } },
   },
+  {
+    // The engine's per-key cap held the last 400 requests (about 29 s): the minutes before are
+    // counted from what it dropped, so the flood is rated by all its requests, not by what was held.
+    name: 'a flood the per-key cap cut, 840 requests/min for five minutes with the last 400 held, is critical by all its requests',
+    kind: 'positive',
+    window: keyWindow(perMinute([840, 840, 840, 840, 840], FIVE_MINUTES_AGO, { ip: '203.0.113.77' }), { cap: 400 }),
+    now: NOW,
+    expect: { findings: 1, severity: 'critical', evidence: { observedRequestsPerMinute: 840, minutesOver: 5, sustainedRatio: 14, requestsDroppedByCap: 3_800 } },
+  },
+  {
+    // What the cap dropped is judged against the limit it carried (1,200), not the plan's default.
+    name: 'a busy key the per-key cap cut, 1,000 requests/min against its RateLimit-Limit of 1,200, is within its limit',
+    kind: 'negative',
+    window: keyWindow(perMinute([1_000, 1_000, 1_000, 1_000, 1_000], FIVE_MINUTES_AGO, { rateLimitPerMinute: 1_200 }), { cap: 300 }),
+    now: NOW,
+    expect: { findings: 0 },
+  },
 ];

@@ -16,6 +16,8 @@
  * seconds, whichever is lowest — so one huge spike next to a mild excess stays medium, straddling a
  * minute boundary or not: medium >= 1.5x the limit, high >= 3x, critical >= 10x. Of several such stretches, the
  * finding reports the most severe, then the one with the most over minutes.
+ * A key busier than the engine's per-key cap: the minutes it cut count the requests it dropped too
+ * (window.dropped), so a flood is rated by all its requests, not by the part the window holds.
  * A minute's limit is the highest an event of it carried (RateLimit-Limit); an event without one
  * (rateLimitPerMinute 0) leaves it to defaultLimitPerMinute, the plan's default unless overridden.
  * Requests answered 5xx are not counted: during our own outage, clients retrying failed calls
@@ -68,7 +70,7 @@ interface Over {
 
 export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'velocity_attack',
-  version: '1.3.0',
+  version: '1.4.0',
   title: 'Velocity attack',
   description:
     'A key sends well above its per-minute rate limit for several minutes: a script hammering the API, ' +
@@ -122,6 +124,17 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       if (counts[slot]!++ === 0) starts[slot] = i;
       ends[slot] = i + 1;
       if (event.rateLimitPerMinute > limits[slot]!) limits[slot] = event.rateLimitPerMinute;
+    }
+    // A key busier than the engine's per-key cap: the minutes it cut hold their newest requests only,
+    // and the rest are counted from what the cap dropped (so the minutes it holds whole and the
+    // minutes it cut are judged alike: a flood is not rated by the part of it the cap could hold).
+    const { dropped } = window;
+    const droppedIn = (slot: number) => (dropped ? dropped.count(firstMinute + slot) - dropped.serverErrors(firstMinute + slot) : 0);
+    for (let slot = 0; dropped && slot < slots; slot++) {
+      const more = droppedIn(slot);
+      if (!(more > 0)) continue;
+      counts[slot]! += more;
+      limits[slot] = Math.max(limits[slot]!, dropped.highestLimit(firstMinute + slot));
     }
     const limitOf = (slot: number) => (limits[slot]! > 0 ? limits[slot]! : params.defaultLimitPerMinute);
 
@@ -256,6 +269,8 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
         windowMinutes: minutes,
         perMinute: stretch.map((o) => ({ minute: new Date((firstMinute + o.slot) * MINUTE).toISOString(), requests: o.count, limit: o.limit })),
         requestsInOverMinutes: stretch.reduce((sum, o) => sum + o.count, 0),
+        // Of those, the requests counted from what the engine's per-key cap dropped (not in the samples).
+        ...(dropped ? { requestsDroppedByCap: stretch.reduce((sum, o) => sum + droppedIn(o.slot), 0) } : {}),
         distinctIps: ips.count,
         ips: ips.values,
         distinctNetworks: networks.count,
@@ -265,8 +280,10 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
         sampleEventIds: lastEventIds(events, runs, MAX_SAMPLES),
         windowMs: (minutes + 1) * MINUTE,
       },
-      firstSeenAt: events[runs[0]!.start]!.timestamp,
-      lastSeenAt: events[lastRun.end - 1]!.timestamp,
+      // The first over minute's earliest request may be one the cap dropped; the last one's latest is
+      // one the window holds, unless the cap dropped that whole minute.
+      firstSeenAt: droppedIn(stretch[0]!.slot) > 0 ? dropped!.earliest(firstMinute + stretch[0]!.slot) : events[runs[0]!.start]!.timestamp,
+      lastSeenAt: lastRun.end > lastRun.start ? events[lastRun.end - 1]!.timestamp : dropped!.latest(firstMinute + stretch[stretch.length - 1]!.slot),
     };
     return [finding];
   },
@@ -286,8 +303,9 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     },
     // The minutes evaluate counts, each judged against a limit no higher than evaluate's (its lowest
     // carried limit, or the default when lower: evaluate takes the highest carried, else the default):
-    // never fewer minutes over, and evaluate needs minMinutesOver of them.
-    mayFire(ring, params, now) {
+    // never fewer minutes over, and evaluate needs minMinutesOver of them. The cap's dropped requests
+    // left the ring as they left the window; they count here as they do in evaluate.
+    mayFire(ring, params, now, _history, dropped) {
       const minutes = Math.max(1, Math.floor(params.windowMinutes));
       const needed = Math.max(1, Math.floor(params.minMinutesOver));
       const currentMinute = minuteOf(now);
@@ -298,10 +316,12 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       let over = 0;
       for (let minute = firstMinute; minute <= lastMinute; minute++) {
         const at = ring.find(minute);
-        if (at === NO_EVENTS) continue;
         if (at === FORGOTTEN) return true;
-        const limit = Math.min(ring.get(at, LOWEST_LIMIT), fallback);
-        if (ring.get(at, EVENTS) > limit * params.thresholdRatio) over++;
+        const droppedCount = dropped ? dropped.count(minute) - dropped.serverErrors(minute) : 0;
+        if (at === NO_EVENTS && !(droppedCount > 0)) continue;
+        const droppedLimit = droppedCount > 0 && dropped!.highestLimit(minute) > 0 ? dropped!.highestLimit(minute) : Infinity;
+        const limit = Math.min(at === NO_EVENTS ? Infinity : ring.get(at, LOWEST_LIMIT), droppedLimit, fallback);
+        if ((at === NO_EVENTS ? 0 : ring.get(at, EVENTS)) + droppedCount > limit * params.thresholdRatio) over++;
       }
       return over >= needed;
     },

@@ -1051,6 +1051,26 @@ describe('DetectionEngine with the rules of rules/', () => {
       expect(fired.filter((f) => f.startsWith('velocity_attack')).length).toBeGreaterThan(0);
     });
 
+    it('rates a flood beyond the key\'s cap by all its requests, those the cap dropped too', () => {
+      // 600 requests a minute against a limit of 60 (10x: critical), a cap of 200 events: the window
+      // holds 20 s of it, so a minute it holds is at most a third of the flood.
+      const detection = busyEngine(200);
+      const found: { second: number; severity: string; evidence: Record<string, unknown> }[] = [];
+      for (let second = 0; second < 240; second++) {
+        const batch = Array.from({ length: 10 }, (_, j) => event(0, { eventId: `c${second}_${j}`, timestamp: T0 + second * 1000 + j * 100, ip: '100.0.7.7' }));
+        for (const { ruleId, finding } of detection.process(batch, batch.at(-1)!.timestamp)) {
+          if (ruleId === 'velocity_attack') found.push({ second, severity: finding.severity, evidence: finding.evidence });
+        }
+      }
+      const later = found.filter((f) => f.second >= 120);
+      expect(later.length).toBeGreaterThan(10);
+      expect(later.every((f) => f.severity === 'critical')).toBe(true);
+      const { perMinute, requestsDroppedByCap, sampleEventIds } = later.at(-1)!.evidence as { perMinute: { requests: number }[]; requestsDroppedByCap: number; sampleEventIds: string[] };
+      expect(perMinute.slice(0, -1).map((m) => m.requests)).toEqual(perMinute.slice(0, -1).map(() => 600)); // the whole minutes, all of them
+      expect(requestsDroppedByCap).toBeGreaterThan(600);
+      expect(sampleEventIds.length).toBeGreaterThan(0);
+    });
+
     // A deployment in us-east, eu-west and ap-southeast, two networks each, at 600 requests a minute:
     // 36,000 events an hour. With the oldest events dropped at the cap, its window held under 10
     // minutes, no baseline, and its six networks in three countries looked like a shared key.

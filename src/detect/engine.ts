@@ -33,6 +33,7 @@ export interface VouchedNetwork {
   at: number;
 }
 import type { GeoLookup } from './geo.ts';
+import { DroppedRequestTally } from './tallies.ts';
 import type { AnomalyType, Finding, KeyWindow, RuleDefinition, Severity, WindowEvent } from './types.ts';
 
 // Rules have different parameter and tally types; the engine treats them alike.
@@ -235,6 +236,8 @@ interface KeyState {
   thinnedBefore: number;
   /** The newest time of an event the per-key cap dropped (KeyWindow.cappedAt); -Infinity when none was. */
   cappedAt: number;
+  /** What the per-key cap dropped, per minute (KeyWindow.dropped); undefined until it drops an event. */
+  dropped: DroppedRequestTally | undefined;
   /** The networks and places of the key's last days. */
   history: KeyHistory;
   /**
@@ -837,6 +840,7 @@ export class DetectionEngine {
       arrived: [],
       thinnedBefore: -Infinity,
       cappedAt: -Infinity,
+      dropped: undefined,
       history: idle?.history ?? new KeyHistory(this.historyEntries),
       firedAt: undefined,
       deferred: undefined,
@@ -854,16 +858,20 @@ export class DetectionEngine {
     const cutoff = window.newestTime - this.windowMs;
     while (window.size > 0 && window.oldestTime < cutoff) this.dropOldest(state);
     if (window.size > this.eventsPerKeyCap) this.thin(state);
-    while (window.size > this.eventsPerKeyCap) state.cappedAt = Math.max(state.cappedAt, this.dropOldest(state));
+    while (window.size > this.eventsPerKeyCap) {
+      const event = this.dropOldest(state);
+      state.cappedAt = Math.max(state.cappedAt, event.timestamp);
+      (state.dropped ??= new DroppedRequestTally()).add(event);
+    }
   }
 
-  /** Drops the window's oldest event; returns its time. */
-  private dropOldest(state: KeyState): number {
+  /** Drops the window's oldest event, and returns it. */
+  private dropOldest(state: KeyState): WindowEvent {
     const event = state.window.dropOldest();
     this.windowEvents--;
     state.eventIds.delete(eventIdHash(event.eventId));
     this.updateTallies(state, 'remove', event);
-    return event.timestamp;
+    return event;
   }
 
   /**
@@ -910,6 +918,7 @@ export class DetectionEngine {
         events: state.window.toArray(),
         history: state.history,
         ...(state.cappedAt > -Infinity ? { cappedAt: state.cappedAt } : {}),
+        ...(state.dropped ? { dropped: state.dropped } : {}),
       };
       let found = false;
       try {
@@ -966,7 +975,7 @@ export class DetectionEngine {
   /** A screen's verdict on a key; a screen that throws is set aside for the key, and the rule evaluates. */
   private screen(state: KeyState, r: number, tally: unknown, now: number): boolean {
     try {
-      return this.rules[r]!.screen!.mayFire(tally, state.params[r], now, state.history);
+      return this.rules[r]!.screen!.mayFire(tally, state.params[r], now, state.history, state.dropped);
     } catch (error) {
       this.screenFailed(state, r, error);
       return true;

@@ -4,6 +4,7 @@
  * time a tally remembers for a value stays right until the value's last event leaves (or, after a
  * thinning, may stay later than the window's: see RuleScreen in types.ts).
  */
+import type { DroppedRequests, WindowEvent } from './types.ts';
 
 const MINUTE = 60_000;
 
@@ -79,8 +80,60 @@ export class MinuteRing {
     if (value < this.slots[at + 1 + counter]!) this.slots[at + 1 + counter] = value;
   }
 
+  /** Sets the counter to `value` when that is higher. */
+  raise(at: number, counter: number, value: number): void {
+    if (value > this.slots[at + 1 + counter]!) this.slots[at + 1 + counter] = value;
+  }
+
   private slotOf(minute: number): number {
     return (minute & this.mask) * this.stride;
+  }
+}
+
+const DROPPED_MINUTES = 16;
+const [REQUESTS, SERVER_ERRORS, HIGHEST_LIMIT, EARLIEST, LATEST] = [0, 1, 2, 3, 4];
+
+/**
+ * The requests the engine's per-key cap dropped from a key's window (DroppedRequests in types.ts),
+ * per minute, for the latest DROPPED_MINUTES minutes it dropped any of. The cap drops the oldest
+ * events first, so the minutes arrive in order and an older one is never needed again.
+ */
+export class DroppedRequestTally implements DroppedRequests {
+  private readonly ring = new MinuteRing(DROPPED_MINUTES, [0, 0, 0, Infinity, -Infinity]);
+
+  add(event: WindowEvent): void {
+    const at = this.ring.claim(event.timestamp);
+    if (at === FORGOTTEN) return;
+    this.ring.add(at, REQUESTS, 1);
+    if (event.status >= 500) this.ring.add(at, SERVER_ERRORS, 1);
+    this.ring.raise(at, HIGHEST_LIMIT, event.rateLimitPerMinute);
+    this.ring.lower(at, EARLIEST, event.timestamp);
+    this.ring.raise(at, LATEST, event.timestamp);
+  }
+
+  count(minute: number): number {
+    return this.read(minute, REQUESTS, 0);
+  }
+
+  serverErrors(minute: number): number {
+    return this.read(minute, SERVER_ERRORS, 0);
+  }
+
+  highestLimit(minute: number): number {
+    return this.read(minute, HIGHEST_LIMIT, 0);
+  }
+
+  earliest(minute: number): number {
+    return this.read(minute, EARLIEST, Number.NaN);
+  }
+
+  latest(minute: number): number {
+    return this.read(minute, LATEST, Number.NaN);
+  }
+
+  private read(minute: number, counter: number, none: number): number {
+    const at = this.ring.find(minute);
+    return at >= 0 ? this.ring.get(at, counter) : none;
   }
 }
 

@@ -93,6 +93,26 @@ export interface KeyWindow {
    * than the cap holds); undefined when none was. Minutes up to it hold only part of their events.
    */
   cappedAt?: number;
+  /** What the per-key cap dropped, minute by minute; undefined when it dropped nothing. */
+  dropped?: DroppedRequests;
+}
+
+/**
+ * The requests the engine's per-key cap dropped from a key's window (a key sending more than the cap
+ * holds), per UTC clock minute (minutes since the epoch), for the latest 16 minutes it dropped any
+ * of: what a rule counting requests per minute adds to the window's own, which holds only the newest
+ * of them. A minute it dropped none of, or one too long ago, counts 0 (its times are NaN).
+ */
+export interface DroppedRequests {
+  /** The minute's requests dropped. */
+  count(minute: number): number;
+  /** How many of them the API answered 5xx. */
+  serverErrors(minute: number): number;
+  /** The highest rateLimitPerMinute they carried (0 when none carried one). */
+  highestLimit(minute: number): number;
+  /** The time of the earliest and of the latest of them. */
+  earliest(minute: number): number;
+  latest(minute: number): number;
 }
 
 /** What a rule reports. The engine turns findings into deduplicated alerts. */
@@ -145,8 +165,8 @@ export interface RuleScreen<P, T> {
   add(tally: T, event: WindowEvent): number | void;
   /** An event leaves the window (usually its oldest); returns how many entries it took away (1 when its value's last event left), as add does. */
   remove(tally: T, event: WindowEvent): number | void;
-  /** False only when evaluate would find nothing; history is the window's (KeyWindow.history). */
-  mayFire(tally: T, params: P, now: number, history?: KeyHistoryView): boolean;
+  /** False only when evaluate would find nothing; history and dropped are the window's (KeyWindow.history, KeyWindow.dropped). */
+  mayFire(tally: T, params: P, now: number, history?: KeyHistoryView, dropped?: DroppedRequests): boolean;
   /**
    * How many distinct values (networks, places, paths, ...) the tally holds, for a tally that keeps
    * one entry per value: each weighs about as much as a window event, and a key flooded from new

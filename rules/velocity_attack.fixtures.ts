@@ -291,4 +291,13 @@ export const fixtures: Fixture[] = [
     now: NOW,
     expect: { findings: 0 },
   },
+  {
+    // Its over minutes are all in what the cap dropped: reported while the window held them, and the
+    // window has none of their requests to show now.
+    name: 'a flood the per-key cap dropped whole, 600/min for two minutes then 30/min, is not reported again',
+    kind: 'negative',
+    window: keyWindow([...perMinute([600, 600], FIVE_MINUTES_AGO), ...perMinute([30, 30, 30], T0 - 3 * MINUTE)], { cap: 50 }),
+    now: NOW,
+    expect: { findings: 0 },
+  },
 ];

@@ -213,6 +213,9 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     }
     if (!best) return [];
     const stretch = over.slice(best.from, best.to + 1);
+    // A stretch the cap dropped whole is a flood over since (the window holds none of it to show):
+    // it was reported while the window held it.
+    if (stretch.every((o) => ends[o.slot]! === starts[o.slot]!)) return [];
     const spanMinutes = stretch[stretch.length - 1]!.slot - stretch[0]!.slot + 1;
     const peak = stretch.reduce((top, o) => (o.ratio > top.ratio ? o : top));
     const sustainedRatio = best.sustained;

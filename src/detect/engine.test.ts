@@ -7,6 +7,7 @@ import { DetectionConfig } from './detection-config.ts';
 import { capWithin, DetectionEngine, HISTORY_ENTRIES_PER_KEY, HISTORY_ENTRY_WEIGHT, KEY_WEIGHT, MIN_EVENTS_PER_KEY, REJUDGE_MS, TALLY_ENTRIES_PER_KEY, TALLY_ENTRY_WEIGHT, WARM_UP_MAX_EVENTS, warmUpLimit, type AnyRule, type EngineLoad } from './engine.ts';
 import { eventIdHash } from './event-id-hashes.ts';
 import type { GeoLookup } from './geo.ts';
+import type { KeyWindow } from './types.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
 const HOUR = 3_600_000;
@@ -1069,6 +1070,41 @@ describe('DetectionEngine with the rules of rules/', () => {
       expect(perMinute.slice(0, -1).map((m) => m.requests)).toEqual(perMinute.slice(0, -1).map(() => 600)); // the whole minutes, all of them
       expect(requestsDroppedByCap).toBeGreaterThan(600);
       expect(sampleEventIds.length).toBeGreaterThan(0);
+    });
+
+    it('counts a request the cap dropped once, when it is delivered again', () => {
+      // 1,000 requests a minute against a RateLimit-Limit of 800: 1.25x, under the 1.5x that is over.
+      // The last 210 seconds come again (a redelivery the intake did not catch): over if counted twice.
+      const detection = busyEngine(500);
+      const batches: RequestEvent[][] = Array.from({ length: 300 }, () => []);
+      for (let k = 0; k < 5_000; k++) batches[Math.floor((k * 60) / 1000)]!.push(event(0, { eventId: `r${k}`, timestamp: T0 + k * 60, rateLimitPerMinute: 800 }));
+      const velocity = (batch: RequestEvent[], now: number) => detection.process(batch, now).filter((f) => f.ruleId === 'velocity_attack');
+      for (const batch of batches) expect(velocity(batch, batch.at(-1)!.timestamp)).toEqual([]);
+      // Judged as of the key's latest time, as when they come in one batch with new events.
+      for (const batch of batches.slice(90)) expect(velocity(batch, T0 + 300_000)).toEqual([]);
+    });
+
+    it('forgets what the cap dropped when a reloaded allowlist takes requests out of the window', () => {
+      // A load test from one address floods the key past its cap; the app sends a request every 10 s.
+      let config = new DetectionConfig();
+      let seen: KeyWindow | undefined;
+      const watching: AnyRule = { ...countingRule, windowMs: 6 * MINUTE, evaluate: (window) => ((seen = window), []) };
+      const detection = new DetectionEngine({ rules: [watching], entitledPlans: ['business'], geo, config: () => config, maxEventsPerKey: 200, clock: WALL_CLOCK });
+      const app = (second: number) => event(0, { eventId: `app${second}`, timestamp: T0 + second * 1000 + 50, ip: '203.0.113.5' });
+      for (let second = 0; second < 240; second++) {
+        const batch = Array.from({ length: 10 }, (_, j) => event(0, { eventId: `lt${second}_${j}`, timestamp: T0 + second * 1000 + j * 100, ip: '198.51.100.9' }));
+        if (second % 10 === 0) batch.push(app(second));
+        batch.sort((a, b) => a.timestamp - b.timestamp);
+        detection.process(batch, batch.at(-1)!.timestamp);
+      }
+      const minute = T0 / MINUTE + 1;
+      expect(seen?.dropped?.count(minute)).toBe(606);
+      // The load test's address is allowlisted: what the cap dropped, mostly its requests, no longer counts.
+      config = DetectionConfig.parse(JSON.stringify({ merchants: { m_1: { allowlist: { ips: ['198.51.100.9'] } } } }));
+      detection.process([app(240)], T0 + 240_050);
+      expect(seen?.events.map((e) => e.eventId)).toEqual(['app230', 'app240']);
+      expect(seen?.dropped).toBeUndefined();
+      expect(seen?.cappedAt).toBe(T0 + 220_050); // its minutes are still cut
     });
 
     // A deployment in us-east, eu-west and ap-southeast, two networks each, at 600 requests a minute:

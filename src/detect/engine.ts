@@ -549,6 +549,9 @@ export class DetectionEngine {
     state.eventIds = new EventIdHashes();
     state.tallies = this.rules.map((rule) => rule.screen?.create());
     state.thinnedBefore = -Infinity;
+    // What the cap dropped cannot be sorted into allowlisted and not: it is forgotten (a rule then
+    // counts less, never the allowlisted requests). cappedAt stays: its minutes are still cut.
+    state.dropped = undefined;
     for (const event of kept) {
       state.eventIds.add(eventIdHash(event.eventId));
       state.arrived.push(event);
@@ -858,10 +861,13 @@ export class DetectionEngine {
     const cutoff = window.newestTime - this.windowMs;
     while (window.size > 0 && window.oldestTime < cutoff) this.dropOldest(state);
     if (window.size > this.eventsPerKeyCap) this.thin(state);
+    // An event no later than what the cap had already dropped, dropped at once, is recorded only once:
+    // it is likely one the cap dropped before, delivered again (its id left with it), not a new one.
+    const droppedBefore = state.cappedAt;
     while (window.size > this.eventsPerKeyCap) {
       const event = this.dropOldest(state);
       state.cappedAt = Math.max(state.cappedAt, event.timestamp);
-      (state.dropped ??= new DroppedRequestTally()).add(event);
+      if (event.timestamp > droppedBefore) (state.dropped ??= new DroppedRequestTally()).add(event);
     }
   }
 

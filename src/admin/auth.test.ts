@@ -48,3 +48,13 @@ describe('AdminAuthenticator: rotating ADMIN_JWT_SECRET', () => {
     }
   });
 });
+
+describe('AdminAuthenticator: the worker\'s own name', () => {
+  it('refuses a token whose sub is "system", the actor of the worker\'s own history entries', async () => {
+    const authenticator = new AdminAuthenticator(CURRENT, PLANS);
+    const system = await mintAdminToken({ secret: CURRENT, userId: 'system', merchantId: 'm_1', role: 'admin', plan: 'business', ttlSeconds: 3600 });
+    expect(await failureOf(authenticator, system)).toMatchObject({ statusCode: 403, code: 'FORBIDDEN', message: expect.stringContaining('reserved') });
+    const similar = await mintAdminToken({ secret: CURRENT, userId: 'system-admin', merchantId: 'm_1', role: 'admin', plan: 'business', ttlSeconds: 3600 });
+    await expect(authenticator.authenticate(`Bearer ${similar}`)).resolves.toMatchObject({ userId: 'system-admin' });
+  });
+});

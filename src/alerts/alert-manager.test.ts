@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Finding, RecommendedAction, Severity } from '../detect/types.ts';
-import { changeStatus, type Alert, type AlertStatus } from './alert.ts';
+import { changeStatus, duplicateResolution, type Alert, type AlertStatus } from './alert.ts';
 import { AlertManager, type RuleInfo } from './alert-manager.ts';
 import { alertInsights } from './insights.ts';
 import { finding as makeFinding, fixtureFinding } from './test-findings.ts';
@@ -311,15 +311,38 @@ describe('AlertManager across replicas', () => {
     expect(c.sync(second).id).toBe(second.id);
     expect(c.takeDuplicates()).toEqual([]);
     expect(a.sync(second).id).toBe(second.id);
-    const [duplicate] = a.takeDuplicates();
-    expect(duplicate).toMatchObject({ id: first.id, status: 'resolved', occurrences: 1 });
-    expect(duplicate!.history.at(-1)).toMatchObject({ actor: 'system', from: 'open', to: 'resolved', note: expect.stringContaining(`a duplicate of alert ${second.id}`) });
+    expect(a.takeDuplicates()).toEqual([{ alert: first, kept: second }]);
     expect(a.takeDuplicates()).toEqual([]);
-    // Its copy read back changes nothing; its next finding goes to the one kept.
-    expect(a.sync(duplicate!).id).toBe(second.id);
+    // Resolved (AlertService does it as an admin's change: duplicateResolution), read back: nothing changes; its next finding goes to the one kept.
+    const resolved = duplicateResolution(first, second, now);
+    expect(resolved).toMatchObject({ id: first.id, status: 'resolved', occurrences: 1 });
+    expect(resolved.history.at(-1)).toMatchObject({ actor: 'system', from: 'open', to: 'resolved', note: expect.stringContaining(`a duplicate of alert ${second.id}`) });
+    expect(a.sync(resolved).id).toBe(second.id);
     expect(a.sync(first).id).toBe(second.id);
     expect(a.takeDuplicates()).toEqual([]);
     expect(a.apply('m_1', rule, { ...spray, lastSeenAt: T0 + 6_000 })).toMatchObject({ change: 'updated', alert: { id: second.id, severity: 'high', occurrences: 2 } });
+  });
+
+  it('never reopens a duplicate\'s resolution: a replica still counting findings on it has not read the alert kept', () => {
+    let now = T0;
+    const replica = (name: string) => new AlertManager({ suppressionMs: 3_600_000, now: () => now, newId: () => `${name}-1` });
+    const [a, c] = [replica('a'), replica('c')];
+    const spray = finding('medium', T0, 'network:203.0.113.0/24');
+    const first = a.apply('m_1', rule, spray).alert!;
+    c.sync(first);
+    now += 5_000;
+    const kept = { ...first, id: 'b-1', createdAt: new Date(T0 + 1_000).toISOString() };
+    const resolved = duplicateResolution(first, kept, now);
+    // c counted a finding after the resolution, on its open copy: merged, it stays resolved (a
+    // resolution by an admin would be reopened, "the pattern recurred").
+    const counted = c.apply('m_1', rule, { ...spray, lastSeenAt: T0 + 8_000 }).alert!;
+    expect(c.merge(counted, resolved)).toMatchObject({ status: 'resolved', history: resolved.history });
+    const byAdmin = admin(replica('d'), first, ['acknowledged', 'resolved'], now);
+    expect(c.merge(counted, byAdmin).status).toBe('open');
+    // Once it has read the resolution, and before it reads the alert kept, its findings go nowhere.
+    c.sync(resolved);
+    expect(c.apply('m_1', rule, { ...spray, lastSeenAt: T0 + 9_000 })).toEqual({ alert: undefined, change: 'suppressed' });
+    expect(c.sync(kept).id).toBe('b-1');
   });
 });
 

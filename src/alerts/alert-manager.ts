@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
-import { episode, higherSeverity, latestEntry, mergeCopies, riskScore, severityRank, stampAfter, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
+import { episode, higherSeverity, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
 import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
@@ -35,6 +35,12 @@ export interface AlertManagerOptions {
  */
 export const CLOSED_ALERT_MEMORY_MS = 24 * 3_600_000;
 
+/** An alert of ours that another replica's, opened for the same pattern at the same time, is kept over. */
+export interface Duplicate {
+  alert: Alert;
+  kept: Alert;
+}
+
 export function dedupKey(merchantId: string, type: string, scope: string): string {
   return `${merchantId}\u0000${type}\u0000${scope}`;
 }
@@ -44,8 +50,8 @@ export class AlertManager {
   private readonly byKey = new Map<string, Alert>();
   /** The dedup keys whose alert (in byKey) this replica created. */
   private readonly createdHere = new Set<string>();
-  /** Alerts of ours resolved as duplicates by sync, for the caller to write (takeDuplicates). */
-  private duplicates: Alert[] = [];
+  /** Alerts of ours that sync found to be duplicates of others (`kept`), for the caller to resolve (takeDuplicates). */
+  private duplicates: Duplicate[] = [];
   /** Alerts (by id) whose status change this replica is writing, and the status it moves them to. */
   private readonly changing = new Map<string, AlertStatus>();
   private readonly now: () => number;
@@ -100,15 +106,15 @@ export class AlertManager {
     if (known?.id === stored.id) next = this.bothCopies(known, stored);
     else if (known && createdLater(known, stored)) next = known;
     else if (known) {
-      if (this.createdHere.has(key) && (known.status === 'open' || known.status === 'acknowledged')) this.duplicates.push(resolvedAsDuplicate(known, stored, this.now()));
+      if (this.createdHere.has(key) && (known.status === 'open' || known.status === 'acknowledged')) this.duplicates.push({ alert: known, kept: stored });
       this.createdHere.delete(key);
     }
     this.byKey.set(key, next);
     return next;
   }
 
-  /** The alerts sync resolved as duplicates since the last call, to be written (see sync). */
-  takeDuplicates(): Alert[] {
+  /** The alerts of ours sync found to be duplicates since the last call, to be resolved (see sync and duplicateResolution). */
+  takeDuplicates(): Duplicate[] {
     const duplicates = this.duplicates;
     this.duplicates = [];
     return duplicates;
@@ -149,7 +155,9 @@ export class AlertManager {
    */
   merge(ours: Alert, theirs: Alert): Alert {
     const merged = mergeCopies(ours, theirs);
-    const resolution = merged.status === 'resolved' ? latestEntry(merged) : undefined;
+    // A duplicate's resolution is no recurrence's to undo: a replica that went on counting findings
+    // on it had not heard of the alert kept, where they belong.
+    const resolution = merged.status === 'resolved' && !resolvedAsDuplicate(merged) ? latestEntry(merged) : undefined;
     if (!resolution) return merged;
     const knows = (copy: Alert) => copy.history.some((entry) => entry.at === resolution.at && entry.actor === resolution.actor && entry.to === resolution.to);
     const [resolver, unaware] = knows(ours) ? [ours, theirs] : [theirs, ours];
@@ -202,6 +210,9 @@ export class AlertManager {
       if (finding.lastSeenAt <= dismissedAt) return { alert: undefined, change: 'stale' };
     }
     if (existing?.status === 'resolved') {
+      // Resolved as a duplicate by the replica that opened it: this replica has not read the alert
+      // kept yet (it will within SYNC_INTERVAL_MS), and the pattern's findings go there, not here.
+      if (resolvedAsDuplicate(existing)) return { alert: undefined, change: 'suppressed' };
       if (finding.lastSeenAt <= resolvedAt(existing)) return { alert: undefined, change: 'stale' };
       return { alert: this.reopen(existing, rule, finding, now), change: 'reopened' };
     }
@@ -301,18 +312,4 @@ function resolvedAt(alert: Alert): number {
 /** Whether `a` was created after `b` (ties, to the millisecond, by id): of two alerts of one dedup key, `a` is the key's. */
 function createdLater(a: Alert, b: Alert): boolean {
   return a.createdAt !== b.createdAt ? a.createdAt > b.createdAt : a.id > b.id;
-}
-
-/** Our alert, resolved by the system as a duplicate of `kept`, which another replica opened for the same pattern. */
-function resolvedAsDuplicate(ours: Alert, kept: Alert, now: number): Alert {
-  const at = stampAfter(latestEntry(ours)?.at, now);
-  return {
-    ...ours,
-    status: 'resolved',
-    updatedAt: stampAfter(ours.updatedAt, Date.parse(at)),
-    history: [
-      ...ours.history,
-      { at, actor: 'system', from: ours.status, to: 'resolved', note: `a duplicate of alert ${kept.id}, opened for the same pattern by another replica at the same time; its findings go there` },
-    ],
-  };
 }

@@ -31,8 +31,8 @@ import { HeldUntilOpen } from '../held-until-open.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { AlertStore, StoredAlert } from '../store/alert-store.ts';
-import { changeStatus, conflictingMove, isRepeatedChange, latestEntry, mergeCopies, mergeLifecycle, withoutEntry, type Alert, type AlertStatus, type HistoryEntry, type StatusChange } from './alert.ts';
-import type { AlertChange, AlertManager, RuleInfo } from './alert-manager.ts';
+import { changeStatus, conflictingMove, duplicateResolution, isRepeatedChange, latestEntry, mergeCopies, mergeLifecycle, withoutEntry, type Alert, type AlertStatus, type HistoryEntry, type StatusChange } from './alert.ts';
+import type { AlertChange, AlertManager, Duplicate, RuleInfo } from './alert-manager.ts';
 
 export interface AlertServiceHooks {
   /**
@@ -77,6 +77,9 @@ export class AlertService {
   private syncTimer: NodeJS.Timeout | undefined;
   private syncedUpTo = 0;
   private readonly verifyTimers = new Set<NodeJS.Timeout>();
+  /** Our alerts found to be duplicates, by id, until resolved (resolveDuplicates), and the write resolving them. */
+  private readonly duplicates = new Map<string, Duplicate>();
+  private resolving: Promise<void> | undefined;
   /** Reads started by timers (syncs, read-backs) still running: stop waits for them before storage closes. */
   private readonly reading = new Set<Promise<void>>();
   private stopped = false;
@@ -134,9 +137,9 @@ export class AlertService {
   }
 
   /**
-   * Learns the alerts other replicas wrote since the last time (and writes those of ours it finds to
-   * be duplicates of theirs resolved: AlertManager.sync), and forgets the closed alerts a start
-   * would not load. Every SYNC_INTERVAL_MS, and before the worker judges a partition a rebalance
+   * Learns the alerts other replicas wrote since the last time (and resolves those of ours it finds
+   * to be duplicates of theirs: AlertManager.sync, resolveDuplicates), and forgets the closed alerts
+   * a start would not load. Every SYNC_INTERVAL_MS, and before the worker judges a partition a rebalance
    * brought it. Rejects when they cannot be read; the next call reads from the same time.
    */
   async syncWithStore(): Promise<void> {
@@ -150,11 +153,39 @@ export class AlertService {
       // repaired even when no finding comes to update the alert.
       if (next.id === stored.id && mergeCopies(stored, next) !== stored) this.repair(next);
     }
-    for (const duplicate of this.manager.takeDuplicates()) {
-      this.logger.info({ alertId: duplicate.id, merchantId: duplicate.merchantId, type: duplicate.type, note: latestEntry(duplicate)?.note }, 'alert resolved as a duplicate');
-      this.repair(duplicate);
-    }
     this.syncedUpTo = startedAt;
+    this.inBackground(this.resolveDuplicates());
+  }
+
+  /**
+   * Resolves the alerts of ours AlertManager.sync found to be duplicates, each as an admin's change is
+   * made (writeChange): decided on its stored copy, with our detection fields merged in, written as a
+   * compare-and-set and read back. Only the replica that created a duplicate resolves it, and a change
+   * made through another replica meanwhile (an admin's dismissal, say) stands instead of ours, as does
+   * a status other than open or acknowledged. One that fails is tried again after the next sync, and
+   * at stop. Never rejects.
+   */
+  private resolveDuplicates(): Promise<void> {
+    for (const duplicate of this.manager.takeDuplicates()) this.duplicates.set(duplicate.alert.id, duplicate);
+    if (this.duplicates.size === 0) return Promise.resolve();
+    return (this.resolving ??= this.serially(async () => {
+      for (const [id, { alert: ours, kept }] of this.duplicates) {
+        try {
+          const stored = await this.store.getStored(id, ours.merchantId);
+          if (stored && (stored.alert.status === 'open' || stored.alert.status === 'acknowledged')) {
+            const { alert, lost } = await this.writeChange(duplicateResolution(mergeCopies(stored.alert, ours), kept, this.now()), stored);
+            if (lost) this.logger.info({ alertId: id, keptAlertId: kept.id, otherActor: lost.actor, otherTo: lost.to }, 'a duplicate alert was changed through another replica before it was resolved; that change stands');
+            else {
+              this.manager.sync(alert);
+              this.logger.info({ alertId: id, keptAlertId: kept.id, merchantId: alert.merchantId, type: alert.type }, 'alert resolved as a duplicate of one another replica opened at the same time');
+            }
+          }
+          this.duplicates.delete(id);
+        } catch (error) {
+          this.logger.warn({ err: error, alertId: id }, 'resolving a duplicate alert failed; trying again after the next sync');
+        }
+      }
+    }).finally(() => (this.resolving = undefined)));
   }
 
   /** Queues a write of what this replica knows of an alert (an update already waiting keeps its time). */
@@ -425,6 +456,7 @@ export class AlertService {
     for (const timer of this.verifyTimers) clearTimeout(timer);
     this.verifyTimers.clear();
     await Promise.all([...this.reading]);
+    await this.resolveDuplicates();
     await this.flush();
   }
 

@@ -97,6 +97,32 @@ export function stampAfter(previous: string | undefined, now: number): string {
   return new Date(now > after ? now : after + 1).toISOString();
 }
 
+/** Who the worker's own history entries are by (creation, reopening, a duplicate's resolution); no admin may be called so. */
+export const SYSTEM_ACTOR = 'system';
+
+/**
+ * Whether the alert's latest change is the worker's resolution of a duplicate (AlertManager.sync):
+ * no recurrence reopens it, as its pattern's findings belong to the alert kept.
+ */
+export function resolvedAsDuplicate(alert: Alert): boolean {
+  const latest = latestEntry(alert);
+  return alert.status === 'resolved' && latest?.to === 'resolved' && latest.actor === SYSTEM_ACTOR;
+}
+
+/** The alert resolved by the worker as a duplicate of `kept` (see AlertManager.sync), from its status now. */
+export function duplicateResolution(alert: Alert, kept: Alert, now: number): Alert {
+  const at = stampAfter(latestEntry(alert)?.at, now);
+  return {
+    ...alert,
+    status: 'resolved',
+    updatedAt: stampAfter(alert.updatedAt, Date.parse(at)),
+    history: [
+      ...alert.history,
+      { at, actor: SYSTEM_ACTOR, from: alert.status, to: 'resolved', note: `a duplicate of alert ${kept.id}, opened for the same pattern by another replica at the same time; its findings go there` },
+    ],
+  };
+}
+
 /** The latest entry of a history (the last in the order mergeLifecycle keeps). */
 export function latestEntry(alert: Alert): HistoryEntry | undefined {
   return alert.history.reduce<HistoryEntry | undefined>((latest, entry) => (latest && compareEntries(latest, entry) >= 0 ? latest : entry), undefined);

@@ -269,6 +269,49 @@ describe('alerts shared by replicas', () => {
     expect((await stored()).filter((alert) => alert.status === 'open')).toHaveLength(1);
   });
 
+  it('keeps a duplicate resolved while a third replica, not yet aware of the alert kept, goes on counting on it', async () => {
+    const [first, third] = [await replicaWithClock(0), await replicaWithClock(0)];
+    const second = await replicaWithClock(3_000); // its alert is created 3 s later
+    const scope = 'network:198.51.100.0/24';
+    const stored = async () => (await store.list({ merchantId: 'm_1' })).filter((alert) => alert.scope === scope);
+    const at = Date.now();
+    detect(first, scope, 'medium', at);
+    await first.flush();
+    await third.syncWithStore(); // the third continues the first's alert
+    detect(second, scope, 'medium', at + 1_000);
+    await second.flush();
+    await first.syncWithStore();
+    await waitFor(async () => (await stored()).some((alert) => alert.status === 'resolved'), 'the duplicate is resolved', 5_000);
+    // The third counts a finding on its open copy of the duplicate, seen after the resolution, and writes it.
+    detect(third, scope, 'high', Date.now() + 1_000);
+    await third.flush();
+    await third.syncWithStore();
+    detect(third, scope, 'high', Date.now() + 2_000);
+    await third.flush();
+    const alerts = await stored();
+    expect(alerts.map((alert) => alert.status).sort()).toEqual(['open', 'resolved']);
+    expect(alerts.find((alert) => alert.status === 'open')).toMatchObject({ severity: 'high', createdAt: expect.any(String) });
+    expect(alerts.find((alert) => alert.status === 'resolved')!.history.map((entry) => entry.to)).toEqual(['open', 'resolved']);
+  });
+
+  it('lets an admin\'s change of a duplicate, made before its creator resolves it, stand', async () => {
+    const first = await replicaWithClock(0);
+    const second = await replicaWithClock(3_000);
+    const scope = 'network:192.0.2.0/24';
+    const stored = async () => (await store.list({ merchantId: 'm_1' })).filter((alert) => alert.scope === scope);
+    detect(first, scope, 'medium');
+    await first.flush();
+    detect(second, scope, 'medium', Date.now() + 1_000);
+    await second.flush();
+    const duplicate = (await stored()).find((alert) => Date.parse(alert.createdAt) < Date.now() + 1_000)!;
+    expect((await second.changeStatus(duplicate.id, 'm_1', { to: 'dismissed', actor: 'alice', note: 'our pentest' }))?.ok).toBe(true);
+    await first.syncWithStore();
+    await first.flush(); // waits for the writes queued before it, the duplicate's resolution among them
+    const after = (await stored()).find((alert) => alert.id === duplicate.id)!;
+    expect(after.status).toBe('dismissed');
+    expect(after.history.map((entry) => `${entry.actor} ${entry.to}`)).toEqual(['system open', 'alice dismissed']);
+  });
+
   it('keeps the owner\'s counters when it reads an admin\'s change made through another replica before its repeats are written', async () => {
     const owner = await replica();
     const admin = await replica();

@@ -343,6 +343,12 @@ describe('AlertManager across replicas', () => {
     c.sync(resolved);
     expect(c.apply('m_1', rule, { ...spray, lastSeenAt: T0 + 9_000 })).toEqual({ alert: undefined, change: 'suppressed' });
     expect(c.sync(kept).id).toBe('b-1');
+    // A replica that never reads the alert kept (loaded at a start after it was closed and forgotten)
+    // opens a new alert a minute after the resolution.
+    const late = replica('e');
+    late.sync(resolved);
+    now += 61_000;
+    expect(late.apply('m_1', rule, { ...spray, lastSeenAt: now })).toMatchObject({ change: 'created', alert: { id: 'e-1', status: 'open' } });
   });
 });
 

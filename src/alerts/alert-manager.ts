@@ -35,6 +35,9 @@ export interface AlertManagerOptions {
  */
 export const CLOSED_ALERT_MEMORY_MS = 24 * 3_600_000;
 
+/** How long after a duplicate's resolution a replica may not have read the alert kept (a sync every 5 s, read with a minute's overlap). */
+const DUPLICATE_GRACE_MS = 60_000;
+
 /** An alert of ours that another replica's, opened for the same pattern at the same time, is kept over. */
 export interface Duplicate {
   alert: Alert;
@@ -209,10 +212,13 @@ export class AlertManager {
       if (now - dismissedAt < this.options.suppressionMs) return { alert: undefined, change: 'suppressed' };
       if (finding.lastSeenAt <= dismissedAt) return { alert: undefined, change: 'stale' };
     }
-    if (existing?.status === 'resolved') {
+    if (existing?.status === 'resolved' && resolvedAsDuplicate(existing)) {
       // Resolved as a duplicate by the replica that opened it: this replica has not read the alert
-      // kept yet (it will within SYNC_INTERVAL_MS), and the pattern's findings go there, not here.
-      if (resolvedAsDuplicate(existing)) return { alert: undefined, change: 'suppressed' };
+      // kept yet (it will at its next sync), and the pattern's findings go there, not here. Long
+      // after (a start that loaded the duplicate but not the alert kept, closed and forgotten by
+      // then), a new alert opens.
+      if (now - resolvedAt(existing) < DUPLICATE_GRACE_MS) return { alert: undefined, change: 'suppressed' };
+    } else if (existing?.status === 'resolved') {
       if (finding.lastSeenAt <= resolvedAt(existing)) return { alert: undefined, change: 'stale' };
       return { alert: this.reopen(existing, rule, finding, now), change: 'reopened' };
     }

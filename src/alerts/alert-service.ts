@@ -77,9 +77,9 @@ export class AlertService {
   private syncTimer: NodeJS.Timeout | undefined;
   private syncedUpTo = 0;
   private readonly verifyTimers = new Set<NodeJS.Timeout>();
-  /** Our alerts found to be duplicates, by id, until resolved (resolveDuplicates), and the write resolving them. */
+  /** Our alerts found to be duplicates, by id, until resolved (resolveDuplicates), and those being resolved. */
   private readonly duplicates = new Map<string, Duplicate>();
-  private resolving: Promise<void> | undefined;
+  private readonly resolving = new Set<string>();
   /** Reads started by timers (syncs, read-backs) still running: stop waits for them before storage closes. */
   private readonly reading = new Set<Promise<void>>();
   private stopped = false;
@@ -160,32 +160,44 @@ export class AlertService {
   /**
    * Resolves the alerts of ours AlertManager.sync found to be duplicates, each as an admin's change is
    * made (writeChange): decided on its stored copy, with our detection fields merged in, written as a
-   * compare-and-set and read back. Only the replica that created a duplicate resolves it, and a change
-   * made through another replica meanwhile (an admin's dismissal, say) stands instead of ours, as does
-   * a status other than open or acknowledged. One that fails is tried again after the next sync, and
-   * at stop. Never rejects.
+   * compare-and-set and read back, then read back again later (verifyLater: another replica's update
+   * made from a copy read before ours may land over it). Only the replica that created a duplicate
+   * resolves it. An admin's dismissal or resolution made meanwhile stands instead of ours; an
+   * acknowledgement that won the race is resolved at the next pass. Each is a write of its own, so
+   * detection's and admins' writes are not held behind a spray's many merchants. One that fails is
+   * tried again after the next sync, and at stop. Never rejects.
    */
   private resolveDuplicates(): Promise<void> {
     for (const duplicate of this.manager.takeDuplicates()) this.duplicates.set(duplicate.alert.id, duplicate);
-    if (this.duplicates.size === 0) return Promise.resolve();
-    return (this.resolving ??= this.serially(async () => {
-      for (const [id, { alert: ours, kept }] of this.duplicates) {
-        try {
-          const stored = await this.store.getStored(id, ours.merchantId);
-          if (stored && (stored.alert.status === 'open' || stored.alert.status === 'acknowledged')) {
-            const { alert, lost } = await this.writeChange(duplicateResolution(mergeCopies(stored.alert, ours), kept, this.now()), stored);
-            if (lost) this.logger.info({ alertId: id, keptAlertId: kept.id, otherActor: lost.actor, otherTo: lost.to }, 'a duplicate alert was changed through another replica before it was resolved; that change stands');
-            else {
-              this.manager.sync(alert);
-              this.logger.info({ alertId: id, keptAlertId: kept.id, merchantId: alert.merchantId, type: alert.type }, 'alert resolved as a duplicate of one another replica opened at the same time');
-            }
-          }
-          this.duplicates.delete(id);
-        } catch (error) {
-          this.logger.warn({ err: error, alertId: id }, 'resolving a duplicate alert failed; trying again after the next sync');
-        }
+    const writes = [...this.duplicates.values()]
+      .filter(({ alert }) => !this.resolving.has(alert.id))
+      .map((duplicate) => {
+        this.resolving.add(duplicate.alert.id);
+        return this.serially(() => this.resolveDuplicate(duplicate)).finally(() => this.resolving.delete(duplicate.alert.id));
+      });
+    return Promise.all(writes).then(() => undefined);
+  }
+
+  private async resolveDuplicate({ alert: ours, kept }: Duplicate): Promise<void> {
+    const { id } = ours;
+    try {
+      const stored = await this.store.getStored(id, ours.merchantId);
+      if (!stored || !(stored.alert.status === 'open' || stored.alert.status === 'acknowledged')) {
+        this.duplicates.delete(id);
+        return;
       }
-    }).finally(() => (this.resolving = undefined)));
+      const { alert, lost } = await this.writeChange(duplicateResolution(mergeCopies(stored.alert, ours), kept, this.now()), stored);
+      if (lost) {
+        this.logger.info({ alertId: id, keptAlertId: kept.id, otherActor: lost.actor, otherTo: lost.to }, 'a duplicate alert was changed through another replica as it was being resolved; read again at the next pass');
+        return;
+      }
+      this.duplicates.delete(id);
+      this.manager.sync(alert);
+      this.verifyLater(alert);
+      this.logger.info({ alertId: id, keptAlertId: kept.id, merchantId: alert.merchantId, type: alert.type }, 'alert resolved as a duplicate of one another replica opened at the same time');
+    } catch (error) {
+      this.logger.warn({ err: error, alertId: id }, 'resolving a duplicate alert failed; trying again after the next sync');
+    }
   }
 
   /** Queues a write of what this replica knows of an alert (an update already waiting keeps its time). */
@@ -456,8 +468,9 @@ export class AlertService {
     for (const timer of this.verifyTimers) clearTimeout(timer);
     this.verifyTimers.clear();
     await Promise.all([...this.reading]);
-    await this.resolveDuplicates();
     await this.flush();
+    // After the flush, which must not wait for them: the alerts found and changed before the stop come first.
+    await this.resolveDuplicates();
   }
 
   /** Keeps a read that never rejects until it ends, so stop() can wait for it. */

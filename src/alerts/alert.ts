@@ -106,8 +106,11 @@ export const SYSTEM_ACTOR = 'system';
  */
 export function resolvedAsDuplicate(alert: Alert): boolean {
   const latest = latestEntry(alert);
-  return alert.status === 'resolved' && latest?.to === 'resolved' && latest.actor === SYSTEM_ACTOR;
+  return alert.status === 'resolved' && latest?.to === 'resolved' && latest.actor === SYSTEM_ACTOR && latest.note?.startsWith(DUPLICATE_NOTE) === true;
 }
+
+/** How a duplicate's resolution note begins (before 'system' was refused as an admin's name, an admin could have been called so). */
+const DUPLICATE_NOTE = 'a duplicate of alert ';
 
 /** The alert resolved by the worker as a duplicate of `kept` (see AlertManager.sync), from its status now. */
 export function duplicateResolution(alert: Alert, kept: Alert, now: number): Alert {
@@ -118,7 +121,7 @@ export function duplicateResolution(alert: Alert, kept: Alert, now: number): Ale
     updatedAt: stampAfter(alert.updatedAt, Date.parse(at)),
     history: [
       ...alert.history,
-      { at, actor: SYSTEM_ACTOR, from: alert.status, to: 'resolved', note: `a duplicate of alert ${kept.id}, opened for the same pattern by another replica at the same time; its findings go there` },
+      { at, actor: SYSTEM_ACTOR, from: alert.status, to: 'resolved', note: `${DUPLICATE_NOTE}${kept.id}, opened for the same pattern by another replica at the same time; its findings go there` },
     ],
   };
 }

@@ -269,6 +269,31 @@ describe('alerts shared by replicas', () => {
     expect((await stored()).filter((alert) => alert.status === 'open')).toHaveLength(1);
   });
 
+  /** Two replicas, clocks 3 s apart, each opening an alert for `scope` before reading the other's: the first's is the duplicate. */
+  async function duplicates(scope: string) {
+    const first = await replicaWithClock(0);
+    const second = await replicaWithClock(3_000);
+    const stored = async () => (await store.list({ merchantId: 'm_1' })).filter((alert) => alert.scope === scope);
+    detect(first, scope, 'medium');
+    await first.flush();
+    const duplicate = (await stored())[0]!;
+    detect(second, scope, 'medium', Date.now() + 1_000);
+    await second.flush();
+    return { first, second, stored, duplicate };
+  }
+
+  it('writes a duplicate\'s resolution again when an update made from a copy read before it lands over it', async () => {
+    const { first, stored, duplicate: before } = await duplicates('network:203.0.113.128/25');
+    await first.syncWithStore();
+    await first.flush(); // after the resolution, queued before it
+    expect((await stored()).find((alert) => alert.id === before.id)?.status).toBe('resolved');
+    // A third replica's repeat, made from the copy it read before the resolution, lands over it.
+    await store.save([{ ...before, occurrences: 9, updatedAt: new Date().toISOString() }]);
+    expect((await stored()).filter((alert) => alert.status === 'open')).toHaveLength(2);
+    await waitFor(async () => (await stored()).filter((alert) => alert.status === 'open').length === 1, 'the resolution is written again', 12_000);
+    expect((await stored()).find((alert) => alert.id === before.id)).toMatchObject({ status: 'resolved', occurrences: 9 });
+  });
+
   it('keeps a duplicate resolved while a third replica, not yet aware of the alert kept, goes on counting on it', async () => {
     const [first, third] = [await replicaWithClock(0), await replicaWithClock(0)];
     const second = await replicaWithClock(3_000); // its alert is created 3 s later
@@ -295,15 +320,7 @@ describe('alerts shared by replicas', () => {
   });
 
   it('lets an admin\'s change of a duplicate, made before its creator resolves it, stand', async () => {
-    const first = await replicaWithClock(0);
-    const second = await replicaWithClock(3_000);
-    const scope = 'network:192.0.2.0/24';
-    const stored = async () => (await store.list({ merchantId: 'm_1' })).filter((alert) => alert.scope === scope);
-    detect(first, scope, 'medium');
-    await first.flush();
-    detect(second, scope, 'medium', Date.now() + 1_000);
-    await second.flush();
-    const duplicate = (await stored()).find((alert) => Date.parse(alert.createdAt) < Date.now() + 1_000)!;
+    const { first, second, stored, duplicate } = await duplicates('network:192.0.2.0/24');
     expect((await second.changeStatus(duplicate.id, 'm_1', { to: 'dismissed', actor: 'alice', note: 'our pentest' }))?.ok).toBe(true);
     await first.syncWithStore();
     await first.flush(); // waits for the writes queued before it, the duplicate's resolution among them

@@ -300,4 +300,13 @@ export const fixtures: Fixture[] = [
     now: NOW,
     expect: { findings: 0 },
   },
+  {
+    // The cap held the last 100 requests: the spike's first 170 and the minutes before are counted
+    // from what it dropped, by 10-second step, enough to find the spike's busiest 60 seconds.
+    name: 'a 20-second spike of 240 straddling a minute boundary over 30/min, on a key the per-key cap cut to 100, is still one spike',
+    kind: 'negative',
+    window: keyWindow([...perMinute([30, 30, 30], FIVE_MINUTES_AGO), ...spread(240, T0 - 2 * MINUTE - 10 * SECOND, 20 * SECOND), ...perMinute([30], T0 - MINUTE)], { cap: 100 }),
+    now: NOW,
+    expect: { findings: 0 },
+  },
 ];

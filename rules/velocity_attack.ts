@@ -136,6 +136,22 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       counts[slot]! += more;
       limits[slot] = Math.max(limits[slot]!, dropped.highestLimit(firstMinute + slot));
     }
+    /**
+     * At least how many counted requests the busiest 60 seconds of the two minutes from `slot` hold,
+     * where the cap cut them: the most that any 60 seconds on a 10-second boundary hold of the
+     * requests the cap dropped (kept by 10-second step) and of the window's events (see oneBurst).
+     */
+    const busiestAtLeast = (slot: number) => {
+      const from = windowStart + slot * MINUTE;
+      let most = 0;
+      for (let start = from; start <= from + MINUTE; start += 10_000) {
+        let held = dropped!.answeredBetween(start, start + MINUTE);
+        const end = firstAtOrAfter(events, start + MINUTE);
+        for (let i = firstAtOrAfter(events, start); i < end; i++) if (counted(events[i]!)) held++;
+        if (held > most) most = held;
+      }
+      return most;
+    };
     const limitOf = (slot: number) => (limits[slot]! > 0 ? limits[slot]! : params.defaultLimitPerMinute);
 
     const over: Over[] = [];
@@ -147,18 +163,21 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     const needed = Math.max(1, Math.floor(params.minMinutesOver));
     if (over.length < needed) return [];
 
-    // A minute the engine's per-key cap cut (window.cappedAt) holds part of its requests only: it is
-    // never judged by its busiest 60 seconds, as no one burst explains a flood the cap cannot hold.
+    // A minute the engine's per-key cap cut (window.cappedAt) holds part of its requests only: the
+    // rest are known by 10-second step (window.dropped), not one by one.
     const whole = (o: Over) => windowStart + o.slot * MINUTE > (window.cappedAt ?? -Infinity);
     // Two adjacent over minutes that are one burst of seconds straddling the boundary between them (60
     // seconds touch at most two clock minutes; without their busiest 60 seconds, of time, not a clock
     // minute, they are not over): one over minute, as they would be had the burst fallen within one.
-    // (When a bound found by binary search already leaves enough, the events need not be read.)
+    // (When a bound found by binary search already leaves enough, the events need not be read.) Where
+    // the cap cut the first, what the cap dropped is known by 10-second step: the busiest 60 seconds
+    // on a 10-second boundary are counted instead, which any burst of 50 seconds or less fills.
     const oneBurst = over.map((o, i) => {
       const next = over[i + 1];
-      if (next === undefined || next.slot !== o.slot + 1 || !whole(o)) return false;
+      if (next === undefined || next.slot !== o.slot + 1) return false;
       const rest = (params.thresholdRatio * (o.limit + next.limit)) / 2;
       const requests = o.count + next.count;
+      if (!whole(o)) return dropped !== undefined && !(requests - busiestAtLeast(o.slot) > rest);
       const from = windowStart + o.slot * MINUTE;
       if (requests - busiestMinuteBound(events, from, from + 2 * MINUTE) > rest) return false;
       return !(requests - new BusiestMinute(events, starts[o.slot]!, () => true).upTo(ends[next.slot]!) > rest);

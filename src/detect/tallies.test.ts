@@ -19,14 +19,24 @@ describe('DroppedRequestTally', () => {
     expect([tally.count(minute - 1), tally.highestLimit(minute - 1), tally.earliest(minute - 1)]).toEqual([0, 0, Number.NaN]);
   });
 
-  it('keeps the latest 16 minutes it dropped requests of: an older minute counts 0', () => {
+  it('keeps its latest 21 minutes, by 10-second step: an older one counts 0', () => {
     const tally = new DroppedRequestTally();
     const minute = T0 / MINUTE;
     tally.add(dropped(T0));
-    tally.add(dropped(T0 + 16 * MINUTE)); // takes the first minute's slot
+    tally.add(dropped(T0 + 16 * MINUTE));
+    expect([tally.count(minute), tally.count(minute + 16)]).toEqual([1, 1]);
+    tally.add(dropped(T0 + 128 * 10_000)); // 128 steps later, 21 min 20 s: takes the first step's slot
+    expect([tally.count(minute), tally.count(minute + 16), tally.count(minute + 21)]).toEqual([0, 1, 1]);
+    tally.add(dropped(T0 + 5_000)); // its step's slot holds a later one: too old to record
     expect(tally.count(minute)).toBe(0);
-    expect(tally.count(minute + 16)).toBe(1);
-    tally.add(dropped(T0 + 30_000)); // too old to record
-    expect(tally.count(minute)).toBe(0);
+  });
+
+  it('counts the answered requests of the 10-second steps wholly within a span', () => {
+    const tally = new DroppedRequestTally();
+    for (const at of [T0 + 1_000, T0 + 9_000, T0 + 15_000, T0 + 25_000]) tally.add(dropped(at));
+    tally.add(dropped(T0 + 12_000, 503));
+    expect(tally.answeredBetween(T0, T0 + 20_000)).toBe(3); // two steps: 2 + 1 (the 503 left out)
+    expect(tally.answeredBetween(T0 + 5_000, T0 + 30_000)).toBe(2); // the steps at 10 s and 20 s
+    expect(tally.answeredBetween(T0, T0 + 9_999)).toBe(0); // no step wholly within
   });
 });

@@ -32,10 +32,11 @@ export class MinuteRing {
   /** The latest minute any event fell in (not lowered when events leave). */
   newestMinute = -Infinity;
 
-  /** `initial` holds each counter's value for a minute without events. */
+  /** `initial` holds each counter's value for a minute without events; `slotMs` makes the ring's "minutes" shorter (DroppedRequestTally's 10-second steps). */
   constructor(
     readonly size: number,
     private readonly initial: readonly number[],
+    private readonly slotMs = MINUTE,
   ) {
     if (!(size > 0 && (size & (size - 1)) === 0)) throw new Error(`MinuteRing size must be a power of two, not ${size}`);
     this.stride = initial.length + 1;
@@ -49,7 +50,7 @@ export class MinuteRing {
    * taken over when it holds an earlier minute; FORGOTTEN when it already holds a later one.
    */
   claim(timestamp: number): number {
-    const minute = minuteOf(timestamp);
+    const minute = Math.floor(timestamp / this.slotMs);
     const at = this.slotOf(minute);
     const held = this.slots[at]!;
     if (held === minute) return at;
@@ -90,16 +91,19 @@ export class MinuteRing {
   }
 }
 
-const DROPPED_MINUTES = 16;
+const STEP_MS = 10_000;
+const STEPS_PER_MINUTE = MINUTE / STEP_MS;
+/** 21 minutes of 10-second steps (a power of two): at least the 16 minutes DroppedRequests promises. */
+const DROPPED_STEPS = 128;
 const [REQUESTS, SERVER_ERRORS, HIGHEST_LIMIT, EARLIEST, LATEST] = [0, 1, 2, 3, 4];
 
 /**
  * The requests the engine's per-key cap dropped from a key's window (DroppedRequests in types.ts),
- * per minute, for the latest DROPPED_MINUTES minutes it dropped any of. The cap drops the oldest
- * events first, so the minutes arrive in order and an older one is never needed again.
+ * per 10-second step, for the latest 21 minutes it dropped any of. The cap drops the oldest events
+ * first, so the steps arrive in order and an older one is never needed again.
  */
 export class DroppedRequestTally implements DroppedRequests {
-  private readonly ring = new MinuteRing(DROPPED_MINUTES, [0, 0, 0, Infinity, -Infinity]);
+  private readonly ring = new MinuteRing(DROPPED_STEPS, [0, 0, 0, Infinity, -Infinity], STEP_MS);
 
   add(event: WindowEvent): void {
     const at = this.ring.claim(event.timestamp);
@@ -112,28 +116,44 @@ export class DroppedRequestTally implements DroppedRequests {
   }
 
   count(minute: number): number {
-    return this.read(minute, REQUESTS, 0);
+    return this.overMinute(minute, REQUESTS, 0, (a, b) => a + b);
   }
 
   serverErrors(minute: number): number {
-    return this.read(minute, SERVER_ERRORS, 0);
+    return this.overMinute(minute, SERVER_ERRORS, 0, (a, b) => a + b);
   }
 
   highestLimit(minute: number): number {
-    return this.read(minute, HIGHEST_LIMIT, 0);
+    return this.overMinute(minute, HIGHEST_LIMIT, 0, Math.max);
   }
 
   earliest(minute: number): number {
-    return this.read(minute, EARLIEST, Number.NaN);
+    const earliest = this.overMinute(minute, EARLIEST, Infinity, Math.min);
+    return earliest === Infinity ? Number.NaN : earliest;
   }
 
   latest(minute: number): number {
-    return this.read(minute, LATEST, Number.NaN);
+    const latest = this.overMinute(minute, LATEST, -Infinity, Math.max);
+    return latest === -Infinity ? Number.NaN : latest;
   }
 
-  private read(minute: number, counter: number, none: number): number {
-    const at = this.ring.find(minute);
-    return at >= 0 ? this.ring.get(at, counter) : none;
+  answeredBetween(from: number, to: number): number {
+    let answered = 0;
+    for (let step = Math.ceil(from / STEP_MS); (step + 1) * STEP_MS <= to; step++) {
+      const at = this.ring.find(step);
+      if (at >= 0) answered += this.ring.get(at, REQUESTS) - this.ring.get(at, SERVER_ERRORS);
+    }
+    return answered;
+  }
+
+  /** A counter over the minute's steps, folded with `fold` from `none`. */
+  private overMinute(minute: number, counter: number, none: number, fold: (a: number, b: number) => number): number {
+    let value = none;
+    for (let step = minute * STEPS_PER_MINUTE; step < (minute + 1) * STEPS_PER_MINUTE; step++) {
+      const at = this.ring.find(step);
+      if (at >= 0) value = fold(value, this.ring.get(at, counter));
+    }
+    return value;
   }
 }
 

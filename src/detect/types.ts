@@ -99,7 +99,7 @@ export interface KeyWindow {
 
 /**
  * The requests the engine's per-key cap dropped from a key's window (a key sending more than the cap
- * holds), per UTC clock minute (minutes since the epoch), for the latest 16 minutes it dropped any
+ * holds), per UTC clock minute (minutes since the epoch), for at least the latest 16 minutes it dropped any
  * of: what a rule counting requests per minute adds to the window's own, which holds only the newest
  * of them. A minute it dropped none of, or one too long ago, counts 0 (its times are NaN).
  */
@@ -113,6 +113,11 @@ export interface DroppedRequests {
   /** The time of the earliest and of the latest of them. */
   earliest(minute: number): number;
   latest(minute: number): number;
+  /**
+   * At least how many of the requests dropped between `from` and `to` (epoch ms) the API did not
+   * answer 5xx: those of the 10-second steps wholly within (the cap's record is kept by step).
+   */
+  answeredBetween(from: number, to: number): number;
 }
 
 /** What a rule reports. The engine turns findings into deduplicated alerts. */

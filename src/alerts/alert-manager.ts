@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
-import { episode, higherSeverity, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
+import { episode, higherSeverity, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
 import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
@@ -172,7 +172,7 @@ export class AlertManager {
       status: 'open',
       occurrences: Math.max(1, unaware.occurrences - resolver.occurrences),
       updatedAt: stampAfter(merged.updatedAt, Date.parse(at)),
-      history: [...merged.history, { at, actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }],
+      history: [...merged.history, { at, actor: SYSTEM_ACTOR, from: 'resolved', to: 'open', note: 'the pattern recurred' }],
     });
   }
 
@@ -259,7 +259,7 @@ export class AlertManager {
       occurrences: 1,
       createdAt: nowIso,
       updatedAt: nowIso,
-      history: [{ at: nowIso, actor: 'system', from: null, to: 'open', note: 'created by detection' }],
+      history: [{ at: nowIso, actor: SYSTEM_ACTOR, from: null, to: 'open', note: 'created by detection' }],
     });
     this.byKey.set(key, alert);
     this.createdHere.add(key);
@@ -279,7 +279,7 @@ export class AlertManager {
       status: 'open',
       occurrences: 1,
       updatedAt: stampAfter(existing.updatedAt, Date.parse(at)),
-      history: [...existing.history, { at, actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }],
+      history: [...existing.history, { at, actor: SYSTEM_ACTOR, from: 'resolved', to: 'open', note: 'the pattern recurred' }],
     });
     this.byKey.set(dedupKey(existing.merchantId, existing.type, existing.scope), reopened);
     return reopened;

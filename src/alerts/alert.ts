@@ -100,6 +100,9 @@ export function stampAfter(previous: string | undefined, now: number): string {
 /** Who the worker's own history entries are by (creation, reopening, a duplicate's resolution); no admin may be called so. */
 export const SYSTEM_ACTOR = 'system';
 
+/** How a duplicate's resolution note begins (before 'system' was refused as an admin's name, an admin could have been called so). */
+const DUPLICATE_NOTE = 'a duplicate of alert ';
+
 /**
  * Whether the alert's latest change is the worker's resolution of a duplicate (AlertManager.sync):
  * no recurrence reopens it, as its pattern's findings belong to the alert kept.
@@ -108,9 +111,6 @@ export function resolvedAsDuplicate(alert: Alert): boolean {
   const latest = latestEntry(alert);
   return alert.status === 'resolved' && latest?.to === 'resolved' && latest.actor === SYSTEM_ACTOR && latest.note?.startsWith(DUPLICATE_NOTE) === true;
 }
-
-/** How a duplicate's resolution note begins (before 'system' was refused as an admin's name, an admin could have been called so). */
-const DUPLICATE_NOTE = 'a duplicate of alert ';
 
 /** The alert resolved by the worker as a duplicate of `kept` (see AlertManager.sync), from its status now. */
 export function duplicateResolution(alert: Alert, kept: Alert, now: number): Alert {

@@ -301,6 +301,23 @@ export const fixtures: Fixture[] = [
     expect: { findings: 0 },
   },
   {
+    // The window holds the two minutes at 100/min only: the flood before them, which the cap dropped
+    // whole, does not hide them (nor rate them: it was reported while the window held it).
+    name: 'a key over its limit now, 100/min against 60, after a flood of 700/min the per-key cap dropped whole, is still reported',
+    kind: 'positive',
+    window: keyWindow(perMinute([700, 700, 0, 100, 100], FIVE_MINUTES_AGO), { cap: 200 }),
+    now: NOW,
+    expect: { findings: 1, severity: 'high' },
+  },
+  {
+    // The 503s' RateLimit-Limit of 1,000 is not the client's limit: 5xx answers are left out, limits included.
+    name: 'a key at 200/min against 60 with a few 503s carrying a higher limit, on a key the per-key cap cut, is judged against 60',
+    kind: 'positive',
+    window: keyWindow([...perMinute([200, 200, 200], T0 - 3 * MINUTE), ...perMinute([5, 5, 5], T0 - 3 * MINUTE + 30 * SECOND, { status: 503, rateLimitPerMinute: 1_000 })], { cap: 300 }),
+    now: NOW,
+    expect: { findings: 1, severity: 'high', evidence: { limitPerMinute: 60 } },
+  },
+  {
     // The cap held the last 100 requests: the spike's first 170 and the minutes before are counted
     // from what it dropped, by 10-second step, enough to find the spike's busiest 60 seconds.
     name: 'a 20-second spike of 240 straddling a minute boundary over 30/min, on a key the per-key cap cut to 100, is still one spike',

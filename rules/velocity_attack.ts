@@ -70,7 +70,7 @@ interface Over {
 
 export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'velocity_attack',
-  version: '1.4.0',
+  version: '1.4.1',
   title: 'Velocity attack',
   description:
     'A key sends well above its per-minute rate limit for several minutes: a script hammering the API, ' +
@@ -196,7 +196,9 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     // then the most over minutes, then the highest sustained rate, then the latest; at most a dozen
     // minutes, so every pair is tried. What a stretch sustained is its minMinutesOver-th busiest over
     // minute, or its own rate, or its over minutes' rate without their busiest 60 seconds (one spike,
-    // straddling a boundary or not, never rates a stretch), whichever is lowest.
+    // straddling a boundary or not, never rates a stretch), whichever is lowest. A stretch the cap
+    // dropped whole is a flood over since (the window holds none of it to show), reported while the
+    // window held it: it is not one, so a later stretch the window holds is judged in its place.
     const band = (ratio: number) => (ratio >= params.criticalRatio ? 2 : ratio >= params.highRatio ? 1 : 0);
     let best: { from: number; to: number; ratio: number; sustained: number } | undefined;
     for (let a = 0; a + needed - 1 < over.length; a++) {
@@ -206,7 +208,9 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       let overAllowed = 0;
       let slot = over[a]!.slot;
       let busiest: BusiestMinute | undefined;
+      let held = false;
       for (let b = a; b < over.length; b++) {
+        held ||= ends[over[b]!.slot]! > starts[over[b]!.slot]!;
         for (; slot <= over[b]!.slot; slot++) {
           requests += counts[slot]!;
           allowed += limitOf(slot);
@@ -214,7 +218,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
         overRequests += over[b]!.count;
         overAllowed += over[b]!.limit;
         const ratio = requests / allowed;
-        if (distinctOver(a, b) < needed || !(ratio > params.thresholdRatio)) continue;
+        if (!held || distinctOver(a, b) < needed || !(ratio > params.thresholdRatio)) continue;
         const overMinutes = b - a + 1;
         let outsideBusiest = Infinity;
         if (overMinutes > 1 && whole(over[a]!)) {
@@ -232,9 +236,6 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     }
     if (!best) return [];
     const stretch = over.slice(best.from, best.to + 1);
-    // A stretch the cap dropped whole is a flood over since (the window holds none of it to show):
-    // it was reported while the window held it.
-    if (stretch.every((o) => ends[o.slot]! === starts[o.slot]!)) return [];
     const spanMinutes = stretch[stretch.length - 1]!.slot - stretch[0]!.slot + 1;
     const peak = stretch.reduce((top, o) => (o.ratio > top.ratio ? o : top));
     const sustainedRatio = best.sustained;

@@ -236,6 +236,8 @@ interface KeyState {
   thinnedBefore: number;
   /** The newest time of an event the per-key cap dropped (KeyWindow.cappedAt); -Infinity when none was. */
   cappedAt: number;
+  /** The eventIds (hashes) of the events the per-key cap dropped dated cappedAt (see prune); undefined until it drops one. */
+  cappedIds: Set<number> | undefined;
   /** What the per-key cap dropped, per minute (KeyWindow.dropped); undefined until it drops an event. */
   dropped: DroppedRequestTally | undefined;
   /** The networks and places of the key's last days. */
@@ -843,6 +845,7 @@ export class DetectionEngine {
       arrived: [],
       thinnedBefore: -Infinity,
       cappedAt: -Infinity,
+      cappedIds: undefined,
       dropped: undefined,
       history: idle?.history ?? new KeyHistory(this.historyEntries),
       firedAt: undefined,
@@ -861,13 +864,20 @@ export class DetectionEngine {
     const cutoff = window.newestTime - this.windowMs;
     while (window.size > 0 && window.oldestTime < cutoff) this.dropOldest(state);
     if (window.size > this.eventsPerKeyCap) this.thin(state);
-    // An event no later than what the cap had already dropped, dropped at once, is recorded only once:
+    // An event older than what the cap had already dropped, dropped at once, is recorded only once:
     // it is likely one the cap dropped before, delivered again (its id left with it), not a new one.
-    const droppedBefore = state.cappedAt;
+    // One dated the same as the newest it dropped is told by its id: timestamps of whole seconds
+    // (a producer's `date +%s`) would otherwise leave most of a flood unrecorded.
     while (window.size > this.eventsPerKeyCap) {
       const event = this.dropOldest(state);
-      state.cappedAt = Math.max(state.cappedAt, event.timestamp);
-      if (event.timestamp > droppedBefore) (state.dropped ??= new DroppedRequestTally()).add(event);
+      if (event.timestamp < state.cappedAt) continue;
+      const idHash = eventIdHash(event.eventId);
+      if (event.timestamp > state.cappedAt) {
+        state.cappedAt = event.timestamp;
+        (state.cappedIds ??= new Set()).clear();
+      } else if (state.cappedIds!.has(idHash)) continue;
+      state.cappedIds!.add(idHash);
+      (state.dropped ??= new DroppedRequestTally()).add(event);
     }
   }
 

@@ -19,6 +19,13 @@ describe('DroppedRequestTally', () => {
     expect([tally.count(minute - 1), tally.highestLimit(minute - 1), tally.earliest(minute - 1)]).toEqual([0, 0, Number.NaN]);
   });
 
+  it('takes no limit or time from the requests answered 5xx, which it counts apart', () => {
+    const tally = new DroppedRequestTally();
+    const minute = T0 / MINUTE;
+    for (const event of [dropped(T0 + 1_000, 503, 1_000), dropped(T0 + 30_000, 201, 60), dropped(T0 + 50_000, 502, 1_000)]) tally.add(event);
+    expect([tally.count(minute), tally.serverErrors(minute), tally.highestLimit(minute), tally.earliest(minute), tally.latest(minute)]).toEqual([3, 2, 60, T0 + 30_000, T0 + 30_000]);
+  });
+
   it('keeps its latest 21 minutes, by 10-second step: an older one counts 0', () => {
     const tally = new DroppedRequestTally();
     const minute = T0 / MINUTE;

@@ -109,7 +109,12 @@ export class DroppedRequestTally implements DroppedRequests {
     const at = this.ring.claim(event.timestamp);
     if (at === FORGOTTEN) return;
     this.ring.add(at, REQUESTS, 1);
-    if (event.status >= 500) this.ring.add(at, SERVER_ERRORS, 1);
+    // A request answered 5xx is no request of the client's rate (velocity_attack leaves them out,
+    // limits included): it is counted apart, and says nothing of the limit or the times.
+    if (event.status >= 500) {
+      this.ring.add(at, SERVER_ERRORS, 1);
+      return;
+    }
     this.ring.raise(at, HIGHEST_LIMIT, event.rateLimitPerMinute);
     this.ring.lower(at, EARLIEST, event.timestamp);
     this.ring.raise(at, LATEST, event.timestamp);

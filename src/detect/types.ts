@@ -108,9 +108,9 @@ export interface DroppedRequests {
   count(minute: number): number;
   /** How many of them the API answered 5xx. */
   serverErrors(minute: number): number;
-  /** The highest rateLimitPerMinute they carried (0 when none carried one). */
+  /** The highest rateLimitPerMinute that those not answered 5xx carried (0 when none carried one). */
   highestLimit(minute: number): number;
-  /** The time of the earliest and of the latest of them. */
+  /** The time of the earliest and of the latest of those not answered 5xx (NaN when none was). */
   earliest(minute: number): number;
   latest(minute: number): number;
   /**

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Finding, RecommendedAction, Severity } from '../detect/types.ts';
 import { changeStatus, duplicateResolution, type Alert, type AlertStatus } from './alert.ts';
-import { AlertManager, type RuleInfo } from './alert-manager.ts';
+import { AlertManager, laterCreatedFirst, type RuleInfo } from './alert-manager.ts';
 import { alertInsights } from './insights.ts';
 import { finding as makeFinding, fixtureFinding } from './test-findings.ts';
 
@@ -321,6 +321,23 @@ describe('AlertManager across replicas', () => {
     expect(a.sync(first).id).toBe(second.id);
     expect(a.takeDuplicates()).toEqual([]);
     expect(a.apply('m_1', rule, { ...spray, lastSeenAt: T0 + 6_000 })).toMatchObject({ change: 'updated', alert: { id: second.id, severity: 'high', occurrences: 2 } });
+  });
+
+  it('does not reopen an alert an admin resolved once it knows the later alert of its key it is a duplicate of', () => {
+    let now = T0;
+    const a = new AlertManager({ suppressionMs: 3_600_000, now: () => now, newId: () => 'a-1' });
+    const spray = finding('medium', T0, 'network:203.0.113.0/24');
+    const first = a.apply('m_1', rule, spray).alert!;
+    const kept = { ...first, id: 'b-1', createdAt: new Date(T0 + 1_000).toISOString() };
+    now += 3_000;
+    const byAdmin = admin(new AlertManager({ suppressionMs: 3_600_000, now: () => now }), first, ['acknowledged', 'resolved'], now);
+    // A repeat counted before the replica read either, written after: a recurrence while the key was its.
+    const counted = a.apply('m_1', rule, { ...spray, lastSeenAt: T0 + 5_000 }).alert!;
+    expect(a.merge(counted, byAdmin).status).toBe('open');
+    // Read in sync's order, the alert kept first: the admin's resolution is not merged as the key's, nor undone.
+    for (const stored of [byAdmin, kept].sort(laterCreatedFirst)) a.sync(stored);
+    expect(a.merge(counted, byAdmin)).toMatchObject({ status: 'resolved', occurrences: 2, history: byAdmin.history });
+    expect(a.takeDuplicates()).toEqual([{ alert: counted, kept }]);
   });
 
   it('never reopens a duplicate\'s resolution: a replica still counting findings on it has not read the alert kept', () => {

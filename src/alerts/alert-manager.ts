@@ -162,6 +162,10 @@ export class AlertManager {
     // on it had not heard of the alert kept, where they belong.
     const resolution = merged.status === 'resolved' && !resolvedAsDuplicate(merged) ? latestEntry(merged) : undefined;
     if (!resolution) return merged;
+    // Nor is an alert that a later one of its dedup key is kept over (a duplicate an admin closed
+    // before its creator could, see sync): the pattern's findings go to that one.
+    const current = this.byKey.get(dedupKey(merged.merchantId, merged.type, merged.scope));
+    if (current && current.id !== merged.id && createdLater(current, merged)) return merged;
     const knows = (copy: Alert) => copy.history.some((entry) => entry.at === resolution.at && entry.actor === resolution.actor && entry.to === resolution.to);
     const [resolver, unaware] = knows(ours) ? [ours, theirs] : [theirs, ours];
     if (knows(unaware) || episode(unaware) !== episode(resolver)) return merged;
@@ -316,6 +320,14 @@ function resolvedAt(alert: Alert): number {
 }
 
 /** Whether `a` was created after `b` (ties, to the millisecond, by id): of two alerts of one dedup key, `a` is the key's. */
+/**
+ * For sort(): the alerts created later first. Synced in that order, a dedup key's alert is learned
+ * before an earlier one it is kept over, which is then not merged (and not reopened) as the key's.
+ */
+export function laterCreatedFirst(a: Alert, b: Alert): number {
+  return a.id === b.id ? 0 : createdLater(a, b) ? -1 : 1;
+}
+
 function createdLater(a: Alert, b: Alert): boolean {
   return a.createdAt !== b.createdAt ? a.createdAt > b.createdAt : a.id > b.id;
 }

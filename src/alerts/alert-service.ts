@@ -32,7 +32,7 @@ import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { AlertStore, StoredAlert } from '../store/alert-store.ts';
 import { changeStatus, conflictingMove, duplicateResolution, isRepeatedChange, latestEntry, mergeCopies, mergeLifecycle, withoutEntry, type Alert, type AlertStatus, type HistoryEntry, type StatusChange } from './alert.ts';
-import type { AlertChange, AlertManager, Duplicate, RuleInfo } from './alert-manager.ts';
+import { laterCreatedFirst, type AlertChange, type AlertManager, type Duplicate, type RuleInfo } from './alert-manager.ts';
 
 export interface AlertServiceHooks {
   /**
@@ -145,7 +145,7 @@ export class AlertService {
   async syncWithStore(): Promise<void> {
     this.manager.forgetClosed();
     const startedAt = this.now();
-    for (const stored of await this.store.changedSince(new Date(this.syncedUpTo - SYNC_OVERLAP_MS))) {
+    for (const stored of (await this.store.changedSince(new Date(this.syncedUpTo - SYNC_OVERLAP_MS))).sort(laterCreatedFirst)) {
       const next = this.manager.sync(stored);
       // The stored copy lacks what this replica knows: a write from an older copy landed over ours (a
       // key's previous owner, an admin's change decided before our update), or the merge found a
@@ -182,6 +182,16 @@ export class AlertService {
     const { id } = ours;
     try {
       const stored = await this.store.getStored(id, ours.merchantId);
+      const pending = this.unsaved.get(id);
+      if (!stored && pending) {
+        // Not written yet (its first write waits for the next flush, or for storage to come back):
+        // it is written resolved, never open; no other replica knows of it to change it meanwhile.
+        const resolved = duplicateResolution(mergeCopies(pending, ours), kept, this.now());
+        this.unsaved.set(id, resolved);
+        this.manager.sync(resolved);
+        this.schedule(FLUSH_DELAY_MS);
+        this.logger.info({ alertId: id, keptAlertId: kept.id, merchantId: ours.merchantId, type: ours.type }, 'alert resolved as a duplicate of one another replica opened at the same time, before it was stored');
+      }
       if (!stored || !(stored.alert.status === 'open' || stored.alert.status === 'acknowledged')) {
         this.duplicates.delete(id);
         return;

@@ -329,6 +329,48 @@ describe('alerts shared by replicas', () => {
     expect(after.history.map((entry) => `${entry.actor} ${entry.to}`)).toEqual(['system open', 'alice dismissed']);
   });
 
+  it('writes a duplicate resolved, never open, when its creator learns of the alert kept before its first write lands', async () => {
+    let failing = false;
+    class Outage extends AlertStore {
+      override async save(...args: Parameters<AlertStore['save']>): Promise<void> {
+        if (failing) throw new Error('storage down');
+        return super.save(...args);
+      }
+    }
+    const first = await replicaWithClock(0, (now) => new Outage(db, tables, now));
+    const second = await replicaWithClock(3_000); // its alert is created 3 s later
+    const scope = 'network:198.51.100.128/25';
+    const stored = async () => (await store.list({ merchantId: 'm_1' })).filter((alert) => alert.scope === scope);
+    detect(second, scope, 'medium', Date.now() + 1_000);
+    await second.flush();
+    failing = true;
+    detect(first, scope, 'medium');
+    await first.flush(); // fails: its alert waits to be written, retried in a second
+    await first.syncWithStore();
+    failing = false;
+    await first.flush(); // after the duplicate's resolution, queued before it
+    const alerts = await stored();
+    expect(alerts.map((alert) => alert.status).sort()).toEqual(['open', 'resolved']);
+    expect(alerts.find((alert) => alert.status === 'resolved')!.history.map((entry) => `${entry.actor} ${entry.to}`)).toEqual(['system open', 'system resolved']);
+  });
+
+  it('does not reopen a duplicate an admin resolved when its creator, which had counted a repeat on it, reads of the alert kept first', async () => {
+    const scope = 'network:192.0.2.128/25';
+    const { first, second, stored, duplicate } = await duplicates(scope);
+    await sleep(100); // the creation's flush timer has run: the repeat below waits for the 5-second one
+    expect((await second.changeStatus(duplicate.id, 'm_1', { to: 'acknowledged', actor: 'alice' }))?.ok).toBe(true);
+    expect((await second.changeStatus(duplicate.id, 'm_1', { to: 'resolved', actor: 'alice' }))?.ok).toBe(true);
+    // The first, unaware of both, counts a repeat on its alert (seen after the resolution, stamped by
+    // the second's clock 3 s ahead), and reads the others' before writing it.
+    detect(first, scope, 'medium', Date.now() + 5_000);
+    await first.syncWithStore();
+    await first.flush();
+    const alerts = await stored();
+    expect(alerts.filter((alert) => alert.status === 'open').map((alert) => alert.id)).toEqual([expect.not.stringMatching(duplicate.id)]);
+    expect(alerts.find((alert) => alert.id === duplicate.id)).toMatchObject({ status: 'resolved', occurrences: 2 });
+    expect(alerts.find((alert) => alert.id === duplicate.id)!.history.map((entry) => `${entry.actor} ${entry.to}`)).toEqual(['system open', 'alice acknowledged', 'alice resolved']);
+  });
+
   it('keeps the owner\'s counters when it reads an admin\'s change made through another replica before its repeats are written', async () => {
     const owner = await replica();
     const admin = await replica();

@@ -31,7 +31,7 @@ import { HeldUntilOpen } from '../held-until-open.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { AlertStore, StoredAlert } from '../store/alert-store.ts';
-import { changeStatus, conflictingMove, duplicateResolution, isRepeatedChange, latestEntry, mergeCopies, mergeLifecycle, withoutEntry, type Alert, type AlertStatus, type HistoryEntry, type StatusChange } from './alert.ts';
+import { changeStatus, conflictingMove, duplicateResolution, isRepeatedChange, latestEntry, mergeCopies, mergeLifecycle, withDuplicateFindings, withoutEntry, type Alert, type AlertStatus, type HistoryEntry, type StatusChange } from './alert.ts';
 import { laterCreatedFirst, type AlertChange, type AlertManager, type Duplicate, type RuleInfo } from './alert-manager.ts';
 
 export interface AlertServiceHooks {
@@ -188,7 +188,7 @@ export class AlertService {
         // it is written resolved, never open; no other replica knows of it to change it meanwhile.
         const resolved = duplicateResolution(mergeCopies(pending, ours), kept, this.now());
         this.unsaved.set(id, resolved);
-        this.manager.sync(resolved);
+        this.carryInto(this.manager.sync(resolved), resolved);
         this.schedule(FLUSH_DELAY_MS);
         this.logger.info({ alertId: id, keptAlertId: kept.id, merchantId: ours.merchantId, type: ours.type }, 'alert resolved as a duplicate of one another replica opened at the same time, before it was stored');
       }
@@ -202,12 +202,23 @@ export class AlertService {
         return;
       }
       this.duplicates.delete(id);
-      this.manager.sync(alert);
+      this.carryInto(this.manager.sync(alert), alert);
       this.verifyLater(alert);
       this.logger.info({ alertId: id, keptAlertId: kept.id, merchantId: alert.merchantId, type: alert.type }, 'alert resolved as a duplicate of one another replica opened at the same time');
     } catch (error) {
       this.logger.warn({ err: error, alertId: id }, 'resolving a duplicate alert failed; trying again after the next sync');
     }
+  }
+
+  /**
+   * The alert kept takes what our duplicate of it saw (withDuplicateFindings: a critical duplicate's
+   * severity and score, which enforcement acts on, are not lost with it), written as a repair is. No
+   * one is notified: on-call heard of the duplicate if it was critical.
+   */
+  private carryInto(kept: Alert, duplicate: Alert): void {
+    if (kept.id === duplicate.id) return;
+    const carried = withDuplicateFindings(kept, duplicate, this.now());
+    this.repair(this.manager.sync(carried));
   }
 
   /** Queues a write of what this replica knows of an alert (an update already waiting keeps its time). */

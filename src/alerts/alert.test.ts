@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SEVERITIES } from '../detect/types.ts';
-import { changeStatus, conflictingMove, higherSeverity, isAllowedTransition, isRepeatedChange, mergeCopies, mergeDetection, mergeLifecycle, riskScore, withoutEntry, type Alert } from './alert.ts';
+import { changeStatus, conflictingMove, higherSeverity, isAllowedTransition, isRepeatedChange, mergeCopies, mergeDetection, mergeLifecycle, riskScore, withDuplicateFindings, withoutEntry, type Alert } from './alert.ts';
 
 describe('riskScore', () => {
   it.each([
@@ -233,6 +233,19 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
     // Of one severity, the higher score; a difference below the stored precision (Float32, 3 decimals) is none.
     expect(mergeDetection(high, { ...high, riskScore: 0.85 }).riskScore).toBe(0.85);
     expect(mergeDetection(high, { ...high, riskScore: 0.8000001 })).toBe(high);
+  });
+
+  it('gives the alert kept for a pattern what its duplicate saw: the higher severity, both spans, the findings of both', () => {
+    // The duplicate, escalated to critical by the key's previous owner; the alert kept, opened high by its new owner.
+    const duplicate: Alert = { ...escalated, id: 'dup', firstSeenAt: '2026-11-20T11:58:00.000Z', lastSeenAt: '2026-11-20T12:03:00.000Z', occurrences: 4 };
+    const kept: Alert = { ...high, id: 'kept', firstSeenAt: '2026-11-20T12:02:00.000Z', lastSeenAt: '2026-11-20T12:04:00.000Z', occurrences: 2 };
+    const now = Date.parse('2026-11-20T12:10:00.000Z');
+    const carried = withDuplicateFindings(kept, duplicate, now);
+    const { severity, riskScore, recommendedAction, title, summary, evidence, aiInsights } = duplicate;
+    expect(carried).toEqual({ ...kept, severity, riskScore, recommendedAction, title, summary, evidence, aiInsights, firstSeenAt: duplicate.firstSeenAt, occurrences: 6, updatedAt: new Date(now).toISOString() });
+    // A lower duplicate gives its span and findings only.
+    const lower = withDuplicateFindings(duplicate, kept, now);
+    expect(lower).toMatchObject({ id: 'dup', severity: 'critical', title: 'critical title', firstSeenAt: duplicate.firstSeenAt, lastSeenAt: kept.lastSeenAt, occurrences: 6 });
   });
 
   it('of one severity, takes the description of the copy seen later', () => {

@@ -126,6 +126,18 @@ export function duplicateResolution(alert: Alert, kept: Alert, now: number): Ale
   };
 }
 
+/**
+ * The alert kept for a pattern (see duplicateResolution) with what its duplicate saw, as if the
+ * duplicate's findings had gone to it: the higher severity with what describes it and its score
+ * (mergeDetection), the earlier firstSeenAt, the later lastSeenAt, and the findings of both (two
+ * alerts' findings are told apart, so they are summed). Stamped `now`, for the others to read it.
+ */
+export function withDuplicateFindings(kept: Alert, duplicate: Alert, now: number): Alert {
+  const asKept: Alert = { ...kept, ...detectionOf(duplicate), riskScore: duplicate.riskScore };
+  const merged = mergeDetection(kept, asKept);
+  return { ...merged, occurrences: kept.occurrences + duplicate.occurrences, updatedAt: stampAfter(kept.updatedAt, now) };
+}
+
 /** The latest entry of a history (the last in the order mergeLifecycle keeps). */
 export function latestEntry(alert: Alert): HistoryEntry | undefined {
   return alert.history.reduce<HistoryEntry | undefined>((latest, entry) => (latest && compareEntries(latest, entry) >= 0 ? latest : entry), undefined);

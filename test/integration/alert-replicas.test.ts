@@ -265,8 +265,41 @@ describe('alerts shared by replicas', () => {
     expect(duplicate!.history.at(-1)).toMatchObject({ actor: 'system', from: 'open', to: 'resolved', note: expect.stringContaining(`a duplicate of alert ${kept!.id}`) });
     detect(first, scope, 'high', at + 2_000);
     await first.flush();
-    expect(await stored()).toEqual(expect.arrayContaining([expect.objectContaining({ id: kept!.id, status: 'open', occurrences: 2 })]));
+    // Its own finding, the duplicate's, and this one.
+    expect(await stored()).toEqual(expect.arrayContaining([expect.objectContaining({ id: kept!.id, status: 'open', occurrences: 3 })]));
     expect((await stored()).filter((alert) => alert.status === 'open')).toHaveLength(1);
+  });
+
+  it('gives the alert kept what its duplicate saw: a critical duplicate leaves the alert kept critical, with the findings of both', async () => {
+    const first = await replicaWithClock(0);
+    // Its alert is created 3 s later; what it tells on-call is recorded.
+    const paged: string[] = [];
+    const now = () => Date.now() + 3_000;
+    const second = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now }), new AlertStore(db, tables, now), RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), {
+      now,
+      onCritical: (_alert, change) => paged.push(change),
+    });
+    await second.start();
+    replicas.push(second);
+    const scope = 'pk_moved_at_once';
+    const at = Date.now();
+    // The key's previous owner escalated its alert to critical; its new owner opened one at medium.
+    for (const [i, severity] of (['high', 'critical', 'critical'] as const).entries()) detect(first, scope, severity, at - 3_000 + i * 500);
+    await first.flush();
+    detect(second, scope, 'medium', at + 1_000);
+    await second.flush();
+    await first.syncWithStore();
+    await first.flush(); // after the duplicate's resolution, queued before it, and the alert kept's update
+    const alerts = (await store.list({ merchantId: 'm_1' })).filter((alert) => alert.scope === scope);
+    const [kept, duplicate] = [alerts.find((alert) => alert.status === 'open')!, alerts.find((alert) => alert.status === 'resolved')!];
+    expect(kept).toMatchObject({ severity: 'critical', recommendedAction: 'block', occurrences: 4, firstSeenAt: duplicate.firstSeenAt, lastSeenAt: new Date(at + 1_000).toISOString() });
+    expect(kept.riskScore).toBeGreaterThanOrEqual(0.9);
+    // The new owner learns it: its next critical finding is a repeat, not an escalation that pages on-call again.
+    await second.syncWithStore();
+    detect(second, scope, 'critical', at + 2_000);
+    await second.flush();
+    expect((await store.list({ merchantId: 'm_1' })).find((alert) => alert.id === kept.id)).toMatchObject({ severity: 'critical', occurrences: 5 });
+    expect(paged).toEqual([]);
   });
 
   /** Two replicas, clocks 3 s apart, each opening an alert for `scope` before reading the other's: the first's is the duplicate. */

@@ -340,6 +340,24 @@ describe('AlertManager across replicas', () => {
     expect(a.takeDuplicates()).toEqual([{ alert: counted, kept }]);
   });
 
+  it('resolves, as it starts, the earlier of two alerts open for one key, which their creator did not', () => {
+    const spray = finding('medium', T0, 'network:203.0.113.0/24');
+    const earlier = manager().alerts.apply('m_1', rule, spray).alert!;
+    const later = { ...earlier, id: 'later', createdAt: new Date(T0 + 1_000).toISOString() };
+    const other = { ...earlier, id: 'other', scope: 'pk_other' };
+    for (const loaded of [[earlier, other, later], [later, other, earlier]]) {
+      const { alerts } = manager();
+      alerts.load(loaded);
+      expect(alerts.takeDuplicates()).toEqual([{ alert: earlier, kept: later }]);
+    }
+    // One closed before the other opened (or resolved as a duplicate already) is no duplicate.
+    for (const status of ['dismissed', 'resolved'] as const) {
+      const { alerts } = manager();
+      alerts.load([{ ...earlier, status }, later]);
+      expect(alerts.takeDuplicates()).toEqual([]);
+    }
+  });
+
   it('never reopens a duplicate\'s resolution: a replica still counting findings on it has not read the alert kept', () => {
     let now = T0;
     const replica = (name: string) => new AlertManager({ suppressionMs: 3_600_000, now: () => now, newId: () => `${name}-1` });

@@ -84,9 +84,20 @@ export class AlertManager {
     return forgotten;
   }
 
-  /** Loads alerts from storage at start-up (the latest per dedup key wins). */
+  /**
+   * Loads alerts from storage at start-up (the latest per dedup key wins). Of two open (or
+   * acknowledged) for one key, the earlier is a duplicate its creator did not resolve (killed before
+   * it could, see sync): this replica resolves it (takeDuplicates), as any replica starting then
+   * does; their writes are compare-and-set, so one of them stands.
+   */
   load(alerts: Iterable<Alert>): void {
-    for (const alert of alerts) this.sync(alert);
+    for (const alert of alerts) {
+      const known = this.byKey.get(dedupKey(alert.merchantId, alert.type, alert.scope));
+      const kept = this.sync(alert);
+      if (!known || known.id === alert.id) continue;
+      const earlier = kept.id === alert.id ? known : alert;
+      if (earlier.status === 'open' || earlier.status === 'acknowledged') this.duplicates.push({ alert: earlier, kept });
+    }
   }
 
   /**

@@ -302,6 +302,20 @@ describe('alerts shared by replicas', () => {
     expect(paged).toEqual([]);
   });
 
+  it('resolves, as it starts, the earlier of two alerts open for one pattern that their creator, killed, left open', async () => {
+    const t0 = Date.now() - 60_000;
+    const scope = { scope: 'pk_left_open', apiKeyId: 'pk_left_open', type: 'velocity_attack', ruleId: 'velocity_attack' } as const;
+    const earlier = makeAlert(0, { merchantId: 'm_1', createdAtMs: t0, ...scope, severity: 'critical', riskScore: 0.95, recommendedAction: 'block', occurrences: 3 });
+    const later = makeAlert(0, { merchantId: 'm_1', createdAtMs: t0 + 1_000, ...scope, severity: 'medium', riskScore: 0.5, recommendedAction: 'rate_limit', occurrences: 2 });
+    await store.save([earlier, later]);
+    const [one, two] = [await replica(), await replica()]; // both start (a rollout): one resolution stands
+    await Promise.all([one.syncWithStore(), two.syncWithStore()]);
+    await Promise.all([one.flush(), two.flush()]); // after the duplicate's resolution, queued before it
+    const alerts = (await store.list({ merchantId: 'm_1' })).filter((alert) => alert.scope === scope.scope);
+    expect(alerts.find((alert) => alert.id === earlier.id)!.history.map((entry) => `${entry.actor} ${entry.to}`)).toEqual(['system open', 'system resolved']);
+    expect(alerts.find((alert) => alert.id === later.id)).toMatchObject({ status: 'open', severity: 'critical', occurrences: 5 });
+  });
+
   /** Two replicas, clocks 3 s apart, each opening an alert for `scope` before reading the other's: the first's is the duplicate. */
   async function duplicates(scope: string) {
     const first = await replicaWithClock(0);

@@ -103,6 +103,12 @@ export class WorkerMetrics {
     labelNames: ['type', 'change'] as const,
     registers: [this.registry],
   });
+  readonly duplicateAlertsResolved = new Counter({
+    name: 'security_center_duplicate_alerts_resolved_total',
+    help: 'Alerts this replica resolved as duplicates of one another replica opened for the same pattern at the same time, by anomaly type',
+    labelNames: ['type'] as const,
+    registers: [this.registry],
+  });
   readonly detectionWindowEvents = new Gauge({
     name: 'security_center_detection_window_events',
     help: 'Events held in the detection windows of all keys',

@@ -189,6 +189,7 @@ export class AlertService {
         const resolved = duplicateResolution(mergeCopies(pending, ours), kept, this.now());
         this.unsaved.set(id, resolved);
         this.carryInto(this.manager.sync(resolved), resolved);
+        this.metrics.duplicateAlertsResolved.inc({ type: ours.type });
         this.schedule(FLUSH_DELAY_MS);
         this.logger.info({ alertId: id, keptAlertId: kept.id, merchantId: ours.merchantId, type: ours.type }, 'alert resolved as a duplicate of one another replica opened at the same time, before it was stored');
       }
@@ -203,6 +204,7 @@ export class AlertService {
       }
       this.duplicates.delete(id);
       this.carryInto(this.manager.sync(alert), alert);
+      this.metrics.duplicateAlertsResolved.inc({ type: alert.type });
       this.verifyLater(alert);
       this.logger.info({ alertId: id, keptAlertId: kept.id, merchantId: alert.merchantId, type: alert.type }, 'alert resolved as a duplicate of one another replica opened at the same time');
     } catch (error) {

@@ -52,8 +52,8 @@ describe('alerts shared by replicas', () => {
     for (const replica of replicas) await replica.stop();
   });
 
-  async function replica(): Promise<AlertService> {
-    const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000 }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'));
+  async function replica(metrics = new WorkerMetrics({ defaultMetrics: false })): Promise<AlertService> {
+    const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000 }), store, RULES, metrics, createLogger('silent'));
     await alerts.start();
     replicas.push(alerts);
     return alerts;
@@ -308,12 +308,15 @@ describe('alerts shared by replicas', () => {
     const earlier = makeAlert(0, { merchantId: 'm_1', createdAtMs: t0, ...scope, severity: 'critical', riskScore: 0.95, recommendedAction: 'block', occurrences: 3 });
     const later = makeAlert(0, { merchantId: 'm_1', createdAtMs: t0 + 1_000, ...scope, severity: 'medium', riskScore: 0.5, recommendedAction: 'rate_limit', occurrences: 2 });
     await store.save([earlier, later]);
-    const [one, two] = [await replica(), await replica()]; // both start (a rollout): one resolution stands
+    const metrics = [new WorkerMetrics({ defaultMetrics: false }), new WorkerMetrics({ defaultMetrics: false })];
+    const [one, two] = [await replica(metrics[0]), await replica(metrics[1])]; // both start (a rollout): one resolution stands
     await Promise.all([one.syncWithStore(), two.syncWithStore()]);
     await Promise.all([one.flush(), two.flush()]); // after the duplicate's resolution, queued before it
     const alerts = (await store.list({ merchantId: 'm_1' })).filter((alert) => alert.scope === scope.scope);
     expect(alerts.find((alert) => alert.id === earlier.id)!.history.map((entry) => `${entry.actor} ${entry.to}`)).toEqual(['system open', 'system resolved']);
     expect(alerts.find((alert) => alert.id === later.id)).toMatchObject({ status: 'open', severity: 'critical', occurrences: 5 });
+    const resolved = await Promise.all(metrics.map(async (m) => (await m.duplicateAlertsResolved.get()).values.find((v) => v.labels.type === 'velocity_attack')?.value ?? 0));
+    expect(resolved.sort()).toEqual([0, 1]);
   });
 
   /** Two replicas, clocks 3 s apart, each opening an alert for `scope` before reading the other's: the first's is the duplicate. */

@@ -302,12 +302,13 @@ export const fixtures: Fixture[] = [
   },
   {
     // The window holds the two minutes at 100/min only: the flood before them, which the cap dropped
-    // whole, does not hide them (nor rate them: it was reported while the window held it).
+    // whole, does not hide them. Reported as one stretch with the flood (1,600 requests in 5 minutes,
+    // 5.3x): the key has been over since the flood, and the flood is counted from what the cap dropped.
     name: 'a key over its limit now, 100/min against 60, after a flood of 700/min the per-key cap dropped whole, is still reported',
     kind: 'positive',
     window: keyWindow(perMinute([700, 700, 0, 100, 100], FIVE_MINUTES_AGO), { cap: 200 }),
     now: NOW,
-    expect: { findings: 1, severity: 'high' },
+    expect: { findings: 1, severity: 'high', evidence: { minutesOver: 4, requestsDroppedByCap: 1_400 } },
   },
   {
     // The 503s' RateLimit-Limit of 1,000 is not the client's limit: 5xx answers are left out, limits included.

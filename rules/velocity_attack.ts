@@ -198,7 +198,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     // minute, or its own rate, or its over minutes' rate without their busiest 60 seconds (one spike,
     // straddling a boundary or not, never rates a stretch), whichever is lowest. A stretch the cap
     // dropped whole is a flood over since (the window holds none of it to show), reported while the
-    // window held it: it is not one, so a later stretch the window holds is judged in its place.
+    // window held it: it is left out, and a stretch that reaches minutes the window holds is judged.
     const band = (ratio: number) => (ratio >= params.criticalRatio ? 2 : ratio >= params.highRatio ? 1 : 0);
     let best: { from: number; to: number; ratio: number; sustained: number } | undefined;
     for (let a = 0; a + needed - 1 < over.length; a++) {

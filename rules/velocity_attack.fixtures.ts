@@ -319,6 +319,18 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'high', evidence: { limitPerMinute: 60 } },
   },
   {
+    // The engine forgot what the cap dropped (a reloaded allowlist took requests out of the window):
+    // the minutes it cut are counted from what the window holds, and judged as whole ones are.
+    name: 'a 20-second spike of 240 straddling a minute boundary over 30/min, in minutes the cap cut but whose drops were forgotten, is still one spike',
+    kind: 'negative',
+    window: {
+      ...keyWindow([...perMinute([30, 30, 30], FIVE_MINUTES_AGO), ...spread(240, T0 - 2 * MINUTE - 10 * SECOND, 20 * SECOND), ...perMinute([30], T0 - MINUTE)]),
+      cappedAt: T0 - MINUTE - 1,
+    },
+    now: NOW,
+    expect: { findings: 0 },
+  },
+  {
     // The cap held the last 100 requests: the spike's first 170 and the minutes before are counted
     // from what it dropped, by 10-second step, enough to find the spike's busiest 60 seconds.
     name: 'a 20-second spike of 240 straddling a minute boundary over 30/min, on a key the per-key cap cut to 100, is still one spike',

@@ -70,7 +70,7 @@ interface Over {
 
 export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'velocity_attack',
-  version: '1.4.1',
+  version: '1.4.2',
   title: 'Velocity attack',
   description:
     'A key sends well above its per-minute rate limit for several minutes: a script hammering the API, ' +
@@ -164,8 +164,10 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     if (over.length < needed) return [];
 
     // A minute the engine's per-key cap cut (window.cappedAt) holds part of its requests only: the
-    // rest are known by 10-second step (window.dropped), not one by one.
-    const whole = (o: Over) => windowStart + o.slot * MINUTE > (window.cappedAt ?? -Infinity);
+    // rest are known by 10-second step (window.dropped), not one by one. Without that record (the
+    // engine forgets it when a reloaded allowlist takes requests out of the window), a minute is
+    // counted from what the window holds, and judged as a whole one is.
+    const whole = (o: Over) => dropped === undefined || windowStart + o.slot * MINUTE > (window.cappedAt ?? -Infinity);
     // Two adjacent over minutes that are one burst of seconds straddling the boundary between them (60
     // seconds touch at most two clock minutes; without their busiest 60 seconds, of time, not a clock
     // minute, they are not over): one over minute, as they would be had the burst fallen within one.
@@ -177,7 +179,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       if (next === undefined || next.slot !== o.slot + 1) return false;
       const rest = (params.thresholdRatio * (o.limit + next.limit)) / 2;
       const requests = o.count + next.count;
-      if (!whole(o)) return dropped !== undefined && !(requests - busiestAtLeast(o.slot) > rest);
+      if (!whole(o)) return !(requests - busiestAtLeast(o.slot) > rest);
       const from = windowStart + o.slot * MINUTE;
       if (requests - busiestMinuteBound(events, from, from + 2 * MINUTE) > rest) return false;
       return !(requests - new BusiestMinute(events, starts[o.slot]!, () => true).upTo(ends[next.slot]!) > rest);

@@ -154,7 +154,7 @@ export class AlertService {
       if (next.id === stored.id && mergeCopies(stored, next) !== stored) this.repair(next);
     }
     this.syncedUpTo = startedAt;
-    this.inBackground(this.resolveDuplicates());
+    this.inBackground(this.resolveDuplicates().then(() => undefined));
   }
 
   /**
@@ -165,9 +165,9 @@ export class AlertService {
    * resolves it. An admin's dismissal or resolution made meanwhile stands instead of ours; an
    * acknowledgement that won the race is resolved at the next pass. Each is a write of its own, so
    * detection's and admins' writes are not held behind a spray's many merchants. One that fails is
-   * tried again after the next sync, and at stop. Never rejects.
+   * tried again after the next sync, and at stop. Never rejects; resolves to how many it resolved.
    */
-  private resolveDuplicates(): Promise<void> {
+  private resolveDuplicates(): Promise<number> {
     for (const duplicate of this.manager.takeDuplicates()) this.duplicates.set(duplicate.alert.id, duplicate);
     const writes = [...this.duplicates.values()]
       .filter(({ alert }) => !this.resolving.has(alert.id))
@@ -175,10 +175,11 @@ export class AlertService {
         this.resolving.add(duplicate.alert.id);
         return this.serially(() => this.resolveDuplicate(duplicate)).finally(() => this.resolving.delete(duplicate.alert.id));
       });
-    return Promise.all(writes).then(() => undefined);
+    return Promise.all(writes).then((resolved) => resolved.filter(Boolean).length);
   }
 
-  private async resolveDuplicate({ alert: ours, kept }: Duplicate): Promise<void> {
+  /** Whether it resolved the duplicate (see resolveDuplicates). */
+  private async resolveDuplicate({ alert: ours, kept }: Duplicate): Promise<boolean> {
     const { id } = ours;
     try {
       const stored = await this.store.getStored(id, ours.merchantId);
@@ -195,20 +196,22 @@ export class AlertService {
       }
       if (!stored || !(stored.alert.status === 'open' || stored.alert.status === 'acknowledged')) {
         this.duplicates.delete(id);
-        return;
+        return !stored && pending !== undefined;
       }
       const { alert, lost } = await this.writeChange(duplicateResolution(mergeCopies(stored.alert, ours), kept, this.now()), stored);
       if (lost) {
         this.logger.info({ alertId: id, keptAlertId: kept.id, otherActor: lost.actor, otherTo: lost.to }, 'a duplicate alert was changed through another replica as it was being resolved; read again at the next pass');
-        return;
+        return false;
       }
       this.duplicates.delete(id);
       this.carryInto(this.manager.sync(alert), alert);
       this.metrics.duplicateAlertsResolved.inc({ type: alert.type });
       this.verifyLater(alert);
       this.logger.info({ alertId: id, keptAlertId: kept.id, merchantId: alert.merchantId, type: alert.type }, 'alert resolved as a duplicate of one another replica opened at the same time');
+      return true;
     } catch (error) {
       this.logger.warn({ err: error, alertId: id }, 'resolving a duplicate alert failed; trying again after the next sync');
+      return false;
     }
   }
 
@@ -220,7 +223,7 @@ export class AlertService {
   private carryInto(kept: Alert, duplicate: Alert): void {
     if (kept.id === duplicate.id) return;
     const carried = withDuplicateFindings(kept, duplicate, this.now());
-    this.repair(this.manager.sync(carried));
+    if (carried !== kept) this.repair(this.manager.sync(carried));
   }
 
   /** Queues a write of what this replica knows of an alert (an update already waiting keeps its time). */
@@ -492,8 +495,9 @@ export class AlertService {
     this.verifyTimers.clear();
     await Promise.all([...this.reading]);
     await this.flush();
-    // After the flush, which must not wait for them: the alerts found and changed before the stop come first.
-    await this.resolveDuplicates();
+    // After the flush, which must not wait for them: the alerts found and changed before the stop come
+    // first. Then what the alerts kept take from the duplicates resolved (carryInto) is written.
+    if ((await this.resolveDuplicates()) > 0) await this.flush();
   }
 
   /** Keeps a read that never rejects until it ends, so stop() can wait for it. */

@@ -243,9 +243,14 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
     const carried = withDuplicateFindings(kept, duplicate, now);
     const { severity, riskScore, recommendedAction, title, summary, evidence, aiInsights } = duplicate;
     expect(carried).toEqual({ ...kept, severity, riskScore, recommendedAction, title, summary, evidence, aiInsights, firstSeenAt: duplicate.firstSeenAt, occurrences: 6, updatedAt: new Date(now).toISOString() });
-    // A lower duplicate gives its span and findings only.
-    const lower = withDuplicateFindings(duplicate, kept, now);
-    expect(lower).toMatchObject({ id: 'dup', severity: 'critical', title: 'critical title', firstSeenAt: duplicate.firstSeenAt, lastSeenAt: kept.lastSeenAt, occurrences: 6 });
+    // A lower duplicate gives its first sighting and findings only; a later last sighting is not
+    // taken (beside an admin's resolution made meanwhile, it would pass for a recurrence).
+    const lower = withDuplicateFindings({ ...duplicate, firstSeenAt: kept.firstSeenAt }, kept, now);
+    expect(lower).toMatchObject({ id: 'dup', severity: 'critical', title: 'critical title', firstSeenAt: kept.firstSeenAt, lastSeenAt: duplicate.lastSeenAt, occurrences: 6 });
+    // An alert kept that was closed, or reopened since (a later episode), takes nothing.
+    for (const closed of ['resolved', 'dismissed'] as const) expect(withDuplicateFindings({ ...kept, status: closed }, duplicate, now)).toEqual({ ...kept, status: closed });
+    const reopened: Alert = { ...kept, history: [...kept.history, { at: '2026-11-20T12:05:00.000Z', actor: 'alice', from: 'open', to: 'resolved', note: null }, { at: '2026-11-20T12:06:00.000Z', actor: 'system', from: 'resolved', to: 'open', note: 'the pattern recurred' }] };
+    expect(withDuplicateFindings(reopened, duplicate, now)).toBe(reopened);
   });
 
   it('of one severity, takes the description of the copy seen later', () => {

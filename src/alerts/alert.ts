@@ -129,11 +129,16 @@ export function duplicateResolution(alert: Alert, kept: Alert, now: number): Ale
 /**
  * The alert kept for a pattern (see duplicateResolution) with what its duplicate saw, as if the
  * duplicate's findings had gone to it: the higher severity with what describes it and its score
- * (mergeDetection), the earlier firstSeenAt, the later lastSeenAt, and the findings of both (two
- * alerts' findings are told apart, so they are summed). Stamped `now`, for the others to read it.
+ * (mergeDetection), the earlier firstSeenAt, and the findings of both (two alerts' findings are told
+ * apart, so they are summed). Its own lastSeenAt stays: a later one would pass, beside a resolution
+ * an admin made meanwhile, for a recurrence (AlertManager.merge), and reopen it. Only an alert kept
+ * still open (or acknowledged) in its first episode takes anything: once resolved, what the
+ * duplicate saw belongs to a closed episode. Stamped `now`, for the others to read it; `kept` itself
+ * when it takes nothing.
  */
 export function withDuplicateFindings(kept: Alert, duplicate: Alert, now: number): Alert {
-  const asKept: Alert = { ...kept, ...detectionOf(duplicate), riskScore: duplicate.riskScore };
+  if (!(kept.status === 'open' || kept.status === 'acknowledged') || episode(kept) > 0) return kept;
+  const asKept: Alert = { ...kept, ...detectionOf(duplicate), riskScore: duplicate.riskScore, lastSeenAt: kept.lastSeenAt };
   const merged = mergeDetection(kept, asKept);
   return { ...merged, occurrences: kept.occurrences + duplicate.occurrences, updatedAt: stampAfter(kept.updatedAt, now) };
 }

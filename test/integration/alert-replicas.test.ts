@@ -302,6 +302,31 @@ describe('alerts shared by replicas', () => {
     expect(paged).toEqual([]);
   });
 
+  it('writes what the alert kept takes from a duplicate its creator resolves as it stops', async () => {
+    let failingReads = false;
+    class FlakyReads extends AlertStore {
+      override async getStored(...args: Parameters<AlertStore['getStored']>): ReturnType<AlertStore['getStored']> {
+        if (failingReads) throw new Error('storage down');
+        return super.getStored(...args);
+      }
+    }
+    const first = await replicaWithClock(0, (now) => new FlakyReads(db, tables, now));
+    const second = await replicaWithClock(3_000); // its alert is created 3 s later
+    const scope = 'pk_owner_stopping';
+    const at = Date.now();
+    detect(first, scope, 'critical', at - 1_000);
+    await first.flush();
+    detect(second, scope, 'medium', at + 1_000);
+    await second.flush();
+    failingReads = true;
+    await first.syncWithStore(); // finds its alert a duplicate; resolving it fails, left for later
+    await first.flush(); // after the failed attempt, queued before it
+    failingReads = false;
+    await first.stop(); // resolves it, and writes what the alert kept takes
+    const alerts = (await store.list({ merchantId: 'm_1' })).filter((alert) => alert.scope === scope);
+    expect(alerts.map((alert) => `${alert.status} ${alert.severity} ${alert.occurrences}`).sort()).toEqual(['open critical 2', 'resolved critical 1']);
+  });
+
   it('resolves, as it starts, the earlier of two alerts open for one pattern that their creator, killed, left open', async () => {
     const t0 = Date.now() - 60_000;
     const scope = { scope: 'pk_left_open', apiKeyId: 'pk_left_open', type: 'velocity_attack', ruleId: 'velocity_attack' } as const;
@@ -357,6 +382,9 @@ describe('alerts shared by replicas', () => {
     await second.flush();
     await first.syncWithStore();
     await waitFor(async () => (await stored()).some((alert) => alert.status === 'resolved'), 'the duplicate is resolved', 5_000);
+    // The first's update of the alert kept (what it takes from the duplicate) is written too: landing
+    // over the third's below, it would lower it until the third's next read repaired it.
+    await first.flush();
     // The third counts a finding on its open copy of the duplicate, seen after the resolution, and writes it.
     detect(third, scope, 'high', Date.now() + 1_000);
     await third.flush();

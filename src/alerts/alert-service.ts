@@ -183,20 +183,10 @@ export class AlertService {
     const { id } = ours;
     try {
       const stored = await this.store.getStored(id, ours.merchantId);
-      const pending = this.unsaved.get(id);
-      if (!stored && pending) {
-        // Not written yet (its first write waits for the next flush, or for storage to come back):
-        // it is written resolved, never open; no other replica knows of it to change it meanwhile.
-        const resolved = duplicateResolution(mergeCopies(pending, ours), kept, this.now());
-        this.unsaved.set(id, resolved);
-        this.carryInto(this.manager.sync(resolved), resolved);
-        this.metrics.duplicateAlertsResolved.inc({ type: ours.type });
-        this.schedule(FLUSH_DELAY_MS);
-        this.logger.info({ alertId: id, keptAlertId: kept.id, merchantId: ours.merchantId, type: ours.type }, 'alert resolved as a duplicate of one another replica opened at the same time, before it was stored');
-      }
-      if (!stored || !(stored.alert.status === 'open' || stored.alert.status === 'acknowledged')) {
+      if (!stored) return this.resolveUnstored(ours, kept);
+      if (!(stored.alert.status === 'open' || stored.alert.status === 'acknowledged')) {
         this.duplicates.delete(id);
-        return !stored && pending !== undefined;
+        return false;
       }
       const { alert, lost } = await this.writeChange(duplicateResolution(mergeCopies(stored.alert, ours), kept, this.now()), stored);
       if (lost) {
@@ -213,6 +203,24 @@ export class AlertService {
       this.logger.warn({ err: error, alertId: id }, 'resolving a duplicate alert failed; trying again after the next sync');
       return false;
     }
+  }
+
+  /**
+   * A duplicate not written yet (its first write waits for the next flush, or for storage to come
+   * back): it is written resolved, never open; no other replica knows of it to change it meanwhile.
+   * Whether it resolved it (none is waiting to be written: nothing to resolve).
+   */
+  private resolveUnstored(ours: Alert, kept: Alert): boolean {
+    this.duplicates.delete(ours.id);
+    const pending = this.unsaved.get(ours.id);
+    if (!pending) return false;
+    const resolved = duplicateResolution(mergeCopies(pending, ours), kept, this.now());
+    this.unsaved.set(ours.id, resolved);
+    this.carryInto(this.manager.sync(resolved), resolved);
+    this.metrics.duplicateAlertsResolved.inc({ type: ours.type });
+    this.schedule(FLUSH_DELAY_MS);
+    this.logger.info({ alertId: ours.id, keptAlertId: kept.id, merchantId: ours.merchantId, type: ours.type }, 'alert resolved as a duplicate of one another replica opened at the same time, before it was stored');
+    return true;
   }
 
   /**

@@ -330,7 +330,6 @@ function resolvedAt(alert: Alert): number {
   return Date.parse(alert.updatedAt);
 }
 
-/** Whether `a` was created after `b` (ties, to the millisecond, by id): of two alerts of one dedup key, `a` is the key's. */
 /**
  * For sort(): the alerts created later first. Synced in that order, a dedup key's alert is learned
  * before an earlier one it is kept over, which is then not merged (and not reopened) as the key's.
@@ -339,6 +338,7 @@ export function laterCreatedFirst(a: Alert, b: Alert): number {
   return a.id === b.id ? 0 : createdLater(a, b) ? -1 : 1;
 }
 
+/** Whether `a` was created after `b` (ties, to the millisecond, by id): of two alerts of one dedup key, `a` is the key's. */
 function createdLater(a: Alert, b: Alert): boolean {
   return a.createdAt !== b.createdAt ? a.createdAt > b.createdAt : a.id > b.id;
 }

@@ -236,8 +236,8 @@ interface KeyState {
   thinnedBefore: number;
   /** The newest time of an event the per-key cap dropped (KeyWindow.cappedAt); -Infinity when none was. */
   cappedAt: number;
-  /** The eventIds (hashes) of the events the per-key cap dropped dated cappedAt (see prune); undefined until it drops one. */
-  cappedIds: Set<number> | undefined;
+  /** The eventIds of the events the per-key cap dropped dated cappedAt (see prune); undefined until it drops one. */
+  cappedIds: Set<string> | undefined;
   /** What the per-key cap dropped, per minute (KeyWindow.dropped); undefined until it drops an event. */
   dropped: DroppedRequestTally | undefined;
   /** The networks and places of the key's last days. */
@@ -871,12 +871,11 @@ export class DetectionEngine {
     while (window.size > this.eventsPerKeyCap) {
       const event = this.dropOldest(state);
       if (event.timestamp < state.cappedAt) continue;
-      const idHash = eventIdHash(event.eventId);
       if (event.timestamp > state.cappedAt) {
         state.cappedAt = event.timestamp;
         (state.cappedIds ??= new Set()).clear();
-      } else if (state.cappedIds!.has(idHash)) continue;
-      state.cappedIds!.add(idHash);
+      } else if (state.cappedIds!.has(event.eventId)) continue;
+      state.cappedIds!.add(event.eventId);
       (state.dropped ??= new DroppedRequestTally()).add(event);
     }
   }

@@ -20,6 +20,8 @@ import { DetectionConfig, followDetectionConfig } from './detect/detection-confi
 import { warmUpLimit, windowBudgetFor } from './detect/engine.ts';
 import { HISTORY_MS } from './detect/key-history.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
+import { MAX_KEYS_PER_NETWORK, SPRAY_MIN_KEYS } from './detect/source-spray.ts';
+import { SprayAcrossReplicas } from './detect/spray-across-replicas.ts';
 import { describeConfig, listenConfigError, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
 import { enforcementAdminRoutes, registerDecisionRoutes } from './enforcement/decision-routes.ts';
 import { DecisionSource } from './enforcement/decision-source.ts';
@@ -55,6 +57,8 @@ const STOP_BUDGET_MS = 27_000;
 /** Of the budget, the most the HTTP server's close and the hand-off of fetched batches may each wait; the buffer's drain has its own 10 s. */
 const STOP_STEP_MS = 5_000;
 const BUFFER_STOP_MS = 12_000;
+/** The most keys of other replicas' partitions one reading hands to detection (spray-across-replicas.ts). */
+const SPRAY_READING_MAX_KEYS = 50_000;
 
 const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
@@ -70,6 +74,8 @@ export interface WorkerDeps {
   /** Wraps the storage write, so tests inject faults at the storage boundary. */
   wrapStoreRows?(storeRows: StoreRows): StoreRows;
   /** Webhook test hooks: a clock to move, a resolver, faster polling and timeouts. */
+  /** How often the owner of partition 0 reads other replicas' sprayed keys (SPRAY_ACROSS_REPLICAS_MS by default). */
+  sprayAcrossReplicasMs?: number;
   webhooks?: { resolve?: Resolver } & Pick<
     WebhookDispatcherOptions,
     'now' | 'pollIntervalMs' | 'rescanIntervalMs' | 'connectTimeoutMs' | 'requestTimeoutMs'
@@ -308,6 +314,27 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       logger: logger.child({ component: 'kafka' }),
     });
   }
+  // Credential stuffing spread over the replicas is judged whole by the owner of partition 0 (spray-across-replicas.ts).
+  const sprayAcrossReplicas =
+    intake && analysis
+      ? new SprayAcrossReplicas({
+          owned: () => intake.ownedPartitions,
+          read: (since, owned) =>
+            store.sprayedKeysElsewhere({
+              since,
+              topic: config.kafka!.topic,
+              owned,
+              minKeys: SPRAY_MIN_KEYS,
+              plans: config.admin.entitledPlans,
+              perNetwork: MAX_KEYS_PER_NETWORK,
+              limit: SPRAY_READING_MAX_KEYS,
+            }),
+          judge: (keys) => analysis.judgeSprayElsewhere(keys),
+          onDetection,
+          everyMs: deps.sprayAcrossReplicasMs,
+          logger: logger.child({ component: 'detection' }),
+        })
+      : undefined;
   // Without Kafka, posted events are stored with HTTP_SOURCE: the ids of those the previous process
   // stored are recalled once storage is migrated (with Kafka, the consumer recalls a partition's
   // when an assignment brings it, before its first batch: kafka-consumer.ts). A failed read fails open.
@@ -426,6 +453,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     if (intake) {
       startingUp = undefined; // the consumer's start says why it is not consuming yet (intake.notReadyReason)
       await startKafkaIntake(intake, config.kafka!.brokers, logger, abort.signal);
+      sprayAcrossReplicas?.start();
     }
   })().then(() => {
     startingUp = undefined;
@@ -460,6 +488,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       await within('closing the HTTP server', app.close(), STOP_STEP_MS); // no new requests; in-flight ones finish
       intake?.stopFetching(); // a batch still waiting on storage gives up: Kafka delivers it again to the next owner
       await within('handing fetched batches to the buffer', intake?.settle(), STOP_STEP_MS); // batches fetched before the pause reach the buffer
+      await within('ending the reading of other replicas\' sprayed keys', sprayAcrossReplicas?.stop(), STOP_STEP_MS);
       await within('draining the buffer', buffer.stop(), BUFFER_STOP_MS); // stores what is in hand and commits it while still in the group
       await intake?.disconnect(); // leaves the group, within its own deadline (5 s)
       await within('closing the analysis thread', analysis?.close());

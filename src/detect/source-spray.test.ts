@@ -8,7 +8,7 @@ import { explainAlert } from '../alerts/insights.ts';
 import type { RequestEvent } from '../events/request-event.ts';
 import { DetectionConfig } from './detection-config.ts';
 import { DetectionEngine, type EngineFinding } from './engine.ts';
-import { SourceSpray } from './source-spray.ts';
+import { SourceSpray, type SprayedKeyElsewhere } from './source-spray.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
 const SECOND = 1000;
@@ -247,5 +247,65 @@ describe('credential stuffing across keys', () => {
         'All the failures came from a single IP address.',
       ],
     });
+  });
+});
+
+describe('credential stuffing across replicas (storage\'s reading of other partitions\' keys)', () => {
+  /** Key `key` of merchant `merchant` as another replica's partition 1 stored it: one 401 from the stuffer at `at`. */
+  function elsewhere(merchant: number, key: number, at: number, failedMostly = true): SprayedKeyElsewhere {
+    return {
+      network: '203.0.113.0/24',
+      merchantId: `m_${merchant}`,
+      apiKeyId: `pk_live_m${merchant}_k${key}`,
+      partition: 1,
+      failures: 1,
+      first: at,
+      newest: at,
+      newestEventId: `stored_${merchant}_${key}`,
+      ip: STUFFER,
+      userAgent: 'curl/8.5.0',
+      country: 'NL',
+      failedMostly,
+    };
+  }
+  /** `count` keys of merchant 3 (other partitions only), from key `from`. */
+  const stored = (count: number, from = 100, at = T0 + MINUTE) => Array.from({ length: count }, (_, k) => elsewhere(3, from + k, at + k));
+
+  it('judges a network with its own keys and those other replicas stored, reporting to each merchant, a merchant of stored keys alone too', () => {
+    const detection = engine();
+    expect(networkFindings(detection, spray(12, 2, T0))).toEqual([]);
+    // Ten keys of another merchant stored by other replicas, two more of which mostly succeeded from the network.
+    const findings = detection.judgeSprayElsewhere([...stored(10), elsewhere(3, 200, T0, false), elsewhere(3, 201, T0, false)], T0 + 2 * MINUTE);
+    expect(findings.map((f) => f.merchantId).sort()).toEqual(['m_0', 'm_1', 'm_3']);
+    for (const { finding } of findings) expect(finding.evidence).toMatchObject({ distinctKeys: 22, judgedBy: 'network_across_keys' });
+    const theirs = findings.find((f) => f.merchantId === 'm_3')!.finding;
+    expect(theirs.evidence).toMatchObject({ merchantKeyCount: 10, countries: ['NL'] });
+    expect((theirs.evidence.merchantKeys as string[]).every((key) => key.startsWith('pk_live_m3_'))).toBe(true);
+    expect(theirs.evidence.sampleEventIds).toContain('stored_3_109');
+    expect(JSON.stringify(findings.find((f) => f.merchantId === 'm_0'))).not.toMatch(/pk_live_m3_/);
+  });
+
+  it('replaces each reading with the next, and drops it with an empty one', () => {
+    const detection = engine();
+    networkFindings(detection, spray(12, 2, T0));
+    // 12 and 7, then 12 and another 7: never 20.
+    expect(detection.judgeSprayElsewhere(stored(7), T0 + 2 * MINUTE)).toEqual([]);
+    expect(detection.judgeSprayElsewhere(stored(7, 150), T0 + 2 * MINUTE)).toEqual([]);
+    expect(detection.judgeSprayElsewhere(stored(8, 150), T0 + 2 * MINUTE).map((f) => f.finding.evidence.distinctKeys)).toEqual([20, 20, 20]);
+    // No longer read (partition 0 moved): two minutes on, a 13th key of its own is no spray.
+    expect(detection.judgeSprayElsewhere([], T0 + 2 * MINUTE)).toEqual([]);
+    expect(networkFindings(detection, [request(0, 12, T0 + 4 * MINUTE, { ip: STUFFER, status: 401 })])).toEqual([]);
+  });
+
+  it('counts neither a stored key the detection config allowlists nor one this replica holds of its own', () => {
+    const config = DetectionConfig.parse(JSON.stringify({ merchants: { m_3: { allowlist: { keys: ['pk_live_m3_k100'] } } } }));
+    const detection = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => config, clock: () => T0 + 24 * 60 * MINUTE });
+    // 12 keys of its own failing, and key 0 of merchant 3, whose requests from the network mostly succeed here.
+    const own = [...spray(12, 2, T0), request(3, 0, T0, { ip: STUFFER, status: 401 }), ...[1, 2, 3].map((s) => request(3, 0, T0 + s * SECOND, { ip: STUFFER }))];
+    expect(networkFindings(detection, own)).toEqual([]);
+    // 8 stored keys, one of them allowlisted, and key 0 of merchant 3 as storage saw it elsewhere: 12 + 7; then
+    // 12 + 8 (their 401s a minute and a half later: a network with as many keys is read key by key once a minute).
+    expect(detection.judgeSprayElsewhere([...stored(8), elsewhere(3, 0, T0)], T0 + 2 * MINUTE)).toEqual([]);
+    expect(detection.judgeSprayElsewhere([...stored(9, 100, T0 + 2.5 * MINUTE), elsewhere(3, 0, T0)], T0 + 3 * MINUTE).map((f) => f.finding.evidence.distinctKeys)).toEqual([20, 20, 20]);
   });
 });

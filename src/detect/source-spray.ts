@@ -22,6 +22,13 @@
  * SPRAY_WINDOW_MS before the partition's newest), so a spray that straddles one is judged whole by the
  * first batch after it; the keys of a partition the replica loses leave the tally (keepPartitions).
  *
+ * Across replicas: the replica that owns partition 0 also holds the keys of the other partitions
+ * that failed from a network that failed for many keys, as storage has them
+ * (EventStore.sprayedKeysElsewhere, read every SPRAY_ACROSS_REPLICAS_MS: spray-across-replicas.ts),
+ * so a spray spread thin over R replicas is judged whole there (takeElsewhere). Such a key is judged
+ * by storage's verdict on whether most of its requests failed; each reading replaces the last, and
+ * the key's own events, should its partition come to this replica, replace it.
+ *
  * Memory: at most MAX_ENTRIES (network, key) pairs and MAX_KEYS_PER_NETWORK keys a network (the
  * networks that began failing longest ago go first); pairs leave as the window passes them, every
  * network's at least once a minute.
@@ -39,8 +46,11 @@ const MINUTE = 60_000;
 export const SPRAY_WINDOW_MS = PARAMS.windowMinutes * MINUTE;
 /** A network reported is reported again at most this often while its severity stays the same. */
 export const REPORT_EVERY_MS = MINUTE;
+/** The fewest keys a network must fail for to be reported; storage's reading of other replicas' keys reads only such networks. */
+export const SPRAY_MIN_KEYS = PARAMS.minKeys;
 const MAX_ENTRIES = 200_000;
-const MAX_KEYS_PER_NETWORK = 5_000;
+/** The most keys held of a network. */
+export const MAX_KEYS_PER_NETWORK = 5_000;
 const MAX_LISTED = 20;
 const MAX_SAMPLES = 10;
 
@@ -50,8 +60,10 @@ export interface SprayedKey {
   apiKeyId: string;
   /** The Kafka partition of the key's events (-1 for HTTP): a replica that no longer owns it drops the key (keepPartitions). */
   partition: number;
-  /** Whether most of its requests from the network failed, as its window said when the memory budget forgot it (keepVerdict). */
+  /** Whether most of its requests from the network failed, as its window said when the memory budget forgot it (keepVerdict), or as storage says (elsewhere). */
   failedMostly?: boolean;
+  /** A key of a partition another replica owns, as storage had it at the last reading (takeElsewhere). */
+  elsewhere?: true;
   failures: number;
   first: number;
   newest: number;
@@ -73,6 +85,12 @@ interface NetworkSpray {
   checkedBound: Severity | undefined;
 }
 
+/** A key of another replica's partition that failed from `network`, as storage has it (EventStore.sprayedKeysElsewhere). */
+export interface SprayedKeyElsewhere extends Omit<SprayedKey, 'failedMostly' | 'elsewhere'> {
+  network: string;
+  failedMostly: boolean;
+}
+
 const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, critical: 3 };
 
 export class SourceSpray {
@@ -83,6 +101,8 @@ export class SourceSpray {
   private readonly unreported = new Set<NetworkSpray>();
   private entries = 0;
   private sweptAt = -Infinity;
+  /** The networks holding keys from storage (takeElsewhere), so that the next reading finds them to replace. */
+  private readonly withElsewhere = new Set<NetworkSpray>();
 
   /** The (network, key) pairs held. */
   get size(): number {
@@ -101,7 +121,10 @@ export class SourceSpray {
     const { merchantId, apiKeyId } = event;
     const { ref, key } = heldKey(spray.keys, merchantId, apiKeyId);
     const { timestamp, eventId, ip, userAgent, country } = windowEvent;
-    if (key !== undefined) {
+    if (key?.elsewhere) {
+      // The key's partition came to this replica: its own events count from now on (its warm-up brings the earlier ones).
+      spray.keys.set(ref, { merchantId, apiKeyId, partition, failures: 1, first: timestamp, newest: timestamp, newestEventId: eventId, ip, userAgent, country });
+    } else if (key !== undefined) {
       key.failures++;
       key.partition = partition;
       if (timestamp < key.first) key.first = timestamp;
@@ -146,7 +169,7 @@ export class SourceSpray {
       }
       spray.checkedAt = now;
       spray.checkedBound = bound;
-      const failing = [...spray.keys.values()].filter((key) => failedMostly(key, spray.network, since));
+      const failing = [...spray.keys.values()].filter((key) => (key.elsewhere ? key.failedMostly : failedMostly(key, spray.network, since)));
       const severity = severityOf(failing.length, params);
       if (severity === undefined) continue;
       if (now - spray.reportedAt < REPORT_EVERY_MS && !above(severity, spray.reportedSeverity)) {
@@ -169,16 +192,54 @@ export class SourceSpray {
       this.entries--;
     }
     if (spray.keys.size > 0) return true;
-    if (this.networks.get(spray.network) === spray) this.networks.delete(spray.network);
-    this.unreported.delete(spray);
+    this.forgetNetwork(spray);
     return false;
+  }
+
+  private forgetNetwork(spray: NetworkSpray): void {
+    if (this.networks.get(spray.network) === spray) this.networks.delete(spray.network);
+    this.touched.delete(spray);
+    this.unreported.delete(spray);
+    this.withElsewhere.delete(spray);
   }
 
   /** Records whether most of a key's requests from a network failed, as its window says before the engine forgets it. */
   keepVerdict(network: string, merchantId: string, apiKeyId: string, failedMostly: boolean): void {
     const keys = this.networks.get(network)?.keys;
     const key = keys && heldKey(keys, merchantId, apiKeyId).key;
-    if (key !== undefined) key.failedMostly = failedMostly;
+    if (key !== undefined && !key.elsewhere) key.failedMostly = failedMostly;
+  }
+
+  /**
+   * Replaces the keys of other replicas' partitions with storage's latest reading of them (the
+   * reading of none, when this replica no longer reads them); the networks they are on are judged by
+   * the next judge(). A key this replica holds of its own is left as it is.
+   */
+  takeElsewhere(keys: readonly SprayedKeyElsewhere[]): void {
+    // The networks stay until the new reading is in, so that one it still names keeps when it was last reported.
+    const previous = [...this.withElsewhere].filter((spray) => this.networks.get(spray.network) === spray);
+    this.withElsewhere.clear();
+    for (const spray of previous) {
+      for (const [ref, key] of spray.keys) {
+        if (!key.elsewhere) continue;
+        spray.keys.delete(ref);
+        this.entries--;
+      }
+    }
+    for (const { network, ...held } of keys) {
+      let spray = this.networks.get(network);
+      if (spray === undefined) {
+        spray = { network, keys: new Map(), reportedAt: -Infinity, reportedSeverity: undefined, checkedAt: -Infinity, checkedBound: undefined };
+        this.networks.set(network, spray);
+      }
+      const { ref, key } = heldKey(spray.keys, held.merchantId, held.apiKeyId);
+      if (key !== undefined || spray.keys.size >= MAX_KEYS_PER_NETWORK) continue;
+      spray.keys.set(ref, { ...held, elsewhere: true });
+      this.withElsewhere.add(spray);
+      this.touched.add(spray);
+      if (++this.entries > MAX_ENTRIES) this.dropOldest(spray);
+    }
+    for (const spray of previous) if (spray.keys.size === 0) this.forgetNetwork(spray);
   }
 
   /**
@@ -189,14 +250,11 @@ export class SourceSpray {
   keepPartitions(owned: ReadonlySet<number>): void {
     for (const spray of this.networks.values()) {
       for (const [ref, key] of spray.keys) {
-        if (key.partition < 0 || owned.has(key.partition)) continue;
+        if (key.elsewhere || key.partition < 0 || owned.has(key.partition)) continue;
         spray.keys.delete(ref);
         this.entries--;
       }
-      if (spray.keys.size > 0) continue;
-      this.networks.delete(spray.network);
-      this.touched.delete(spray);
-      this.unreported.delete(spray);
+      if (spray.keys.size === 0) this.forgetNetwork(spray);
     }
   }
 
@@ -211,9 +269,7 @@ export class SourceSpray {
     for (const spray of this.networks.values()) {
       if (this.entries <= MAX_ENTRIES) return;
       if (spray === keep) continue;
-      this.networks.delete(spray.network);
-      this.touched.delete(spray);
-      this.unreported.delete(spray);
+      this.forgetNetwork(spray);
       this.entries -= spray.keys.size;
     }
   }

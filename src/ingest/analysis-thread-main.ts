@@ -151,6 +151,9 @@ port.on('message', (request: AnalysisRequest) => {
         response = { id: request.id, result: { findings: [], ruleErrors: [] } };
         break;
       }
+      case 'sprayElsewhere':
+        response = { id: request.id, result: { findings: engine?.judgeSprayElsewhere(request.keys, Date.now()) ?? [], ruleErrors: ruleErrors.splice(0) } };
+        break;
     }
   } catch (error) {
     response = { id: request.id, error: error instanceof Error ? error.message : String(error) };

@@ -9,6 +9,7 @@
 import type { KafkaMessage } from 'kafkajs';
 import { Worker } from 'node:worker_threads';
 import type { EngineFinding, EngineLoad, VouchedNetwork } from '../detect/engine.ts';
+import type { SprayedKeyElsewhere } from '../detect/source-spray.ts';
 import type { NetworkSighting } from '../detect/key-history.ts';
 import type { RequestEvent, TimeRange } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
@@ -52,7 +53,8 @@ export type AnalysisRequest =
   | { kind: 'warm'; id: number; events: RequestEvent[]; partition: number; asOf: number }
   | { kind: 'recall'; id: number; sightings: NetworkSighting[]; partition: number }
   | { kind: 'recallEventIds'; id: number; eventIds: string[]; partition: number }
-  | { kind: 'keepPartitions'; id: number; partitions: number[] };
+  | { kind: 'keepPartitions'; id: number; partitions: number[] }
+  | { kind: 'sprayElsewhere'; id: number; keys: SprayedKeyElsewhere[] };
 
 export type AnalysisResponse = { id: number; result: BatchAnalysis | Detection } | { id: number; error: string };
 
@@ -147,6 +149,11 @@ export class AnalysisThread {
 
   keepPartitions(partitions: number[]): Promise<Detection> {
     return this.request({ kind: 'keepPartitions', partitions });
+  }
+
+  /** Judges the sprays with storage's reading of other replicas' keys (DetectionEngine.judgeSprayElsewhere); an empty reading drops the last. */
+  judgeSprayElsewhere(keys: SprayedKeyElsewhere[]): Promise<Detection> {
+    return this.request({ kind: 'sprayElsewhere', keys });
   }
 
   async close(): Promise<void> {

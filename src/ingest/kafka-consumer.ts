@@ -324,6 +324,11 @@ export class KafkaIntake {
     this.options.onStopped?.(error);
   }
 
+  /** The partitions of the topic this replica owns now (since the last assignment). */
+  get ownedPartitions(): ReadonlySet<number> {
+    return this.owned;
+  }
+
   /** Stops fetching (partitions stay assigned, so offsets can still be committed). */
   pause(): void {
     this.pauseWanted = true;

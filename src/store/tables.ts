@@ -7,6 +7,7 @@ export interface Tables {
   readonly merchantRollup15m: string;
   readonly keyNetworks1d: string;
   readonly keyVouchedNetworks1d: string;
+  readonly networkAuthFailures1m: string;
   readonly alerts: string;
   readonly enforcementHistory: string;
   readonly webhookEndpoints: string;
@@ -24,6 +25,7 @@ export function tablesIn(database: string): Tables {
     merchantRollup15m: `${database}.merchant_rollup_15m`,
     keyNetworks1d: `${database}.key_networks_1d`,
     keyVouchedNetworks1d: `${database}.key_vouched_networks_1d`,
+    networkAuthFailures1m: `${database}.network_auth_failures_1m`,
     alerts: `${database}.alerts_by_time`,
     enforcementHistory: `${database}.enforcement_history`,
     webhookEndpoints: `${database}.webhook_endpoints`,

@@ -381,6 +381,35 @@ describe('detection end to end', () => {
     await second.stop();
   });
 
+  it('alerts each merchant once about a network that tries 30 keys split between two replicas, 15 each: the owner of partition 0 reads the other\'s', async () => {
+    const names = testNames('stuffsplit');
+    const keys = Array.from({ length: 30 }, (_, k) => `pk_live_${names.runId}_${k}`);
+    const merchantOf = (k: number) => `m_${names.runId}_${k % 3}`;
+    const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names });
+    const deps = { sprayAcrossReplicasMs: 1_000 };
+    const first = await engines.startWorker(config, deps);
+    const second = await engines.startWorker(config, deps);
+    await waitForPartitionsSplit([first, second]);
+    expect(await metricTotal(first, 'security_center_assigned_partitions')).toBe(2);
+    const now = Date.now();
+    // One 401 from the stuffer for each key, key k on partition k % 4: each replica sees 15 keys, under the 20 that make a spray.
+    const tried = keys.map((key, k) => event(key, now - 3 * MINUTE + k * 3_000, { merchantId: merchantOf(k), ip: '203.0.113.9', status: 401, userAgent: 'curl/8.5.0' }));
+    await engines.producer.send({ topic: names.topic, acks: -1, messages: tried.map((e, k) => ({ key: e.apiKeyId, value: JSON.stringify(e), partition: k % 4 })) });
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'both replicas consume', 60_000);
+    const ofRun = async () => (await alertsOf(first)).filter((alert) => alert.merchantId.startsWith(`m_${names.runId}_`));
+    await waitFor(async () => (await ofRun()).length >= 3, 'an alert for each merchant', 20_000);
+    await sleep(3_000); // room for a wrong fourth, from either replica
+
+    const alerts = await ofRun();
+    expect(alerts.map((alert) => alert.merchantId).sort()).toEqual([0, 1, 2].map(merchantOf));
+    for (const alert of alerts) {
+      expect(alert).toMatchObject({ type: 'high_failure_rate', apiKeyId: null, scope: 'network:203.0.113.0/24', severity: 'medium', status: 'open' });
+      expect(alert.evidence.distinctKeys).toBeGreaterThanOrEqual(20);
+      const own = keys.filter((_, k) => merchantOf(k) === alert.merchantId);
+      for (const key of alert.evidence.merchantKeys as string[]) expect(own).toContain(key);
+    }
+  });
+
   it('reports an attack tool on a test key at low (monitor), from Kafka and over HTTP, and on a live key at critical', async () => {
     const names = testNames('testkeys');
     const key = (name: string) => `pk_${names.runId}_${name}`;

@@ -241,7 +241,7 @@ describe('migrations', () => {
       `INSERT INTO ${tables.webhookEndpoints} (merchant_id, endpoint_id, url, secret, created_by, created_at, updated_at, deleted, version)
        VALUES ('m_old', generateUUIDv4(), 'https://hooks.example.com/sc', 'whsec_old', 'alice', now64(3), now64(3), 0, 1)`,
     );
-    expect(await migrate(db, options, logger)).toEqual([17]);
+    expect(await migrate(db, options, logger)).toEqual(listMigrations().filter((m) => m.version >= 17).map((m) => m.version));
     expect(await new WebhookStore(db, tables).endpoint('m_old')).toMatchObject({ url: 'https://hooks.example.com/sc', createdBy: 'alice', updatedBy: 'alice' });
   });
 
@@ -270,6 +270,68 @@ describe('migrations', () => {
       { network: networkOf(ips[1]!), first: 60_000, vouched: day + 5_000 },
       { network: networkOf(ips[2]!), first: 120_000, vouched: undefined },
     ]);
+  });
+
+  it('reads the keys of other partitions that failed from a network that failed for many keys, with storage\'s verdict on each', async () => {
+    const tables = tablesIn(service.database);
+    const store = new EventStore(db, tables);
+    const topic = 'api.spray';
+    const now = Date.now();
+    let offset = 0;
+    const row = (apiKeyId: string, partition: number, atMs: number, fields: Record<string, unknown>) => {
+      const parsed = parseRequestEventValue({
+        ...makeEvent(offset, { runId: 'spray', startMs: atMs }),
+        eventId: `spray_${offset}`,
+        merchantId: `m_spray_${partition % 2}`,
+        apiKeyId,
+        plan: 'business',
+        timestamp: new Date(atMs).toISOString(),
+        ...fields,
+      });
+      if (!parsed.ok) throw new Error('fixture must be valid');
+      return `${serializeEventRow(parsed.event, { topic, partition, offset: offset++ })}\n`;
+    };
+    const key = (k: number) => `pk_live_spray_${k}`;
+    const lines: string[] = [];
+    // 20 business keys (key k on partition k % 4) get a 401 each from 203.0.113.0/24, a second apart.
+    for (let k = 0; k < 20; k++) lines.push(row(key(k), k % 4, now - 5 * 60_000 + k * 1_000, { ip: `203.0.113.${k + 1}`, status: 401, userAgent: 'curl/8.5.0', country: 'NL' }));
+    // Key 2 answered 200 from the network three times as well: most of its requests there did not fail.
+    for (let i = 0; i < 3; i++) lines.push(row(key(2), 2, now - 4 * 60_000 + i, { ip: '203.0.113.50', status: 200 }));
+    // Key 3's 429 and 503 from the network are not judged (as the engine's failedFrom), nor its 200 from another network.
+    lines.push(row(key(3), 3, now - 4 * 60_000, { ip: '203.0.113.51', status: 429 }), row(key(3), 3, now - 4 * 60_000 + 1, { ip: '203.0.113.51', status: 503 }));
+    lines.push(row(key(3), 3, now - 4 * 60_000 + 2, { ip: '10.1.2.3', status: 200 }));
+    // Key 6 failed from the network before the window too: that 401 is not counted.
+    lines.push(row(key(6), 2, now - 30 * 60_000, { ip: '203.0.113.60', status: 401 }));
+    // A pro key does not count towards the network's keys; another network failed for 5 keys only.
+    lines.push(row('pk_live_spray_pro', 2, now - 60_000, { plan: 'pro', ip: '203.0.113.70', status: 401 }));
+    for (let k = 0; k < 5; k++) lines.push(row(key(100 + k), 2, now - 60_000, { ip: '198.51.100.9', status: 401 }));
+    await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(lines.join('')), 'TabSeparated', {});
+
+    const read = (minKeys: number, owned: number[], perNetwork = 100) =>
+      store.sprayedKeysElsewhere({ since: new Date(now - 10 * 60_000), topic, owned, minKeys, plans: ['business', 'enterprise'], perNetwork, limit: 1_000 });
+    const keys = await read(20, [0, 1]);
+    // Partitions 2 and 3 only, the latest to fail first.
+    expect(keys.map((k) => k.apiKeyId)).toEqual([19, 18, 15, 14, 11, 10, 7, 6, 3, 2].map(key));
+    expect(keys.find((k) => k.apiKeyId === key(6))).toEqual({
+      network: '203.0.113.0/24',
+      merchantId: 'm_spray_0',
+      apiKeyId: key(6),
+      partition: 2,
+      failures: 1,
+      first: now - 5 * 60_000 + 6_000,
+      newest: now - 5 * 60_000 + 6_000,
+      newestEventId: expect.stringMatching(/^spray_\d+$/),
+      ip: '203.0.113.7',
+      userAgent: 'curl/8.5.0',
+      country: 'NL',
+      failedMostly: true,
+    });
+    expect(keys.filter((k) => !k.failedMostly).map((k) => k.apiKeyId)).toEqual([key(2)]);
+    // The pro key does not make the 21st, the 5-key network is not read, and a replica owning every partition reads nothing.
+    expect(await read(21, [0, 1])).toEqual([]);
+    expect(await read(5, [0, 1, 3]).then((read) => [...new Set(read.map((k) => k.network))].sort())).toEqual(['198.51.100.0/24', '203.0.113.0/24']);
+    expect(await read(20, [0, 1, 2, 3])).toEqual([]);
+    expect((await read(20, [], 3)).map((k) => k.apiKeyId)).toEqual([19, 18, 17].map(key));
   });
 
   it('hands back a partition\'s newest events once each, oldest first, across queries: ties of time in eventId order, a repeat not merged yet collapsed', async () => {

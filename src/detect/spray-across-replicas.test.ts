@@ -1,0 +1,77 @@
+import { describe, expect, it } from 'vitest';
+import type { Detection } from '../ingest/analysis-thread.ts';
+import { capturedLogs } from '../../test/support/logs.ts';
+import type { SprayedKeyElsewhere } from './source-spray.ts';
+import { SprayAcrossReplicas } from './spray-across-replicas.ts';
+
+const NOW = Date.UTC(2026, 10, 29, 12, 0, 0);
+const KEY: SprayedKeyElsewhere = {
+  network: '203.0.113.0/24',
+  merchantId: 'm_1',
+  apiKeyId: 'pk_live_1',
+  partition: 3,
+  failures: 1,
+  first: NOW - 1_000,
+  newest: NOW - 1_000,
+  newestEventId: 'e1',
+  ip: '203.0.113.9',
+  userAgent: 'curl/8.5.0',
+  country: undefined,
+  failedMostly: true,
+};
+
+function setUp(options: { owned: number[]; read?: () => Promise<SprayedKeyElsewhere[]> }) {
+  const calls = { reads: [] as { since: number; owned: readonly number[] }[], judged: [] as SprayedKeyElsewhere[][], detections: [] as Detection[] };
+  let owned = new Set(options.owned);
+  const { logger, lines } = capturedLogs();
+  const reader = new SprayAcrossReplicas({
+    owned: () => owned,
+    read: async (since, ownedNow) => {
+      calls.reads.push({ since: since.getTime(), owned: ownedNow });
+      return options.read ? options.read() : [KEY];
+    },
+    judge: async (keys) => {
+      calls.judged.push(keys);
+      return { findings: [], ruleErrors: [] };
+    },
+    onDetection: (detection) => calls.detections.push(detection),
+    logger,
+    now: () => NOW,
+  });
+  return { reader, calls, lines, own: (partitions: number[]) => (owned = new Set(partitions)) };
+}
+
+describe('SprayAcrossReplicas', () => {
+  it('reads the last 10 minutes of the partitions it does not own while it owns partition 0, and hands each reading to detection', async () => {
+    const { reader, calls } = setUp({ owned: [0, 2] });
+    await reader.check();
+    expect(calls.reads).toEqual([{ since: NOW - 10 * 60_000, owned: [0, 2] }]);
+    expect(calls.judged).toEqual([[KEY]]);
+    expect(calls.detections).toHaveLength(1);
+  });
+
+  it('reads nothing without partition 0, and once it loses it, has detection drop the last reading once', async () => {
+    const { reader, calls, own } = setUp({ owned: [1, 2] });
+    await reader.check();
+    expect(calls.reads).toEqual([]);
+    expect(calls.judged).toEqual([]);
+    own([0, 1]);
+    await reader.check();
+    own([1]);
+    await reader.check();
+    await reader.check();
+    expect(calls.reads).toHaveLength(1);
+    expect(calls.judged).toEqual([[KEY], []]);
+  });
+
+  it('logs a failed reading and goes on to the next; a check during a reading joins it', async () => {
+    let fail = true;
+    const { reader, calls, lines } = setUp({ owned: [0], read: async () => (fail ? Promise.reject(new Error('storage down')) : [KEY]) });
+    await reader.check();
+    expect(calls.judged).toEqual([]);
+    expect(lines).toEqual([expect.objectContaining({ level: 40, msg: expect.stringMatching(/^cannot read the keys other replicas saw fail/) })]);
+    fail = false;
+    await Promise.all([reader.check(), reader.check()]);
+    expect(calls.judged).toEqual([[KEY]]);
+  });
+});

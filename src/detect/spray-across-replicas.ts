@@ -1,0 +1,75 @@
+/**
+ * Credential stuffing across replicas. Kafka spreads a spray's keys over the partitions, so each
+ * replica's tally (source-spray.ts) sees its own partitions' share: with R replicas, a network must
+ * try about R times the keys that make an alert. The replica that owns partition 0 therefore reads,
+ * every SPRAY_ACROSS_REPLICAS_MS, the keys the other partitions' owners stored failing from networks
+ * that failed for at least SPRAY_MIN_KEYS keys in all (EventStore.sprayedKeysElsewhere), and its
+ * engine judges each such network with its own keys and these (DetectionEngine.judgeSprayElsewhere).
+ * One replica reads, so each merchant gets one alert; around a rebalance two may each open one for
+ * a while, and AlertManager resolves the earlier as a duplicate. A replica that owns every partition
+ * reads nothing (its own tally sees every key). A failed reading is logged and skipped: detection
+ * fails open, and the next reading comes SPRAY_ACROSS_REPLICAS_MS later.
+ */
+import type { Detection } from '../ingest/analysis-thread.ts';
+import type { Logger } from '../logger.ts';
+import { SPRAY_WINDOW_MS, type SprayedKeyElsewhere } from './source-spray.ts';
+
+/** How often the owner of partition 0 reads the other partitions' sprayed keys: an alert comes this much (and a store flush) after a spray's keys reach the count. */
+export const SPRAY_ACROSS_REPLICAS_MS = 15_000;
+
+export interface SprayAcrossReplicasOptions {
+  /** The partitions this replica owns now. */
+  owned(): ReadonlySet<number>;
+  /** Storage's keys of the other partitions that failed since `since` (EventStore.sprayedKeysElsewhere). */
+  read(since: Date, owned: readonly number[]): Promise<SprayedKeyElsewhere[]>;
+  /** Hands a reading to the engine, which judges with it (AnalysisThread.judgeSprayElsewhere). */
+  judge(keys: SprayedKeyElsewhere[]): Promise<Detection>;
+  onDetection(detection: Detection): void;
+  logger: Logger;
+  everyMs?: number;
+  now?(): number;
+}
+
+export class SprayAcrossReplicas {
+  private timer: NodeJS.Timeout | undefined;
+  private reading: Promise<void> | undefined;
+  /** Whether the engine holds keys of a reading, which a replica that no longer owns partition 0 must drop. */
+  private engineHolds = false;
+
+  constructor(private readonly options: SprayAcrossReplicasOptions) {}
+
+  start(): void {
+    this.timer ??= setInterval(() => void this.check(), this.options.everyMs ?? SPRAY_ACROSS_REPLICAS_MS);
+    this.timer.unref();
+  }
+
+  /** Stops the timer, and waits for a reading in progress. */
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    await this.reading;
+  }
+
+  /** Reads and judges once (the timer's call), unless a reading is in progress. */
+  check(): Promise<void> {
+    this.reading ??= this.readAndJudge().finally(() => (this.reading = undefined));
+    return this.reading;
+  }
+
+  private async readAndJudge(): Promise<void> {
+    const { options } = this;
+    const owned = options.owned();
+    try {
+      if (!owned.has(0)) {
+        if (this.engineHolds) options.onDetection(await options.judge([]));
+        this.engineHolds = false;
+        return;
+      }
+      const now = options.now?.() ?? Date.now();
+      const keys = await options.read(new Date(now - SPRAY_WINDOW_MS), [...owned]);
+      options.onDetection(await options.judge(keys));
+      this.engineHolds = keys.length > 0;
+    } catch (error) {
+      options.logger.warn({ err: error }, 'cannot read the keys other replicas saw fail: credential stuffing is judged on this replica\'s keys until the next reading');
+    }
+  }
+}

@@ -7,9 +7,10 @@
  * engine judges each such network with its own keys and these (DetectionEngine.judgeSprayElsewhere).
  * One replica reads, so each merchant gets one alert; around a rebalance two may each open one for
  * a while, and AlertManager resolves the earlier as a duplicate. A replica that owns every partition
- * reads nothing (its own tally sees every key). A failed reading is logged and skipped: detection
- * fails open, and the next reading comes SPRAY_ACROSS_REPLICAS_MS later.
+ * reads nothing (its own tally sees every key). A failed reading is skipped: detection fails open,
+ * and the next reading comes SPRAY_ACROSS_REPLICAS_MS later (logged as one failure while they fail).
  */
+import { FailureLog } from '../failure-log.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
 import type { Logger } from '../logger.ts';
 import { SPRAY_WINDOW_MS, type SprayedKeyElsewhere } from './source-spray.ts';
@@ -35,8 +36,16 @@ export class SprayAcrossReplicas {
   private reading: Promise<void> | undefined;
   /** Whether the engine holds keys of a reading, which a replica that no longer owns partition 0 must drop. */
   private engineHolds = false;
+  private readonly failures: FailureLog;
 
-  constructor(private readonly options: SprayAcrossReplicasOptions) {}
+  constructor(private readonly options: SprayAcrossReplicasOptions) {
+    this.failures = new FailureLog(
+      options.logger,
+      'cannot read the keys other replicas saw fail: credential stuffing is judged on this replica\'s keys alone until a reading succeeds',
+      'the keys other replicas saw fail are read again',
+      { level: 'warn', now: options.now },
+    );
+  }
 
   start(): void {
     this.timer ??= setInterval(() => void this.check(), this.options.everyMs ?? SPRAY_ACROSS_REPLICAS_MS);
@@ -68,8 +77,9 @@ export class SprayAcrossReplicas {
       const keys = await options.read(new Date(now - SPRAY_WINDOW_MS), [...owned]);
       options.onDetection(await options.judge(keys));
       this.engineHolds = keys.length > 0;
+      this.failures.succeeded();
     } catch (error) {
-      options.logger.warn({ err: error }, 'cannot read the keys other replicas saw fail: credential stuffing is judged on this replica\'s keys until the next reading');
+      this.failures.failed({ err: error });
     }
   }
 }

@@ -18,7 +18,7 @@ import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
 import { HISTORY_MS, KeyHistory, type HistoryEntryCount, type NetworkSighting } from './key-history.ts';
-import { SourceSpray, SPRAY_WINDOW_MS, type SprayedKey, type SprayedKeyElsewhere } from './source-spray.ts';
+import { SourceSpray, SPRAY_WINDOW_MS, sprayedKeysOf, type SprayedKey, type SprayedRequests } from './source-spray.ts';
 import { testKeyFinding } from './test-keys.ts';
 
 const MAX_UNTAKEN_VOUCHED = 100_000;
@@ -495,22 +495,19 @@ export class DetectionEngine {
   }
 
   /**
-   * Judges the sprays (source-spray.ts) with storage's reading of the keys of other replicas'
-   * partitions that failed from the same networks (EventStore.sprayedKeysElsewhere), replacing the
-   * last reading; those the detection config allowlists (by key, or by the address and user agent
-   * of their newest 401) are left out. As of the newest event among the batches' and the reading's,
-   * never past `clock` (the wall clock): a replica whose own partitions are quiet still moves on.
-   * (One more than 10 minutes behind on a backlog has its own keys' 401s judged as of the reading,
-   * too late to count, while other replicas' keys are read: a spray there waits for the catch-up.)
+   * Judges the sprays (source-spray.ts) with storage's reading of the requests of other replicas'
+   * keys from the same networks (EventStore.sprayedRequestsElsewhere), which replaces the last; the
+   * requests the detection config allowlists are left out, as admission leaves them out of the
+   * windows, and so are keys whose 401s are dated more than MAX_CLOCK_SKEW_MS ahead of `clock` (the
+   * wall clock). As of this replica's own time (its newest batch's), as its batches judge: judged as
+   * of other replicas' times, a replica behind them would take its own keys' 401s for old news.
    */
-  judgeSprayElsewhere(keys: readonly SprayedKeyElsewhere[], clock: number): EngineFinding[] {
+  judgeSprayElsewhere(requests: readonly SprayedRequests[], clock: number): EngineFinding[] {
     this.followConfig();
     const config = this.options.config();
-    const kept = keys.filter((key) => !config.isAllowlisted(key.merchantId, key.apiKeyId, key.ip, key.userAgent));
-    this.spray.takeElsewhere(kept);
-    let now = Math.max(-Infinity, ...this.partitionClocks.values());
-    for (const key of kept) now = Math.max(now, Math.min(clock, key.newest));
-    if (now === -Infinity) now = clock;
+    const allowlisted = (r: SprayedRequests) => config.isAllowlisted(r.merchantId, r.apiKeyId, r.ip, r.userAgent);
+    this.spray.takeElsewhere(sprayedKeysOf(requests, allowlisted, clock + MAX_CLOCK_SKEW_MS));
+    const now = this.partitionClocks.size > 0 ? Math.max(...this.partitionClocks.values()) : clock;
     try {
       return this.spray.judge(now, (key, network, since) => this.failedMostly(key, network, since));
     } catch (error) {

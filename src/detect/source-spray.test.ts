@@ -8,7 +8,7 @@ import { explainAlert } from '../alerts/insights.ts';
 import type { RequestEvent } from '../events/request-event.ts';
 import { DetectionConfig } from './detection-config.ts';
 import { DetectionEngine, type EngineFinding } from './engine.ts';
-import { SourceSpray, type SprayedKeyElsewhere } from './source-spray.ts';
+import { SourceSpray, sprayedKeysOf, type SprayedRequests } from './source-spray.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
 const SECOND = 1000;
@@ -251,31 +251,33 @@ describe('credential stuffing across keys', () => {
 });
 
 describe('credential stuffing across replicas (storage\'s reading of other partitions\' keys)', () => {
-  /** Key `key` of merchant `merchant` as another replica's partition 1 stored it: one 401 from the stuffer at `at`. */
-  function elsewhere(merchant: number, key: number, at: number, failedMostly = true): SprayedKeyElsewhere {
+  /** Key `key` of merchant `merchant` as another replica's partition 1 stored it: one 401 from the stuffer at `at`, and `succeeded` requests from it that did not fail. */
+  function elsewhere(merchant: number, key: number, at: number, succeeded = 0, overrides: Partial<SprayedRequests> = {}): SprayedRequests {
     return {
       network: '203.0.113.0/24',
       merchantId: `m_${merchant}`,
       apiKeyId: `pk_live_m${merchant}_k${key}`,
       partition: 1,
+      ip: STUFFER,
+      userAgent: 'curl/8.5.0',
       failures: 1,
+      judged: 1 + succeeded,
       first: at,
       newest: at,
       newestEventId: `stored_${merchant}_${key}`,
-      ip: STUFFER,
-      userAgent: 'curl/8.5.0',
       country: 'NL',
-      failedMostly,
+      ...overrides,
     };
   }
   /** `count` keys of merchant 3 (other partitions only), from key `from`. */
   const stored = (count: number, from = 100, at = T0 + MINUTE) => Array.from({ length: count }, (_, k) => elsewhere(3, from + k, at + k));
+  const WALL = T0 + 24 * 60 * MINUTE;
 
   it('judges a network with its own keys and those other replicas stored, reporting to each merchant, a merchant of stored keys alone too', () => {
     const detection = engine();
     expect(networkFindings(detection, spray(12, 2, T0))).toEqual([]);
     // Ten keys of another merchant stored by other replicas, two more of which mostly succeeded from the network.
-    const findings = detection.judgeSprayElsewhere([...stored(10), elsewhere(3, 200, T0, false), elsewhere(3, 201, T0, false)], T0 + 2 * MINUTE);
+    const findings = detection.judgeSprayElsewhere([...stored(10), elsewhere(3, 200, T0, 2), elsewhere(3, 201, T0, 3)], WALL);
     expect(findings.map((f) => f.merchantId).sort()).toEqual(['m_0', 'm_1', 'm_3']);
     for (const { finding } of findings) expect(finding.evidence).toMatchObject({ distinctKeys: 22, judgedBy: 'network_across_keys' });
     const theirs = findings.find((f) => f.merchantId === 'm_3')!.finding;
@@ -289,23 +291,99 @@ describe('credential stuffing across replicas (storage\'s reading of other parti
     const detection = engine();
     networkFindings(detection, spray(12, 2, T0));
     // 12 and 7, then 12 and another 7: never 20.
-    expect(detection.judgeSprayElsewhere(stored(7), T0 + 2 * MINUTE)).toEqual([]);
-    expect(detection.judgeSprayElsewhere(stored(7, 150), T0 + 2 * MINUTE)).toEqual([]);
-    expect(detection.judgeSprayElsewhere(stored(8, 150), T0 + 2 * MINUTE).map((f) => f.finding.evidence.distinctKeys)).toEqual([20, 20, 20]);
+    expect(detection.judgeSprayElsewhere(stored(7), WALL)).toEqual([]);
+    expect(detection.judgeSprayElsewhere(stored(7, 150), WALL)).toEqual([]);
+    expect(detection.judgeSprayElsewhere(stored(8, 150), WALL).map((f) => f.finding.evidence.distinctKeys)).toEqual([20, 20, 20]);
     // No longer read (partition 0 moved): two minutes on, a 13th key of its own is no spray.
-    expect(detection.judgeSprayElsewhere([], T0 + 2 * MINUTE)).toEqual([]);
+    expect(detection.judgeSprayElsewhere([], WALL)).toEqual([]);
     expect(networkFindings(detection, [request(0, 12, T0 + 4 * MINUTE, { ip: STUFFER, status: 401 })])).toEqual([]);
   });
 
   it('counts neither a stored key the detection config allowlists nor one this replica holds of its own', () => {
     const config = DetectionConfig.parse(JSON.stringify({ merchants: { m_3: { allowlist: { keys: ['pk_live_m3_k100'] } } } }));
-    const detection = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => config, clock: () => T0 + 24 * 60 * MINUTE });
+    const detection = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => config, clock: () => WALL });
     // 12 keys of its own failing, and key 0 of merchant 3, whose requests from the network mostly succeed here.
     const own = [...spray(12, 2, T0), request(3, 0, T0, { ip: STUFFER, status: 401 }), ...[1, 2, 3].map((s) => request(3, 0, T0 + s * SECOND, { ip: STUFFER }))];
     expect(networkFindings(detection, own)).toEqual([]);
-    // 8 stored keys, one of them allowlisted, and key 0 of merchant 3 as storage saw it elsewhere: 12 + 7; then
-    // 12 + 8 (their 401s a minute and a half later: a network with as many keys is read key by key once a minute).
-    expect(detection.judgeSprayElsewhere([...stored(8), elsewhere(3, 0, T0)], T0 + 2 * MINUTE)).toEqual([]);
-    expect(detection.judgeSprayElsewhere([...stored(9, 100, T0 + 2.5 * MINUTE), elsewhere(3, 0, T0)], T0 + 3 * MINUTE).map((f) => f.finding.evidence.distinctKeys)).toEqual([20, 20, 20]);
+    // 8 stored keys, one of them allowlisted, and key 0 of merchant 3 as storage saw it elsewhere: 12 + 7.
+    expect(detection.judgeSprayElsewhere([...stored(8), elsewhere(3, 0, T0)], WALL)).toEqual([]);
+    // A minute and a half later (a network with as many keys is read key by key once a minute), 12 + 8.
+    networkFindings(detection, [request(0, 500, T0 + 2.5 * MINUTE)]);
+    expect(detection.judgeSprayElsewhere([...stored(9), elsewhere(3, 0, T0)], WALL).map((f) => f.finding.evidence.distinctKeys)).toEqual([20, 20, 20]);
+  });
+
+  it('reports its own merchants\' keys to them when it judges behind the replicas it reads, as of its own time', () => {
+    const detection = engine();
+    // Other replicas stored 20 keys of m_3 (T0 .. T0 + 19 s); this replica is 25 s behind, its own clock at T0 - 10 s.
+    networkFindings(detection, [request(0, 500, T0 - 10 * SECOND)]);
+    const reading = Array.from({ length: 20 }, (_, k) => elsewhere(3, k, T0 + k * SECOND));
+    const found = detection.judgeSprayElsewhere(reading, WALL);
+    expect(found.map((f) => f.merchantId)).toEqual(['m_3']);
+    // Then it takes its own share, 5 keys of m_0 tried at T0 + 14..18 s, and the readings go on.
+    found.push(...networkFindings(detection, Array.from({ length: 5 }, (_, k) => request(0, k, T0 + (14 + k) * SECOND, { ip: STUFFER, status: 401 })), 5));
+    for (let s = 30; s <= 120; s += 15) {
+      found.push(...networkFindings(detection, [request(0, 500, T0 + s * SECOND)]), ...detection.judgeSprayElsewhere(reading, WALL));
+    }
+    expect(found.map((f) => f.merchantId)).toContain('m_0');
+  });
+
+  it('counts a key id two merchants have once for each, however readings come and go', () => {
+    const detection = engine();
+    const x = (merchant: number, at: number) => request(merchant, 0, at, { apiKeyId: 'pk_x', ip: STUFFER, status: 401, userAgent: 'curl/8.5.0' });
+    // m_2's pk_x failed elsewhere, then m_1's own pk_x fails here; the next reading no longer has m_2's, and m_1's fails again.
+    networkFindings(detection, [request(0, 500, T0)]);
+    detection.judgeSprayElsewhere([elsewhere(2, 0, T0, 0, { apiKeyId: 'pk_x' })], WALL);
+    networkFindings(detection, [x(1, T0 + 2 * SECOND)]);
+    detection.judgeSprayElsewhere([], WALL);
+    networkFindings(detection, [x(1, T0 + 4 * SECOND)]);
+    expect(detection.load.sprayEntries).toBe(1);
+    // With 18 more keys of its own: 19, no spray.
+    expect(networkFindings(detection, spray(18, 1, T0 + 5 * SECOND).map((e, k) => ({ ...e, apiKeyId: `pk_other_${k}` })), 18)).toEqual([]);
+  });
+});
+
+describe('sprayedKeysOf', () => {
+  const requests = (apiKeyId: string, ip: string, failures: number, judged: number, newest: number): SprayedRequests => ({
+    network: '203.0.113.0/24',
+    merchantId: 'm_1',
+    apiKeyId,
+    partition: 2,
+    ip,
+    userAgent: 'curl/8.5.0',
+    failures,
+    judged,
+    first: failures > 0 ? newest - 1_000 : 0,
+    newest: failures > 0 ? newest : 0,
+    newestEventId: failures > 0 ? `${apiKeyId}_${ip}` : '',
+    country: 'NL',
+  });
+  const MONITOR = '203.0.113.7';
+  const allowlisted = (r: SprayedRequests) => r.ip === MONITOR;
+
+  it('sums a key\'s requests from the network\'s addresses, but those the allowlists cover, and takes its newest 401 as its sample', () => {
+    const keys = sprayedKeysOf(
+      [
+        // a: three 401s from the allowlisted monitor; from .8, one 401 and three that succeeded. Mostly not failing, then.
+        requests('a', MONITOR, 3, 3, T0 + 9_000),
+        requests('a', '203.0.113.8', 1, 4, T0 + 5_000),
+        // b: 401s from the monitor only: not a key of the spray.
+        requests('b', MONITOR, 2, 2, T0),
+        // c: a 401 from .8, then another and a 200 from .9; its newest 401 is .9's.
+        requests('c', '203.0.113.8', 1, 1, T0),
+        requests('c', '203.0.113.9', 1, 2, T0 + 2_000),
+        // d: a 200 alone.
+        requests('d', '203.0.113.8', 0, 1, 0),
+      ],
+      allowlisted,
+      T0 + MINUTE,
+    );
+    expect(keys.map(({ apiKeyId, failures, failedMostly, ip, first, newest, newestEventId }) => ({ apiKeyId, failures, failedMostly, ip, first, newest, newestEventId }))).toEqual([
+      { apiKeyId: 'a', failures: 1, failedMostly: false, ip: '203.0.113.8', first: T0 + 4_000, newest: T0 + 5_000, newestEventId: 'a_203.0.113.8' },
+      { apiKeyId: 'c', failures: 2, failedMostly: true, ip: '203.0.113.9', first: T0 - 1_000, newest: T0 + 2_000, newestEventId: 'c_203.0.113.9' },
+    ]);
+  });
+
+  it('leaves out a key whose 401s are dated after notAfter', () => {
+    expect(sprayedKeysOf([requests('a', '203.0.113.8', 1, 1, T0 + 2 * MINUTE)], allowlisted, T0 + MINUTE)).toEqual([]);
   });
 });

@@ -23,11 +23,12 @@
  * first batch after it; the keys of a partition the replica loses leave the tally (keepPartitions).
  *
  * Across replicas: the replica that owns partition 0 also holds the keys of the other partitions
- * that failed from a network that failed for many keys, as storage has them
- * (EventStore.sprayedKeysElsewhere, read every SPRAY_ACROSS_REPLICAS_MS: spray-across-replicas.ts),
+ * that failed from a network that failed for many keys, as storage has their requests
+ * (EventStore.sprayedRequestsElsewhere, read every SPRAY_ACROSS_REPLICAS_MS: spray-across-replicas.ts),
  * so a spray spread thin over R replicas is judged whole there (takeElsewhere). Such a key is judged
- * by storage's verdict on whether most of its requests failed; each reading replaces the last, and
- * the key's own events, should its partition come to this replica, replace it.
+ * by whether most of its requests from the network failed, those the allowlists cover left out
+ * (sprayedKeysOf); each reading replaces the last, and the key's own events, should its partition
+ * come to this replica, replace it.
  *
  * Memory: at most MAX_ENTRIES (network, key) pairs and MAX_KEYS_PER_NETWORK keys a network (the
  * networks that began failing longest ago go first); pairs leave as the window passes them, every
@@ -49,8 +50,7 @@ export const REPORT_EVERY_MS = MINUTE;
 /** The fewest keys a network must fail for to be reported; storage's reading of other replicas' keys reads only such networks. */
 export const SPRAY_MIN_KEYS = PARAMS.minKeys;
 const MAX_ENTRIES = 200_000;
-/** The most keys held of a network. */
-export const MAX_KEYS_PER_NETWORK = 5_000;
+const MAX_KEYS_PER_NETWORK = 5_000;
 const MAX_LISTED = 20;
 const MAX_SAMPLES = 10;
 
@@ -85,10 +85,65 @@ interface NetworkSpray {
   checkedBound: Severity | undefined;
 }
 
-/** A key of another replica's partition that failed from `network`, as storage has it (EventStore.sprayedKeysElsewhere). */
+/** A key of another replica's partition that failed from `network`, as storage has its requests (sprayedKeysOf). */
 export interface SprayedKeyElsewhere extends Omit<SprayedKey, 'failedMostly' | 'elsewhere'> {
   network: string;
   failedMostly: boolean;
+}
+
+/** A key's requests from one address and user agent of a network (EventStore.sprayedRequestsElsewhere). */
+export interface SprayedRequests {
+  network: string;
+  merchantId: string;
+  apiKeyId: string;
+  partition: number;
+  ip: string;
+  userAgent: string;
+  /** Its 401s, and the requests a failure share counts (all but 403, 429 and 5xx, as the engine's failedFrom). */
+  failures: number;
+  judged: number;
+  /** The first and the newest 401 (0 without one), and the newest's eventId and country. */
+  first: number;
+  newest: number;
+  newestEventId: string;
+  country: string | undefined;
+}
+
+/**
+ * The keys of storage's requests, one per network: their 401s and whether most of their requests
+ * from the network failed, the requests `allowlisted` says (an address, a network, a user agent, the
+ * key) left out as admission leaves them out of the windows, and a key whose 401s are dated after
+ * `notAfter` (a producer's clock far ahead) left out as well. The newest 401 is the key's sample.
+ */
+export function sprayedKeysOf(requests: readonly SprayedRequests[], allowlisted: (requests: SprayedRequests) => boolean, notAfter: number): SprayedKeyElsewhere[] {
+  const keys = new Map<string, SprayedKeyElsewhere & { judged: number }>();
+  for (const request of requests) {
+    if (allowlisted(request)) continue;
+    const { network, merchantId, apiKeyId, partition } = request;
+    const ref = `${network}\u0000${merchantId}\u0000${apiKeyId}`;
+    let key = keys.get(ref);
+    if (key === undefined) {
+      key = { network, merchantId, apiKeyId, partition, failures: 0, judged: 0, first: Infinity, newest: -Infinity, newestEventId: '', ip: request.ip, userAgent: request.userAgent, country: undefined, failedMostly: false };
+      keys.set(ref, key);
+    }
+    key.failures += request.failures;
+    key.judged += request.judged;
+    if (request.failures === 0) continue;
+    key.first = Math.min(key.first, request.first);
+    if (request.newest > key.newest) {
+      key.newest = request.newest;
+      key.newestEventId = request.newestEventId;
+      key.ip = request.ip;
+      key.userAgent = request.userAgent;
+      key.country = request.country;
+    }
+  }
+  const held: SprayedKeyElsewhere[] = [];
+  for (const { judged, ...key } of keys.values()) {
+    if (key.failures === 0 || key.newest > notAfter) continue;
+    held.push({ ...key, failedMostly: key.failures * 2 >= judged });
+  }
+  return held;
 }
 
 const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, critical: 3 };
@@ -338,12 +393,17 @@ export class SourceSpray {
   }
 }
 
-/** A key's entry among a network's keys (see NetworkSpray.keys), and the ref it is or would be held by. */
+/**
+ * A key's entry among a network's keys (see NetworkSpray.keys), and the ref it is or would be held
+ * by: by its id, or by merchant and id when another merchant's key of that id is (or was, while this
+ * one came: it stays where it is held) held by the id.
+ */
 function heldKey(keys: ReadonlyMap<string, SprayedKey>, merchantId: string, apiKeyId: string): { ref: string; key: SprayedKey | undefined } {
   const key = keys.get(apiKeyId);
-  if (key === undefined || key.merchantId === merchantId) return { ref: apiKeyId, key };
+  if (key?.merchantId === merchantId) return { ref: apiKeyId, key };
   const ref = `${merchantId}\u0000${apiKeyId}`;
-  return { ref, key: keys.get(ref) };
+  const shared = keys.get(ref);
+  return shared !== undefined || key !== undefined ? { ref, key: shared } : { ref: apiKeyId, key: undefined };
 }
 
 function above(severity: Severity, than: Severity | undefined): boolean {

@@ -1,33 +1,33 @@
 import { describe, expect, it } from 'vitest';
 import type { Detection } from '../ingest/analysis-thread.ts';
 import { capturedLogs } from '../../test/support/logs.ts';
-import type { SprayedKeyElsewhere } from './source-spray.ts';
+import type { SprayedRequests } from './source-spray.ts';
 import { SprayAcrossReplicas } from './spray-across-replicas.ts';
 
 const NOW = Date.UTC(2026, 10, 29, 12, 0, 0);
-const KEY: SprayedKeyElsewhere = {
+const KEY: SprayedRequests = {
   network: '203.0.113.0/24',
   merchantId: 'm_1',
   apiKeyId: 'pk_live_1',
   partition: 3,
+  ip: '203.0.113.9',
+  userAgent: 'curl/8.5.0',
   failures: 1,
+  judged: 1,
   first: NOW - 1_000,
   newest: NOW - 1_000,
   newestEventId: 'e1',
-  ip: '203.0.113.9',
-  userAgent: 'curl/8.5.0',
   country: undefined,
-  failedMostly: true,
 };
 
-function setUp(options: { owned: number[]; read?: () => Promise<SprayedKeyElsewhere[]> }) {
-  const calls = { reads: [] as { since: number; owned: readonly number[] }[], judged: [] as SprayedKeyElsewhere[][], detections: [] as Detection[] };
+function setUp(options: { owned: number[]; read?: () => Promise<SprayedRequests[]> }) {
+  const calls = { reads: [] as { since: number; until: number; owned: readonly number[] }[], judged: [] as SprayedRequests[][], detections: [] as Detection[] };
   let owned = new Set(options.owned);
   const { logger, lines } = capturedLogs();
   const reader = new SprayAcrossReplicas({
     owned: () => owned,
-    read: async (since, ownedNow) => {
-      calls.reads.push({ since: since.getTime(), owned: ownedNow });
+    read: async (since, until, ownedNow) => {
+      calls.reads.push({ since: since.getTime(), until: until.getTime(), owned: ownedNow });
       return options.read ? options.read() : [KEY];
     },
     judge: async (keys) => {
@@ -42,10 +42,10 @@ function setUp(options: { owned: number[]; read?: () => Promise<SprayedKeyElsewh
 }
 
 describe('SprayAcrossReplicas', () => {
-  it('reads the last 10 minutes of the partitions it does not own while it owns partition 0, and hands each reading to detection', async () => {
+  it('reads the last 10 minutes (and 5 ahead, as admission takes events) of the partitions it does not own while it owns partition 0, and hands each reading to detection', async () => {
     const { reader, calls } = setUp({ owned: [0, 2] });
     await reader.check();
-    expect(calls.reads).toEqual([{ since: NOW - 10 * 60_000, owned: [0, 2] }]);
+    expect(calls.reads).toEqual([{ since: NOW - 10 * 60_000, until: NOW + 5 * 60_000, owned: [0, 2] }]);
     expect(calls.judged).toEqual([[KEY]]);
     expect(calls.detections).toHaveLength(1);
   });
@@ -70,7 +70,7 @@ describe('SprayAcrossReplicas', () => {
     await reader.check();
     await reader.check();
     expect(calls.judged).toEqual([]);
-    expect(lines).toEqual([expect.objectContaining({ level: 40, msg: expect.stringMatching(/^cannot read the keys other replicas saw fail/) })]);
+    expect(lines).toEqual([expect.objectContaining({ level: 40, msg: expect.stringMatching(/^cannot read or judge the keys other replicas saw fail/) })]);
     fail = false;
     await Promise.all([reader.check(), reader.check()]);
     expect(calls.judged).toEqual([[KEY]]);

@@ -2,18 +2,20 @@
  * Credential stuffing across replicas. Kafka spreads a spray's keys over the partitions, so each
  * replica's tally (source-spray.ts) sees its own partitions' share: with R replicas, a network must
  * try about R times the keys that make an alert. The replica that owns partition 0 therefore reads,
- * every SPRAY_ACROSS_REPLICAS_MS, the keys the other partitions' owners stored failing from networks
- * that failed for at least SPRAY_MIN_KEYS keys in all (EventStore.sprayedKeysElsewhere), and its
- * engine judges each such network with its own keys and these (DetectionEngine.judgeSprayElsewhere).
+ * every SPRAY_ACROSS_REPLICAS_MS, the requests of the other partitions' keys that storage holds
+ * failing from networks that failed for at least SPRAY_MIN_KEYS keys in all
+ * (EventStore.sprayedRequestsElsewhere), and its engine judges each such network with its own keys
+ * and these (DetectionEngine.judgeSprayElsewhere).
  * One replica reads, so each merchant gets one alert; around a rebalance two may each open one for
  * a while, and AlertManager resolves the earlier as a duplicate. A replica that owns every partition
- * reads nothing (its own tally sees every key). A failed reading is skipped: detection fails open,
+ * reads an empty answer (its own tally sees every key). A failed reading is skipped: detection fails open,
  * and the next reading comes SPRAY_ACROSS_REPLICAS_MS later (logged as one failure while they fail).
  */
 import { FailureLog } from '../failure-log.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
 import type { Logger } from '../logger.ts';
-import { SPRAY_WINDOW_MS, type SprayedKeyElsewhere } from './source-spray.ts';
+import { MAX_CLOCK_SKEW_MS } from './admission.ts';
+import { SPRAY_WINDOW_MS, type SprayedRequests } from './source-spray.ts';
 
 /** How often the owner of partition 0 reads the other partitions' sprayed keys: an alert comes this much (and a store flush) after a spray's keys reach the count. */
 export const SPRAY_ACROSS_REPLICAS_MS = 15_000;
@@ -21,10 +23,10 @@ export const SPRAY_ACROSS_REPLICAS_MS = 15_000;
 export interface SprayAcrossReplicasOptions {
   /** The partitions this replica owns now. */
   owned(): ReadonlySet<number>;
-  /** Storage's keys of the other partitions that failed since `since` (EventStore.sprayedKeysElsewhere). */
-  read(since: Date, owned: readonly number[]): Promise<SprayedKeyElsewhere[]>;
+  /** Storage's requests of the other partitions' keys that failed between `since` and `until` (EventStore.sprayedRequestsElsewhere). */
+  read(since: Date, until: Date, owned: readonly number[]): Promise<SprayedRequests[]>;
   /** Hands a reading to the engine, which judges with it (AnalysisThread.judgeSprayElsewhere). */
-  judge(keys: SprayedKeyElsewhere[]): Promise<Detection>;
+  judge(requests: SprayedRequests[]): Promise<Detection>;
   onDetection(detection: Detection): void;
   logger: Logger;
   everyMs?: number;
@@ -41,7 +43,7 @@ export class SprayAcrossReplicas {
   constructor(private readonly options: SprayAcrossReplicasOptions) {
     this.failures = new FailureLog(
       options.logger,
-      'cannot read the keys other replicas saw fail: credential stuffing is judged on this replica\'s keys alone until a reading succeeds',
+      'cannot read or judge the keys other replicas saw fail: credential stuffing is judged on this replica\'s keys alone until a reading succeeds',
       'the keys other replicas saw fail are read again',
       { level: 'warn', now: options.now },
     );
@@ -74,9 +76,10 @@ export class SprayAcrossReplicas {
         return;
       }
       const now = options.now?.() ?? Date.now();
-      const keys = await options.read(new Date(now - SPRAY_WINDOW_MS), [...owned]);
-      options.onDetection(await options.judge(keys));
-      this.engineHolds = keys.length > 0;
+      // Up to MAX_CLOCK_SKEW_MS ahead, as admission takes events in: a 401 dated a day ahead is no spray now.
+      const requests = await options.read(new Date(now - SPRAY_WINDOW_MS), new Date(now + MAX_CLOCK_SKEW_MS), [...owned]);
+      options.onDetection(await options.judge(requests));
+      this.engineHolds = requests.length > 0;
       this.failures.succeeded();
     } catch (error) {
       this.failures.failed({ err: error });

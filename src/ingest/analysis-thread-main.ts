@@ -152,7 +152,7 @@ port.on('message', (request: AnalysisRequest) => {
         break;
       }
       case 'sprayElsewhere':
-        response = { id: request.id, result: { findings: engine?.judgeSprayElsewhere(request.keys, Date.now()) ?? [], ruleErrors: ruleErrors.splice(0) } };
+        response = { id: request.id, result: { findings: engine?.judgeSprayElsewhere(request.requests, Date.now()) ?? [], ruleErrors: ruleErrors.splice(0) } };
         break;
     }
   } catch (error) {

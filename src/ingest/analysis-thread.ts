@@ -9,7 +9,7 @@
 import type { KafkaMessage } from 'kafkajs';
 import { Worker } from 'node:worker_threads';
 import type { EngineFinding, EngineLoad, VouchedNetwork } from '../detect/engine.ts';
-import type { SprayedKeyElsewhere } from '../detect/source-spray.ts';
+import type { SprayedRequests } from '../detect/source-spray.ts';
 import type { NetworkSighting } from '../detect/key-history.ts';
 import type { RequestEvent, TimeRange } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
@@ -54,7 +54,7 @@ export type AnalysisRequest =
   | { kind: 'recall'; id: number; sightings: NetworkSighting[]; partition: number }
   | { kind: 'recallEventIds'; id: number; eventIds: string[]; partition: number }
   | { kind: 'keepPartitions'; id: number; partitions: number[] }
-  | { kind: 'sprayElsewhere'; id: number; keys: SprayedKeyElsewhere[] };
+  | { kind: 'sprayElsewhere'; id: number; requests: SprayedRequests[] };
 
 export type AnalysisResponse = { id: number; result: BatchAnalysis | Detection } | { id: number; error: string };
 
@@ -151,9 +151,9 @@ export class AnalysisThread {
     return this.request({ kind: 'keepPartitions', partitions });
   }
 
-  /** Judges the sprays with storage's reading of other replicas' keys (DetectionEngine.judgeSprayElsewhere); an empty reading drops the last. */
-  judgeSprayElsewhere(keys: SprayedKeyElsewhere[]): Promise<Detection> {
-    return this.request({ kind: 'sprayElsewhere', keys });
+  /** Judges the sprays with storage's reading of other replicas' keys' requests (DetectionEngine.judgeSprayElsewhere); an empty reading drops the last. */
+  judgeSprayElsewhere(requests: SprayedRequests[]): Promise<Detection> {
+    return this.request({ kind: 'sprayElsewhere', requests });
   }
 
   async close(): Promise<void> {

@@ -11,7 +11,7 @@ import type { ClickHouseSettings } from '@clickhouse/client';
 import { isIP } from 'node:net';
 import type { VouchedNetwork } from '../detect/engine.ts';
 import type { NetworkSighting } from '../detect/key-history.ts';
-import type { SprayedKeyElsewhere } from '../detect/source-spray.ts';
+import type { SprayedRequests } from '../detect/source-spray.ts';
 import { networkOf } from '../../rules/network.ts';
 import type { ClickHouse } from './clickhouse.ts';
 import { settingsClause } from './settings-clause.ts';
@@ -285,19 +285,18 @@ const sightingRow = z.object({
   vouched: z.coerce.number(),
 });
 
-const sprayedKeyRow = z.object({
+const sprayedRequestsRow = z.object({
   merchant_id: z.string(),
   api_key_id: z.string(),
   partition: z.coerce.number(),
+  address: z.string(),
+  user_agent: z.string(),
   failures: z.coerce.number(),
+  judged: z.coerce.number(),
   first: z.coerce.number(),
   newest: z.coerce.number(),
   event_id: z.string(),
-  ip: z.string(),
-  user_agent: z.string(),
   country: z.string(),
-  failed: z.coerce.number(),
-  judged: z.coerce.number(),
 });
 
 /** The network (/24 or /64, as network_auth_failures_1m and key_networks_1d hold it) of a stored address `ip`. */
@@ -813,80 +812,74 @@ export class EventStore {
     return handed;
   }
   /**
-   * Credential stuffing across replicas (018_network_auth_failures_1m.sql): the keys of partitions
-   * not in `owned` that failed with 401 since `since` from a network that failed so for at least
-   * `minKeys` keys of any partition, of the plans detection evaluates. Each with its 401s, the first
-   * and newest, the newest's eventId, address, user agent and country, and whether most of its
-   * requests from the network since then failed (401 of those not 403, 429 or 5xx, as the engine's
-   * failedFrom counts them; read from request_events for these keys only). At most `perNetwork` keys
-   * a network (the latest to fail) and `limit` in all.
+   * Credential stuffing across replicas (018_network_auth_failures_1m.sql): the requests between
+   * `since` and `until` of the keys of partitions not in `owned`, of the plans detection evaluates,
+   * from each network that failed with 401 for them and for at least `minKeys` keys of any partition
+   * in all; one row per key, network, address and user agent, so that detection leaves out what its
+   * allowlists cover and judges the rest as its windows would (sprayedKeysOf). The rows with 401s
+   * first, the latest first, at most `limit`.
    */
-  async sprayedKeysElsewhere(query: {
+  async sprayedRequestsElsewhere(query: {
     since: Date;
+    until: Date;
     topic: string;
     owned: readonly number[];
     minKeys: number;
     plans?: readonly string[];
-    perNetwork: number;
     limit: number;
-  }): Promise<SprayedKeyElsewhere[]> {
+  }): Promise<SprayedRequests[]> {
     const rows = await this.db.queryRows(
       `WITH failing AS (
-         SELECT network, merchant_id, api_key_id, source_partition AS partition, sum(failures) AS failures,
-                min(first_failure) AS first_at, max(last_failure) AS newest_at, argMaxMerge(newest) AS sample
+         SELECT network, merchant_id, api_key_id, source_partition AS partition
            FROM ${this.tables.networkAuthFailures1m}
-          WHERE minute >= toStartOfMinute({since:DateTime64(3, 'UTC')}) AND source_topic = {topic:String}
+          WHERE minute >= toStartOfMinute({since:DateTime64(3, 'UTC')}) AND minute <= {until:DateTime64(3, 'UTC')}
+            AND source_topic = {topic:String}
             AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
           GROUP BY network, merchant_id, api_key_id, partition
-         HAVING newest_at >= {since:DateTime64(3, 'UTC')}
+         HAVING max(last_failure) >= {since:DateTime64(3, 'UTC')} AND min(first_failure) <= {until:DateTime64(3, 'UTC')}
        ),
        elsewhere AS (
-         SELECT * FROM failing
+         SELECT network, merchant_id, api_key_id FROM failing
           WHERE NOT has({owned:Array(Int32)}, partition)
             AND network IN (SELECT network FROM failing GROUP BY network HAVING uniqExact(merchant_id, api_key_id) >= {minKeys:UInt32})
        )
-       SELECT merchant_id, api_key_id, partition, failures,
-              toUnixTimestamp64Milli(first_at) AS first, toUnixTimestamp64Milli(newest_at) AS newest,
-              sample.1 AS event_id, toString(sample.2) AS ip, sample.3 AS user_agent, sample.4 AS country,
-              shares.failed AS failed, shares.judged AS judged
-         FROM elsewhere
-         LEFT JOIN (
-           SELECT merchant_id, api_key_id, ${NETWORK_OF_IP} AS network,
-                  countIf(status = 401) AS failed, countIf(status NOT IN (403, 429) AND status < 500) AS judged
-             FROM ${this.tables.requestEvents}
-            WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM elsewhere)
-              AND ts >= {since:DateTime64(3, 'UTC')}
-            GROUP BY merchant_id, api_key_id, network
-         ) AS shares USING (merchant_id, api_key_id, network)
-        ORDER BY network, newest DESC
-        LIMIT {perNetwork:UInt32} BY network
+       SELECT merchant_id, api_key_id, source_partition AS partition, toString(ip) AS address, user_agent,
+              countIf(status = 401) AS failures, countIf(status NOT IN (403, 429) AND status < 500) AS judged,
+              toUnixTimestamp64Milli(minIf(ts, status = 401)) AS first, toUnixTimestamp64Milli(maxIf(ts, status = 401)) AS newest,
+              argMaxIf(event_id, ts, status = 401) AS event_id, argMaxIf(toString(country), ts, status = 401) AS country
+         FROM ${this.tables.requestEvents}
+        WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM elsewhere)
+          AND ts >= {since:DateTime64(3, 'UTC')} AND ts <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}
+          AND (${NETWORK_OF_IP}, merchant_id, api_key_id) IN (SELECT network, merchant_id, api_key_id FROM elsewhere)
+        GROUP BY merchant_id, api_key_id, source_partition, ip, user_agent
+        ORDER BY newest DESC, merchant_id, api_key_id, address, user_agent
         LIMIT {limit:UInt32}`,
       {
         since: toClickHouseTime(query.since.getTime()),
+        until: toClickHouseTime(query.until.getTime()),
         topic: query.topic,
         owned: [...query.owned],
         minKeys: query.minKeys,
         plans: query.plans ?? [],
-        perNetwork: query.perNetwork,
         limit: query.limit,
       },
     );
     return rows.map((raw) => {
-      const row = sprayedKeyRow.parse(raw);
-      const ip = fromStoredIp(row.ip);
+      const row = sprayedRequestsRow.parse(raw);
+      const ip = fromStoredIp(row.address);
       return {
         network: networkOf(ip),
         merchantId: row.merchant_id,
         apiKeyId: row.api_key_id,
         partition: row.partition,
+        ip,
+        userAgent: row.user_agent,
         failures: row.failures,
+        judged: row.judged,
         first: row.first,
         newest: row.newest,
         newestEventId: row.event_id,
-        ip,
-        userAgent: row.user_agent,
         country: row.country === '' ? undefined : row.country,
-        failedMostly: row.judged > 0 && row.failed * 2 >= row.judged,
       };
     });
   }

@@ -272,7 +272,7 @@ describe('migrations', () => {
     ]);
   });
 
-  it('reads the keys of other partitions that failed from a network that failed for many keys, with storage\'s verdict on each', async () => {
+  it('reads the requests of the keys of other partitions that failed from a network that failed for many keys, by address and user agent', async () => {
     const tables = tablesIn(service.database);
     const store = new EventStore(db, tables);
     const topic = 'api.spray';
@@ -286,6 +286,7 @@ describe('migrations', () => {
         apiKeyId,
         plan: 'business',
         timestamp: new Date(atMs).toISOString(),
+        userAgent: 'okhttp/4.12.0',
         ...fields,
       });
       if (!parsed.ok) throw new Error('fixture must be valid');
@@ -295,43 +296,48 @@ describe('migrations', () => {
     const lines: string[] = [];
     // 20 business keys (key k on partition k % 4) get a 401 each from 203.0.113.0/24, a second apart.
     for (let k = 0; k < 20; k++) lines.push(row(key(k), k % 4, now - 5 * 60_000 + k * 1_000, { ip: `203.0.113.${k + 1}`, status: 401, userAgent: 'curl/8.5.0', country: 'NL' }));
-    // Key 2 answered 200 from the network three times as well: most of its requests there did not fail.
+    // Key 2 answered 200 from another address of the network three times.
     for (let i = 0; i < 3; i++) lines.push(row(key(2), 2, now - 4 * 60_000 + i, { ip: '203.0.113.50', status: 200 }));
-    // Key 3's 429 and 503 from the network are not judged (as the engine's failedFrom), nor its 200 from another network.
+    // Key 3's 429 and 503 from the network are not judged (as the engine's failedFrom), and its 200 from another network is not read.
     lines.push(row(key(3), 3, now - 4 * 60_000, { ip: '203.0.113.51', status: 429 }), row(key(3), 3, now - 4 * 60_000 + 1, { ip: '203.0.113.51', status: 503 }));
     lines.push(row(key(3), 3, now - 4 * 60_000 + 2, { ip: '10.1.2.3', status: 200 }));
-    // Key 6 failed from the network before the window too: that 401 is not counted.
-    lines.push(row(key(6), 2, now - 30 * 60_000, { ip: '203.0.113.60', status: 401 }));
-    // A pro key does not count towards the network's keys; another network failed for 5 keys only.
+    // Key 6 failed from the network before the window too: that 401 is not read.
+    lines.push(row(key(6), 2, now - 30 * 60_000, { ip: '203.0.113.7', status: 401, userAgent: 'curl/8.5.0' }));
+    // A pro key, and a key whose 401 is dated two hours ahead, do not count towards the network's keys; another network failed for 5 keys only.
     lines.push(row('pk_live_spray_pro', 2, now - 60_000, { plan: 'pro', ip: '203.0.113.70', status: 401 }));
+    lines.push(row('pk_live_spray_ahead', 2, now + 2 * 3_600_000, { ip: '203.0.113.71', status: 401 }));
     for (let k = 0; k < 5; k++) lines.push(row(key(100 + k), 2, now - 60_000, { ip: '198.51.100.9', status: 401 }));
     await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(lines.join('')), 'TabSeparated', {});
 
-    const read = (minKeys: number, owned: number[], perNetwork = 100) =>
-      store.sprayedKeysElsewhere({ since: new Date(now - 10 * 60_000), topic, owned, minKeys, plans: ['business', 'enterprise'], perNetwork, limit: 1_000 });
-    const keys = await read(20, [0, 1]);
-    // Partitions 2 and 3 only, the latest to fail first.
-    expect(keys.map((k) => k.apiKeyId)).toEqual([19, 18, 15, 14, 11, 10, 7, 6, 3, 2].map(key));
-    expect(keys.find((k) => k.apiKeyId === key(6))).toEqual({
+    const read = (minKeys: number, owned: number[], limit = 1_000) =>
+      store.sprayedRequestsElsewhere({ since: new Date(now - 10 * 60_000), until: new Date(now + 5 * 60_000), topic, owned, minKeys, plans: ['business', 'enterprise'], limit });
+    const requests = await read(20, [0, 1]);
+    // Partitions 2 and 3 only, the latest 401 first, the rows without one last.
+    expect(requests.map((r) => `${r.apiKeyId} ${r.ip} ${r.failures}/${r.judged}`)).toEqual([
+      ...[19, 18, 15, 14, 11, 10, 7, 6, 3, 2].map((k) => `${key(k)} 203.0.113.${k + 1} 1/1`),
+      `${key(2)} 203.0.113.50 0/3`,
+      `${key(3)} 203.0.113.51 0/0`,
+    ]);
+    expect(requests.find((r) => r.apiKeyId === key(6))).toEqual({
       network: '203.0.113.0/24',
       merchantId: 'm_spray_0',
       apiKeyId: key(6),
       partition: 2,
+      ip: '203.0.113.7',
+      userAgent: 'curl/8.5.0',
       failures: 1,
+      judged: 1,
       first: now - 5 * 60_000 + 6_000,
       newest: now - 5 * 60_000 + 6_000,
       newestEventId: expect.stringMatching(/^spray_\d+$/),
-      ip: '203.0.113.7',
-      userAgent: 'curl/8.5.0',
       country: 'NL',
-      failedMostly: true,
     });
-    expect(keys.filter((k) => !k.failedMostly).map((k) => k.apiKeyId)).toEqual([key(2)]);
-    // The pro key does not make the 21st, the 5-key network is not read, and a replica owning every partition reads nothing.
+    expect(requests.find((r) => r.ip === '203.0.113.50')).toMatchObject({ userAgent: 'okhttp/4.12.0', first: 0, newest: 0, newestEventId: '', country: undefined });
+    // Neither the pro key nor the one ahead makes a 21st; the 5-key network is read from 5; a replica owning every partition reads nothing.
     expect(await read(21, [0, 1])).toEqual([]);
-    expect(await read(5, [0, 1, 3]).then((read) => [...new Set(read.map((k) => k.network))].sort())).toEqual(['198.51.100.0/24', '203.0.113.0/24']);
+    expect([...new Set((await read(5, [0, 1, 3])).map((r) => r.network))].sort()).toEqual(['198.51.100.0/24', '203.0.113.0/24']);
     expect(await read(20, [0, 1, 2, 3])).toEqual([]);
-    expect((await read(20, [], 3)).map((k) => k.apiKeyId)).toEqual([19, 18, 17].map(key));
+    expect((await read(20, [], 3)).map((r) => r.apiKeyId)).toEqual([19, 18, 17].map(key));
   });
 
   it('hands back a partition\'s newest events once each, oldest first, across queries: ties of time in eventId order, a repeat not merged yet collapsed', async () => {

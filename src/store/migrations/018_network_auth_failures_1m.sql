@@ -1,13 +1,12 @@
 -- The 401s of every network per key and minute, for credential stuffing across replicas: each
 -- replica's own tally (src/detect/source-spray.ts) sees the keys of its partitions only, about 1/R of
--- a spray's keys with R replicas. The replica that owns partition 0 reads here, every
--- SPRAY_ACROSS_REPLICAS_MS, the keys other partitions' owners saw fail from the networks that failed
--- for many keys (EventStore.sprayedKeysElsewhere), and judges the whole spray. Only 401s come here,
--- so the view costs an insert next to nothing; whether most of a key's requests from the network
--- failed is read from request_events, for those keys only. Kept a day: the spray window is 10
--- minutes. A crash between the views' parts of one insert may leave it short of a few 401s, which
--- repairViews does not add back (they matter for minutes only). The same deduplication window as the
--- other views' tables (010).
+-- a spray's keys with R replicas. The replica that owns partition 0 finds here, every
+-- SPRAY_ACROSS_REPLICAS_MS, the keys of other partitions that failed from a network that failed for
+-- many keys, then reads those keys' requests from the network in request_events
+-- (EventStore.sprayedRequestsElsewhere), and judges the whole spray. Only 401s come here, so the view
+-- costs an insert next to nothing. Kept a day: the spray window is 10 minutes. A crash between the
+-- views' parts of one insert may leave it short of a few 401s, which repairViews does not add back
+-- (they matter for minutes only). The same deduplication window as the other views' tables (010).
 -- A network is the /24 of an IPv4 address (stored IPv4-mapped, so a /120) or the /64 of an IPv6 one,
 -- as in key_networks_1d (007) and rules/network.ts.
 CREATE TABLE IF NOT EXISTS {{db}}.network_auth_failures_1m
@@ -21,9 +20,7 @@ CREATE TABLE IF NOT EXISTS {{db}}.network_auth_failures_1m
     plan             LowCardinality(String)                              COMMENT 'plan at the time of the requests',
     failures         SimpleAggregateFunction(sum, UInt64)                COMMENT '401s in the minute',
     first_failure    SimpleAggregateFunction(min, DateTime64(3, 'UTC')) COMMENT 'first 401 in the minute',
-    last_failure     SimpleAggregateFunction(max, DateTime64(3, 'UTC')) COMMENT 'last 401 in the minute',
-    newest           AggregateFunction(argMax, Tuple(String, IPv6, String, String), DateTime64(3, 'UTC'))
-                                                                         COMMENT 'the last 401''s eventId, address, user agent and country'
+    last_failure     SimpleAggregateFunction(max, DateTime64(3, 'UTC')) COMMENT 'last 401 in the minute'
 )
 ENGINE = AggregatingMergeTree
 PARTITION BY toYYYYMMDD(minute)
@@ -43,8 +40,7 @@ SELECT
     plan,
     count()                             AS failures,
     min(ts)                             AS first_failure,
-    max(ts)                             AS last_failure,
-    argMaxState((event_id, ip, user_agent, toString(country)), ts) AS newest
+    max(ts)                             AS last_failure
 FROM {{db}}.request_events
 WHERE status = 401
 GROUP BY minute, network, source_topic, source_partition, merchant_id, api_key_id, plan;

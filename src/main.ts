@@ -20,7 +20,7 @@ import { DetectionConfig, followDetectionConfig } from './detect/detection-confi
 import { warmUpLimit, windowBudgetFor } from './detect/engine.ts';
 import { HISTORY_MS } from './detect/key-history.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
-import { SPRAY_MIN_KEYS } from './detect/source-spray.ts';
+import { MAX_KEYS_PER_NETWORK, SPRAY_MIN_KEYS } from './detect/source-spray.ts';
 import { SprayAcrossReplicas } from './detect/spray-across-replicas.ts';
 import { describeConfig, listenConfigError, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
 import { enforcementAdminRoutes, registerDecisionRoutes } from './enforcement/decision-routes.ts';
@@ -57,8 +57,12 @@ const STOP_BUDGET_MS = 27_000;
 /** Of the budget, the most the HTTP server's close and the hand-off of fetched batches may each wait; the buffer's drain has its own 10 s. */
 const STOP_STEP_MS = 5_000;
 const BUFFER_STOP_MS = 12_000;
-/** The most rows (a key's requests from one address and user agent) one reading of other replicas' sprayed keys hands to detection (spray-across-replicas.ts). */
-const SPRAY_READING_MAX_ROWS = 50_000;
+/**
+ * What one reading of other replicas' sprayed keys (spray-across-replicas.ts) reads: networks that
+ * failed for SPRAY_MIN_KEYS keys, at most as many keys a network as the tally holds of its own, and
+ * bounds on what it hands to detection (each row a key's requests from one address and user agent).
+ */
+const SPRAY_READING = { minKeys: SPRAY_MIN_KEYS, keysPerNetwork: MAX_KEYS_PER_NETWORK, maxKeys: 10_000, rowsPerKey: 10 } as const;
 
 const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
@@ -320,7 +324,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       ? new SprayAcrossReplicas({
           owned: () => intake.ownedPartitions,
           read: (since, until, owned) =>
-            store.sprayedRequestsElsewhere({ since, until, topic: config.kafka!.topic, owned, minKeys: SPRAY_MIN_KEYS, plans: config.admin.entitledPlans, limit: SPRAY_READING_MAX_ROWS }),
+            store.sprayedRequestsElsewhere({ since, until, topic: config.kafka!.topic, owned, plans: config.admin.entitledPlans, ...SPRAY_READING }),
           judge: (requests) => analysis.judgeSprayElsewhere(requests),
           onDetection,
           everyMs: deps.sprayAcrossReplicasMs,

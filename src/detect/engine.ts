@@ -499,15 +499,22 @@ export class DetectionEngine {
    * keys from the same networks (EventStore.sprayedRequestsElsewhere), which replaces the last; the
    * requests the detection config allowlists are left out, as admission leaves them out of the
    * windows, and so are keys whose 401s are dated more than MAX_CLOCK_SKEW_MS ahead of `clock` (the
-   * wall clock). As of this replica's own time (its newest batch's), as its batches judge: judged as
-   * of other replicas' times, a replica behind them would take its own keys' 401s for old news.
+   * wall clock). As of the newest 401 among them or this replica's newest batch, never past `clock`:
+   * a replica whose own partitions are quiet moves on with the spray, and its keys' 401s of long ago
+   * leave the tally. (One more than 10 minutes behind on a backlog sees its own keys' 401s leave it
+   * while storage has keys to read: a spray in the backlog is then judged on what its batches bring
+   * between two readings.)
    */
   judgeSprayElsewhere(requests: readonly SprayedRequests[], clock: number): EngineFinding[] {
     this.followConfig();
     const config = this.options.config();
     const allowlisted = (r: SprayedRequests) => config.isAllowlisted(r.merchantId, r.apiKeyId, r.ip, r.userAgent);
-    this.spray.takeElsewhere(sprayedKeysOf(requests, allowlisted, clock + MAX_CLOCK_SKEW_MS));
-    const now = this.partitionClocks.size > 0 ? Math.max(...this.partitionClocks.values()) : clock;
+    const keys = sprayedKeysOf(requests, allowlisted, clock + MAX_CLOCK_SKEW_MS);
+    this.spray.takeElsewhere(keys);
+    let now = -Infinity;
+    for (const partitionClock of this.partitionClocks.values()) now = Math.max(now, partitionClock);
+    for (const key of keys) now = Math.max(now, Math.min(clock, key.newest));
+    if (now === -Infinity) now = clock;
     try {
       return this.spray.judge(now, (key, network, since) => this.failedMostly(key, network, since));
     } catch (error) {

@@ -327,6 +327,44 @@ describe('credential stuffing across replicas (storage\'s reading of other parti
     expect(found.map((f) => f.merchantId)).toContain('m_0');
   });
 
+  it('judges a reading as of its newest 401 when its own partitions are quiet: its keys of half an hour ago do not count, and later merchants are reported', () => {
+    const detection = engine();
+    // 12 keys of its own failed at T0; then its partitions went quiet.
+    expect(networkFindings(detection, spray(12, 2, T0))).toEqual([]);
+    // Half an hour later, other replicas stored 8 keys failing from the network: 8 in 10 minutes.
+    expect(detection.judgeSprayElsewhere(stored(8, 100, T0 + 29 * MINUTE), WALL)).toEqual([]);
+    // Then 20 (one of which mostly succeeded): still no spray; the next readings bring 10 more keys of m_4.
+    const reading = [...stored(19, 100, T0 + 30 * MINUTE), elsewhere(3, 199, T0 + 30 * MINUTE, 4)];
+    expect(detection.judgeSprayElsewhere(reading, WALL)).toEqual([]);
+    reading.push(...Array.from({ length: 10 }, (_, k) => elsewhere(4, k, T0 + 31 * MINUTE + k)));
+    const found: EngineFinding[] = [];
+    for (let s = 15; s <= 180; s += 15) found.push(...detection.judgeSprayElsewhere(reading.map((r) => ({ ...r, newest: r.newest + s * SECOND })), WALL));
+    expect(new Set(found.map((f) => f.merchantId))).toEqual(new Set(['m_3', 'm_4']));
+    expect(found.map((f) => f.finding.evidence.distinctKeys)).toContain(29);
+  });
+
+  it('reports a merchant again only for a 401 newer than the last reported to it, however often the same reading comes', () => {
+    const detection = engine();
+    networkFindings(detection, [request(0, 500, T0)]);
+    // The newest 401 is dated 4 minutes ahead of the others (a producer's clock, within what admission takes).
+    const reading = [...stored(19, 100, T0), elsewhere(3, 199, T0 + 4 * MINUTE)];
+    const found: string[] = [];
+    for (let s = 0; s <= 10 * 60; s += 15) {
+      found.push(...[...networkFindings(detection, [request(0, 500, T0 + s * SECOND)]), ...detection.judgeSprayElsewhere(reading, WALL)].map((f) => f.merchantId));
+    }
+    expect(found).toEqual(['m_3']);
+  });
+
+  it('holds its own keys of a network beside as many of storage\'s', () => {
+    const detection = engine();
+    networkFindings(detection, [request(0, 500, T0)]);
+    // 5,000 keys of other replicas, then 30 keys of its own merchant m_0.
+    detection.judgeSprayElsewhere(Array.from({ length: 5_000 }, (_, k) => elsewhere(3, k, T0 + k)), WALL);
+    const found = networkFindings(detection, Array.from({ length: 30 }, (_, k) => request(0, k, T0 + 2 * MINUTE + k * SECOND, { ip: STUFFER, status: 401 })), 30);
+    expect(found.map((f) => f.merchantId)).toContain('m_0');
+    expect(detection.load.sprayEntries).toBe(5_030);
+  });
+
   it('counts a key id two merchants have once for each, however readings come and go', () => {
     const detection = engine();
     const x = (merchant: number, at: number) => request(merchant, 0, at, { apiKeyId: 'pk_x', ip: STUFFER, status: 401, userAgent: 'curl/8.5.0' });

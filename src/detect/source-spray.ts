@@ -30,9 +30,9 @@
  * (sprayedKeysOf); each reading replaces the last, and the key's own events, should its partition
  * come to this replica, replace it.
  *
- * Memory: at most MAX_ENTRIES (network, key) pairs and MAX_KEYS_PER_NETWORK keys a network (the
- * networks that began failing longest ago go first); pairs leave as the window passes them, every
- * network's at least once a minute.
+ * Memory: at most MAX_ENTRIES (network, key) pairs, and MAX_KEYS_PER_NETWORK keys of its own a
+ * network and as many of storage's (the networks that began failing longest ago go first); pairs
+ * leave as the window passes them, every network's at least once a minute.
  */
 import type { RequestEvent } from '../events/request-event.ts';
 import type { EngineFinding } from './engine.ts';
@@ -50,7 +50,8 @@ export const REPORT_EVERY_MS = MINUTE;
 /** The fewest keys a network must fail for to be reported; storage's reading of other replicas' keys reads only such networks. */
 export const SPRAY_MIN_KEYS = PARAMS.minKeys;
 const MAX_ENTRIES = 200_000;
-const MAX_KEYS_PER_NETWORK = 5_000;
+/** The most keys of its own a network holds (and as many of storage's). */
+export const MAX_KEYS_PER_NETWORK = 5_000;
 const MAX_LISTED = 20;
 const MAX_SAMPLES = 10;
 
@@ -78,8 +79,16 @@ interface NetworkSpray {
   network: string;
   /** By apiKeyId; by merchant and key for a key id another merchant's key has too (rare). */
   keys: Map<string, SprayedKey>;
+  /** How many of `keys` are storage's (takeElsewhere): they do not count against the keys of its own a network may hold. */
+  keysElsewhere: number;
   reportedAt: number;
   reportedSeverity: Severity | undefined;
+  /**
+   * Per merchant reported to, the newest 401 of its keys in that report: a merchant is reported to
+   * again for a newer one. (Not "since the network's last report": the reading of other replicas'
+   * keys may be judged ahead of this replica's own batches.)
+   */
+  reportedNewest: Map<string, number>;
   /** When its keys were last read one by one (failedMostly), and the severity their count allowed then. */
   checkedAt: number;
   checkedBound: Severity | undefined;
@@ -170,7 +179,7 @@ export class SourceSpray {
     const { network } = windowEvent;
     let spray = this.networks.get(network);
     if (spray === undefined) {
-      spray = { network, keys: new Map(), reportedAt: -Infinity, reportedSeverity: undefined, checkedAt: -Infinity, checkedBound: undefined };
+      spray = newNetworkSpray(network);
       this.networks.set(network, spray);
     }
     const { merchantId, apiKeyId } = event;
@@ -179,6 +188,7 @@ export class SourceSpray {
     if (key?.elsewhere) {
       // The key's partition came to this replica: its own events count from now on (its warm-up brings the earlier ones).
       spray.keys.set(ref, { merchantId, apiKeyId, partition, failures: 1, first: timestamp, newest: timestamp, newestEventId: eventId, ip, userAgent, country });
+      spray.keysElsewhere--;
     } else if (key !== undefined) {
       key.failures++;
       key.partition = partition;
@@ -190,7 +200,7 @@ export class SourceSpray {
         key.userAgent = userAgent;
         key.country = country;
       }
-    } else if (spray.keys.size < MAX_KEYS_PER_NETWORK) {
+    } else if (spray.keys.size - spray.keysElsewhere < MAX_KEYS_PER_NETWORK) {
       spray.keys.set(ref, { merchantId, apiKeyId, partition, failures: 1, first: timestamp, newest: timestamp, newestEventId: eventId, ip, userAgent, country });
       if (++this.entries > MAX_ENTRIES) this.dropOldest(spray);
     }
@@ -231,7 +241,7 @@ export class SourceSpray {
         this.unreported.add(spray);
         continue;
       }
-      findings.push(...this.report(spray, failing, severity, params, spray.reportedAt));
+      findings.push(...this.report(spray, failing, severity, params));
       spray.reportedAt = now;
       spray.reportedSeverity = severity;
     }
@@ -245,6 +255,7 @@ export class SourceSpray {
       if (key.newest >= since) continue;
       spray.keys.delete(ref);
       this.entries--;
+      if (key.elsewhere) spray.keysElsewhere--;
     }
     if (spray.keys.size > 0) return true;
     this.forgetNetwork(spray);
@@ -280,16 +291,18 @@ export class SourceSpray {
         spray.keys.delete(ref);
         this.entries--;
       }
+      spray.keysElsewhere = 0;
     }
     for (const { network, ...held } of keys) {
       let spray = this.networks.get(network);
       if (spray === undefined) {
-        spray = { network, keys: new Map(), reportedAt: -Infinity, reportedSeverity: undefined, checkedAt: -Infinity, checkedBound: undefined };
+        spray = newNetworkSpray(network);
         this.networks.set(network, spray);
       }
       const { ref, key } = heldKey(spray.keys, held.merchantId, held.apiKeyId);
-      if (key !== undefined || spray.keys.size >= MAX_KEYS_PER_NETWORK) continue;
+      if (key !== undefined || spray.keysElsewhere >= MAX_KEYS_PER_NETWORK) continue;
       spray.keys.set(ref, { ...held, elsewhere: true });
+      spray.keysElsewhere++;
       this.withElsewhere.add(spray);
       this.touched.add(spray);
       if (++this.entries > MAX_ENTRIES) this.dropOldest(spray);
@@ -329,8 +342,8 @@ export class SourceSpray {
     }
   }
 
-  /** A finding for each merchant with keys among `failing` that failed since `since` (the network's last report). */
-  private report(spray: NetworkSpray, failing: readonly SprayedKey[], severity: Severity, params: SprayParams, since: number): EngineFinding[] {
+  /** A finding for each merchant with keys among `failing` that failed since its last report (NetworkSpray.reportedNewest). */
+  private report(spray: NetworkSpray, failing: readonly SprayedKey[], severity: Severity, params: SprayParams): EngineFinding[] {
     const byMerchant = new Map<string, SprayedKey[]>();
     let failures = 0;
     for (const key of failing) {
@@ -347,8 +360,9 @@ export class SourceSpray {
     const confidence = Math.min(1, Math.log(allKeys / params.minKeys) / Math.log((params.highKeys * 5) / params.minKeys));
     const findings: EngineFinding[] = [];
     for (const [merchantId, keys] of byMerchant) {
-      if (!keys.some((key) => key.newest > since)) continue;
       keys.sort((a, b) => b.newest - a.newest);
+      if (keys[0]!.newest <= (spray.reportedNewest.get(merchantId) ?? -Infinity)) continue;
+      spray.reportedNewest.set(merchantId, keys[0]!.newest);
       const listed = keys.slice(0, MAX_LISTED).map((key) => key.apiKeyId);
       const theirFailures = keys.reduce((sum, key) => sum + key.failures, 0);
       const firstSeenAt = Math.min(...keys.map((key) => key.first));
@@ -391,6 +405,10 @@ export class SourceSpray {
     }
     return findings;
   }
+}
+
+function newNetworkSpray(network: string): NetworkSpray {
+  return { network, keys: new Map(), keysElsewhere: 0, reportedAt: -Infinity, reportedSeverity: undefined, reportedNewest: new Map(), checkedAt: -Infinity, checkedBound: undefined };
 }
 
 /**

@@ -36,6 +36,7 @@ function setUp(options: { owned: number[]; read?: () => Promise<SprayedRequests[
     },
     onDetection: (detection) => calls.detections.push(detection),
     logger,
+    everyMs: 10,
     now: () => NOW,
   });
   return { reader, calls, lines, own: (partitions: number[]) => (owned = new Set(partitions)) };
@@ -62,6 +63,14 @@ describe('SprayAcrossReplicas', () => {
     await reader.check();
     expect(calls.reads).toHaveLength(1);
     expect(calls.judged).toEqual([[KEY], []]);
+  });
+
+  it('does not start reading once stopped (a start-up that ends after the stop began)', async () => {
+    const { reader, calls } = setUp({ owned: [0] });
+    await reader.stop();
+    reader.start();
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    expect(calls.reads).toEqual([]);
   });
 
   it('logs failed readings as one failure and goes on to the next; a check during a reading joins it', async () => {

@@ -38,6 +38,7 @@ export class SprayAcrossReplicas {
   private reading: Promise<void> | undefined;
   /** Whether the engine holds keys of a reading, which a replica that no longer owns partition 0 must drop. */
   private engineHolds = false;
+  private stopped = false;
   private readonly failures: FailureLog;
 
   constructor(private readonly options: SprayAcrossReplicasOptions) {
@@ -49,13 +50,16 @@ export class SprayAcrossReplicas {
     );
   }
 
+  /** Starts the readings, unless stop() came first (a start-up that ends after the stop began). */
   start(): void {
+    if (this.stopped) return;
     this.timer ??= setInterval(() => void this.check(), this.options.everyMs ?? SPRAY_ACROSS_REPLICAS_MS);
     this.timer.unref();
   }
 
   /** Stops the timer, and waits for a reading in progress. */
   async stop(): Promise<void> {
+    this.stopped = true;
     clearInterval(this.timer);
     await this.reading;
   }

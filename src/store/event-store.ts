@@ -816,8 +816,10 @@ export class EventStore {
    * `since` and `until` of the keys of partitions not in `owned`, of the plans detection evaluates,
    * from each network that failed with 401 for them and for at least `minKeys` keys of any partition
    * in all; one row per key, network, address and user agent, so that detection leaves out what its
-   * allowlists cover and judges the rest as its windows would (sprayedKeysOf). The rows with 401s
-   * first, the latest first, at most `limit`.
+   * allowlists cover and judges the rest as its windows would (sprayedKeysOf). Of each network the
+   * `keysPerNetwork` keys that failed last, `maxKeys` in all; of each key, whole but for its rows
+   * beyond `rowsPerKey` (those with 401s first, then the most requests), which an attacker's
+   * addresses and user agents could make many.
    */
   async sprayedRequestsElsewhere(query: {
     since: Date;
@@ -826,22 +828,27 @@ export class EventStore {
     owned: readonly number[];
     minKeys: number;
     plans?: readonly string[];
-    limit: number;
+    keysPerNetwork: number;
+    maxKeys: number;
+    rowsPerKey: number;
   }): Promise<SprayedRequests[]> {
     const rows = await this.db.queryRows(
       `WITH failing AS (
-         SELECT network, merchant_id, api_key_id, source_partition AS partition
+         SELECT network, merchant_id, api_key_id, source_partition AS partition, max(last_failure) AS newest_at
            FROM ${this.tables.networkAuthFailures1m}
           WHERE minute >= toStartOfMinute({since:DateTime64(3, 'UTC')}) AND minute <= {until:DateTime64(3, 'UTC')}
             AND source_topic = {topic:String}
             AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
           GROUP BY network, merchant_id, api_key_id, partition
-         HAVING max(last_failure) >= {since:DateTime64(3, 'UTC')} AND min(first_failure) <= {until:DateTime64(3, 'UTC')}
+         HAVING newest_at >= {since:DateTime64(3, 'UTC')} AND min(first_failure) <= {until:DateTime64(3, 'UTC')}
        ),
        elsewhere AS (
          SELECT network, merchant_id, api_key_id FROM failing
           WHERE NOT has({owned:Array(Int32)}, partition)
             AND network IN (SELECT network FROM failing GROUP BY network HAVING uniqExact(merchant_id, api_key_id) >= {minKeys:UInt32})
+          ORDER BY newest_at DESC, network, merchant_id, api_key_id
+          LIMIT {keysPerNetwork:UInt32} BY network
+          LIMIT {maxKeys:UInt32}
        )
        SELECT merchant_id, api_key_id, source_partition AS partition, toString(ip) AS address, user_agent,
               countIf(status = 401) AS failures, countIf(status NOT IN (403, 429) AND status < 500) AS judged,
@@ -850,10 +857,11 @@ export class EventStore {
          FROM ${this.tables.requestEvents}
         WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM elsewhere)
           AND ts >= {since:DateTime64(3, 'UTC')} AND ts <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}
+          AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
           AND (${NETWORK_OF_IP}, merchant_id, api_key_id) IN (SELECT network, merchant_id, api_key_id FROM elsewhere)
         GROUP BY merchant_id, api_key_id, source_partition, ip, user_agent
-        ORDER BY newest DESC, merchant_id, api_key_id, address, user_agent
-        LIMIT {limit:UInt32}`,
+        ORDER BY merchant_id, api_key_id, failures > 0 DESC, judged DESC, newest DESC, address, user_agent
+        LIMIT {rowsPerKey:UInt32} BY merchant_id, api_key_id`,
       {
         since: toClickHouseTime(query.since.getTime()),
         until: toClickHouseTime(query.until.getTime()),
@@ -861,7 +869,9 @@ export class EventStore {
         owned: [...query.owned],
         minKeys: query.minKeys,
         plans: query.plans ?? [],
-        limit: query.limit,
+        keysPerNetwork: query.keysPerNetwork,
+        maxKeys: query.maxKeys,
+        rowsPerKey: query.rowsPerKey,
       },
     );
     return rows.map((raw) => {

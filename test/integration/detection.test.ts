@@ -390,7 +390,9 @@ describe('detection end to end', () => {
     const first = await engines.startWorker(config, deps);
     const second = await engines.startWorker(config, deps);
     await waitForPartitionsSplit([first, second]);
-    expect(await metricTotal(first, 'security_center_assigned_partitions')).toBe(2);
+    // Two partitions each (with three, a replica would see 22 keys and alert on its own).
+    const owned = () => Promise.all([first, second].map((worker) => metricTotal(worker, 'security_center_assigned_partitions')));
+    await waitFor(async () => (await owned()).join() === '2,2', 'two partitions each', 10_000);
     const now = Date.now();
     // One 401 from the stuffer for each key, key k on partition k % 4: each replica sees 15 keys, under the 20 that make a spray.
     const tried = keys.map((key, k) => event(key, now - 3 * MINUTE + k * 3_000, { merchantId: merchantOf(k), ip: '203.0.113.9', status: 401, userAgent: 'curl/8.5.0' }));

@@ -4,6 +4,7 @@ import { parseRequestEventValue } from '../../src/events/request-event.ts';
 import { createLogger } from '../../src/logger.ts';
 import { connectClickHouse, type ClickHouse } from '../../src/store/clickhouse.ts';
 import type { NetworkSighting } from '../../src/detect/key-history.ts';
+import type { SprayedRequests } from '../../src/detect/source-spray.ts';
 import { EventStore, REQUEST_EVENT_COLUMNS, serializeEventRow } from '../../src/store/event-store.ts';
 import { networkOf } from '../../rules/network.ts';
 import { listMigrations, migrate, renderMigration, splitStatements, type Migration } from '../../src/store/migrate.ts';
@@ -296,8 +297,9 @@ describe('migrations', () => {
     const lines: string[] = [];
     // 20 business keys (key k on partition k % 4) get a 401 each from 203.0.113.0/24, a second apart.
     for (let k = 0; k < 20; k++) lines.push(row(key(k), k % 4, now - 5 * 60_000 + k * 1_000, { ip: `203.0.113.${k + 1}`, status: 401, userAgent: 'curl/8.5.0', country: 'NL' }));
-    // Key 2 answered 200 from another address of the network three times.
+    // Key 2 answered 200 from another address of the network three times; key 10 twice, while it was on a plan detection does not evaluate.
     for (let i = 0; i < 3; i++) lines.push(row(key(2), 2, now - 4 * 60_000 + i, { ip: '203.0.113.50', status: 200 }));
+    for (let i = 0; i < 2; i++) lines.push(row(key(10), 2, now - 8 * 60_000 + i, { ip: '203.0.113.50', status: 200, plan: 'pro' }));
     // Key 3's 429 and 503 from the network are not judged (as the engine's failedFrom), and its 200 from another network is not read.
     lines.push(row(key(3), 3, now - 4 * 60_000, { ip: '203.0.113.51', status: 429 }), row(key(3), 3, now - 4 * 60_000 + 1, { ip: '203.0.113.51', status: 503 }));
     lines.push(row(key(3), 3, now - 4 * 60_000 + 2, { ip: '10.1.2.3', status: 200 }));
@@ -309,15 +311,24 @@ describe('migrations', () => {
     for (let k = 0; k < 5; k++) lines.push(row(key(100 + k), 2, now - 60_000, { ip: '198.51.100.9', status: 401 }));
     await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(lines.join('')), 'TabSeparated', {});
 
-    const read = (minKeys: number, owned: number[], limit = 1_000) =>
-      store.sprayedRequestsElsewhere({ since: new Date(now - 10 * 60_000), until: new Date(now + 5 * 60_000), topic, owned, minKeys, plans: ['business', 'enterprise'], limit });
+    const read = (minKeys: number, owned: number[], limits: { keysPerNetwork?: number; rowsPerKey?: number } = {}) =>
+      store.sprayedRequestsElsewhere({
+        since: new Date(now - 10 * 60_000),
+        until: new Date(now + 5 * 60_000),
+        topic,
+        owned,
+        minKeys,
+        plans: ['business', 'enterprise'],
+        keysPerNetwork: limits.keysPerNetwork ?? 100,
+        maxKeys: 1_000,
+        rowsPerKey: limits.rowsPerKey ?? 10,
+      });
+    const described = (requests: SprayedRequests[]) => requests.map((r) => `${r.apiKeyId} ${r.ip} ${r.failures}/${r.judged}`).sort();
+    // Partitions 2 and 3 only.
     const requests = await read(20, [0, 1]);
-    // Partitions 2 and 3 only, the latest 401 first, the rows without one last.
-    expect(requests.map((r) => `${r.apiKeyId} ${r.ip} ${r.failures}/${r.judged}`)).toEqual([
-      ...[19, 18, 15, 14, 11, 10, 7, 6, 3, 2].map((k) => `${key(k)} 203.0.113.${k + 1} 1/1`),
-      `${key(2)} 203.0.113.50 0/3`,
-      `${key(3)} 203.0.113.51 0/0`,
-    ]);
+    expect(described(requests)).toEqual(
+      [...[19, 18, 15, 14, 11, 10, 7, 6, 3, 2].map((k) => `${key(k)} 203.0.113.${k + 1} 1/1`), `${key(2)} 203.0.113.50 0/3`, `${key(3)} 203.0.113.51 0/0`].sort(),
+    );
     expect(requests.find((r) => r.apiKeyId === key(6))).toEqual({
       network: '203.0.113.0/24',
       merchantId: 'm_spray_0',
@@ -337,7 +348,9 @@ describe('migrations', () => {
     expect(await read(21, [0, 1])).toEqual([]);
     expect([...new Set((await read(5, [0, 1, 3])).map((r) => r.network))].sort()).toEqual(['198.51.100.0/24', '203.0.113.0/24']);
     expect(await read(20, [0, 1, 2, 3])).toEqual([]);
-    expect((await read(20, [], 3)).map((r) => r.apiKeyId)).toEqual([19, 18, 17].map(key));
+    // The keys that failed last, of each network; of each key, its 401s first.
+    expect(described(await read(20, [], { keysPerNetwork: 3 }))).toEqual([17, 18, 19].map((k) => `${key(k)} 203.0.113.${k + 1} 1/1`));
+    expect(described(await read(20, [0, 1], { rowsPerKey: 1 }))).toEqual([...[19, 18, 15, 14, 11, 10, 7, 6, 3, 2].map((k) => `${key(k)} 203.0.113.${k + 1} 1/1`)].sort());
   });
 
   it('hands back a partition\'s newest events once each, oldest first, across queries: ties of time in eventId order, a repeat not merged yet collapsed', async () => {

@@ -201,6 +201,8 @@ const BROKEN = Symbol('broken screen');
  * delayed; a repeat (occurrences, lastSeenAt, a higher severity) is, by at most this.
  */
 export const REJUDGE_MS = 500;
+/** How far behind the wall clock a partition still taking batches may judge before this replica drops readings of other replicas' sprayed keys (judgeSprayElsewhere). */
+export const SPRAY_READING_MAX_LAG_MS = 2 * 60_000;
 
 /** A batch spanning more event time than this is judged in slices of it (processBatch). */
 export const SLICE_MS = MINUTE;
@@ -501,12 +503,19 @@ export class DetectionEngine {
    * windows, and so are keys whose 401s are dated more than MAX_CLOCK_SKEW_MS ahead of `clock` (the
    * wall clock). As of the newest 401 among them or this replica's newest batch, never past `clock`:
    * a replica whose own partitions are quiet moves on with the spray, and its keys' 401s of long ago
-   * leave the tally. (One more than 10 minutes behind on a backlog sees its own keys' 401s leave it
-   * while storage has keys to read: a spray in the backlog is then judged on what its batches bring
-   * between two readings.)
+   * leave the tally. A replica catching up on a backlog (a partition `busy` with batches, judged more
+   * than SPRAY_READING_MAX_LAG_MS behind `clock`) drops the reading instead and judges nothing here:
+   * judged as of storage's time, its own keys' 401s would be taken for old news, or counted with
+   * others of another 10 minutes; its batches judge them in their own time meanwhile.
    */
-  judgeSprayElsewhere(requests: readonly SprayedRequests[], clock: number): EngineFinding[] {
+  judgeSprayElsewhere(requests: readonly SprayedRequests[], clock: number, busy: (partition: number) => boolean = () => false): EngineFinding[] {
     this.followConfig();
+    for (const [partition, partitionClock] of this.partitionClocks) {
+      if (busy(partition) && clock - partitionClock > SPRAY_READING_MAX_LAG_MS) {
+        this.spray.takeElsewhere([]);
+        return [];
+      }
+    }
     const config = this.options.config();
     const allowlisted = (r: SprayedRequests) => config.isAllowlisted(r.merchantId, r.apiKeyId, r.ip, r.userAgent);
     const keys = sprayedKeysOf(requests, allowlisted, clock + MAX_CLOCK_SKEW_MS);

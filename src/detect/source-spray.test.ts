@@ -365,6 +365,26 @@ describe('credential stuffing across replicas (storage\'s reading of other parti
     expect(detection.load.sprayEntries).toBe(5_030);
   });
 
+  it('drops the readings while it catches up on a backlog, and judges its own keys as of their time', () => {
+    const detection = engine();
+    networkFindings(detection, [request(0, 500, T0)]);
+    // Storage holds 20 keys of m_3 failing now; this replica's busy partition is 20 minutes behind.
+    expect(detection.judgeSprayElsewhere(stored(20, 100, T0 + 20 * MINUTE), T0 + 20 * MINUTE, () => true)).toEqual([]);
+    // Its backlog brings 30 keys of m_0 failing 20 minutes ago: a spray of 30 keys then, not 50 now.
+    const backlog = Array.from({ length: 30 }, (_, k) => request(0, k, T0 + MINUTE + k * SECOND, { ip: STUFFER, status: 401 }));
+    expect(networkFindings(detection, backlog, 30).map((f) => `${f.merchantId} ${f.finding.evidence.distinctKeys}`)).toEqual(['m_0 30']);
+  });
+
+  it('reports a rise to high to every merchant of the spray, one whose newest 401 was reported already too', () => {
+    const detection = engine();
+    // 19 keys of m_0, and a key of m_1 whose 401 is dated 4 minutes ahead (a producer's clock, within what admission takes).
+    const first = [...spray(19, 1, T0), request(1, 0, T0 + 4 * MINUTE, { ip: STUFFER, status: 401 })];
+    expect(networkFindings(detection, first, 20).map((f) => `${f.merchantId} ${f.finding.severity}`).sort()).toEqual(['m_0 medium', 'm_1 medium']);
+    // 90 more keys 30 s in, 10 of m_1 and 80 of m_2: 110 keys.
+    const more = Array.from({ length: 90 }, (_, k) => request(k < 10 ? 1 : 2, 100 + k, T0 + 30 * SECOND + k * 100, { ip: STUFFER, status: 401 }));
+    expect(networkFindings(detection, more, 90).map((f) => `${f.merchantId} ${f.finding.severity}`).sort()).toEqual(['m_0 high', 'm_1 high', 'm_2 high']);
+  });
+
   it('counts a key id two merchants have once for each, however readings come and go', () => {
     const detection = engine();
     const x = (merchant: number, at: number) => request(merchant, 0, at, { apiKeyId: 'pk_x', ip: STUFFER, status: 401, userAgent: 'curl/8.5.0' });

@@ -84,11 +84,12 @@ interface NetworkSpray {
   reportedAt: number;
   reportedSeverity: Severity | undefined;
   /**
-   * Per merchant reported to, the newest 401 of its keys in that report: a merchant is reported to
-   * again for a newer one. (Not "since the network's last report": the reading of other replicas'
-   * keys may be judged ahead of this replica's own batches.)
+   * Per merchant reported to, the newest 401 of its keys and the severity in its last report: it is
+   * reported to again for a newer 401 or a higher severity. (Not "failures since the network's last
+   * report": a key's 401 may be dated ahead of the others', and the reading of other replicas' keys
+   * is judged ahead of this replica's own batches.) Dropped once the window has passed that 401.
    */
-  reportedNewest: Map<string, number>;
+  reportedTo: Map<string, { newest: number; severity: Severity }>;
   /** When its keys were last read one by one (failedMostly), and the severity their count allowed then. */
   checkedAt: number;
   checkedBound: Severity | undefined;
@@ -257,6 +258,7 @@ export class SourceSpray {
       this.entries--;
       if (key.elsewhere) spray.keysElsewhere--;
     }
+    for (const [merchantId, reported] of spray.reportedTo) if (reported.newest < since) spray.reportedTo.delete(merchantId);
     if (spray.keys.size > 0) return true;
     this.forgetNetwork(spray);
     return false;
@@ -342,7 +344,7 @@ export class SourceSpray {
     }
   }
 
-  /** A finding for each merchant with keys among `failing` that failed since its last report (NetworkSpray.reportedNewest). */
+  /** A finding for each merchant with keys among `failing` that failed since its last report or whose severity rose (NetworkSpray.reportedTo). */
   private report(spray: NetworkSpray, failing: readonly SprayedKey[], severity: Severity, params: SprayParams): EngineFinding[] {
     const byMerchant = new Map<string, SprayedKey[]>();
     let failures = 0;
@@ -361,8 +363,9 @@ export class SourceSpray {
     const findings: EngineFinding[] = [];
     for (const [merchantId, keys] of byMerchant) {
       keys.sort((a, b) => b.newest - a.newest);
-      if (keys[0]!.newest <= (spray.reportedNewest.get(merchantId) ?? -Infinity)) continue;
-      spray.reportedNewest.set(merchantId, keys[0]!.newest);
+      const reported = spray.reportedTo.get(merchantId);
+      if (reported && keys[0]!.newest <= reported.newest && !above(severity, reported.severity)) continue;
+      spray.reportedTo.set(merchantId, { newest: Math.max(keys[0]!.newest, reported?.newest ?? -Infinity), severity });
       const listed = keys.slice(0, MAX_LISTED).map((key) => key.apiKeyId);
       const theirFailures = keys.reduce((sum, key) => sum + key.failures, 0);
       const firstSeenAt = Math.min(...keys.map((key) => key.first));
@@ -408,7 +411,7 @@ export class SourceSpray {
 }
 
 function newNetworkSpray(network: string): NetworkSpray {
-  return { network, keys: new Map(), keysElsewhere: 0, reportedAt: -Infinity, reportedSeverity: undefined, reportedNewest: new Map(), checkedAt: -Infinity, checkedBound: undefined };
+  return { network, keys: new Map(), keysElsewhere: 0, reportedAt: -Infinity, reportedSeverity: undefined, reportedTo: new Map(), checkedAt: -Infinity, checkedBound: undefined };
 }
 
 /**

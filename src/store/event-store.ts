@@ -817,9 +817,9 @@ export class EventStore {
    * from each network that failed with 401 for them and for at least `minKeys` keys of any partition
    * in all; one row per key, network, address and user agent, so that detection leaves out what its
    * allowlists cover and judges the rest as its windows would (sprayedKeysOf). Of each network the
-   * `keysPerNetwork` keys that failed last, `maxKeys` in all; of each key, whole but for its rows
-   * beyond `rowsPerKey` (those with 401s first, then the most requests), which an attacker's
-   * addresses and user agents could make many.
+   * `keysPerNetwork` keys that failed last, `maxKeys` in all; of each key and network, whole but for
+   * its rows beyond `rowsPerKey` (those of the fewest requests go: an attacker's addresses and user
+   * agents could make many, and a share of rows cut either way would bias the key's verdict).
    */
   async sprayedRequestsElsewhere(query: {
     since: Date;
@@ -850,7 +850,7 @@ export class EventStore {
           LIMIT {keysPerNetwork:UInt32} BY network
           LIMIT {maxKeys:UInt32}
        )
-       SELECT merchant_id, api_key_id, source_partition AS partition, toString(ip) AS address, user_agent,
+       SELECT merchant_id, api_key_id, source_partition AS partition, ${NETWORK_OF_IP} AS network, toString(ip) AS address, user_agent,
               countIf(status = 401) AS failures, countIf(status NOT IN (403, 429) AND status < 500) AS judged,
               toUnixTimestamp64Milli(minIf(ts, status = 401)) AS first, toUnixTimestamp64Milli(maxIf(ts, status = 401)) AS newest,
               argMaxIf(event_id, ts, status = 401) AS event_id, argMaxIf(toString(country), ts, status = 401) AS country
@@ -858,10 +858,10 @@ export class EventStore {
         WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM elsewhere)
           AND ts >= {since:DateTime64(3, 'UTC')} AND ts <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}
           AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
-          AND (${NETWORK_OF_IP}, merchant_id, api_key_id) IN (SELECT network, merchant_id, api_key_id FROM elsewhere)
+          AND (network, merchant_id, api_key_id) IN (SELECT network, merchant_id, api_key_id FROM elsewhere)
         GROUP BY merchant_id, api_key_id, source_partition, ip, user_agent
-        ORDER BY merchant_id, api_key_id, failures > 0 DESC, judged DESC, newest DESC, address, user_agent
-        LIMIT {rowsPerKey:UInt32} BY merchant_id, api_key_id`,
+        ORDER BY merchant_id, api_key_id, network, judged DESC, failures DESC, address, user_agent
+        LIMIT {rowsPerKey:UInt32} BY merchant_id, api_key_id, network`,
       {
         since: toClickHouseTime(query.since.getTime()),
         until: toClickHouseTime(query.until.getTime()),

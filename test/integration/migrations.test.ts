@@ -348,9 +348,11 @@ describe('migrations', () => {
     expect(await read(21, [0, 1])).toEqual([]);
     expect([...new Set((await read(5, [0, 1, 3])).map((r) => r.network))].sort()).toEqual(['198.51.100.0/24', '203.0.113.0/24']);
     expect(await read(20, [0, 1, 2, 3])).toEqual([]);
-    // The keys that failed last, of each network; of each key, its 401s first.
+    // The keys that failed last, of each network; of each key, the rows of the most requests.
     expect(described(await read(20, [], { keysPerNetwork: 3 }))).toEqual([17, 18, 19].map((k) => `${key(k)} 203.0.113.${k + 1} 1/1`));
-    expect(described(await read(20, [0, 1], { rowsPerKey: 1 }))).toEqual([...[19, 18, 15, 14, 11, 10, 7, 6, 3, 2].map((k) => `${key(k)} 203.0.113.${k + 1} 1/1`)].sort());
+    expect(described(await read(20, [0, 1], { rowsPerKey: 1 }))).toEqual(
+      [...[19, 18, 15, 14, 11, 10, 7, 6, 3].map((k) => `${key(k)} 203.0.113.${k + 1} 1/1`), `${key(2)} 203.0.113.50 0/3`].sort(),
+    );
   });
 
   it('hands back a partition\'s newest events once each, oldest first, across queries: ties of time in eventId order, a repeat not merged yet collapsed', async () => {

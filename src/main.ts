@@ -58,9 +58,9 @@ const STOP_BUDGET_MS = 27_000;
 const STOP_STEP_MS = 5_000;
 const BUFFER_STOP_MS = 12_000;
 /**
- * What one reading of other replicas' sprayed keys (spray-across-replicas.ts) reads: networks that
- * failed for SPRAY_MIN_KEYS keys, at most as many keys a network as the tally holds of its own, and
- * bounds on what it hands to detection (each row a key's requests from one address and user agent).
+ * What one reading of the keys sprayed across replicas (spray-across-replicas.ts) reads: networks
+ * that failed for SPRAY_MIN_KEYS keys, at most as many keys a network as a tally holds, and bounds on
+ * what it hands to detection (each row a key's requests from one address and user agent).
  */
 const SPRAY_READING = { minKeys: SPRAY_MIN_KEYS, keysPerNetwork: MAX_KEYS_PER_NETWORK, maxKeys: 10_000, rowsPerKey: 10 } as const;
 
@@ -324,8 +324,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       ? new SprayAcrossReplicas({
           owned: () => intake.ownedPartitions,
           read: (since, until, owned) =>
-            store.sprayedRequestsElsewhere({ since, until, topic: config.kafka!.topic, owned, plans: config.admin.entitledPlans, ...SPRAY_READING }),
-          judge: (requests) => analysis.judgeSprayElsewhere(requests),
+            store.sprayedRequests({ since, until, topic: config.kafka!.topic, owned, plans: config.admin.entitledPlans, ...SPRAY_READING }),
+          judge: (requests) => analysis.judgeFleetSpray(requests),
           onDetection,
           everyMs: deps.sprayAcrossReplicasMs,
           logger: logger.child({ component: 'detection' }),

@@ -18,7 +18,7 @@ import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
 import { HISTORY_MS, KeyHistory, type HistoryEntryCount, type NetworkSighting } from './key-history.ts';
-import { SourceSpray, SPRAY_WINDOW_MS, sprayedKeysOf, type SprayedKey, type SprayedRequests } from './source-spray.ts';
+import { FleetSpray, SourceSpray, SprayReports, SPRAY_WINDOW_MS, sprayedKeysOf, type SprayedKey, type SprayedRequests } from './source-spray.ts';
 import { testKeyFinding } from './test-keys.ts';
 
 const MAX_UNTAKEN_VOUCHED = 100_000;
@@ -201,8 +201,6 @@ const BROKEN = Symbol('broken screen');
  * delayed; a repeat (occurrences, lastSeenAt, a higher severity) is, by at most this.
  */
 export const REJUDGE_MS = 500;
-/** How far behind the wall clock a partition still taking batches may judge before this replica drops readings of other replicas' sprayed keys (judgeSprayElsewhere). */
-export const SPRAY_READING_MAX_LAG_MS = 2 * 60_000;
 
 /** A batch spanning more event time than this is judged in slices of it (processBatch). */
 export const SLICE_MS = MINUTE;
@@ -314,7 +312,10 @@ export class DetectionEngine {
   /** Keys with a rule waiting out REJUDGE_MS with events it has not judged (KeyState.deferred). */
   private readonly deferredKeys = new Set<KeyState>();
   /** 401s per network across keys: credential stuffing, which no one key's window shows. */
-  private readonly spray = new SourceSpray();
+  /** What the spray tallies reported to whom: the replica's own (spray) and storage's of every partition (fleetSpray, judgeFleetSpray). */
+  private readonly sprayReports = new SprayReports();
+  private readonly spray = new SourceSpray(this.sprayReports);
+  private readonly fleetSpray = new FleetSpray(this.sprayReports);
   ruleErrors = 0;
 
   constructor(private readonly options: EngineOptions) {
@@ -497,35 +498,23 @@ export class DetectionEngine {
   }
 
   /**
-   * Judges the sprays (source-spray.ts) with storage's reading of the requests of other replicas'
-   * keys from the same networks (EventStore.sprayedRequestsElsewhere), which replaces the last; the
-   * requests the detection config allowlists are left out, as admission leaves them out of the
-   * windows, and so are keys whose 401s are dated more than MAX_CLOCK_SKEW_MS ahead of `clock` (the
-   * wall clock). As of the newest 401 among them or this replica's newest batch, never past `clock`:
-   * a replica whose own partitions are quiet moves on with the spray, and its keys' 401s of long ago
-   * leave the tally. A replica catching up on a backlog (a partition `busy` with batches, judged more
-   * than SPRAY_READING_MAX_LAG_MS behind `clock`) drops the reading instead and judges nothing here:
-   * judged as of storage's time, its own keys' 401s would be taken for old news, or counted with
-   * others of another 10 minutes; its batches judge them in their own time meanwhile.
+   * Credential stuffing across replicas (FleetSpray): judges storage's reading of the requests of
+   * every partition's keys from networks that failed for many keys (EventStore.sprayedRequests), as
+   * of its newest 401 (never past `clock`, the wall clock): this replica's own batches may be
+   * behind or quiet. The requests the detection config allowlists are left out, as admission leaves
+   * them out of the windows, and so are keys whose 401s are dated more than MAX_CLOCK_SKEW_MS ahead
+   * of `clock`. What it reports, and what the replica's own tally reports, each merchant hears once.
    */
-  judgeSprayElsewhere(requests: readonly SprayedRequests[], clock: number, busy: (partition: number) => boolean = () => false): EngineFinding[] {
+  judgeFleetSpray(requests: readonly SprayedRequests[], clock: number): EngineFinding[] {
     this.followConfig();
-    for (const [partition, partitionClock] of this.partitionClocks) {
-      if (busy(partition) && clock - partitionClock > SPRAY_READING_MAX_LAG_MS) {
-        this.spray.takeElsewhere([]);
-        return [];
-      }
-    }
     const config = this.options.config();
     const allowlisted = (r: SprayedRequests) => config.isAllowlisted(r.merchantId, r.apiKeyId, r.ip, r.userAgent);
     const keys = sprayedKeysOf(requests, allowlisted, clock + MAX_CLOCK_SKEW_MS);
-    this.spray.takeElsewhere(keys);
     let now = -Infinity;
-    for (const partitionClock of this.partitionClocks.values()) now = Math.max(now, partitionClock);
     for (const key of keys) now = Math.max(now, Math.min(clock, key.newest));
-    if (now === -Infinity) now = clock;
+    if (now === -Infinity) return [];
     try {
-      return this.spray.judge(now, (key, network, since) => this.failedMostly(key, network, since));
+      return this.fleetSpray.judge(keys, now);
     } catch (error) {
       this.ruleError('high_failure_rate', error);
       return [];

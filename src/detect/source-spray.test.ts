@@ -250,131 +250,7 @@ describe('credential stuffing across keys', () => {
   });
 });
 
-describe('credential stuffing across replicas (storage\'s reading of other partitions\' keys)', () => {
-  /** Key `key` of merchant `merchant` as another replica's partition 1 stored it: one 401 from the stuffer at `at`, and `succeeded` requests from it that did not fail. */
-  function elsewhere(merchant: number, key: number, at: number, succeeded = 0, overrides: Partial<SprayedRequests> = {}): SprayedRequests {
-    return {
-      network: '203.0.113.0/24',
-      merchantId: `m_${merchant}`,
-      apiKeyId: `pk_live_m${merchant}_k${key}`,
-      partition: 1,
-      ip: STUFFER,
-      userAgent: 'curl/8.5.0',
-      failures: 1,
-      judged: 1 + succeeded,
-      first: at,
-      newest: at,
-      newestEventId: `stored_${merchant}_${key}`,
-      country: 'NL',
-      ...overrides,
-    };
-  }
-  /** `count` keys of merchant 3 (other partitions only), from key `from`. */
-  const stored = (count: number, from = 100, at = T0 + MINUTE) => Array.from({ length: count }, (_, k) => elsewhere(3, from + k, at + k));
-  const WALL = T0 + 24 * 60 * MINUTE;
-
-  it('judges a network with its own keys and those other replicas stored, reporting to each merchant, a merchant of stored keys alone too', () => {
-    const detection = engine();
-    expect(networkFindings(detection, spray(12, 2, T0))).toEqual([]);
-    // Ten keys of another merchant stored by other replicas, two more of which mostly succeeded from the network.
-    const findings = detection.judgeSprayElsewhere([...stored(10), elsewhere(3, 200, T0, 2), elsewhere(3, 201, T0, 3)], WALL);
-    expect(findings.map((f) => f.merchantId).sort()).toEqual(['m_0', 'm_1', 'm_3']);
-    for (const { finding } of findings) expect(finding.evidence).toMatchObject({ distinctKeys: 22, judgedBy: 'network_across_keys' });
-    const theirs = findings.find((f) => f.merchantId === 'm_3')!.finding;
-    expect(theirs.evidence).toMatchObject({ merchantKeyCount: 10, countries: ['NL'] });
-    expect((theirs.evidence.merchantKeys as string[]).every((key) => key.startsWith('pk_live_m3_'))).toBe(true);
-    expect(theirs.evidence.sampleEventIds).toContain('stored_3_109');
-    expect(JSON.stringify(findings.find((f) => f.merchantId === 'm_0'))).not.toMatch(/pk_live_m3_/);
-  });
-
-  it('replaces each reading with the next, and drops it with an empty one', () => {
-    const detection = engine();
-    networkFindings(detection, spray(12, 2, T0));
-    // 12 and 7, then 12 and another 7: never 20.
-    expect(detection.judgeSprayElsewhere(stored(7), WALL)).toEqual([]);
-    expect(detection.judgeSprayElsewhere(stored(7, 150), WALL)).toEqual([]);
-    expect(detection.judgeSprayElsewhere(stored(8, 150), WALL).map((f) => f.finding.evidence.distinctKeys)).toEqual([20, 20, 20]);
-    // No longer read (partition 0 moved): two minutes on, a 13th key of its own is no spray.
-    expect(detection.judgeSprayElsewhere([], WALL)).toEqual([]);
-    expect(networkFindings(detection, [request(0, 12, T0 + 4 * MINUTE, { ip: STUFFER, status: 401 })])).toEqual([]);
-  });
-
-  it('counts neither a stored key the detection config allowlists nor one this replica holds of its own', () => {
-    const config = DetectionConfig.parse(JSON.stringify({ merchants: { m_3: { allowlist: { keys: ['pk_live_m3_k100'] } } } }));
-    const detection = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => config, clock: () => WALL });
-    // 12 keys of its own failing, and key 0 of merchant 3, whose requests from the network mostly succeed here.
-    const own = [...spray(12, 2, T0), request(3, 0, T0, { ip: STUFFER, status: 401 }), ...[1, 2, 3].map((s) => request(3, 0, T0 + s * SECOND, { ip: STUFFER }))];
-    expect(networkFindings(detection, own)).toEqual([]);
-    // 8 stored keys, one of them allowlisted, and key 0 of merchant 3 as storage saw it elsewhere: 12 + 7.
-    expect(detection.judgeSprayElsewhere([...stored(8), elsewhere(3, 0, T0)], WALL)).toEqual([]);
-    // A minute and a half later (a network with as many keys is read key by key once a minute), 12 + 8.
-    networkFindings(detection, [request(0, 500, T0 + 2.5 * MINUTE)]);
-    expect(detection.judgeSprayElsewhere([...stored(9), elsewhere(3, 0, T0)], WALL).map((f) => f.finding.evidence.distinctKeys)).toEqual([20, 20, 20]);
-  });
-
-  it('reports its own merchants\' keys to them when it judges behind the replicas it reads, as of its own time', () => {
-    const detection = engine();
-    // Other replicas stored 20 keys of m_3 (T0 .. T0 + 19 s); this replica is 25 s behind, its own clock at T0 - 10 s.
-    networkFindings(detection, [request(0, 500, T0 - 10 * SECOND)]);
-    const reading = Array.from({ length: 20 }, (_, k) => elsewhere(3, k, T0 + k * SECOND));
-    const found = detection.judgeSprayElsewhere(reading, WALL);
-    expect(found.map((f) => f.merchantId)).toEqual(['m_3']);
-    // Then it takes its own share, 5 keys of m_0 tried at T0 + 14..18 s, and the readings go on.
-    found.push(...networkFindings(detection, Array.from({ length: 5 }, (_, k) => request(0, k, T0 + (14 + k) * SECOND, { ip: STUFFER, status: 401 })), 5));
-    for (let s = 30; s <= 120; s += 15) {
-      found.push(...networkFindings(detection, [request(0, 500, T0 + s * SECOND)]), ...detection.judgeSprayElsewhere(reading, WALL));
-    }
-    expect(found.map((f) => f.merchantId)).toContain('m_0');
-  });
-
-  it('judges a reading as of its newest 401 when its own partitions are quiet: its keys of half an hour ago do not count, and later merchants are reported', () => {
-    const detection = engine();
-    // 12 keys of its own failed at T0; then its partitions went quiet.
-    expect(networkFindings(detection, spray(12, 2, T0))).toEqual([]);
-    // Half an hour later, other replicas stored 8 keys failing from the network: 8 in 10 minutes.
-    expect(detection.judgeSprayElsewhere(stored(8, 100, T0 + 29 * MINUTE), WALL)).toEqual([]);
-    // Then 20 (one of which mostly succeeded): still no spray; the next readings bring 10 more keys of m_4.
-    const reading = [...stored(19, 100, T0 + 30 * MINUTE), elsewhere(3, 199, T0 + 30 * MINUTE, 4)];
-    expect(detection.judgeSprayElsewhere(reading, WALL)).toEqual([]);
-    reading.push(...Array.from({ length: 10 }, (_, k) => elsewhere(4, k, T0 + 31 * MINUTE + k)));
-    const found: EngineFinding[] = [];
-    for (let s = 15; s <= 180; s += 15) found.push(...detection.judgeSprayElsewhere(reading.map((r) => ({ ...r, newest: r.newest + s * SECOND })), WALL));
-    expect(new Set(found.map((f) => f.merchantId))).toEqual(new Set(['m_3', 'm_4']));
-    expect(found.map((f) => f.finding.evidence.distinctKeys)).toContain(29);
-  });
-
-  it('reports a merchant again only for a 401 newer than the last reported to it, however often the same reading comes', () => {
-    const detection = engine();
-    networkFindings(detection, [request(0, 500, T0)]);
-    // The newest 401 is dated 4 minutes ahead of the others (a producer's clock, within what admission takes).
-    const reading = [...stored(19, 100, T0), elsewhere(3, 199, T0 + 4 * MINUTE)];
-    const found: string[] = [];
-    for (let s = 0; s <= 10 * 60; s += 15) {
-      found.push(...[...networkFindings(detection, [request(0, 500, T0 + s * SECOND)]), ...detection.judgeSprayElsewhere(reading, WALL)].map((f) => f.merchantId));
-    }
-    expect(found).toEqual(['m_3']);
-  });
-
-  it('holds its own keys of a network beside as many of storage\'s', () => {
-    const detection = engine();
-    networkFindings(detection, [request(0, 500, T0)]);
-    // 5,000 keys of other replicas, then 30 keys of its own merchant m_0.
-    detection.judgeSprayElsewhere(Array.from({ length: 5_000 }, (_, k) => elsewhere(3, k, T0 + k)), WALL);
-    const found = networkFindings(detection, Array.from({ length: 30 }, (_, k) => request(0, k, T0 + 2 * MINUTE + k * SECOND, { ip: STUFFER, status: 401 })), 30);
-    expect(found.map((f) => f.merchantId)).toContain('m_0');
-    expect(detection.load.sprayEntries).toBe(5_030);
-  });
-
-  it('drops the readings while it catches up on a backlog, and judges its own keys as of their time', () => {
-    const detection = engine();
-    networkFindings(detection, [request(0, 500, T0)]);
-    // Storage holds 20 keys of m_3 failing now; this replica's busy partition is 20 minutes behind.
-    expect(detection.judgeSprayElsewhere(stored(20, 100, T0 + 20 * MINUTE), T0 + 20 * MINUTE, () => true)).toEqual([]);
-    // Its backlog brings 30 keys of m_0 failing 20 minutes ago: a spray of 30 keys then, not 50 now.
-    const backlog = Array.from({ length: 30 }, (_, k) => request(0, k, T0 + MINUTE + k * SECOND, { ip: STUFFER, status: 401 }));
-    expect(networkFindings(detection, backlog, 30).map((f) => `${f.merchantId} ${f.finding.evidence.distinctKeys}`)).toEqual(['m_0 30']);
-  });
-
+describe('credential stuffing across keys: what each merchant is told', () => {
   it('reports a rise to high to every merchant of the spray, one whose newest 401 was reported already too', () => {
     const detection = engine();
     // 19 keys of m_0, and a key of m_1 whose 401 is dated 4 minutes ahead (a producer's clock, within what admission takes).
@@ -384,24 +260,99 @@ describe('credential stuffing across replicas (storage\'s reading of other parti
     const more = Array.from({ length: 90 }, (_, k) => request(k < 10 ? 1 : 2, 100 + k, T0 + 30 * SECOND + k * 100, { ip: STUFFER, status: 401 }));
     expect(networkFindings(detection, more, 90).map((f) => `${f.merchantId} ${f.finding.severity}`).sort()).toEqual(['m_0 high', 'm_1 high', 'm_2 high']);
   });
+});
 
-  it('counts a key id two merchants have once for each, however readings come and go', () => {
+describe('credential stuffing across replicas (storage\'s reading of every partition\'s keys)', () => {
+  /** Key `key` of merchant `merchant` as storage has it: one 401 from the stuffer at `at`, and `succeeded` requests from it that did not fail. */
+  function stored(merchant: number, key: number, at: number, succeeded = 0, overrides: Partial<SprayedRequests> = {}): SprayedRequests {
+    return {
+      network: '203.0.113.0/24',
+      merchantId: `m_${merchant}`,
+      apiKeyId: `pk_live_m${merchant}_k${key}`,
+      partition: key % 4,
+      ip: STUFFER,
+      userAgent: 'curl/8.5.0',
+      failures: 1,
+      judged: 1 + succeeded,
+      first: at,
+      newest: at,
+      newestEventId: `stored_${merchant}_${key}`,
+      country: 'NL',
+      keyRows: 1,
+      keyFailures: 1,
+      keyJudged: 1 + succeeded,
+      ...overrides,
+    };
+  }
+  /** `count` keys, merchant k % `merchants`, a second apart from `at`. */
+  const reading = (count: number, merchants: number, at: number) => Array.from({ length: count }, (_, k) => stored(k % merchants, k, at + k * SECOND));
+  const WALL = T0 + 24 * 60 * MINUTE;
+  const told = (findings: readonly EngineFinding[]) => findings.map((f) => `${f.merchantId} ${f.finding.severity} ${f.finding.evidence.distinctKeys}`).sort();
+
+  it('judges a spray split over replicas as a whole, reporting to each merchant with its own keys alone', () => {
     const detection = engine();
-    const x = (merchant: number, at: number) => request(merchant, 0, at, { apiKeyId: 'pk_x', ip: STUFFER, status: 401, userAgent: 'curl/8.5.0' });
-    // m_2's pk_x failed elsewhere, then m_1's own pk_x fails here; the next reading no longer has m_2's, and m_1's fails again.
-    networkFindings(detection, [request(0, 500, T0)]);
-    detection.judgeSprayElsewhere([elsewhere(2, 0, T0, 0, { apiKeyId: 'pk_x' })], WALL);
-    networkFindings(detection, [x(1, T0 + 2 * SECOND)]);
-    detection.judgeSprayElsewhere([], WALL);
-    networkFindings(detection, [x(1, T0 + 4 * SECOND)]);
-    expect(detection.load.sprayEntries).toBe(1);
-    // With 18 more keys of its own: 19, no spray.
-    expect(networkFindings(detection, spray(18, 1, T0 + 5 * SECOND).map((e, k) => ({ ...e, apiKeyId: `pk_other_${k}` })), 18)).toEqual([]);
+    // 30 keys over three merchants, and two more whose requests from the network mostly succeeded.
+    const findings = detection.judgeFleetSpray([...reading(30, 3, T0), stored(0, 100, T0, 2), stored(1, 101, T0, 3)], WALL);
+    expect(told(findings)).toEqual(['m_0 medium 30', 'm_1 medium 30', 'm_2 medium 30']);
+    for (const { merchantId, finding } of findings) {
+      expect(finding).toMatchObject({ scope: 'network:203.0.113.0/24', apiKeyId: null, firstSeenAt: expect.any(Number), lastSeenAt: expect.any(Number) });
+      expect(finding.evidence).toMatchObject({ judgedBy: 'network_across_keys', merchantKeyCount: 10, countries: ['NL'] });
+      expect(JSON.stringify(finding)).not.toMatch(new RegExp(`pk_live_m(?!${merchantId.slice(2)}_)`));
+    }
+  });
+
+  it('judges storage\'s reading as of its newest 401, apart from this replica\'s own keys and time', () => {
+    const detection = engine();
+    // 12 keys of its own failed at T0, then its partitions went quiet; half an hour later storage holds 8 keys failing: no spray.
+    expect(networkFindings(detection, spray(12, 2, T0))).toEqual([]);
+    expect(detection.judgeFleetSpray(reading(8, 1, T0 + 30 * MINUTE), WALL)).toEqual([]);
+    // Storage holds 20 keys of m_3 failing at T0 + 40 min, while the replica, catching up on a backlog, finds 20 keys
+    // of m_4 that failed at T0 + 15 min: two sprays, neither of 40.
+    expect(told(detection.judgeFleetSpray(reading(20, 1, T0 + 40 * MINUTE).map((r) => ({ ...r, merchantId: 'm_3' })), WALL))).toEqual(['m_3 medium 20']);
+    expect(told(networkFindings(detection, Array.from({ length: 20 }, (_, k) => request(4, k, T0 + 15 * MINUTE + k * SECOND, { ip: STUFFER, status: 401 })), 20))).toEqual(['m_4 medium 20']);
+  });
+
+  it('tells a merchant once of what both the replica\'s own tally and storage\'s reading found, and again for a higher severity', () => {
+    const detection = engine();
+    expect(told(networkFindings(detection, spray(20, 1, T0), 20))).toEqual(['m_0 medium 20']);
+    // Storage's reading of the same 20 keys, every 15 s for 10 minutes: nothing new.
+    const same = reading(20, 1, T0);
+    for (let s = 15; s <= 600; s += 15) expect(detection.judgeFleetSpray(same, WALL)).toEqual([]);
+    // Then 100 more keys of m_1: high, to both.
+    expect(told(detection.judgeFleetSpray([...same, ...reading(120, 1, T0).slice(20).map((r) => ({ ...r, merchantId: 'm_1' }))], WALL))).toEqual(['m_0 high 120', 'm_1 high 120']);
+  });
+
+  it('reports a network at most once a minute of storage\'s time, then to the merchants with newer 401s', () => {
+    const detection = engine();
+    expect(told(detection.judgeFleetSpray(reading(20, 1, T0), WALL))).toEqual(['m_0 medium 20']);
+    const more = [...reading(20, 1, T0), stored(1, 500, T0 + 30 * SECOND)];
+    expect(detection.judgeFleetSpray(more, WALL)).toEqual([]);
+    expect(told(detection.judgeFleetSpray([...more, stored(2, 501, T0 + 80 * SECOND)], WALL))).toEqual(['m_1 medium 22', 'm_2 medium 22']);
+  });
+
+  it('leaves out the requests the detection config allowlists', () => {
+    const config = DetectionConfig.parse(JSON.stringify({ merchants: { m_0: { allowlist: { ips: ['203.0.113.7'] } } } }));
+    const detection = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => config, clock: () => WALL });
+    // 20 keys, one of which failed from the allowlisted monitor alone.
+    const requests = [...reading(19, 1, T0), stored(0, 19, T0 + 19 * SECOND, 0, { ip: '203.0.113.7' })];
+    expect(detection.judgeFleetSpray(requests, WALL)).toEqual([]);
+    expect(told(detection.judgeFleetSpray([...requests, stored(0, 20, T0 + 20 * SECOND)], WALL))).toEqual(['m_0 medium 20']);
+  });
+
+  it('counts a key id two merchants have once for each after the first to fail leaves the window', () => {
+    const detection = engine();
+    const x = (merchant: number, at: number) => request(merchant, 0, at, { apiKeyId: 'pk_x', ip: STUFFER, status: 401 });
+    networkFindings(detection, [x(2, T0)]);
+    networkFindings(detection, [x(1, T0 + 5 * MINUTE)]);
+    // m_2's pk_x leaves the window; then m_1's fails again.
+    networkFindings(detection, [request(0, 9, T0 + 10 * MINUTE + SECOND, { ip: STUFFER, status: 401 })]);
+    networkFindings(detection, [x(1, T0 + 10 * MINUTE + 2 * SECOND)]);
+    expect(detection.load.sprayEntries).toBe(2);
   });
 });
 
 describe('sprayedKeysOf', () => {
-  const requests = (apiKeyId: string, ip: string, failures: number, judged: number, newest: number): SprayedRequests => ({
+  const requests = (apiKeyId: string, ip: string, failures: number, judged: number, newest: number, totals?: Partial<SprayedRequests>): SprayedRequests => ({
     network: '203.0.113.0/24',
     merchantId: 'm_1',
     apiKeyId,
@@ -414,6 +365,10 @@ describe('sprayedKeysOf', () => {
     newest: failures > 0 ? newest : 0,
     newestEventId: failures > 0 ? `${apiKeyId}_${ip}` : '',
     country: 'NL',
+    keyRows: 1,
+    keyFailures: failures,
+    keyJudged: judged,
+    ...totals,
   });
   const MONITOR = '203.0.113.7';
   const allowlisted = (r: SprayedRequests) => r.ip === MONITOR;
@@ -422,13 +377,13 @@ describe('sprayedKeysOf', () => {
     const keys = sprayedKeysOf(
       [
         // a: three 401s from the allowlisted monitor; from .8, one 401 and three that succeeded. Mostly not failing, then.
-        requests('a', MONITOR, 3, 3, T0 + 9_000),
-        requests('a', '203.0.113.8', 1, 4, T0 + 5_000),
+        requests('a', MONITOR, 3, 3, T0 + 9_000, { keyRows: 2, keyFailures: 4, keyJudged: 7 }),
+        requests('a', '203.0.113.8', 1, 4, T0 + 5_000, { keyRows: 2, keyFailures: 4, keyJudged: 7 }),
         // b: 401s from the monitor only: not a key of the spray.
         requests('b', MONITOR, 2, 2, T0),
         // c: a 401 from .8, then another and a 200 from .9; its newest 401 is .9's.
-        requests('c', '203.0.113.8', 1, 1, T0),
-        requests('c', '203.0.113.9', 1, 2, T0 + 2_000),
+        requests('c', '203.0.113.8', 1, 1, T0, { keyRows: 2, keyFailures: 2, keyJudged: 3 }),
+        requests('c', '203.0.113.9', 1, 2, T0 + 2_000, { keyRows: 2, keyFailures: 2, keyJudged: 3 }),
         // d: a 200 alone.
         requests('d', '203.0.113.8', 0, 1, 0),
       ],
@@ -439,6 +394,13 @@ describe('sprayedKeysOf', () => {
       { apiKeyId: 'a', failures: 1, failedMostly: false, ip: '203.0.113.8', first: T0 + 4_000, newest: T0 + 5_000, newestEventId: 'a_203.0.113.8' },
       { apiKeyId: 'c', failures: 2, failedMostly: true, ip: '203.0.113.9', first: T0 - 1_000, newest: T0 + 2_000, newestEventId: 'c_203.0.113.9' },
     ]);
+  });
+
+  it('judges a key whose rows the reading cut by its totals: the requests of the rows left out count', () => {
+    // One 401 row given of 11; the ten left out succeeded 30 times.
+    const cut = requests('a', '203.0.113.8', 1, 1, T0, { keyRows: 11, keyFailures: 1, keyJudged: 31 });
+    expect(sprayedKeysOf([cut], allowlisted, T0 + MINUTE).map((key) => key.failedMostly)).toEqual([false]);
+    expect(sprayedKeysOf([{ ...cut, keyRows: 1, keyJudged: 1 }], allowlisted, T0 + MINUTE).map((key) => key.failedMostly)).toEqual([true]);
   });
 
   it('leaves out a key whose 401s are dated after notAfter', () => {

@@ -22,17 +22,18 @@
  * SPRAY_WINDOW_MS before the partition's newest), so a spray that straddles one is judged whole by the
  * first batch after it; the keys of a partition the replica loses leave the tally (keepPartitions).
  *
- * Across replicas: the replica that owns partition 0 also holds the keys of the other partitions
- * that failed from a network that failed for many keys, as storage has their requests
- * (EventStore.sprayedRequestsElsewhere, read every SPRAY_ACROSS_REPLICAS_MS: spray-across-replicas.ts),
- * so a spray spread thin over R replicas is judged whole there (takeElsewhere). Such a key is judged
- * by whether most of its requests from the network failed, those the allowlists cover left out
- * (sprayedKeysOf); each reading replaces the last, and the key's own events, should its partition
- * come to this replica, replace it.
+ * Across replicas: with R replicas, each sees about 1/R of a spray's keys. So the replica that owns
+ * partition 0 also judges, every SPRAY_ACROSS_REPLICAS_MS (spray-across-replicas.ts), the keys of
+ * every partition that storage holds failing from a network that failed for minKeys keys or more,
+ * one of them on another replica's partition (EventStore.sprayedRequests, sprayedKeysOf): a tally of
+ * its own (FleetSpray), judged as of storage's newest 401, since this replica's batches may be
+ * behind (a backlog) or quiet. The two share what was reported to whom (SprayReports), so a merchant
+ * is told of a spray once, by whichever judged it first, and again for a newer 401 or a higher
+ * severity.
  *
- * Memory: at most MAX_ENTRIES (network, key) pairs, and MAX_KEYS_PER_NETWORK keys of its own a
- * network and as many of storage's (the networks that began failing longest ago go first); pairs
- * leave as the window passes them, every network's at least once a minute.
+ * Memory: at most MAX_ENTRIES (network, key) pairs and MAX_KEYS_PER_NETWORK keys a network (the
+ * networks that began failing longest ago go first); pairs leave as the window passes them, every
+ * network's at least once a minute.
  */
 import type { RequestEvent } from '../events/request-event.ts';
 import type { EngineFinding } from './engine.ts';
@@ -47,10 +48,10 @@ const MINUTE = 60_000;
 export const SPRAY_WINDOW_MS = PARAMS.windowMinutes * MINUTE;
 /** A network reported is reported again at most this often while its severity stays the same. */
 export const REPORT_EVERY_MS = MINUTE;
-/** The fewest keys a network must fail for to be reported; storage's reading of other replicas' keys reads only such networks. */
+/** The fewest keys a network must fail for to be reported; storage's reading reads only such networks. */
 export const SPRAY_MIN_KEYS = PARAMS.minKeys;
 const MAX_ENTRIES = 200_000;
-/** The most keys of its own a network holds (and as many of storage's). */
+/** The most keys a network holds in the tally, and a reading of storage takes of it. */
 export const MAX_KEYS_PER_NETWORK = 5_000;
 const MAX_LISTED = 20;
 const MAX_SAMPLES = 10;
@@ -61,10 +62,8 @@ export interface SprayedKey {
   apiKeyId: string;
   /** The Kafka partition of the key's events (-1 for HTTP): a replica that no longer owns it drops the key (keepPartitions). */
   partition: number;
-  /** Whether most of its requests from the network failed, as its window said when the memory budget forgot it (keepVerdict), or as storage says (elsewhere). */
+  /** Whether most of its requests from the network failed, as its window said when the memory budget forgot it (keepVerdict). */
   failedMostly?: boolean;
-  /** A key of a partition another replica owns, as storage had it at the last reading (takeElsewhere). */
-  elsewhere?: true;
   failures: number;
   first: number;
   newest: number;
@@ -79,29 +78,14 @@ interface NetworkSpray {
   network: string;
   /** By apiKeyId; by merchant and key for a key id another merchant's key has too (rare). */
   keys: Map<string, SprayedKey>;
-  /** How many of `keys` are storage's (takeElsewhere): they do not count against the keys of its own a network may hold. */
-  keysElsewhere: number;
   reportedAt: number;
   reportedSeverity: Severity | undefined;
-  /**
-   * Per merchant reported to, the newest 401 of its keys and the severity in its last report: it is
-   * reported to again for a newer 401 or a higher severity. (Not "failures since the network's last
-   * report": a key's 401 may be dated ahead of the others', and the reading of other replicas' keys
-   * is judged ahead of this replica's own batches.) Dropped once the window has passed that 401.
-   */
-  reportedTo: Map<string, { newest: number; severity: Severity }>;
   /** When its keys were last read one by one (failedMostly), and the severity their count allowed then. */
   checkedAt: number;
   checkedBound: Severity | undefined;
 }
 
-/** A key of another replica's partition that failed from `network`, as storage has its requests (sprayedKeysOf). */
-export interface SprayedKeyElsewhere extends Omit<SprayedKey, 'failedMostly' | 'elsewhere'> {
-  network: string;
-  failedMostly: boolean;
-}
-
-/** A key's requests from one address and user agent of a network (EventStore.sprayedRequestsElsewhere). */
+/** A key's requests from one address and user agent of a network, as storage has them (EventStore.sprayedRequests). */
 export interface SprayedRequests {
   network: string;
   merchantId: string;
@@ -117,27 +101,56 @@ export interface SprayedRequests {
   newest: number;
   newestEventId: string;
   country: string | undefined;
+  /**
+   * The key's totals from the network, of all its rows; a reading cuts a key's rows beyond a bound
+   * (those of the fewest requests), and when it did, these count what it left out.
+   */
+  keyRows: number;
+  keyFailures: number;
+  keyJudged: number;
+}
+
+/** A key as storage has its requests from a network: its 401s and whether most of its requests there failed (sprayedKeysOf). */
+export interface StoredSprayedKey extends SprayedKey {
+  network: string;
+  failedMostly: boolean;
 }
 
 /**
- * The keys of storage's requests, one per network: their 401s and whether most of their requests
- * from the network failed, the requests `allowlisted` says (an address, a network, a user agent, the
- * key) left out as admission leaves them out of the windows, and a key whose 401s are dated after
- * `notAfter` (a producer's clock far ahead) left out as well. The newest 401 is the key's sample.
+ * The keys of storage's requests, one per key and network: their 401s and whether most of their
+ * requests from the network failed, the requests `allowlisted` says (an address, a network, a user
+ * agent, the key) left out as admission leaves them out of the windows (of a key whose rows the
+ * reading cut, what was cut counts from its totals, allowlisted or not), and a key whose 401s are
+ * dated after `notAfter` (a producer's clock far ahead) left out as well. The newest 401 is the
+ * key's sample.
  */
-export function sprayedKeysOf(requests: readonly SprayedRequests[], allowlisted: (requests: SprayedRequests) => boolean, notAfter: number): SprayedKeyElsewhere[] {
-  const keys = new Map<string, SprayedKeyElsewhere & { judged: number }>();
+export function sprayedKeysOf(requests: readonly SprayedRequests[], allowlisted: (requests: SprayedRequests) => boolean, notAfter: number): StoredSprayedKey[] {
+  interface Tally {
+    key: StoredSprayedKey;
+    judged: number;
+    /** The rows given, and their 401s and requests judged, allowlisted or not; the key's totals of all its rows. */
+    rows: number;
+    givenFailures: number;
+    givenJudged: number;
+    totals: Pick<SprayedRequests, 'keyRows' | 'keyFailures' | 'keyJudged'>;
+  }
+  const tallies = new Map<string, Tally>();
   for (const request of requests) {
-    if (allowlisted(request)) continue;
     const { network, merchantId, apiKeyId, partition } = request;
     const ref = `${network}\u0000${merchantId}\u0000${apiKeyId}`;
-    let key = keys.get(ref);
-    if (key === undefined) {
-      key = { network, merchantId, apiKeyId, partition, failures: 0, judged: 0, first: Infinity, newest: -Infinity, newestEventId: '', ip: request.ip, userAgent: request.userAgent, country: undefined, failedMostly: false };
-      keys.set(ref, key);
+    let tally = tallies.get(ref);
+    if (tally === undefined) {
+      const key: StoredSprayedKey = { network, merchantId, apiKeyId, partition, failures: 0, first: Infinity, newest: -Infinity, newestEventId: '', ip: request.ip, userAgent: request.userAgent, country: undefined, failedMostly: false };
+      tally = { key, judged: 0, rows: 0, givenFailures: 0, givenJudged: 0, totals: request };
+      tallies.set(ref, tally);
     }
+    tally.rows++;
+    tally.givenFailures += request.failures;
+    tally.givenJudged += request.judged;
+    if (allowlisted(request)) continue;
+    const { key } = tally;
     key.failures += request.failures;
-    key.judged += request.judged;
+    tally.judged += request.judged;
     if (request.failures === 0) continue;
     key.first = Math.min(key.first, request.first);
     if (request.newest > key.newest) {
@@ -148,15 +161,51 @@ export function sprayedKeysOf(requests: readonly SprayedRequests[], allowlisted:
       key.country = request.country;
     }
   }
-  const held: SprayedKeyElsewhere[] = [];
-  for (const { judged, ...key } of keys.values()) {
+  const held: StoredSprayedKey[] = [];
+  for (const { key, judged, rows, givenFailures, givenJudged, totals } of tallies.values()) {
     if (key.failures === 0 || key.newest > notAfter) continue;
-    held.push({ ...key, failedMostly: key.failures * 2 >= judged });
+    const cut = rows < totals.keyRows;
+    const failures = key.failures + (cut ? Math.max(0, totals.keyFailures - givenFailures) : 0);
+    const all = judged + (cut ? Math.max(0, totals.keyJudged - givenJudged) : 0);
+    key.failedMostly = failures * 2 >= all;
+    held.push(key);
   }
   return held;
 }
 
 const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, critical: 3 };
+
+/**
+ * What was last reported about each network to each merchant: the newest 401 of its keys and the
+ * severity. A merchant is reported to again for a newer 401 or a higher severity only (a key's 401
+ * may be dated ahead of the others', and the replica's tally and its reading of storage judge in
+ * times of their own). Shared by the two (SourceSpray, FleetSpray); entries leave once the window
+ * has passed their 401.
+ */
+export class SprayReports {
+  private readonly byNetwork = new Map<string, Map<string, { newest: number; severity: Severity }>>();
+  private sweptAt = -Infinity;
+
+  /** Whether `merchantId` is to be told of `network` with keys failing up to `newest`, at `severity`; if so, it is recorded as told. */
+  tell(network: string, merchantId: string, newest: number, severity: Severity): boolean {
+    let told = this.byNetwork.get(network);
+    const last = told?.get(merchantId);
+    if (last && newest <= last.newest && !above(severity, last.severity)) return false;
+    if (told === undefined) this.byNetwork.set(network, (told = new Map()));
+    told.set(merchantId, { newest: Math.max(newest, last?.newest ?? -Infinity), severity });
+    return true;
+  }
+
+  /** Forgets what the window no longer holds (at most once a minute of `now`). */
+  sweep(since: number, now: number): void {
+    if (now - this.sweptAt < MINUTE) return;
+    this.sweptAt = now;
+    for (const [network, told] of this.byNetwork) {
+      for (const [merchantId, last] of told) if (last.newest < since) told.delete(merchantId);
+      if (told.size === 0) this.byNetwork.delete(network);
+    }
+  }
+}
 
 export class SourceSpray {
   /** In the order of their first 401 in the window: the first is the one that began failing longest ago. */
@@ -166,8 +215,8 @@ export class SourceSpray {
   private readonly unreported = new Set<NetworkSpray>();
   private entries = 0;
   private sweptAt = -Infinity;
-  /** The networks holding keys from storage (takeElsewhere), so that the next reading finds them to replace. */
-  private readonly withElsewhere = new Set<NetworkSpray>();
+
+  constructor(private readonly reports = new SprayReports()) {}
 
   /** The (network, key) pairs held. */
   get size(): number {
@@ -180,17 +229,13 @@ export class SourceSpray {
     const { network } = windowEvent;
     let spray = this.networks.get(network);
     if (spray === undefined) {
-      spray = newNetworkSpray(network);
+      spray = { network, keys: new Map(), reportedAt: -Infinity, reportedSeverity: undefined, checkedAt: -Infinity, checkedBound: undefined };
       this.networks.set(network, spray);
     }
     const { merchantId, apiKeyId } = event;
     const { ref, key } = heldKey(spray.keys, merchantId, apiKeyId);
     const { timestamp, eventId, ip, userAgent, country } = windowEvent;
-    if (key?.elsewhere) {
-      // The key's partition came to this replica: its own events count from now on (its warm-up brings the earlier ones).
-      spray.keys.set(ref, { merchantId, apiKeyId, partition, failures: 1, first: timestamp, newest: timestamp, newestEventId: eventId, ip, userAgent, country });
-      spray.keysElsewhere--;
-    } else if (key !== undefined) {
+    if (key !== undefined) {
       key.failures++;
       key.partition = partition;
       if (timestamp < key.first) key.first = timestamp;
@@ -201,7 +246,7 @@ export class SourceSpray {
         key.userAgent = userAgent;
         key.country = country;
       }
-    } else if (spray.keys.size - spray.keysElsewhere < MAX_KEYS_PER_NETWORK) {
+    } else if (spray.keys.size < MAX_KEYS_PER_NETWORK) {
       spray.keys.set(ref, { merchantId, apiKeyId, partition, failures: 1, first: timestamp, newest: timestamp, newestEventId: eventId, ip, userAgent, country });
       if (++this.entries > MAX_ENTRIES) this.dropOldest(spray);
     }
@@ -235,14 +280,14 @@ export class SourceSpray {
       }
       spray.checkedAt = now;
       spray.checkedBound = bound;
-      const failing = [...spray.keys.values()].filter((key) => (key.elsewhere ? key.failedMostly : failedMostly(key, spray.network, since)));
+      const failing = [...spray.keys.values()].filter((key) => failedMostly(key, spray.network, since));
       const severity = severityOf(failing.length, params);
       if (severity === undefined) continue;
       if (now - spray.reportedAt < REPORT_EVERY_MS && !above(severity, spray.reportedSeverity)) {
         this.unreported.add(spray);
         continue;
       }
-      findings.push(...this.report(spray, failing, severity, params));
+      findings.push(...reportSpray(spray.network, failing, severity, params, this.reports));
       spray.reportedAt = now;
       spray.reportedSeverity = severity;
     }
@@ -256,60 +301,18 @@ export class SourceSpray {
       if (key.newest >= since) continue;
       spray.keys.delete(ref);
       this.entries--;
-      if (key.elsewhere) spray.keysElsewhere--;
     }
-    for (const [merchantId, reported] of spray.reportedTo) if (reported.newest < since) spray.reportedTo.delete(merchantId);
     if (spray.keys.size > 0) return true;
-    this.forgetNetwork(spray);
-    return false;
-  }
-
-  private forgetNetwork(spray: NetworkSpray): void {
     if (this.networks.get(spray.network) === spray) this.networks.delete(spray.network);
-    this.touched.delete(spray);
     this.unreported.delete(spray);
-    this.withElsewhere.delete(spray);
+    return false;
   }
 
   /** Records whether most of a key's requests from a network failed, as its window says before the engine forgets it. */
   keepVerdict(network: string, merchantId: string, apiKeyId: string, failedMostly: boolean): void {
     const keys = this.networks.get(network)?.keys;
     const key = keys && heldKey(keys, merchantId, apiKeyId).key;
-    if (key !== undefined && !key.elsewhere) key.failedMostly = failedMostly;
-  }
-
-  /**
-   * Replaces the keys of other replicas' partitions with storage's latest reading of them (the
-   * reading of none, when this replica no longer reads them); the networks they are on are judged by
-   * the next judge(). A key this replica holds of its own is left as it is.
-   */
-  takeElsewhere(keys: readonly SprayedKeyElsewhere[]): void {
-    // The networks stay until the new reading is in, so that one it still names keeps when it was last reported.
-    const previous = [...this.withElsewhere].filter((spray) => this.networks.get(spray.network) === spray);
-    this.withElsewhere.clear();
-    for (const spray of previous) {
-      for (const [ref, key] of spray.keys) {
-        if (!key.elsewhere) continue;
-        spray.keys.delete(ref);
-        this.entries--;
-      }
-      spray.keysElsewhere = 0;
-    }
-    for (const { network, ...held } of keys) {
-      let spray = this.networks.get(network);
-      if (spray === undefined) {
-        spray = newNetworkSpray(network);
-        this.networks.set(network, spray);
-      }
-      const { ref, key } = heldKey(spray.keys, held.merchantId, held.apiKeyId);
-      if (key !== undefined || spray.keysElsewhere >= MAX_KEYS_PER_NETWORK) continue;
-      spray.keys.set(ref, { ...held, elsewhere: true });
-      spray.keysElsewhere++;
-      this.withElsewhere.add(spray);
-      this.touched.add(spray);
-      if (++this.entries > MAX_ENTRIES) this.dropOldest(spray);
-    }
-    for (const spray of previous) if (spray.keys.size === 0) this.forgetNetwork(spray);
+    if (key !== undefined) key.failedMostly = failedMostly;
   }
 
   /**
@@ -320,17 +323,21 @@ export class SourceSpray {
   keepPartitions(owned: ReadonlySet<number>): void {
     for (const spray of this.networks.values()) {
       for (const [ref, key] of spray.keys) {
-        if (key.elsewhere || key.partition < 0 || owned.has(key.partition)) continue;
+        if (key.partition < 0 || owned.has(key.partition)) continue;
         spray.keys.delete(ref);
         this.entries--;
       }
-      if (spray.keys.size === 0) this.forgetNetwork(spray);
+      if (spray.keys.size > 0) continue;
+      this.networks.delete(spray.network);
+      this.touched.delete(spray);
+      this.unreported.delete(spray);
     }
   }
 
   /** Prunes every network (those no batch touches any more too). */
   private sweep(since: number, now: number): void {
     this.sweptAt = now;
+    this.reports.sweep(since, now);
     for (const spray of this.networks.values()) this.prune(spray, since);
   }
 
@@ -339,79 +346,114 @@ export class SourceSpray {
     for (const spray of this.networks.values()) {
       if (this.entries <= MAX_ENTRIES) return;
       if (spray === keep) continue;
-      this.forgetNetwork(spray);
+      this.networks.delete(spray.network);
+      this.touched.delete(spray);
+      this.unreported.delete(spray);
       this.entries -= spray.keys.size;
     }
   }
+}
 
-  /** A finding for each merchant with keys among `failing` that failed since its last report or whose severity rose (NetworkSpray.reportedTo). */
-  private report(spray: NetworkSpray, failing: readonly SprayedKey[], severity: Severity, params: SprayParams): EngineFinding[] {
-    const byMerchant = new Map<string, SprayedKey[]>();
-    let failures = 0;
-    for (const key of failing) {
-      failures += key.failures;
-      const keys = byMerchant.get(key.merchantId);
-      if (keys) keys.push(key);
-      else byMerchant.set(key.merchantId, [key]);
+/**
+ * Credential stuffing across replicas, as storage has it: the keys of every partition failing from
+ * networks that failed for minKeys keys or more (sprayedKeysOf), judged as a whole at each reading,
+ * as of storage's time. A network is reported at most once per REPORT_EVERY_MS unless its severity
+ * rises, to the merchants SprayReports says are to be told. Holds only what it reported when.
+ */
+export class FleetSpray {
+  private readonly reported = new Map<string, { at: number; severity: Severity }>();
+
+  constructor(private readonly reports: SprayReports) {}
+
+  judge(keys: readonly StoredSprayedKey[], now: number): EngineFinding[] {
+    const params = PARAMS;
+    const since = now - params.windowMinutes * MINUTE;
+    this.reports.sweep(since, now);
+    for (const [network, last] of this.reported) if (last.at < since) this.reported.delete(network);
+    const failingByNetwork = new Map<string, StoredSprayedKey[]>();
+    for (const key of keys) {
+      if (!key.failedMostly || key.newest < since) continue;
+      const failing = failingByNetwork.get(key.network);
+      if (failing) failing.push(key);
+      else failingByNetwork.set(key.network, [key]);
     }
-    const allKeys = failing.length;
-    // The attacker's addresses, user agents and countries (each key's newest failure's): the same for every merchant.
-    const ips = distinct(failing, (key) => key.ip);
-    const userAgents = distinct(failing, (key) => key.userAgent);
-    const countries = distinct(failing, (key) => key.country);
-    const confidence = Math.min(1, Math.log(allKeys / params.minKeys) / Math.log((params.highKeys * 5) / params.minKeys));
     const findings: EngineFinding[] = [];
-    for (const [merchantId, keys] of byMerchant) {
-      keys.sort((a, b) => b.newest - a.newest);
-      const reported = spray.reportedTo.get(merchantId);
-      if (reported && keys[0]!.newest <= reported.newest && !above(severity, reported.severity)) continue;
-      spray.reportedTo.set(merchantId, { newest: Math.max(keys[0]!.newest, reported?.newest ?? -Infinity), severity });
-      const listed = keys.slice(0, MAX_LISTED).map((key) => key.apiKeyId);
-      const theirFailures = keys.reduce((sum, key) => sum + key.failures, 0);
-      const firstSeenAt = Math.min(...keys.map((key) => key.first));
-      const lastSeenAt = keys[0]!.newest;
-      const yours = keys.length === 1 ? `1 of yours (${listed[0]})` : `${keys.length} of yours (${listed.slice(0, 3).join(', ')}${keys.length > 3 ? ', ...' : ''})`;
-      findings.push({
-        merchantId,
-        ruleId: 'high_failure_rate',
-        finding: {
-          scope: `network:${spray.network}`,
-          apiKeyId: null,
-          severity,
-          confidence: Math.max(0, confidence),
-          title: `Credential stuffing from ${spray.network}: 401 for ${allKeys} API keys in ${params.windowMinutes} min, ${keys.length} of them yours`,
-          summary:
-            `One network (${spray.network}, ${addresses(ips.length)}) failed authentication with ${allKeys} distinct API keys ` +
-            `in ${params.windowMinutes} minutes (at least ${params.minKeys} make an alert), ${yours}: someone is trying a list of keys. ` +
-            'Check that those keys\' secrets have not leaked (rotate them if in doubt), and block the network at your edge if it is not yours.',
-          evidence: {
-            judgedBy: 'network_across_keys',
-            network: spray.network,
-            ips,
-            userAgents,
-            countries,
-            distinctKeys: allKeys,
-            minKeys: params.minKeys,
-            highKeys: params.highKeys,
-            authFailures: failures,
-            merchantKeys: listed,
-            merchantKeyCount: keys.length,
-            merchantAuthFailures: theirFailures,
-            windowMinutes: params.windowMinutes,
-            windowMs: params.windowMinutes * MINUTE,
-            sampleEventIds: keys.slice(0, MAX_SAMPLES).map((key) => key.newestEventId),
-          },
-          firstSeenAt,
-          lastSeenAt,
-        },
-      });
+    for (const [network, failing] of failingByNetwork) {
+      const severity = severityOf(failing.length, params);
+      if (severity === undefined) continue;
+      const last = this.reported.get(network);
+      if (last && now - last.at < REPORT_EVERY_MS && !above(severity, last.severity)) continue;
+      findings.push(...reportSpray(network, failing, severity, params, this.reports));
+      this.reported.set(network, { at: now, severity });
     }
     return findings;
   }
 }
 
-function newNetworkSpray(network: string): NetworkSpray {
-  return { network, keys: new Map(), keysElsewhere: 0, reportedAt: -Infinity, reportedSeverity: undefined, reportedTo: new Map(), checkedAt: -Infinity, checkedBound: undefined };
+/**
+ * A finding for each merchant with keys among `failing` (a network's keys failing mostly with 401)
+ * that `reports` says is to be told: one it has not told of keys failing as late, nor at this severity.
+ */
+function reportSpray(network: string, failing: readonly SprayedKey[], severity: Severity, params: SprayParams, reports: SprayReports): EngineFinding[] {
+  const byMerchant = new Map<string, SprayedKey[]>();
+  let failures = 0;
+  for (const key of failing) {
+    failures += key.failures;
+    const keys = byMerchant.get(key.merchantId);
+    if (keys) keys.push(key);
+    else byMerchant.set(key.merchantId, [key]);
+  }
+  const allKeys = failing.length;
+  // The attacker's addresses, user agents and countries (each key's newest failure's): the same for every merchant.
+  const ips = distinct(failing, (key) => key.ip);
+  const userAgents = distinct(failing, (key) => key.userAgent);
+  const countries = distinct(failing, (key) => key.country);
+  const confidence = Math.min(1, Math.log(allKeys / params.minKeys) / Math.log((params.highKeys * 5) / params.minKeys));
+  const findings: EngineFinding[] = [];
+  for (const [merchantId, keys] of byMerchant) {
+    keys.sort((a, b) => b.newest - a.newest);
+    if (!reports.tell(network, merchantId, keys[0]!.newest, severity)) continue;
+    const listed = keys.slice(0, MAX_LISTED).map((key) => key.apiKeyId);
+    const theirFailures = keys.reduce((sum, key) => sum + key.failures, 0);
+    const firstSeenAt = Math.min(...keys.map((key) => key.first));
+    const lastSeenAt = keys[0]!.newest;
+    const yours = keys.length === 1 ? `1 of yours (${listed[0]})` : `${keys.length} of yours (${listed.slice(0, 3).join(', ')}${keys.length > 3 ? ', ...' : ''})`;
+    findings.push({
+      merchantId,
+      ruleId: 'high_failure_rate',
+      finding: {
+        scope: `network:${network}`,
+        apiKeyId: null,
+        severity,
+        confidence: Math.max(0, confidence),
+        title: `Credential stuffing from ${network}: 401 for ${allKeys} API keys in ${params.windowMinutes} min, ${keys.length} of them yours`,
+        summary:
+          `One network (${network}, ${addresses(ips.length)}) failed authentication with ${allKeys} distinct API keys ` +
+          `in ${params.windowMinutes} minutes (at least ${params.minKeys} make an alert), ${yours}: someone is trying a list of keys. ` +
+          'Check that those keys\' secrets have not leaked (rotate them if in doubt), and block the network at your edge if it is not yours.',
+        evidence: {
+          judgedBy: 'network_across_keys',
+          network: network,
+          ips,
+          userAgents,
+          countries,
+          distinctKeys: allKeys,
+          minKeys: params.minKeys,
+          highKeys: params.highKeys,
+          authFailures: failures,
+          merchantKeys: listed,
+          merchantKeyCount: keys.length,
+          merchantAuthFailures: theirFailures,
+          windowMinutes: params.windowMinutes,
+          windowMs: params.windowMinutes * MINUTE,
+          sampleEventIds: keys.slice(0, MAX_SAMPLES).map((key) => key.newestEventId),
+        },
+        firstSeenAt,
+        lastSeenAt,
+      },
+    });
+  }
+  return findings;
 }
 
 /**

@@ -2,14 +2,13 @@
  * Credential stuffing across replicas. Kafka spreads a spray's keys over the partitions, so each
  * replica's tally (source-spray.ts) sees its own partitions' share: with R replicas, a network must
  * try about R times the keys that make an alert. The replica that owns partition 0 therefore reads,
- * every SPRAY_ACROSS_REPLICAS_MS, the requests of the other partitions' keys that storage holds
- * failing from networks that failed for at least SPRAY_MIN_KEYS keys in all
- * (EventStore.sprayedRequestsElsewhere), and its engine judges each such network with its own keys
- * and these (DetectionEngine.judgeSprayElsewhere).
+ * every SPRAY_ACROSS_REPLICAS_MS, storage's requests of every partition's keys failing from networks
+ * that failed for at least SPRAY_MIN_KEYS keys in all, one of them on another replica's partition
+ * (EventStore.sprayedRequests), and its engine judges them as a whole (DetectionEngine.judgeFleetSpray).
  * One replica reads, so each merchant gets one alert; around a rebalance two may each open one for
  * a while, and AlertManager resolves the earlier as a duplicate. A replica that owns every partition
- * reads an empty answer (its own tally sees every key). A failed reading is skipped: detection fails open,
- * and the next reading comes SPRAY_ACROSS_REPLICAS_MS later (logged as one failure while they fail).
+ * gets an empty answer (its own tally sees every key). A failed reading is skipped: detection fails
+ * open, and the next reading comes SPRAY_ACROSS_REPLICAS_MS later (logged as one failure while they fail).
  */
 import { FailureLog } from '../failure-log.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
@@ -17,15 +16,15 @@ import type { Logger } from '../logger.ts';
 import { MAX_CLOCK_SKEW_MS } from './admission.ts';
 import { SPRAY_WINDOW_MS, type SprayedRequests } from './source-spray.ts';
 
-/** How often the owner of partition 0 reads the other partitions' sprayed keys: an alert comes this much (and a store flush) after a spray's keys reach the count. */
+/** How often the owner of partition 0 reads the sprayed keys of every partition: an alert comes this much (and a store flush) after a spray's keys reach the count. */
 export const SPRAY_ACROSS_REPLICAS_MS = 15_000;
 
 export interface SprayAcrossReplicasOptions {
   /** The partitions this replica owns now. */
   owned(): ReadonlySet<number>;
-  /** Storage's requests of the other partitions' keys that failed between `since` and `until` (EventStore.sprayedRequestsElsewhere). */
+  /** Storage's requests of the sprayed keys between `since` and `until` (EventStore.sprayedRequests). */
   read(since: Date, until: Date, owned: readonly number[]): Promise<SprayedRequests[]>;
-  /** Hands a reading to the engine, which judges with it (AnalysisThread.judgeSprayElsewhere). */
+  /** Hands a reading to the engine, which judges it (AnalysisThread.judgeFleetSpray). */
   judge(requests: SprayedRequests[]): Promise<Detection>;
   onDetection(detection: Detection): void;
   logger: Logger;
@@ -36,16 +35,14 @@ export interface SprayAcrossReplicasOptions {
 export class SprayAcrossReplicas {
   private timer: NodeJS.Timeout | undefined;
   private reading: Promise<void> | undefined;
-  /** Whether the engine holds keys of a reading, which a replica that no longer owns partition 0 must drop. */
-  private engineHolds = false;
   private stopped = false;
   private readonly failures: FailureLog;
 
   constructor(private readonly options: SprayAcrossReplicasOptions) {
     this.failures = new FailureLog(
       options.logger,
-      'cannot read or judge the keys other replicas saw fail: credential stuffing is judged on this replica\'s keys alone until a reading succeeds',
-      'the keys other replicas saw fail are read again',
+      'cannot read or judge the keys sprayed across replicas: credential stuffing is judged on this replica\'s keys alone until a reading succeeds',
+      'the keys sprayed across replicas are read again',
       { level: 'warn', now: options.now },
     );
   }
@@ -73,17 +70,12 @@ export class SprayAcrossReplicas {
   private async readAndJudge(): Promise<void> {
     const { options } = this;
     const owned = options.owned();
+    if (!owned.has(0)) return;
     try {
-      if (!owned.has(0)) {
-        if (this.engineHolds) options.onDetection(await options.judge([]));
-        this.engineHolds = false;
-        return;
-      }
       const now = options.now?.() ?? Date.now();
       // Up to MAX_CLOCK_SKEW_MS ahead, as admission takes events in: a 401 dated a day ahead is no spray now.
       const requests = await options.read(new Date(now - SPRAY_WINDOW_MS), new Date(now + MAX_CLOCK_SKEW_MS), [...owned]);
       options.onDetection(await options.judge(requests));
-      this.engineHolds = requests.length > 0;
       this.failures.succeeded();
     } catch (error) {
       this.failures.failed({ err: error });

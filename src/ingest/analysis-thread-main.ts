@@ -60,8 +60,6 @@ let deferredTimerAt = Infinity;
 /** By partition, when its last batch reached detection (the clock). */
 const lastBatchAt = new Map<number, number>();
 const quietPartition = (partition: number) => Date.now() - (lastBatchAt.get(partition) ?? Number.NEGATIVE_INFINITY) >= REJUDGE_MS;
-/** A partition that had a batch in the last 10 s: one judged far behind the clock is catching up on a backlog (judgeSprayElsewhere). */
-const busyPartition = (partition: number) => Date.now() - (lastBatchAt.get(partition) ?? Number.NEGATIVE_INFINITY) < 10_000;
 
 function scheduleDeferredJudgement(): void {
   const due = engine?.nextDeferredDue();
@@ -153,8 +151,8 @@ port.on('message', (request: AnalysisRequest) => {
         response = { id: request.id, result: { findings: [], ruleErrors: [] } };
         break;
       }
-      case 'sprayElsewhere':
-        response = { id: request.id, result: { findings: engine?.judgeSprayElsewhere(request.requests, Date.now(), busyPartition) ?? [], ruleErrors: ruleErrors.splice(0) } };
+      case 'fleetSpray':
+        response = { id: request.id, result: { findings: engine?.judgeFleetSpray(request.requests, Date.now()) ?? [], ruleErrors: ruleErrors.splice(0) } };
         break;
     }
   } catch (error) {

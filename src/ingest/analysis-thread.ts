@@ -54,7 +54,7 @@ export type AnalysisRequest =
   | { kind: 'recall'; id: number; sightings: NetworkSighting[]; partition: number }
   | { kind: 'recallEventIds'; id: number; eventIds: string[]; partition: number }
   | { kind: 'keepPartitions'; id: number; partitions: number[] }
-  | { kind: 'sprayElsewhere'; id: number; requests: SprayedRequests[] };
+  | { kind: 'fleetSpray'; id: number; requests: SprayedRequests[] };
 
 export type AnalysisResponse = { id: number; result: BatchAnalysis | Detection } | { id: number; error: string };
 
@@ -151,9 +151,9 @@ export class AnalysisThread {
     return this.request({ kind: 'keepPartitions', partitions });
   }
 
-  /** Judges the sprays with storage's reading of other replicas' keys' requests (DetectionEngine.judgeSprayElsewhere); an empty reading drops the last. */
-  judgeSprayElsewhere(requests: SprayedRequests[]): Promise<Detection> {
-    return this.request({ kind: 'sprayElsewhere', requests });
+  /** Judges storage's reading of the keys sprayed across replicas (DetectionEngine.judgeFleetSpray). */
+  judgeFleetSpray(requests: SprayedRequests[]): Promise<Detection> {
+    return this.request({ kind: 'fleetSpray', requests });
   }
 
   async close(): Promise<void> {

@@ -297,6 +297,9 @@ const sprayedRequestsRow = z.object({
   newest: z.coerce.number(),
   event_id: z.string(),
   country: z.string(),
+  key_rows: z.coerce.number(),
+  key_failures: z.coerce.number(),
+  key_judged: z.coerce.number(),
 });
 
 /** The network (/24 or /64, as network_auth_failures_1m and key_networks_1d hold it) of a stored address `ip`. */
@@ -813,15 +816,16 @@ export class EventStore {
   }
   /**
    * Credential stuffing across replicas (018_network_auth_failures_1m.sql): the requests between
-   * `since` and `until` of the keys of partitions not in `owned`, of the plans detection evaluates,
-   * from each network that failed with 401 for them and for at least `minKeys` keys of any partition
-   * in all; one row per key, network, address and user agent, so that detection leaves out what its
-   * allowlists cover and judges the rest as its windows would (sprayedKeysOf). Of each network the
-   * `keysPerNetwork` keys that failed last, `maxKeys` in all; of each key and network, whole but for
-   * its rows beyond `rowsPerKey` (those of the fewest requests go: an attacker's addresses and user
-   * agents could make many, and a share of rows cut either way would bias the key's verdict).
+   * `since` and `until`, of the plans detection evaluates, of the keys that failed with 401 from a
+   * network that failed so for at least `minKeys` keys in all, one of them on a partition not in
+   * `owned` (a network whose keys are all this replica's, its own tally judges whole). One row per
+   * key, network, address and user agent, so that detection leaves out what its allowlists cover and
+   * judges the rest as its windows would (sprayedKeysOf). Of each network the `keysPerNetwork` keys
+   * that failed last, `maxKeys` in all; of each key and network the `rowsPerKey` rows with the newest
+   * 401s, then the most requests (an attacker's addresses and user agents could make many), each row
+   * with the totals of all of them.
    */
-  async sprayedRequestsElsewhere(query: {
+  async sprayedRequests(query: {
     since: Date;
     until: Date;
     topic: string;
@@ -842,10 +846,11 @@ export class EventStore {
           GROUP BY network, merchant_id, api_key_id, partition
          HAVING newest_at >= {since:DateTime64(3, 'UTC')} AND min(first_failure) <= {until:DateTime64(3, 'UTC')}
        ),
-       elsewhere AS (
+       sprayed AS (
          SELECT network, merchant_id, api_key_id FROM failing
-          WHERE NOT has({owned:Array(Int32)}, partition)
-            AND network IN (SELECT network FROM failing GROUP BY network HAVING uniqExact(merchant_id, api_key_id) >= {minKeys:UInt32})
+          WHERE network IN (
+            SELECT network FROM failing GROUP BY network
+            HAVING uniqExact(merchant_id, api_key_id) >= {minKeys:UInt32} AND countIf(NOT has({owned:Array(Int32)}, partition)) > 0)
           ORDER BY newest_at DESC, network, merchant_id, api_key_id
           LIMIT {keysPerNetwork:UInt32} BY network
           LIMIT {maxKeys:UInt32}
@@ -853,14 +858,16 @@ export class EventStore {
        SELECT merchant_id, api_key_id, source_partition AS partition, ${NETWORK_OF_IP} AS network, toString(ip) AS address, user_agent,
               countIf(status = 401) AS failures, countIf(status NOT IN (403, 429) AND status < 500) AS judged,
               toUnixTimestamp64Milli(minIf(ts, status = 401)) AS first, toUnixTimestamp64Milli(maxIf(ts, status = 401)) AS newest,
-              argMaxIf(event_id, ts, status = 401) AS event_id, argMaxIf(toString(country), ts, status = 401) AS country
+              argMaxIf(event_id, ts, status = 401) AS event_id, argMaxIf(toString(country), ts, status = 401) AS country,
+              count() OVER key AS key_rows, sum(failures) OVER key AS key_failures, sum(judged) OVER key AS key_judged
          FROM ${this.tables.requestEvents}
-        WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM elsewhere)
+        WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM sprayed)
           AND ts >= {since:DateTime64(3, 'UTC')} AND ts <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}
           AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
-          AND (network, merchant_id, api_key_id) IN (SELECT network, merchant_id, api_key_id FROM elsewhere)
+          AND (network, merchant_id, api_key_id) IN (SELECT network, merchant_id, api_key_id FROM sprayed)
         GROUP BY merchant_id, api_key_id, source_partition, ip, user_agent
-        ORDER BY merchant_id, api_key_id, network, judged DESC, failures DESC, address, user_agent
+       WINDOW key AS (PARTITION BY merchant_id, api_key_id, network)
+        ORDER BY merchant_id, api_key_id, network, newest DESC, judged DESC, address, user_agent
         LIMIT {rowsPerKey:UInt32} BY merchant_id, api_key_id, network`,
       {
         since: toClickHouseTime(query.since.getTime()),
@@ -890,6 +897,9 @@ export class EventStore {
         newest: row.newest,
         newestEventId: row.event_id,
         country: row.country === '' ? undefined : row.country,
+        keyRows: row.key_rows,
+        keyFailures: row.key_failures,
+        keyJudged: row.key_judged,
       };
     });
   }

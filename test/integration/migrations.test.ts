@@ -273,7 +273,7 @@ describe('migrations', () => {
     ]);
   });
 
-  it('reads the requests of the keys of other partitions that failed from a network that failed for many keys, by address and user agent', async () => {
+  it('reads the requests of the keys that failed from a network that failed for many keys, one of them on another replica\'s partition, by address and user agent', async () => {
     const tables = tablesIn(service.database);
     const store = new EventStore(db, tables);
     const topic = 'api.spray';
@@ -312,7 +312,7 @@ describe('migrations', () => {
     await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(lines.join('')), 'TabSeparated', {});
 
     const read = (minKeys: number, owned: number[], limits: { keysPerNetwork?: number; rowsPerKey?: number } = {}) =>
-      store.sprayedRequestsElsewhere({
+      store.sprayedRequests({
         since: new Date(now - 10 * 60_000),
         until: new Date(now + 5 * 60_000),
         topic,
@@ -323,11 +323,13 @@ describe('migrations', () => {
         maxKeys: 1_000,
         rowsPerKey: limits.rowsPerKey ?? 10,
       });
-    const described = (requests: SprayedRequests[]) => requests.map((r) => `${r.apiKeyId} ${r.ip} ${r.failures}/${r.judged}`).sort();
-    // Partitions 2 and 3 only.
+    const described = (requests: SprayedRequests[]) =>
+      requests.map((r) => `${r.apiKeyId} ${r.ip} ${r.failures}/${r.judged} of ${r.keyRows} ${r.keyFailures}/${r.keyJudged}`).sort();
+    const tried = (k: number) => `${key(k)} 203.0.113.${k + 1} 1/1 of ${k === 2 || k === 3 ? 2 : 1} 1/${k === 2 ? 4 : 1}`;
+    // Every partition's keys of the network (one of them on a partition not owned), each key's rows with its totals.
     const requests = await read(20, [0, 1]);
     expect(described(requests)).toEqual(
-      [...[19, 18, 15, 14, 11, 10, 7, 6, 3, 2].map((k) => `${key(k)} 203.0.113.${k + 1} 1/1`), `${key(2)} 203.0.113.50 0/3`, `${key(3)} 203.0.113.51 0/0`].sort(),
+      [...Array.from({ length: 20 }, (_, k) => tried(k)), `${key(2)} 203.0.113.50 0/3 of 2 1/4`, `${key(3)} 203.0.113.51 0/0 of 2 1/1`].sort(),
     );
     expect(requests.find((r) => r.apiKeyId === key(6))).toEqual({
       network: '203.0.113.0/24',
@@ -342,17 +344,20 @@ describe('migrations', () => {
       newest: now - 5 * 60_000 + 6_000,
       newestEventId: expect.stringMatching(/^spray_\d+$/),
       country: 'NL',
+      keyRows: 1,
+      keyFailures: 1,
+      keyJudged: 1,
     });
     expect(requests.find((r) => r.ip === '203.0.113.50')).toMatchObject({ userAgent: 'okhttp/4.12.0', first: 0, newest: 0, newestEventId: '', country: undefined });
-    // Neither the pro key nor the one ahead makes a 21st; the 5-key network is read from 5; a replica owning every partition reads nothing.
+    // Neither the pro key nor the one ahead makes a 21st; the 5-key network (on partition 2) is read from 5 when
+    // partition 2 is another's; nothing is read of networks whose keys are all the replica's own.
     expect(await read(21, [0, 1])).toEqual([]);
     expect([...new Set((await read(5, [0, 1, 3])).map((r) => r.network))].sort()).toEqual(['198.51.100.0/24', '203.0.113.0/24']);
+    expect([...new Set((await read(5, [0, 1, 2])).map((r) => r.network))]).toEqual(['203.0.113.0/24']);
     expect(await read(20, [0, 1, 2, 3])).toEqual([]);
-    // The keys that failed last, of each network; of each key, the rows of the most requests.
-    expect(described(await read(20, [], { keysPerNetwork: 3 }))).toEqual([17, 18, 19].map((k) => `${key(k)} 203.0.113.${k + 1} 1/1`));
-    expect(described(await read(20, [0, 1], { rowsPerKey: 1 }))).toEqual(
-      [...[19, 18, 15, 14, 11, 10, 7, 6, 3].map((k) => `${key(k)} 203.0.113.${k + 1} 1/1`), `${key(2)} 203.0.113.50 0/3`].sort(),
-    );
+    // The keys that failed last, of each network; of each key, the rows with the newest 401s, with the totals of all.
+    expect(described(await read(20, [], { keysPerNetwork: 3 }))).toEqual([17, 18, 19].map(tried));
+    expect(described(await read(20, [0, 1], { rowsPerKey: 1 }))).toEqual(Array.from({ length: 20 }, (_, k) => tried(k)).sort());
   });
 
   it('hands back a partition\'s newest events once each, oldest first, across queries: ties of time in eventId order, a repeat not merged yet collapsed', async () => {

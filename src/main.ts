@@ -20,7 +20,7 @@ import { DetectionConfig, followDetectionConfig } from './detect/detection-confi
 import { warmUpLimit, windowBudgetFor } from './detect/engine.ts';
 import { HISTORY_MS } from './detect/key-history.ts';
 import { DetectionLoadMonitor } from './detect/load-monitor.ts';
-import { MAX_KEYS_PER_NETWORK, SPRAY_MIN_KEYS } from './detect/source-spray.ts';
+import { MAX_KEYS_PER_NETWORK, SPRAY_MIN_KEYS, SPRAY_WINDOW_MS } from './detect/source-spray.ts';
 import { SprayAcrossReplicas } from './detect/spray-across-replicas.ts';
 import { describeConfig, listenConfigError, loadConfig, withBundledCas, ConfigError, type Config } from './config.ts';
 import { enforcementAdminRoutes, registerDecisionRoutes } from './enforcement/decision-routes.ts';
@@ -62,7 +62,7 @@ const BUFFER_STOP_MS = 12_000;
  * that failed for SPRAY_MIN_KEYS keys, at most as many keys a network as a tally holds, and bounds on
  * what it hands to detection (each row a key's requests from one address and user agent).
  */
-const SPRAY_READING = { minKeys: SPRAY_MIN_KEYS, keysPerNetwork: MAX_KEYS_PER_NETWORK, maxKeys: 10_000, rowsPerKey: 10 } as const;
+const SPRAY_READING = { windowMs: SPRAY_WINDOW_MS, minKeys: SPRAY_MIN_KEYS, keysPerNetwork: MAX_KEYS_PER_NETWORK, maxKeys: 5_000, rowsPerKey: 3 } as const;
 
 const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
@@ -323,8 +323,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     intake && analysis
       ? new SprayAcrossReplicas({
           owned: () => intake.ownedPartitions,
-          read: (since, until, owned) =>
-            store.sprayedRequests({ since, until, topic: config.kafka!.topic, owned, plans: config.admin.entitledPlans, ...SPRAY_READING }),
+          read: (notBefore, until, owned) =>
+            store.sprayedRequests({ notBefore, until, topic: config.kafka!.topic, owned, plans: config.admin.entitledPlans, ...SPRAY_READING }),
           judge: (requests) => analysis.judgeFleetSpray(requests),
           onDetection,
           everyMs: deps.sprayAcrossReplicasMs,

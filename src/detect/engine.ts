@@ -421,7 +421,8 @@ export class DetectionEngine {
       this.judge(state, now, findings);
     }
     try {
-      for (const finding of this.spray.judge(now, (key, network, since) => this.failedMostly(key, network, since))) findings.push(finding);
+      const coveredByFleet = (network: string, at: number) => this.fleetSpray.covers(network, at, (this.options.clock ?? Date.now)());
+      for (const finding of this.spray.judge(now, (key, network, since) => this.failedMostly(key, network, since), coveredByFleet)) findings.push(finding);
     } catch (error) {
       this.ruleError('high_failure_rate', error);
     }
@@ -512,9 +513,8 @@ export class DetectionEngine {
     const keys = sprayedKeysOf(requests, allowlisted, clock + MAX_CLOCK_SKEW_MS);
     let now = -Infinity;
     for (const key of keys) now = Math.max(now, Math.min(clock, key.newest));
-    if (now === -Infinity) return [];
     try {
-      return this.fleetSpray.judge(keys, now);
+      return this.fleetSpray.judge(keys, now === -Infinity ? clock : now, clock);
     } catch (error) {
       this.ruleError('high_failure_rate', error);
       return [];

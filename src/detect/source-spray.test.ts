@@ -322,12 +322,26 @@ describe('credential stuffing across replicas (storage\'s reading of every parti
     expect(told(detection.judgeFleetSpray([...same, ...reading(120, 1, T0).slice(20).map((r) => ({ ...r, merchantId: 'm_1' }))], WALL))).toEqual(['m_0 high 120', 'm_1 high 120']);
   });
 
-  it('reports a network at most once a minute of storage\'s time, then to the merchants with newer 401s', () => {
+  it('leaves to the reading of storage a network it holds, so that its own share does not overwrite the whole, until readings stop', () => {
+    let wall = WALL;
+    const detection = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => CONFIG, clock: () => wall });
+    // Storage holds 40 keys of m_0 failing, 20 of them this replica's.
+    expect(told(detection.judgeFleetSpray(reading(40, 1, T0), wall))).toEqual(['m_0 medium 40']);
+    // Its own 20 keys fail again a minute on: the reading judges the network, this replica's 20 are not told.
+    expect(networkFindings(detection, spray(20, 1, T0 + MINUTE), 20)).toEqual([]);
+    // No reading for a minute (partition 0 moved, storage fails): its own tally reports again.
+    wall += MINUTE;
+    expect(told(networkFindings(detection, [request(0, 20, T0 + 2.5 * MINUTE, { ip: STUFFER, status: 401 })]))).toEqual(['m_0 medium 21']);
+  });
+
+  it('reports a network at most once a minute of the wall clock, then to the merchants with newer 401s, also once the spray has stopped', () => {
     const detection = engine();
     expect(told(detection.judgeFleetSpray(reading(20, 1, T0), WALL))).toEqual(['m_0 medium 20']);
-    const more = [...reading(20, 1, T0), stored(1, 500, T0 + 30 * SECOND)];
-    expect(detection.judgeFleetSpray(more, WALL)).toEqual([]);
-    expect(told(detection.judgeFleetSpray([...more, stored(2, 501, T0 + 80 * SECOND)], WALL))).toEqual(['m_1 medium 22', 'm_2 medium 22']);
+    const more = [...reading(20, 1, T0), stored(1, 500, T0 + 30 * SECOND), stored(2, 501, T0 + 31 * SECOND)];
+    expect(detection.judgeFleetSpray(more, WALL + 30 * SECOND)).toEqual([]);
+    // The spray stopped at T0 + 31 s; the readings go on.
+    expect(detection.judgeFleetSpray(more, WALL + 45 * SECOND)).toEqual([]);
+    expect(told(detection.judgeFleetSpray(more, WALL + 60 * SECOND))).toEqual(['m_1 medium 22', 'm_2 medium 22']);
   });
 
   it('leaves out the requests the detection config allowlists', () => {

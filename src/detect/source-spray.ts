@@ -48,6 +48,8 @@ const MINUTE = 60_000;
 export const SPRAY_WINDOW_MS = PARAMS.windowMinutes * MINUTE;
 /** A network reported is reported again at most this often while its severity stays the same. */
 export const REPORT_EVERY_MS = MINUTE;
+/** How long a reading of storage (FleetSpray) covers its networks, by the wall clock: two readings missed, and the replica's own tally reports them again. */
+const FLEET_COVERS_MS = MINUTE;
 /** The fewest keys a network must fail for to be reported; storage's reading reads only such networks. */
 export const SPRAY_MIN_KEYS = PARAMS.minKeys;
 const MAX_ENTRIES = 200_000;
@@ -256,9 +258,10 @@ export class SourceSpray {
   /**
    * Judges the networks that got 401s since the last call, as of `now`; a finding per merchant to
    * report to. `failedMostly` tells whether most of a key's requests from the network since a time
-   * failed (401), from the key's own window.
+   * failed (401), from the key's own window; a network `coveredElsewhere` (FleetSpray.covers) is not
+   * reported.
    */
-  judge(now: number, failedMostly: (key: SprayedKey, network: string, since: number) => boolean): EngineFinding[] {
+  judge(now: number, failedMostly: (key: SprayedKey, network: string, since: number) => boolean, coveredElsewhere: (network: string, now: number) => boolean = () => false): EngineFinding[] {
     const params = PARAMS;
     const since = now - params.windowMinutes * MINUTE;
     if (now - this.sweptAt >= MINUTE) this.sweep(since, now);
@@ -287,6 +290,9 @@ export class SourceSpray {
         this.unreported.add(spray);
         continue;
       }
+      // A network the reading of storage judges whole (FleetSpray.covers) is its to report: this
+      // replica's share would only overwrite the whole in the merchants' alerts.
+      if (coveredElsewhere(spray.network, now)) continue;
       findings.push(...reportSpray(spray.network, failing, severity, params, this.reports));
       spray.reportedAt = now;
       spray.reportedSeverity = severity;
@@ -357,19 +363,33 @@ export class SourceSpray {
 /**
  * Credential stuffing across replicas, as storage has it: the keys of every partition failing from
  * networks that failed for minKeys keys or more (sprayedKeysOf), judged as a whole at each reading,
- * as of storage's time. A network is reported at most once per REPORT_EVERY_MS unless its severity
- * rises, to the merchants SprayReports says are to be told. Holds only what it reported when.
+ * as of storage's time (`now`). A network is reported at most once per REPORT_EVERY_MS of the wall
+ * clock (storage's time stands still once a spray stops, and what its last minute brought must still
+ * be told) unless its severity rises, to the merchants SprayReports says are to be told. Holds what
+ * it reported when, and which networks the last reading held: those the replica's own tally leaves
+ * to it (covers), as its reading holds the replica's own keys too.
  */
 export class FleetSpray {
   private readonly reported = new Map<string, { at: number; severity: Severity }>();
+  private read: { at: number; now: number; networks: ReadonlySet<string> } = { at: -Infinity, now: -Infinity, networks: new Set() };
 
   constructor(private readonly reports: SprayReports) {}
 
-  judge(keys: readonly StoredSprayedKey[], now: number): EngineFinding[] {
+  /**
+   * Whether the last reading, at most FLEET_COVERS_MS ago by `clock`, held `network`, and judged it
+   * as of a time no more than a minute after `now` (the replica's own tally's): it judges that
+   * network whole then. A tally further behind (a backlog) judges 401s the reading no longer holds.
+   */
+  covers(network: string, now: number, clock: number): boolean {
+    return clock - this.read.at < FLEET_COVERS_MS && now >= this.read.now - MINUTE && this.read.networks.has(network);
+  }
+
+  judge(keys: readonly StoredSprayedKey[], now: number, clock: number): EngineFinding[] {
     const params = PARAMS;
     const since = now - params.windowMinutes * MINUTE;
     this.reports.sweep(since, now);
-    for (const [network, last] of this.reported) if (last.at < since) this.reported.delete(network);
+    this.read = { at: clock, now, networks: new Set(keys.map((key) => key.network)) };
+    for (const [network, last] of this.reported) if (clock - last.at >= SPRAY_WINDOW_MS) this.reported.delete(network);
     const failingByNetwork = new Map<string, StoredSprayedKey[]>();
     for (const key of keys) {
       if (!key.failedMostly || key.newest < since) continue;
@@ -382,9 +402,9 @@ export class FleetSpray {
       const severity = severityOf(failing.length, params);
       if (severity === undefined) continue;
       const last = this.reported.get(network);
-      if (last && now - last.at < REPORT_EVERY_MS && !above(severity, last.severity)) continue;
+      if (last && clock - last.at < REPORT_EVERY_MS && !above(severity, last.severity)) continue;
       findings.push(...reportSpray(network, failing, severity, params, this.reports));
-      this.reported.set(network, { at: now, severity });
+      this.reported.set(network, { at: clock, severity });
     }
     return findings;
   }

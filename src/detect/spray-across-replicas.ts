@@ -14,16 +14,18 @@ import { FailureLog } from '../failure-log.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
 import type { Logger } from '../logger.ts';
 import { MAX_CLOCK_SKEW_MS } from './admission.ts';
-import { SPRAY_WINDOW_MS, type SprayedRequests } from './source-spray.ts';
+import type { SprayedRequests } from './source-spray.ts';
 
 /** How often the owner of partition 0 reads the sprayed keys of every partition: an alert comes this much (and a store flush) after a spray's keys reach the count. */
 export const SPRAY_ACROSS_REPLICAS_MS = 15_000;
+/** How far behind the clock storage's newest 401 may be for a reading to be taken as of it. */
+const READ_BEHIND_MS = 60 * 60_000;
 
 export interface SprayAcrossReplicasOptions {
   /** The partitions this replica owns now. */
   owned(): ReadonlySet<number>;
-  /** Storage's requests of the sprayed keys between `since` and `until` (EventStore.sprayedRequests). */
-  read(since: Date, until: Date, owned: readonly number[]): Promise<SprayedRequests[]>;
+  /** Storage's requests of the sprayed keys in the 10 minutes to its newest 401 between `notBefore` and `until` (EventStore.sprayedRequests). */
+  read(notBefore: Date, until: Date, owned: readonly number[]): Promise<SprayedRequests[]>;
   /** Hands a reading to the engine, which judges it (AnalysisThread.judgeFleetSpray). */
   judge(requests: SprayedRequests[]): Promise<Detection>;
   onDetection(detection: Detection): void;
@@ -73,8 +75,9 @@ export class SprayAcrossReplicas {
     if (!owned.has(0)) return;
     try {
       const now = options.now?.() ?? Date.now();
-      // Up to MAX_CLOCK_SKEW_MS ahead, as admission takes events in: a 401 dated a day ahead is no spray now.
-      const requests = await options.read(new Date(now - SPRAY_WINDOW_MS), new Date(now + MAX_CLOCK_SKEW_MS), [...owned]);
+      // As of storage's newest 401 up to MAX_CLOCK_SKEW_MS ahead (as admission takes events in: a 401
+      // dated a day ahead is no spray now), and at most an hour behind (a fleet catching up on its topic).
+      const requests = await options.read(new Date(now - READ_BEHIND_MS), new Date(now + MAX_CLOCK_SKEW_MS), [...owned]);
       options.onDetection(await options.judge(requests));
       this.failures.succeeded();
     } catch (error) {

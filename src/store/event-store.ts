@@ -815,8 +815,10 @@ export class EventStore {
     return handed;
   }
   /**
-   * Credential stuffing across replicas (018_network_auth_failures_1m.sql): the requests between
-   * `since` and `until`, of the plans detection evaluates, of the keys that failed with 401 from a
+   * Credential stuffing across replicas (018_network_auth_failures_1m.sql): the requests of the
+   * `windowMs` up to storage's newest 401 (between `notBefore` and `until`: as of storage's time, not
+   * the clock's, so that a fleet behind on its topic is read whole), of the plans detection
+   * evaluates, of the keys that failed with 401 from a
    * network that failed so for at least `minKeys` keys in all, one of them on a partition not in
    * `owned` (a network whose keys are all this replica's, its own tally judges whole). One row per
    * key, network, address and user agent, so that detection leaves out what its allowlists cover and
@@ -826,8 +828,9 @@ export class EventStore {
    * with the totals of all of them.
    */
   async sprayedRequests(query: {
-    since: Date;
+    notBefore: Date;
     until: Date;
+    windowMs: number;
     topic: string;
     owned: readonly number[];
     minKeys: number;
@@ -837,14 +840,18 @@ export class EventStore {
     rowsPerKey: number;
   }): Promise<SprayedRequests[]> {
     const rows = await this.db.queryRows(
-      `WITH failing AS (
+      `WITH (SELECT max(last_failure) FROM ${this.tables.networkAuthFailures1m}
+              WHERE minute >= toStartOfMinute({notBefore:DateTime64(3, 'UTC')}) AND minute <= {until:DateTime64(3, 'UTC')}
+                AND last_failure <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}) AS as_of,
+            greatest(as_of, {notBefore:DateTime64(3, 'UTC')}) - toIntervalMillisecond({windowMs:UInt32}) AS since,
+       failing AS (
          SELECT network, merchant_id, api_key_id, source_partition AS partition, max(last_failure) AS newest_at
            FROM ${this.tables.networkAuthFailures1m}
-          WHERE minute >= toStartOfMinute({since:DateTime64(3, 'UTC')}) AND minute <= {until:DateTime64(3, 'UTC')}
+          WHERE minute >= toStartOfMinute(since) AND minute <= {until:DateTime64(3, 'UTC')}
             AND source_topic = {topic:String}
             AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
           GROUP BY network, merchant_id, api_key_id, partition
-         HAVING newest_at >= {since:DateTime64(3, 'UTC')} AND min(first_failure) <= {until:DateTime64(3, 'UTC')}
+         HAVING newest_at >= since AND min(first_failure) <= {until:DateTime64(3, 'UTC')}
        ),
        sprayed AS (
          SELECT network, merchant_id, api_key_id FROM failing
@@ -862,7 +869,7 @@ export class EventStore {
               count() OVER key AS key_rows, sum(failures) OVER key AS key_failures, sum(judged) OVER key AS key_judged
          FROM ${this.tables.requestEvents}
         WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM sprayed)
-          AND ts >= {since:DateTime64(3, 'UTC')} AND ts <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}
+          AND ts >= since AND ts <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}
           AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
           AND (network, merchant_id, api_key_id) IN (SELECT network, merchant_id, api_key_id FROM sprayed)
         GROUP BY merchant_id, api_key_id, source_partition, ip, user_agent
@@ -870,8 +877,9 @@ export class EventStore {
         ORDER BY merchant_id, api_key_id, network, newest DESC, judged DESC, address, user_agent
         LIMIT {rowsPerKey:UInt32} BY merchant_id, api_key_id, network`,
       {
-        since: toClickHouseTime(query.since.getTime()),
+        notBefore: toClickHouseTime(query.notBefore.getTime()),
         until: toClickHouseTime(query.until.getTime()),
+        windowMs: query.windowMs,
         topic: query.topic,
         owned: [...query.owned],
         minKeys: query.minKeys,

@@ -313,8 +313,9 @@ describe('migrations', () => {
 
     const read = (minKeys: number, owned: number[], limits: { keysPerNetwork?: number; rowsPerKey?: number } = {}) =>
       store.sprayedRequests({
-        since: new Date(now - 10 * 60_000),
+        notBefore: new Date(now - 60 * 60_000),
         until: new Date(now + 5 * 60_000),
+        windowMs: 10 * 60_000,
         topic,
         owned,
         minKeys,
@@ -358,6 +359,24 @@ describe('migrations', () => {
     // The keys that failed last, of each network; of each key, the rows with the newest 401s, with the totals of all.
     expect(described(await read(20, [], { keysPerNetwork: 3 }))).toEqual([17, 18, 19].map(tried));
     expect(described(await read(20, [0, 1], { rowsPerKey: 1 }))).toEqual(Array.from({ length: 20 }, (_, k) => tried(k)).sort());
+
+    // A fleet half an hour behind on its topic: read as of its newest 401, not the clock.
+    const lateTopic = 'api.spray.late';
+    const late = Array.from({ length: 20 }, (_, k) => row(key(200 + k), k % 4, now - 30 * 60_000 + k * 1_000, { ip: '192.0.2.9', status: 401 }).replace(`\t${topic}\t`, `\t${lateTopic}\t`));
+    await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(late.join('')), 'TabSeparated', {});
+    const lateRead = await store.sprayedRequests({
+      notBefore: new Date(now - 60 * 60_000),
+      until: new Date(now + 5 * 60_000),
+      windowMs: 10 * 60_000,
+      topic: lateTopic,
+      owned: [0],
+      minKeys: 20,
+      plans: ['business'],
+      keysPerNetwork: 100,
+      maxKeys: 1_000,
+      rowsPerKey: 10,
+    });
+    expect(lateRead.map((r) => `${r.network} ${r.failures}`)).toEqual(Array.from({ length: 20 }, () => '192.0.2.0/24 1'));
   });
 
   it('hands back a partition\'s newest events once each, oldest first, across queries: ties of time in eventId order, a repeat not merged yet collapsed', async () => {

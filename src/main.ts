@@ -323,8 +323,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
     intake && analysis
       ? new SprayAcrossReplicas({
           owned: () => intake.ownedPartitions,
-          read: (notBefore, until, owned) =>
-            store.sprayedRequests({ notBefore, until, topic: config.kafka!.topic, owned, plans: config.admin.entitledPlans, ...SPRAY_READING }),
+          read: (times, owned) => store.sprayedRequests({ ...times, topic: config.kafka!.topic, owned, plans: config.admin.entitledPlans, ...SPRAY_READING }),
           judge: (requests) => analysis.judgeFleetSpray(requests),
           onDetection,
           everyMs: deps.sprayAcrossReplicasMs,

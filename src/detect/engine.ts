@@ -421,7 +421,7 @@ export class DetectionEngine {
       this.judge(state, now, findings);
     }
     try {
-      const coveredByFleet = (network: string, at: number) => this.fleetSpray.covers(network, at, (this.options.clock ?? Date.now)());
+      const coveredByFleet = (network: string, failingKeys: number, at: number) => this.fleetSpray.covers(network, failingKeys, at, (this.options.clock ?? Date.now)());
       for (const finding of this.spray.judge(now, (key, network, since) => this.failedMostly(key, network, since), coveredByFleet)) findings.push(finding);
     } catch (error) {
       this.ruleError('high_failure_rate', error);

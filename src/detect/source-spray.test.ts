@@ -329,9 +329,28 @@ describe('credential stuffing across replicas (storage\'s reading of every parti
     expect(told(detection.judgeFleetSpray(reading(40, 1, T0), wall))).toEqual(['m_0 medium 40']);
     // Its own 20 keys fail again a minute on: the reading judges the network, this replica's 20 are not told.
     expect(networkFindings(detection, spray(20, 1, T0 + MINUTE), 20)).toEqual([]);
-    // No reading for a minute (partition 0 moved, storage fails): its own tally reports again.
+    // No reading for a minute (partition 0 moved, storage fails): its own tally reports again, with the next batch, whatever it brings.
     wall += MINUTE;
-    expect(told(networkFindings(detection, [request(0, 20, T0 + 2.5 * MINUTE, { ip: STUFFER, status: 401 })]))).toEqual(['m_0 medium 21']);
+    expect(told(networkFindings(detection, [request(5, 0, T0 + 2.5 * MINUTE)]))).toEqual(['m_0 medium 20']);
+  });
+
+  it('reports a network itself that the reading of storage holds with fewer failing keys (the reading\'s bounds cut it)', () => {
+    const detection = engine();
+    expect(told(detection.judgeFleetSpray(reading(20, 1, T0), WALL))).toEqual(['m_0 medium 20']);
+    // Its own 24 keys of m_1 fail: more than the reading judged.
+    expect(told(networkFindings(detection, spray(24, 1, T0 + 30 * SECOND).map((e, k) => ({ ...e, merchantId: 'm_1', apiKeyId: `pk_live_m1_k${k}` })), 24))).toEqual(['m_1 medium 24']);
+  });
+
+  it('tells a spray that stopped once, however long storage\'s reading of it goes on and its own tally sweeps', () => {
+    let wall = WALL;
+    const detection = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => CONFIG, clock: () => wall });
+    const stopped = reading(20, 1, T0);
+    const found: string[] = [];
+    for (let s = 0; s <= 20 * 60; s += 15, wall += 15 * SECOND) {
+      // Its own partitions' ordinary traffic moves its own time (and sweeps) on.
+      found.push(...told(networkFindings(detection, [request(5, 0, T0 + s * SECOND)])), ...told(detection.judgeFleetSpray(stopped, wall)));
+    }
+    expect(found).toEqual(['m_0 medium 20']);
   });
 
   it('reports a network at most once a minute of the wall clock, then to the merchants with newer 401s, also once the spray has stopped', () => {

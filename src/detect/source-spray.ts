@@ -261,7 +261,7 @@ export class SourceSpray {
    * failed (401), from the key's own window; a network `coveredElsewhere` (FleetSpray.covers) is not
    * reported.
    */
-  judge(now: number, failedMostly: (key: SprayedKey, network: string, since: number) => boolean, coveredElsewhere: (network: string, now: number) => boolean = () => false): EngineFinding[] {
+  judge(now: number, failedMostly: (key: SprayedKey, network: string, since: number) => boolean, coveredElsewhere: (network: string, failingKeys: number, now: number) => boolean = () => false): EngineFinding[] {
     const params = PARAMS;
     const since = now - params.windowMinutes * MINUTE;
     if (now - this.sweptAt >= MINUTE) this.sweep(since, now);
@@ -291,8 +291,12 @@ export class SourceSpray {
         continue;
       }
       // A network the reading of storage judges whole (FleetSpray.covers) is its to report: this
-      // replica's share would only overwrite the whole in the merchants' alerts.
-      if (coveredElsewhere(spray.network, now)) continue;
+      // replica's share would only overwrite the whole in the merchants' alerts. Judged again once
+      // due, should the readings stop.
+      if (coveredElsewhere(spray.network, failing.length, now)) {
+        this.unreported.add(spray);
+        continue;
+      }
       findings.push(...reportSpray(spray.network, failing, severity, params, this.reports));
       spray.reportedAt = now;
       spray.reportedSeverity = severity;
@@ -365,31 +369,31 @@ export class SourceSpray {
  * networks that failed for minKeys keys or more (sprayedKeysOf), judged as a whole at each reading,
  * as of storage's time (`now`). A network is reported at most once per REPORT_EVERY_MS of the wall
  * clock (storage's time stands still once a spray stops, and what its last minute brought must still
- * be told) unless its severity rises, to the merchants SprayReports says are to be told. Holds what
- * it reported when, and which networks the last reading held: those the replica's own tally leaves
- * to it (covers), as its reading holds the replica's own keys too.
+ * be told) unless its severity rises, and only for 401s newer than those it last reported or a higher
+ * severity (a spray that stopped is read again and again), to the merchants SprayReports says are to
+ * be told. Holds what it reported when, and how many failing keys the last reading held of each
+ * network: the replica's own tally leaves to it a network it judged with as many (covers).
  */
 export class FleetSpray {
-  private readonly reported = new Map<string, { at: number; severity: Severity }>();
-  private read: { at: number; now: number; networks: ReadonlySet<string> } = { at: -Infinity, now: -Infinity, networks: new Set() };
+  private readonly reported = new Map<string, { at: number; newest: number; severity: Severity }>();
+  private read: { at: number; now: number; failingKeys: ReadonlyMap<string, number> } = { at: -Infinity, now: -Infinity, failingKeys: new Map() };
 
   constructor(private readonly reports: SprayReports) {}
 
   /**
-   * Whether the last reading, at most FLEET_COVERS_MS ago by `clock`, held `network`, and judged it
-   * as of a time no more than a minute after `now` (the replica's own tally's): it judges that
-   * network whole then. A tally further behind (a backlog) judges 401s the reading no longer holds.
+   * Whether the last reading, at most FLEET_COVERS_MS ago by `clock`, judged `network` with at
+   * least `failingKeys` keys failing (the replica's own tally's count: the reading's bounds may have
+   * cut the network), as of a time no more than a minute after `now` (the own tally's): it judges
+   * that network whole then. A tally further behind (a backlog) judges 401s the reading no longer holds.
    */
-  covers(network: string, now: number, clock: number): boolean {
-    return clock - this.read.at < FLEET_COVERS_MS && now >= this.read.now - MINUTE && this.read.networks.has(network);
+  covers(network: string, failingKeys: number, now: number, clock: number): boolean {
+    return clock - this.read.at < FLEET_COVERS_MS && now >= this.read.now - MINUTE && (this.read.failingKeys.get(network) ?? 0) >= failingKeys;
   }
 
   judge(keys: readonly StoredSprayedKey[], now: number, clock: number): EngineFinding[] {
     const params = PARAMS;
     const since = now - params.windowMinutes * MINUTE;
-    this.reports.sweep(since, now);
-    this.read = { at: clock, now, networks: new Set(keys.map((key) => key.network)) };
-    for (const [network, last] of this.reported) if (clock - last.at >= SPRAY_WINDOW_MS) this.reported.delete(network);
+    for (const [network, last] of this.reported) if (last.newest < since) this.reported.delete(network);
     const failingByNetwork = new Map<string, StoredSprayedKey[]>();
     for (const key of keys) {
       if (!key.failedMostly || key.newest < since) continue;
@@ -397,14 +401,16 @@ export class FleetSpray {
       if (failing) failing.push(key);
       else failingByNetwork.set(key.network, [key]);
     }
+    this.read = { at: clock, now, failingKeys: new Map([...failingByNetwork].map(([network, failing]) => [network, failing.length])) };
     const findings: EngineFinding[] = [];
     for (const [network, failing] of failingByNetwork) {
       const severity = severityOf(failing.length, params);
       if (severity === undefined) continue;
+      const newest = failing.reduce((latest, key) => Math.max(latest, key.newest), -Infinity);
       const last = this.reported.get(network);
-      if (last && clock - last.at < REPORT_EVERY_MS && !above(severity, last.severity)) continue;
+      if (last && !above(severity, last.severity) && (clock - last.at < REPORT_EVERY_MS || newest <= last.newest)) continue;
       findings.push(...reportSpray(network, failing, severity, params, this.reports));
-      this.reported.set(network, { at: clock, severity });
+      this.reported.set(network, { at: clock, newest: Math.max(newest, last?.newest ?? -Infinity), severity });
     }
     return findings;
   }

@@ -24,13 +24,13 @@ const KEY: SprayedRequests = {
 };
 
 function setUp(options: { owned: number[]; read?: () => Promise<SprayedRequests[]> }) {
-  const calls = { reads: [] as { notBefore: number; until: number; owned: readonly number[] }[], judged: [] as SprayedRequests[][], detections: [] as Detection[] };
+  const calls = { reads: [] as { notBefore: number; clock: number; until: number; owned: readonly number[] }[], judged: [] as SprayedRequests[][], detections: [] as Detection[] };
   let owned = new Set(options.owned);
   const { logger, lines } = capturedLogs();
   const reader = new SprayAcrossReplicas({
     owned: () => owned,
-    read: async (notBefore, until, ownedNow) => {
-      calls.reads.push({ notBefore: notBefore.getTime(), until: until.getTime(), owned: ownedNow });
+    read: async ({ notBefore, clock, until }, ownedNow) => {
+      calls.reads.push({ notBefore: notBefore.getTime(), clock: clock.getTime(), until: until.getTime(), owned: ownedNow });
       return options.read ? options.read() : [KEY];
     },
     judge: async (keys) => {
@@ -49,7 +49,7 @@ describe('SprayAcrossReplicas', () => {
   it('reads as of storage\'s newest 401 (up to 5 minutes ahead, as admission takes events, and an hour behind) while it owns partition 0, naming the partitions it owns, and hands each reading to detection', async () => {
     const { reader, calls } = setUp({ owned: [0, 2] });
     await reader.check();
-    expect(calls.reads).toEqual([{ notBefore: NOW - 60 * 60_000, until: NOW + 5 * 60_000, owned: [0, 2] }]);
+    expect(calls.reads).toEqual([{ notBefore: NOW - 60 * 60_000, clock: NOW, until: NOW + 5 * 60_000, owned: [0, 2] }]);
     expect(calls.judged).toEqual([[KEY]]);
     expect(calls.detections).toHaveLength(1);
   });

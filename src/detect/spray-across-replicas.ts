@@ -24,8 +24,8 @@ const READ_BEHIND_MS = 60 * 60_000;
 export interface SprayAcrossReplicasOptions {
   /** The partitions this replica owns now. */
   owned(): ReadonlySet<number>;
-  /** Storage's requests of the sprayed keys in the 10 minutes to its newest 401 between `notBefore` and `until` (EventStore.sprayedRequests). */
-  read(notBefore: Date, until: Date, owned: readonly number[]): Promise<SprayedRequests[]>;
+  /** Storage's requests of the sprayed keys in the 10 minutes to its newest 401 between `times.notBefore` and `times.until`, as of `times.clock` at the latest (EventStore.sprayedRequests). */
+  read(times: { notBefore: Date; clock: Date; until: Date }, owned: readonly number[]): Promise<SprayedRequests[]>;
   /** Hands a reading to the engine, which judges it (AnalysisThread.judgeFleetSpray). */
   judge(requests: SprayedRequests[]): Promise<Detection>;
   onDetection(detection: Detection): void;
@@ -77,7 +77,8 @@ export class SprayAcrossReplicas {
       const now = options.now?.() ?? Date.now();
       // As of storage's newest 401 up to MAX_CLOCK_SKEW_MS ahead (as admission takes events in: a 401
       // dated a day ahead is no spray now), and at most an hour behind (a fleet catching up on its topic).
-      const requests = await options.read(new Date(now - READ_BEHIND_MS), new Date(now + MAX_CLOCK_SKEW_MS), [...owned]);
+      const times = { notBefore: new Date(now - READ_BEHIND_MS), clock: new Date(now), until: new Date(now + MAX_CLOCK_SKEW_MS) };
+      const requests = await options.read(times, [...owned]);
       options.onDetection(await options.judge(requests));
       this.failures.succeeded();
     } catch (error) {

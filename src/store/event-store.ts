@@ -816,8 +816,9 @@ export class EventStore {
   }
   /**
    * Credential stuffing across replicas (018_network_auth_failures_1m.sql): the requests of the
-   * `windowMs` up to storage's newest 401 (between `notBefore` and `until`: as of storage's time, not
-   * the clock's, so that a fleet behind on its topic is read whole), of the plans detection
+   * `windowMs` up to storage's newest 401 between `notBefore` and `until` (as of storage's time, so
+   * that a fleet behind on its topic is read whole; never as of a time past `clock`, nor when no 401
+   * came since `notBefore`), of the plans detection
    * evaluates, of the keys that failed with 401 from a
    * network that failed so for at least `minKeys` keys in all, one of them on a partition not in
    * `owned` (a network whose keys are all this replica's, its own tally judges whole). One row per
@@ -829,6 +830,7 @@ export class EventStore {
    */
   async sprayedRequests(query: {
     notBefore: Date;
+    clock: Date;
     until: Date;
     windowMs: number;
     topic: string;
@@ -843,11 +845,12 @@ export class EventStore {
       `WITH (SELECT max(last_failure) FROM ${this.tables.networkAuthFailures1m}
               WHERE minute >= toStartOfMinute({notBefore:DateTime64(3, 'UTC')}) AND minute <= {until:DateTime64(3, 'UTC')}
                 AND last_failure <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}) AS as_of,
-            greatest(as_of, {notBefore:DateTime64(3, 'UTC')}) - toIntervalMillisecond({windowMs:UInt32}) AS since,
+            least(as_of, {clock:DateTime64(3, 'UTC')}) - toIntervalMillisecond({windowMs:UInt32}) AS since,
        failing AS (
          SELECT network, merchant_id, api_key_id, source_partition AS partition, max(last_failure) AS newest_at
            FROM ${this.tables.networkAuthFailures1m}
-          WHERE minute >= toStartOfMinute(since) AND minute <= {until:DateTime64(3, 'UTC')}
+          WHERE as_of >= {notBefore:DateTime64(3, 'UTC')}
+            AND minute >= toStartOfMinute(since) AND minute <= {until:DateTime64(3, 'UTC')}
             AND source_topic = {topic:String}
             AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
           GROUP BY network, merchant_id, api_key_id, partition
@@ -878,6 +881,7 @@ export class EventStore {
         LIMIT {rowsPerKey:UInt32} BY merchant_id, api_key_id, network`,
       {
         notBefore: toClickHouseTime(query.notBefore.getTime()),
+        clock: toClickHouseTime(query.clock.getTime()),
         until: toClickHouseTime(query.until.getTime()),
         windowMs: query.windowMs,
         topic: query.topic,

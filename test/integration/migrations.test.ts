@@ -314,6 +314,7 @@ describe('migrations', () => {
     const read = (minKeys: number, owned: number[], limits: { keysPerNetwork?: number; rowsPerKey?: number } = {}) =>
       store.sprayedRequests({
         notBefore: new Date(now - 60 * 60_000),
+        clock: new Date(now),
         until: new Date(now + 5 * 60_000),
         windowMs: 10 * 60_000,
         topic,
@@ -364,8 +365,9 @@ describe('migrations', () => {
     const lateTopic = 'api.spray.late';
     const late = Array.from({ length: 20 }, (_, k) => row(key(200 + k), k % 4, now - 30 * 60_000 + k * 1_000, { ip: '192.0.2.9', status: 401 }).replace(`\t${topic}\t`, `\t${lateTopic}\t`));
     await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(late.join('')), 'TabSeparated', {});
-    const lateRead = await store.sprayedRequests({
+    const lateQuery = {
       notBefore: new Date(now - 60 * 60_000),
+      clock: new Date(now),
       until: new Date(now + 5 * 60_000),
       windowMs: 10 * 60_000,
       topic: lateTopic,
@@ -375,8 +377,19 @@ describe('migrations', () => {
       keysPerNetwork: 100,
       maxKeys: 1_000,
       rowsPerKey: 10,
-    });
+    };
+    const lateRead = await store.sprayedRequests(lateQuery);
     expect(lateRead.map((r) => `${r.network} ${r.failures}`)).toEqual(Array.from({ length: 20 }, () => '192.0.2.0/24 1'));
+    // Nothing when no 401 came since notBefore.
+    expect(await store.sprayedRequests({ ...lateQuery, topic: lateTopic, notBefore: new Date(now - 20 * 60_000) })).toEqual([]);
+    // A 401 dated 4 minutes ahead (within what admission takes) does not move the window past the clock.
+    const aheadTopic = 'api.spray.ahead';
+    const ahead = [
+      ...Array.from({ length: 20 }, (_, k) => row(key(300 + k), k % 4, now - 8 * 60_000 + k * 1_000, { ip: '192.0.2.9', status: 401 })),
+      row(key(400), 2, now + 4 * 60_000, { ip: '198.51.100.9', status: 401 }),
+    ];
+    await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(ahead.map((line) => line.replace(`\t${topic}\t`, `\t${aheadTopic}\t`)).join('')), 'TabSeparated', {});
+    expect((await store.sprayedRequests({ ...lateQuery, topic: aheadTopic })).map((r) => r.network)).toEqual(Array.from({ length: 20 }, () => '192.0.2.0/24'));
   });
 
   it('hands back a partition\'s newest events once each, oldest first, across queries: ties of time in eventId order, a repeat not merged yet collapsed', async () => {

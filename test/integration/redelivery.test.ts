@@ -191,14 +191,14 @@ describe('redelivery and replicas', () => {
   });
 
   it('a replica that loses partitions in a rebalance does not store their rows it still held', async () => {
-    // The first replica holds everything it read (a long flush interval) while a second joins and
-    // takes partitions over from their committed offsets, still at the start: the first must not
-    // store its rows of those partitions as well.
+    // The first replica holds everything it read (a long flush interval, longer than a rebalance
+    // takes on a loaded machine) while a second joins and takes partitions over from their committed
+    // offsets, still at the start: the first must not store its rows of those partitions as well.
     const own = testNames('handover');
     const startMs = asOfToday(Date.UTC(2026, 10, 20, 18, 0, 0));
     const events = Array.from({ length: 4_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own });
-    const holding = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own, extra: { STORE_FLUSH_INTERVAL_MS: '10000' } });
+    const holding = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own, extra: { STORE_FLUSH_INTERVAL_MS: '30000' } });
     const first = await engines.startWorker(holding);
     await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
     await waitFor(async () => (await metricTotal(first, 'security_center_buffered_rows')) === 4_000, 'the first replica holds every event', 30_000);
@@ -260,7 +260,7 @@ describe('redelivery and replicas', () => {
     const own = testNames('roundtrip');
     const startMs = asOfToday(Date.UTC(2026, 10, 20, 20, 0, 0));
     const events = Array.from({ length: 4_000 }, (_, i) => makeEvent(i, { runId: own.runId, startMs, keys: 200 }));
-    const holding = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own, extra: { STORE_FLUSH_INTERVAL_MS: '10000' } });
+    const holding = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names: own, extra: { STORE_FLUSH_INTERVAL_MS: '30000' } });
     const first = await engines.startWorker(holding);
     await produceAll(engines.producer, own.topic, events.map((event) => ({ key: event.apiKeyId, value: JSON.stringify(event) })), 1000);
     await waitFor(async () => (await metricTotal(first, 'security_center_buffered_rows')) === 4_000, 'the first replica holds every event', 30_000);

@@ -181,8 +181,8 @@ const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, cr
  * What was last reported about each network to each merchant: the newest 401 of its keys and the
  * severity. A merchant is reported to again for a newer 401 or a higher severity only (a key's 401
  * may be dated ahead of the others', and the replica's tally and its reading of storage judge in
- * times of their own). Shared by the two (SourceSpray, FleetSpray); entries leave once the window
- * has passed their 401.
+ * times of their own). Shared by the two (SourceSpray, FleetSpray); entries leave once the replica's
+ * own tally's window has passed their 401 (it sweeps: storage's time may stand still).
  */
 export class SprayReports {
   private readonly byNetwork = new Map<string, Map<string, { newest: number; severity: Severity }>>();
@@ -459,7 +459,7 @@ function reportSpray(network: string, failing: readonly SprayedKey[], severity: 
           'Check that those keys\' secrets have not leaked (rotate them if in doubt), and block the network at your edge if it is not yours.',
         evidence: {
           judgedBy: 'network_across_keys',
-          network: network,
+          network,
           ips,
           userAgents,
           countries,

@@ -78,7 +78,7 @@ export interface WorkerDeps {
   /** Wraps the storage write, so tests inject faults at the storage boundary. */
   wrapStoreRows?(storeRows: StoreRows): StoreRows;
   /** Webhook test hooks: a clock to move, a resolver, faster polling and timeouts. */
-  /** How often the owner of partition 0 reads other replicas' sprayed keys (SPRAY_ACROSS_REPLICAS_MS by default). */
+  /** How often the owner of partition 0 reads the keys sprayed across replicas (SPRAY_ACROSS_REPLICAS_MS by default). */
   sprayAcrossReplicasMs?: number;
   webhooks?: { resolve?: Resolver } & Pick<
     WebhookDispatcherOptions,
@@ -483,7 +483,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       await within('closing the HTTP server', app.close(), STOP_STEP_MS); // no new requests; in-flight ones finish
       intake?.stopFetching(); // a batch still waiting on storage gives up: Kafka delivers it again to the next owner
       await within('handing fetched batches to the buffer', intake?.settle(), STOP_STEP_MS); // batches fetched before the pause reach the buffer
-      await within('ending the reading of other replicas\' sprayed keys', sprayAcrossReplicas?.stop(), STOP_STEP_MS);
+      await within('ending the reading of the keys sprayed across replicas', sprayAcrossReplicas?.stop(), STOP_STEP_MS);
       await within('draining the buffer', buffer.stop(), BUFFER_STOP_MS); // stores what is in hand and commits it while still in the group
       await intake?.disconnect(); // leaves the group, within its own deadline (5 s)
       await within('closing the analysis thread', analysis?.close());

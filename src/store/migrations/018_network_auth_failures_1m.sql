@@ -1,9 +1,9 @@
 -- The 401s of every network per key and minute, for credential stuffing across replicas: each
 -- replica's own tally (src/detect/source-spray.ts) sees the keys of its partitions only, about 1/R of
 -- a spray's keys with R replicas. The replica that owns partition 0 finds here, every
--- SPRAY_ACROSS_REPLICAS_MS, the keys of other partitions that failed from a network that failed for
--- many keys, then reads those keys' requests from the network in request_events
--- (EventStore.sprayedRequestsElsewhere), and judges the whole spray. Only 401s come here, so the view
+-- SPRAY_ACROSS_REPLICAS_MS, the keys of every partition that failed from a network that failed for
+-- many keys (one of them on another replica's partition), then reads those keys' requests from the
+-- network in request_events (EventStore.sprayedRequests), and judges the whole spray. Only 401s come here, so the view
 -- costs an insert next to nothing. Kept a day: the spray window is 10 minutes. A crash between the
 -- views' parts of one insert may leave it short of a few 401s, which repairViews does not add back
 -- (they matter for minutes only). The same deduplication window as the other views' tables (010).

@@ -186,7 +186,6 @@ const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, cr
  */
 export class SprayReports {
   private readonly byNetwork = new Map<string, Map<string, { newest: number; severity: Severity }>>();
-  private sweptAt = -Infinity;
 
   /** Whether `merchantId` is to be told of `network` with keys failing up to `newest`, at `severity`; if so, it is recorded as told. */
   tell(network: string, merchantId: string, newest: number, severity: Severity): boolean {
@@ -198,10 +197,8 @@ export class SprayReports {
     return true;
   }
 
-  /** Forgets what the window no longer holds (at most once a minute of `now`). */
-  sweep(since: number, now: number): void {
-    if (now - this.sweptAt < MINUTE) return;
-    this.sweptAt = now;
+  /** Forgets what was told of 401s before `since` (SourceSpray.sweep, once a minute). */
+  sweep(since: number): void {
     for (const [network, told] of this.byNetwork) {
       for (const [merchantId, last] of told) if (last.newest < since) told.delete(merchantId);
       if (told.size === 0) this.byNetwork.delete(network);
@@ -347,7 +344,7 @@ export class SourceSpray {
   /** Prunes every network (those no batch touches any more too). */
   private sweep(since: number, now: number): void {
     this.sweptAt = now;
-    this.reports.sweep(since, now);
+    this.reports.sweep(since);
     for (const spray of this.networks.values()) this.prune(spray, since);
   }
 

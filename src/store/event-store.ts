@@ -871,6 +871,7 @@ export class EventStore {
               argMaxIf(event_id, ts, status = 401) AS event_id, argMaxIf(toString(country), ts, status = 401) AS country,
               count() OVER key AS key_rows, sum(failures) OVER key AS key_failures, sum(judged) OVER key AS key_judged
          FROM ${this.tables.requestEvents}
+        -- (merchant, key) first: the primary key's prefix, so only those keys' granules are read.
         WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM sprayed)
           AND ts >= since AND ts <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}
           AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))

@@ -81,6 +81,20 @@ describe('AlertManager', () => {
     expect(alerts.apply('m_1', rule, finding('high', T0 + 40_000))).toMatchObject({ change: 'escalated', alert: { occurrences: 3 } });
   });
 
+  it('takes a credential-stuffing report as late as its alert that saw more of the merchant\'s keys: storage\'s reading after a replica\'s share', () => {
+    const { alerts } = manager();
+    const report = (keys: number, lastSeenAt: number) => {
+      const spray = finding('medium', lastSeenAt, 'network:203.0.113.0/24');
+      return { ...spray, apiKeyId: null, evidence: { ...spray.evidence, merchantKeyCount: keys } };
+    };
+    alerts.apply('m_1', rule, report(25, T0));
+    expect(alerts.apply('m_1', rule, report(50, T0))).toMatchObject({ change: 'updated', alert: { occurrences: 2, evidence: { merchantKeyCount: 50 } } });
+    // The same again, or fewer keys as late, is the same evidence.
+    expect(alerts.apply('m_1', rule, report(50, T0))).toEqual({ alert: undefined, change: 'stale' });
+    expect(alerts.apply('m_1', rule, report(30, T0))).toEqual({ alert: undefined, change: 'stale' });
+    expect(alerts.apply('m_1', rule, report(60, T0 - 1_000))).toEqual({ alert: undefined, change: 'stale' });
+  });
+
   it('keeps separate alerts per merchant and per scope', () => {
     const { alerts } = manager();
     const a = alerts.apply('m_1', rule, finding('high'));

@@ -240,7 +240,7 @@ export class AlertManager {
     if (existing && (existing.status === 'open' || existing.status === 'acknowledged')) {
       const severity = higherSeverity(existing.severity, finding.severity);
       const escalated = severityRank(severity) > severityRank(existing.severity);
-      if (!escalated && finding.lastSeenAt <= Date.parse(existing.lastSeenAt)) return { alert: undefined, change: 'stale' };
+      if (!escalated && finding.lastSeenAt <= Date.parse(existing.lastSeenAt) && !seesMoreKeys(finding, existing)) return { alert: undefined, change: 'stale' };
       const updated: Alert = this.withInsights({
         ...existing,
         severity,
@@ -322,6 +322,17 @@ function describedBy(rule: RuleInfo, finding: Finding) {
     firstSeenAt: new Date(finding.firstSeenAt).toISOString(),
     lastSeenAt: new Date(finding.lastSeenAt).toISOString(),
   } satisfies Partial<Alert>;
+}
+
+/**
+ * Whether a credential-stuffing report (source-spray.ts: a network judged across keys, its
+ * evidence's merchantKeyCount) saw more of the merchant's keys than the alert's, as late: storage's
+ * reading of every replica's keys after the replica's own share, whose newest 401 it may hold too
+ * (a spray of a few seconds). That is news (keys to rotate), not the same evidence again.
+ */
+function seesMoreKeys(finding: Finding, alert: Alert): boolean {
+  const keys = (evidence: Record<string, unknown>) => (typeof evidence.merchantKeyCount === 'number' ? evidence.merchantKeyCount : 0);
+  return finding.lastSeenAt === Date.parse(alert.lastSeenAt) && keys(finding.evidence) > keys(alert.evidence);
 }
 
 /** When the alert was last resolved (its latest move to resolved; its last update when none is recorded). */

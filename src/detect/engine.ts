@@ -18,7 +18,7 @@ import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
 import { HISTORY_MS, KeyHistory, type HistoryEntryCount, type NetworkSighting } from './key-history.ts';
-import { FleetSpray, SourceSpray, SprayReports, SPRAY_WINDOW_MS, sprayedKeysOf, type SprayedKey, type SprayedRequests } from './source-spray.ts';
+import { FleetSpray, SourceSpray, SprayReports, SPRAY_READER_PARTITION, SPRAY_WINDOW_MS, sprayedKeysOf, type SprayedKey, type SprayedRequests } from './source-spray.ts';
 import { testKeyFinding } from './test-keys.ts';
 
 const MAX_UNTAKEN_VOUCHED = 100_000;
@@ -311,11 +311,13 @@ export class DetectionEngine {
   private config: DetectionConfig | undefined;
   /** Keys with a rule waiting out REJUDGE_MS with events it has not judged (KeyState.deferred). */
   private readonly deferredKeys = new Set<KeyState>();
-  /** 401s per network across keys: credential stuffing, which no one key's window shows. */
   /** What the spray tallies reported to whom: the replica's own (spray) and storage's of every partition (fleetSpray, judgeFleetSpray). */
   private readonly sprayReports = new SprayReports();
+  /** 401s per network across keys: credential stuffing, which no one key's window shows. */
   private readonly spray = new SourceSpray(this.sprayReports);
   private readonly fleetSpray = new FleetSpray(this.sprayReports);
+  /** Whether another replica reads storage's sprayed keys of every partition (followSprayReader). */
+  private sprayReaderElsewhere = false;
   ruleErrors = 0;
 
   constructor(private readonly options: EngineOptions) {
@@ -421,7 +423,8 @@ export class DetectionEngine {
       this.judge(state, now, findings);
     }
     try {
-      const coveredByFleet = (network: string, failingKeys: number, at: number) => this.fleetSpray.covers(network, failingKeys, at, (this.options.clock ?? Date.now)());
+      const coveredByFleet = (network: string, failing: readonly SprayedKey[], at: number) =>
+        this.sprayReaderElsewhere ? failing.every((key) => key.partition >= 0) : this.fleetSpray.covers(network, failing.length, at, (this.options.clock ?? Date.now)());
       for (const finding of this.spray.judge(now, (key, network, since) => this.failedMostly(key, network, since), coveredByFleet)) findings.push(finding);
     } catch (error) {
       this.ruleError('high_failure_rate', error);
@@ -519,6 +522,17 @@ export class DetectionEngine {
       this.ruleError('high_failure_rate', error);
       return [];
     }
+  }
+
+  /**
+   * Learns, after an assignment, whether this replica reads storage's sprayed keys of every
+   * partition (it owns SPRAY_READER_PARTITION) or another one does: then this replica's own tally
+   * leaves to that reading the networks whose failing keys all came through Kafka (SourceSpray). A
+   * replica with no partition holds no Kafka keys; without Kafka, no assignment comes, and the own
+   * tally reports every network.
+   */
+  followSprayReader(owned: ReadonlySet<number>): void {
+    this.sprayReaderElsewhere = !owned.has(SPRAY_READER_PARTITION);
   }
 
   /** Forgets the keys of partitions this replica no longer owns, and their histories. */

@@ -334,6 +334,31 @@ describe('credential stuffing across replicas (storage\'s reading of every parti
     expect(told(networkFindings(detection, [request(5, 0, T0 + 2.5 * MINUTE)]))).toEqual(['m_0 medium 20']);
   });
 
+  it('leaves its Kafka keys\' networks to the replica that reads storage (the owner of partition 0), and reports them itself once it owns that partition', () => {
+    const detection = engine();
+    detection.followSprayReader(new Set([1, 3]));
+    // 25 keys of its partitions 1 and 3 fail from one network: another replica's reading judges them, with the others'.
+    const onPartition = (events: RequestEvent[], partition: number) => events.flatMap((event) => detection.process([event], event.timestamp, partition));
+    expect(onPartition(spray(25, 1, T0), 1).filter((f) => f.finding.apiKeyId === null)).toEqual([]);
+    // Keys posted over HTTP are in no reading: their network is reported here, with the Kafka keys it holds.
+    expect(told(networkFindings(detection, spray(25, 1, T0 + 30 * SECOND, '198.51.100.9').map((e) => ({ ...e, merchantId: 'm_2' })), 25))).toEqual(['m_2 medium 25']);
+    // A rebalance gives it partition 0: it reads storage now, and its own tally reports what no reading judged.
+    detection.followSprayReader(new Set([0, 1, 3]));
+    expect(told(networkFindings(detection, [request(5, 0, T0 + 2 * MINUTE)]))).toEqual(['m_0 medium 25']);
+  });
+
+  it('tells a merchant again of a reading that holds more of its keys than its own tally told, though no newer 401 (a spray of a few seconds)', () => {
+    const detection = engine();
+    // The spray's last 25 keys are this replica's: reported at once.
+    expect(told(networkFindings(detection, spray(25, 1, T0 + 25 * SECOND), 25))).toEqual(['m_0 medium 25']);
+    // Storage holds its first 25 too, another replica's: the same newest 401, twice the merchant's keys.
+    const whole = [...Array.from({ length: 25 }, (_, k) => stored(0, 100 + k, T0 + k * SECOND)), ...Array.from({ length: 25 }, (_, k) => stored(0, k, T0 + (25 + k) * SECOND))];
+    const findings = detection.judgeFleetSpray(whole, WALL);
+    expect(told(findings)).toEqual(['m_0 medium 50']);
+    expect(findings[0]!.finding.evidence.merchantKeyCount).toBe(50);
+    expect(detection.judgeFleetSpray(whole, WALL + MINUTE)).toEqual([]);
+  });
+
   it('reports a network itself that the reading of storage holds with fewer failing keys (the reading\'s bounds cut it)', () => {
     const detection = engine();
     expect(told(detection.judgeFleetSpray(reading(20, 1, T0), WALL))).toEqual(['m_0 medium 20']);

@@ -29,7 +29,9 @@
  * its own (FleetSpray), judged as of storage's newest 401, since this replica's batches may be
  * behind (a backlog) or quiet. The two share what was reported to whom (SprayReports), so a merchant
  * is told of a spray once, by whichever judged it first, and again for a newer 401 or a higher
- * severity.
+ * severity. The other replicas leave to that reading the networks whose failing keys all came
+ * through Kafka (the reading holds those of the topic only): their share, reported too, would
+ * replace the whole in the merchants' alerts whenever it came last.
  *
  * Memory: at most MAX_ENTRIES (network, key) pairs and MAX_KEYS_PER_NETWORK keys a network (the
  * networks that began failing longest ago go first); pairs leave as the window passes them, every
@@ -50,6 +52,11 @@ export const SPRAY_WINDOW_MS = PARAMS.windowMinutes * MINUTE;
 export const REPORT_EVERY_MS = MINUTE;
 /** How long a reading of storage (FleetSpray) covers its networks, by the wall clock: two readings missed, and the replica's own tally reports them again. */
 const FLEET_COVERS_MS = MINUTE;
+/**
+ * The replica that owns this Kafka partition reads storage's sprayed keys of every partition
+ * (spray-across-replicas.ts); the others leave to it the networks whose keys came through Kafka.
+ */
+export const SPRAY_READER_PARTITION = 0;
 /** The fewest keys a network must fail for to be reported; storage's reading reads only such networks. */
 export const SPRAY_MIN_KEYS = PARAMS.minKeys;
 const MAX_ENTRIES = 200_000;
@@ -178,22 +185,25 @@ export function sprayedKeysOf(requests: readonly SprayedRequests[], allowlisted:
 const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, critical: 3 };
 
 /**
- * What was last reported about each network to each merchant: the newest 401 of its keys and the
- * severity. A merchant is reported to again for a newer 401 or a higher severity only (a key's 401
- * may be dated ahead of the others', and the replica's tally and its reading of storage judge in
- * times of their own). Shared by the two (SourceSpray, FleetSpray); entries leave once the replica's
- * own tally's window has passed their 401 (it sweeps: storage's time may stand still).
+ * What was last reported about each network to each merchant: the newest 401 of its keys, the
+ * severity and how many of its keys. A merchant is reported to again for a newer 401, a higher
+ * severity or more of its keys only (a key's 401 may be dated ahead of the others', and the
+ * replica's tally and its reading of storage judge in times of their own; the reading of every
+ * replica's keys may hold no 401 newer than the replica's own share did, as after a spray of a few
+ * seconds, but more of the merchant's keys, which it must rotate). Shared by
+ * the two (SourceSpray, FleetSpray); entries leave once the replica's own tally's window has passed
+ * their 401 (it sweeps: storage's time may stand still).
  */
 export class SprayReports {
-  private readonly byNetwork = new Map<string, Map<string, { newest: number; severity: Severity }>>();
+  private readonly byNetwork = new Map<string, Map<string, { newest: number; severity: Severity; keys: number }>>();
 
-  /** Whether `merchantId` is to be told of `network` with keys failing up to `newest`, at `severity`; if so, it is recorded as told. */
-  tell(network: string, merchantId: string, newest: number, severity: Severity): boolean {
+  /** Whether `merchantId` is to be told of `network` failing for `keys` of its keys up to `newest`, at `severity`; if so, it is recorded as told. */
+  tell(network: string, merchantId: string, newest: number, severity: Severity, keys: number): boolean {
     let told = this.byNetwork.get(network);
     const last = told?.get(merchantId);
-    if (last && newest <= last.newest && !above(severity, last.severity)) return false;
+    if (last && newest <= last.newest && !above(severity, last.severity) && keys <= last.keys) return false;
     if (told === undefined) this.byNetwork.set(network, (told = new Map()));
-    told.set(merchantId, { newest: Math.max(newest, last?.newest ?? -Infinity), severity });
+    told.set(merchantId, { newest: Math.max(newest, last?.newest ?? -Infinity), severity, keys });
     return true;
   }
 
@@ -255,10 +265,14 @@ export class SourceSpray {
   /**
    * Judges the networks that got 401s since the last call, as of `now`; a finding per merchant to
    * report to. `failedMostly` tells whether most of a key's requests from the network since a time
-   * failed (401), from the key's own window; a network `coveredElsewhere` (FleetSpray.covers) is not
-   * reported.
+   * failed (401), from the key's own window; a network `coveredElsewhere` with these failing keys
+   * (another replica's reading of storage, or this one's: FleetSpray.covers) is not reported.
    */
-  judge(now: number, failedMostly: (key: SprayedKey, network: string, since: number) => boolean, coveredElsewhere: (network: string, failingKeys: number, now: number) => boolean = () => false): EngineFinding[] {
+  judge(
+    now: number,
+    failedMostly: (key: SprayedKey, network: string, since: number) => boolean,
+    coveredElsewhere: (network: string, failing: readonly SprayedKey[], now: number) => boolean = () => false,
+  ): EngineFinding[] {
     const params = PARAMS;
     const since = now - params.windowMinutes * MINUTE;
     if (now - this.sweptAt >= MINUTE) this.sweep(since, now);
@@ -287,10 +301,10 @@ export class SourceSpray {
         this.unreported.add(spray);
         continue;
       }
-      // A network the reading of storage judges whole (FleetSpray.covers) is its to report: this
-      // replica's share would only overwrite the whole in the merchants' alerts. Judged again once
-      // due, should the readings stop.
-      if (coveredElsewhere(spray.network, failing.length, now)) {
+      // A network the reading of storage judges whole is its to report: this replica's share would
+      // only overwrite the whole in the merchants' alerts. Judged again once due, should the
+      // readings stop.
+      if (coveredElsewhere(spray.network, failing, now)) {
         this.unreported.add(spray);
         continue;
       }
@@ -435,7 +449,7 @@ function reportSpray(network: string, failing: readonly SprayedKey[], severity: 
   const findings: EngineFinding[] = [];
   for (const [merchantId, keys] of byMerchant) {
     keys.sort((a, b) => b.newest - a.newest);
-    if (!reports.tell(network, merchantId, keys[0]!.newest, severity)) continue;
+    if (!reports.tell(network, merchantId, keys[0]!.newest, severity, keys.length)) continue;
     const listed = keys.slice(0, MAX_LISTED).map((key) => key.apiKeyId);
     const theirFailures = keys.reduce((sum, key) => sum + key.failures, 0);
     const firstSeenAt = Math.min(...keys.map((key) => key.first));

@@ -20,7 +20,7 @@ import { networkOf } from '../../rules/network.ts';
 import { adminCall, ADMIN_ENV, token } from '../support/admin.ts';
 import { useEngines } from '../support/engines.ts';
 import { groupCaughtUp, produceAll } from '../support/kafka.ts';
-import { metricTotal, TEST_INGEST_TOKEN, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
+import { metricTotal, scrapeMetric, TEST_INGEST_TOKEN, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
 
 const MINUTE = 60_000;
 const LIBRARY_AGENTS = ['okhttp/4.12.0', 'python-requests/2.32.3', 'axios/1.7.7', 'Go-http-client/2.0', 'curl/8.5.0', 'Java/17.0.2'];
@@ -381,25 +381,32 @@ describe('detection end to end', () => {
     await second.stop();
   });
 
-  it('alerts each merchant once about a network that tries 30 keys split between two replicas, 15 each: the owner of partition 0 reads the other\'s', async () => {
-    const names = testNames('stuffsplit');
-    const keys = Array.from({ length: 30 }, (_, k) => `pk_live_${names.runId}_${k}`);
+  /**
+   * Two replicas with two partitions each, then one 401 from a stuffer for each of `count` keys, key
+   * k on partition k % 4 and of merchant k % 3, `gapMs` apart from a minute ago; once both replicas
+   * have consumed them, the keys and the alerts about the run's merchants.
+   */
+  async function sprayOverTwoReplicas(prefix: string, count: number, gapMs: number) {
+    const names = testNames(prefix);
+    const keys = Array.from({ length: count }, (_, k) => `pk_live_${names.runId}_${k}`);
     const merchantOf = (k: number) => `m_${names.runId}_${k % 3}`;
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names });
     const deps = { sprayAcrossReplicasMs: 1_000 };
-    const first = await engines.startWorker(config, deps);
-    const second = await engines.startWorker(config, deps);
-    await waitForPartitionsSplit([first, second]);
-    // Two partitions each (with three, a replica would see 22 keys and alert on its own).
-    const owned = () => Promise.all([first, second].map((worker) => metricTotal(worker, 'security_center_assigned_partitions')));
+    const workers = [await engines.startWorker(config, deps), await engines.startWorker(config, deps)];
+    await waitForPartitionsSplit(workers);
+    const owned = () => Promise.all(workers.map((worker) => metricTotal(worker, 'security_center_assigned_partitions')));
     await waitFor(async () => (await owned()).join() === '2,2', 'two partitions each', 10_000);
     const now = Date.now();
-    // One 401 from the stuffer for each key, key k on partition k % 4: each replica sees 15 keys, under the 20 that make a spray.
-    // (Within the last minute: a replica judging more than 2 minutes behind the clock is catching up, and drops the readings.)
-    const tried = keys.map((key, k) => event(key, now - MINUTE + k * 1_000, { merchantId: merchantOf(k), ip: '203.0.113.9', status: 401, userAgent: 'curl/8.5.0' }));
+    const tried = keys.map((key, k) => event(key, now - MINUTE + k * gapMs, { merchantId: merchantOf(k), ip: '203.0.113.9', status: 401, userAgent: 'curl/8.5.0' }));
     await engines.producer.send({ topic: names.topic, acks: -1, messages: tried.map((e, k) => ({ key: e.apiKeyId, value: JSON.stringify(e), partition: k % 4 })) });
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'both replicas consume', 60_000);
-    const ofRun = async () => (await alertsOf(first)).filter((alert) => alert.merchantId.startsWith(`m_${names.runId}_`));
+    const ofRun = async () => (await alertsOf(workers[0]!)).filter((alert) => alert.merchantId.startsWith(`m_${names.runId}_`));
+    return { keys, merchantOf, workers, ofRun };
+  }
+
+  it('alerts each merchant once about a network that tries 30 keys split between two replicas, 15 each: the owner of partition 0 reads the other\'s', async () => {
+    // Each replica sees 15 keys, under the 20 that make a spray (with three partitions of four, one would see 22 and alert on its own).
+    const { keys, merchantOf, workers, ofRun } = await sprayOverTwoReplicas('stuffsplit', 30, 1_000);
     await waitFor(async () => (await ofRun()).length >= 3, 'an alert for each merchant', 20_000);
     await sleep(3_000); // room for a wrong fourth, from either replica
 
@@ -411,6 +418,26 @@ describe('detection end to end', () => {
       const own = keys.filter((_, k) => merchantOf(k) === alert.merchantId);
       for (const key of alert.evidence.merchantKeys as string[]) expect(own).toContain(key);
     }
+    for (const worker of workers) await worker.stop();
+  });
+
+  it('alerts each merchant of a burst of 50 keys split between two replicas with all its keys, told by the owner of partition 0 alone', async () => {
+    // 50 keys in 5 seconds: each replica holds 25, enough for an alert of its own.
+    const { keys, merchantOf, workers, ofRun } = await sprayOverTwoReplicas('stuffburst', 50, 100);
+    await waitFor(async () => (await ofRun()).filter((alert) => alert.evidence.distinctKeys === 50).length === 3, 'every merchant told of the 50 keys', 20_000);
+    await sleep(3_000); // room for a replica's share to replace the whole
+
+    const alerts = await ofRun();
+    expect(alerts).toHaveLength(3);
+    for (const alert of alerts) {
+      const own = keys.filter((_, k) => merchantOf(k) === alert.merchantId);
+      expect(alert.evidence).toMatchObject({ distinctKeys: 50, merchantKeyCount: own.length });
+      expect([...(alert.evidence.merchantKeys as string[])].sort()).toEqual(own.slice(0, 20).sort());
+    }
+    // One replica judged the network: the other left its share to the reading.
+    const findings = await Promise.all(workers.map((worker) => scrapeMetric(worker.url, 'security_center_alert_changes_total', { type: 'high_failure_rate' })));
+    expect(findings.filter((count) => count === 0)).toHaveLength(1);
+    for (const worker of workers) await worker.stop();
   });
 
   it('reports an attack tool on a test key at low (monitor), from Kafka and over HTTP, and on a live key at critical', async () => {

@@ -42,6 +42,9 @@ export interface Explanation {
 /** The last line of a test key's insights (src/detect/test-keys.ts). */
 export const TEST_KEY_INSIGHT =
   'This is a test key: it reaches only mock verifications with fake data, so nothing real is at risk, but a stranger using it suggests the merchant\'s keys have leaked.';
+/** The last line of the insights of credential stuffing in which the merchant's keys are all test keys. */
+export const TEST_KEYS_INSIGHT =
+  'The merchant\'s keys it tried are all test keys: they reach only mock verifications with fake data, so nothing real is at risk, but a stranger holding them suggests the merchant\'s keys have leaked.';
 
 export function explainAlert(alert: AlertFacts): Explanation {
   const evidence = readEvidence(alert.evidence);
@@ -49,7 +52,8 @@ export function explainAlert(alert: AlertFacts): Explanation {
   // A test key's finding lowered to its ceiling is explained as the rule judged it; its last line says why it is reported lower.
   const judged = SEVERITIES.find((severity) => severity === evidence.text('judgedSeverity'));
   const explained = EXPLAIN[alert.type](evidence, testKey && judged ? judged : alert.severity);
-  const insights = testKey ? [...explained.insights.slice(0, MAX_INSIGHTS - 1), TEST_KEY_INSIGHT] : explained.insights.slice(0, MAX_INSIGHTS);
+  const testKeyInsight = evidence.text('judgedBy') === 'network_across_keys' ? TEST_KEYS_INSIGHT : TEST_KEY_INSIGHT;
+  const insights = testKey ? [...explained.insights.slice(0, MAX_INSIGHTS - 1), testKeyInsight] : explained.insights.slice(0, MAX_INSIGHTS);
   return { pattern: explained.pattern, insights: insights.map(line) };
 }
 

@@ -18,7 +18,7 @@ import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
 import { HISTORY_MS, KeyHistory, type HistoryEntryCount, type NetworkSighting } from './key-history.ts';
-import { FleetSpray, SourceSpray, SprayReports, SPRAY_READER_PARTITION, SPRAY_WINDOW_MS, sprayedKeysOf, type SprayedKey, type SprayedRequests } from './source-spray.ts';
+import { FleetSpray, SourceSpray, SprayReports, SPRAY_READER_PARTITION, SPRAY_WINDOW_MS, sprayedKeysOf, type SprayedKey, type SprayedRequests, type TestKeyCeiling } from './source-spray.ts';
 import { testKeyFinding } from './test-keys.ts';
 
 const MAX_UNTAKEN_VOUCHED = 100_000;
@@ -313,9 +313,11 @@ export class DetectionEngine {
   private readonly deferredKeys = new Set<KeyState>();
   /** What the spray tallies reported to whom: the replica's own (spray) and storage's of every partition (fleetSpray, judgeFleetSpray). */
   private readonly sprayReports = new SprayReports();
+  /** How high a merchant is told of a spray in which all its keys are test keys. */
+  private readonly testKeyCeiling: TestKeyCeiling = (plan, merchantId) => this.options.config().testKeyMaxSeverity(plan, merchantId);
   /** 401s per network across keys: credential stuffing, which no one key's window shows. */
-  private readonly spray = new SourceSpray(this.sprayReports);
-  private readonly fleetSpray = new FleetSpray(this.sprayReports);
+  private readonly spray = new SourceSpray(this.sprayReports, this.testKeyCeiling);
+  private readonly fleetSpray = new FleetSpray(this.sprayReports, this.testKeyCeiling);
   /** Whether another replica reads storage's sprayed keys of every partition (followSprayReader). */
   private sprayReaderElsewhere = false;
   ruleErrors = 0;

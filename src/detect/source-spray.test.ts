@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { RULES } from '../../rules/index.ts';
-import { explainAlert } from '../alerts/insights.ts';
+import { explainAlert, TEST_KEYS_INSIGHT } from '../alerts/insights.ts';
 import type { RequestEvent } from '../events/request-event.ts';
 import { DetectionConfig } from './detection-config.ts';
 import { DetectionEngine, type EngineFinding } from './engine.ts';
@@ -250,6 +250,50 @@ describe('credential stuffing across keys', () => {
   });
 });
 
+describe('credential stuffing across keys: test keys', () => {
+  const asTest = (event: RequestEvent): RequestEvent => ({ ...event, environment: 'test', apiKeyId: event.apiKeyId.replace('live', 'test') });
+
+  it('tells a merchant whose keys in a spray are all test keys at its test-key ceiling, and the others at the spray\'s severity', () => {
+    // m_0's keys are test keys; m_1's live; m_2's test keys but one, which a live request of it says is live.
+    const events = spray(30, 3, T0).map((event) => (event.merchantId === 'm_1' ? event : asTest(event)));
+    const m2Live = events.find((event) => event.merchantId === 'm_2')!;
+    const findings = networkFindings(engine(), [...events, { ...m2Live, eventId: 'm2_live', environment: 'live' }], 31);
+    expect(findings.map((f) => `${f.merchantId} ${f.finding.severity}`).sort()).toEqual(['m_0 low', 'm_1 medium', 'm_2 medium']);
+    const ofTestKeys = findings.find((f) => f.merchantId === 'm_0')!.finding;
+    expect(ofTestKeys.evidence).toMatchObject({ keyEnvironment: 'test', judgedSeverity: 'medium', distinctKeys: 30, merchantKeyCount: 10 });
+    expect(ofTestKeys.summary).toMatch(/Reported as low, not medium, because your keys among them are all test keys: they reach only mock verifications/);
+    // Explained as the spray it was judged, and last that the keys are test keys.
+    const { insights } = explainAlert({ type: 'high_failure_rate', severity: 'low', evidence: ofTestKeys.evidence });
+    expect(insights[0]).toMatch(/^Credential stuffing: 203\.0\.113\.0\/24 failed authentication with 30 API keys in 10 min, 10 of them yours\.$/);
+    expect(insights.at(-1)).toBe(TEST_KEYS_INSIGHT);
+    expect(findings.find((f) => f.merchantId === 'm_1')!.finding.evidence).not.toHaveProperty('keyEnvironment');
+  });
+
+  it('takes the test-key ceiling of the merchant\'s plan or of the merchant from the detection config, and tells a merchant at its ceiling nothing more when the spray rises to high', () => {
+    const config = DetectionConfig.parse(JSON.stringify({ plans: { enterprise: { testKeys: { maxSeverity: 'medium' } } }, merchants: { m_1: { testKeys: { maxSeverity: 'medium' } } } }));
+    const detection = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => config, clock: () => T0 + 24 * 60 * MINUTE });
+    const told = (findings: EngineFinding[]) => findings.map((f) => `${f.merchantId} ${f.finding.severity}`).sort();
+    const tried = spray(30, 3, T0).map((event) => asTest(event.merchantId === 'm_0' ? { ...event, plan: 'enterprise' } : event));
+    expect(told(networkFindings(detection, tried, 30))).toEqual(['m_0 medium', 'm_1 medium', 'm_2 low']);
+    // 80 more keys of m_3, live: high for m_3; the others, at their ceilings with no newer 401, hear nothing.
+    const more = spray(80, 1, T0 + 30 * SECOND).map((event, k) => ({ ...event, merchantId: 'm_3', apiKeyId: `pk_live_m3_k${k}` }));
+    expect(told(networkFindings(detection, more, 80))).toEqual(['m_3 high']);
+  });
+
+  it('judges storage\'s reading of test keys alike: a key is live when any of its requests from the network said so', () => {
+    const detection = engine();
+    const stored = (merchant: number, key: number, keyLive: boolean): SprayedRequests => ({
+      network: '203.0.113.0/24', merchantId: `m_${merchant}`, apiKeyId: `pk_m${merchant}_k${key}`, partition: key % 4, ip: STUFFER, userAgent: 'curl/8.5.0',
+      failures: 1, judged: 1, first: T0 + key * SECOND, newest: T0 + key * SECOND, newestEventId: `s_${key}`, country: undefined, plan: 'business',
+      keyRows: 1, keyFailures: 1, keyJudged: 1, keyLive,
+    });
+    const reading = Array.from({ length: 24 }, (_, k) => stored(k % 2, k, k % 2 === 1 || k === 22));
+    expect(detection.judgeFleetSpray(reading, T0 + 24 * 60 * MINUTE).map((f) => `${f.merchantId} ${f.finding.severity}`).sort()).toEqual(['m_0 medium', 'm_1 medium']);
+    const allTest = Array.from({ length: 24 }, (_, k) => stored(k % 2, 100 + k, k % 2 === 1));
+    expect(engine().judgeFleetSpray(allTest, T0 + 24 * 60 * MINUTE).map((f) => `${f.merchantId} ${f.finding.severity}`).sort()).toEqual(['m_0 low', 'm_1 medium']);
+  });
+});
+
 describe('credential stuffing across keys: what each merchant is told', () => {
   it('reports a rise to high to every merchant of the spray, one whose newest 401 was reported already too', () => {
     const detection = engine();
@@ -278,9 +322,11 @@ describe('credential stuffing across replicas (storage\'s reading of every parti
       newest: at,
       newestEventId: `stored_${merchant}_${key}`,
       country: 'NL',
+      plan: 'business',
       keyRows: 1,
       keyFailures: 1,
       keyJudged: 1 + succeeded,
+      keyLive: true,
       ...overrides,
     };
   }
@@ -423,9 +469,11 @@ describe('sprayedKeysOf', () => {
     newest: failures > 0 ? newest : 0,
     newestEventId: failures > 0 ? `${apiKeyId}_${ip}` : '',
     country: 'NL',
+    plan: 'business',
     keyRows: 1,
     keyFailures: failures,
     keyJudged: judged,
+    keyLive: true,
     ...totals,
   });
   const MONITOR = '203.0.113.7';

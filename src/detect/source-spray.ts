@@ -37,9 +37,10 @@
  * networks that began failing longest ago go first); pairs leave as the window passes them, every
  * network's at least once a minute.
  */
-import type { RequestEvent } from '../events/request-event.ts';
+import type { Plan, RequestEvent } from '../events/request-event.ts';
 import type { EngineFinding } from './engine.ts';
-import type { Severity, WindowEvent } from './types.ts';
+import { testKeyFinding } from './test-keys.ts';
+import type { Finding, Severity, WindowEvent } from './types.ts';
 
 /** Not yet parameters per plan or merchant, as the rules' are. */
 const PARAMS = { windowMinutes: 10, minKeys: 20, highKeys: 100 } as const;
@@ -65,6 +66,10 @@ export const MAX_KEYS_PER_NETWORK = 5_000;
 const MAX_LISTED = 20;
 const MAX_SAMPLES = 10;
 
+/** The highest severity a merchant is told of a spray at when all its keys in it are test keys (DetectionConfig.testKeyMaxSeverity). */
+export type TestKeyCeiling = (plan: Plan, merchantId: string) => Severity;
+const LOW: TestKeyCeiling = () => 'low';
+
 /** One key's 401s from a network. */
 export interface SprayedKey {
   merchantId: string;
@@ -76,6 +81,10 @@ export interface SprayedKey {
   failures: number;
   first: number;
   newest: number;
+  /** `test` while every request of it counted said so: a merchant whose keys in a spray are all test keys is told at no more than its test-key ceiling. */
+  environment: RequestEvent['environment'];
+  /** Its plan, as the first of its requests counted said (the test-key ceiling may differ per plan). */
+  plan: Plan;
   /** The key's newest failed event from the network (a sample for its merchant's evidence), its address, user agent and country. */
   newestEventId: string;
   ip: string;
@@ -110,6 +119,8 @@ export interface SprayedRequests {
   newest: number;
   newestEventId: string;
   country: string | undefined;
+  /** The key's plan, as its newest request from the address and user agent said. */
+  plan: Plan;
   /**
    * The key's totals from the network, of all its rows; a reading cuts a key's rows beyond a bound
    * (those of the fewest requests), and when it did, these count what it left out.
@@ -117,6 +128,8 @@ export interface SprayedRequests {
   keyRows: number;
   keyFailures: number;
   keyJudged: number;
+  /** Whether any of the key's requests from the network, of all its rows, said it is a live key. */
+  keyLive: boolean;
 }
 
 /** A key as storage has its requests from a network: its 401s and whether most of its requests there failed (sprayedKeysOf). */
@@ -149,7 +162,8 @@ export function sprayedKeysOf(requests: readonly SprayedRequests[], allowlisted:
     const ref = `${network}\u0000${merchantId}\u0000${apiKeyId}`;
     let tally = tallies.get(ref);
     if (tally === undefined) {
-      const key: StoredSprayedKey = { network, merchantId, apiKeyId, partition, failures: 0, first: Infinity, newest: -Infinity, newestEventId: '', ip: request.ip, userAgent: request.userAgent, country: undefined, failedMostly: false };
+      const environment = request.keyLive ? 'live' : 'test';
+      const key: StoredSprayedKey = { network, merchantId, apiKeyId, partition, failures: 0, first: Infinity, newest: -Infinity, environment, plan: request.plan, newestEventId: '', ip: request.ip, userAgent: request.userAgent, country: undefined, failedMostly: false };
       tally = { key, judged: 0, rows: 0, givenFailures: 0, givenJudged: 0, totals: request };
       tallies.set(ref, tally);
     }
@@ -225,7 +239,10 @@ export class SourceSpray {
   private entries = 0;
   private sweptAt = -Infinity;
 
-  constructor(private readonly reports = new SprayReports()) {}
+  constructor(
+    private readonly reports = new SprayReports(),
+    private readonly testKeyCeiling: TestKeyCeiling = LOW,
+  ) {}
 
   /** The (network, key) pairs held. */
   get size(): number {
@@ -241,12 +258,13 @@ export class SourceSpray {
       spray = { network, keys: new Map(), reportedAt: -Infinity, reportedSeverity: undefined, checkedAt: -Infinity, checkedBound: undefined };
       this.networks.set(network, spray);
     }
-    const { merchantId, apiKeyId } = event;
+    const { merchantId, apiKeyId, environment, plan } = event;
     const { ref, key } = heldKey(spray.keys, merchantId, apiKeyId);
     const { timestamp, eventId, ip, userAgent, country } = windowEvent;
     if (key !== undefined) {
       key.failures++;
       key.partition = partition;
+      if (environment === 'live') key.environment = 'live';
       if (timestamp < key.first) key.first = timestamp;
       if (timestamp >= key.newest) {
         key.newest = timestamp;
@@ -256,7 +274,7 @@ export class SourceSpray {
         key.country = country;
       }
     } else if (spray.keys.size < MAX_KEYS_PER_NETWORK) {
-      spray.keys.set(ref, { merchantId, apiKeyId, partition, failures: 1, first: timestamp, newest: timestamp, newestEventId: eventId, ip, userAgent, country });
+      spray.keys.set(ref, { merchantId, apiKeyId, partition, failures: 1, first: timestamp, newest: timestamp, environment, plan, newestEventId: eventId, ip, userAgent, country });
       if (++this.entries > MAX_ENTRIES) this.dropOldest(spray);
     }
     this.touched.add(spray);
@@ -308,7 +326,7 @@ export class SourceSpray {
         this.unreported.add(spray);
         continue;
       }
-      findings.push(...reportSpray(spray.network, failing, severity, params, this.reports));
+      findings.push(...reportSpray(spray.network, failing, severity, params, this.reports, this.testKeyCeiling));
       spray.reportedAt = now;
       spray.reportedSeverity = severity;
     }
@@ -389,7 +407,10 @@ export class FleetSpray {
   private readonly reported = new Map<string, { at: number; newest: number; severity: Severity }>();
   private read: { at: number; now: number; failingKeys: ReadonlyMap<string, number> } = { at: -Infinity, now: -Infinity, failingKeys: new Map() };
 
-  constructor(private readonly reports: SprayReports) {}
+  constructor(
+    private readonly reports: SprayReports,
+    private readonly testKeyCeiling: TestKeyCeiling = LOW,
+  ) {}
 
   /**
    * Whether the last reading, at most FLEET_COVERS_MS ago by `clock`, judged `network` with at
@@ -420,7 +441,7 @@ export class FleetSpray {
       const newest = failing.reduce((latest, key) => Math.max(latest, key.newest), -Infinity);
       const last = this.reported.get(network);
       if (last && !above(severity, last.severity) && (clock - last.at < REPORT_EVERY_MS || newest <= last.newest)) continue;
-      findings.push(...reportSpray(network, failing, severity, params, this.reports));
+      findings.push(...reportSpray(network, failing, severity, params, this.reports, this.testKeyCeiling));
       this.reported.set(network, { at: clock, newest: Math.max(newest, last?.newest ?? -Infinity), severity });
     }
     return findings;
@@ -429,9 +450,12 @@ export class FleetSpray {
 
 /**
  * A finding for each merchant with keys among `failing` (a network's keys failing mostly with 401)
- * that `reports` says is to be told: one it has not told of keys failing as late, nor at this severity.
+ * that `reports` says is to be told: one it has not told of keys failing as late, nor at this
+ * severity, nor of as many of its keys. A merchant whose keys among them are all test keys is told
+ * at no more than its test-key ceiling, as of any finding on a test key (test-keys.ts); the spray
+ * still counts them, and its other merchants are told at the spray's severity.
  */
-function reportSpray(network: string, failing: readonly SprayedKey[], severity: Severity, params: SprayParams, reports: SprayReports): EngineFinding[] {
+function reportSpray(network: string, failing: readonly SprayedKey[], severity: Severity, params: SprayParams, reports: SprayReports, testKeyCeiling: TestKeyCeiling): EngineFinding[] {
   const byMerchant = new Map<string, SprayedKey[]>();
   let failures = 0;
   for (const key of failing) {
@@ -449,46 +473,45 @@ function reportSpray(network: string, failing: readonly SprayedKey[], severity: 
   const findings: EngineFinding[] = [];
   for (const [merchantId, keys] of byMerchant) {
     keys.sort((a, b) => b.newest - a.newest);
-    if (!reports.tell(network, merchantId, keys[0]!.newest, severity, keys.length)) continue;
+    const ceiling = keys.every((key) => key.environment === 'test') ? testKeyCeiling(keys[0]!.plan, merchantId) : undefined;
+    const toldSeverity = ceiling !== undefined && above(severity, ceiling) ? ceiling : severity;
+    if (!reports.tell(network, merchantId, keys[0]!.newest, toldSeverity, keys.length)) continue;
     const listed = keys.slice(0, MAX_LISTED).map((key) => key.apiKeyId);
     const theirFailures = keys.reduce((sum, key) => sum + key.failures, 0);
     const firstSeenAt = Math.min(...keys.map((key) => key.first));
     const lastSeenAt = keys[0]!.newest;
     const yours = keys.length === 1 ? `1 of yours (${listed[0]})` : `${keys.length} of yours (${listed.slice(0, 3).join(', ')}${keys.length > 3 ? ', ...' : ''})`;
-    findings.push({
-      merchantId,
-      ruleId: 'high_failure_rate',
-      finding: {
-        scope: `network:${network}`,
-        apiKeyId: null,
-        severity,
-        confidence: Math.max(0, confidence),
-        title: `Credential stuffing from ${network}: 401 for ${allKeys} API keys in ${params.windowMinutes} min, ${keys.length} of them yours`,
-        summary:
-          `One network (${network}, ${addresses(ips.length)}) failed authentication with ${allKeys} distinct API keys ` +
-          `in ${params.windowMinutes} minutes (at least ${params.minKeys} make an alert), ${yours}: someone is trying a list of keys. ` +
-          'Check that those keys\' secrets have not leaked (rotate them if in doubt), and block the network at your edge if it is not yours.',
-        evidence: {
-          judgedBy: 'network_across_keys',
-          network,
-          ips,
-          userAgents,
-          countries,
-          distinctKeys: allKeys,
-          minKeys: params.minKeys,
-          highKeys: params.highKeys,
-          authFailures: failures,
-          merchantKeys: listed,
-          merchantKeyCount: keys.length,
-          merchantAuthFailures: theirFailures,
-          windowMinutes: params.windowMinutes,
-          windowMs: params.windowMinutes * MINUTE,
-          sampleEventIds: keys.slice(0, MAX_SAMPLES).map((key) => key.newestEventId),
-        },
-        firstSeenAt,
-        lastSeenAt,
+    const finding: Finding = {
+      scope: `network:${network}`,
+      apiKeyId: null,
+      severity,
+      confidence: Math.max(0, confidence),
+      title: `Credential stuffing from ${network}: 401 for ${allKeys} API keys in ${params.windowMinutes} min, ${keys.length} of them yours`,
+      summary:
+        `One network (${network}, ${addresses(ips.length)}) failed authentication with ${allKeys} distinct API keys ` +
+        `in ${params.windowMinutes} minutes (at least ${params.minKeys} make an alert), ${yours}: someone is trying a list of keys. ` +
+        'Check that those keys\' secrets have not leaked (rotate them if in doubt), and block the network at your edge if it is not yours.',
+      evidence: {
+        judgedBy: 'network_across_keys',
+        network,
+        ips,
+        userAgents,
+        countries,
+        distinctKeys: allKeys,
+        minKeys: params.minKeys,
+        highKeys: params.highKeys,
+        authFailures: failures,
+        merchantKeys: listed,
+        merchantKeyCount: keys.length,
+        merchantAuthFailures: theirFailures,
+        windowMinutes: params.windowMinutes,
+        windowMs: params.windowMinutes * MINUTE,
+        sampleEventIds: keys.slice(0, MAX_SAMPLES).map((key) => key.newestEventId),
       },
-    });
+      firstSeenAt,
+      lastSeenAt,
+    };
+    findings.push({ merchantId, ruleId: 'high_failure_rate', finding: ceiling === undefined ? finding : testKeyFinding(finding, ceiling) });
   }
   return findings;
 }

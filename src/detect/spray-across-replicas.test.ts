@@ -18,9 +18,11 @@ const KEY: SprayedRequests = {
   newest: NOW - 1_000,
   newestEventId: 'e1',
   country: undefined,
+  plan: 'business',
   keyRows: 1,
   keyFailures: 1,
   keyJudged: 1,
+  keyLive: true,
 };
 
 function setUp(options: { owned: number[]; read?: () => Promise<SprayedRequests[]> }) {

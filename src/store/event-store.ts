@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
-import { EVENT_TIME_RANGE, type Plan, type RequestEvent, type TimeRange } from '../events/request-event.ts';
+import { EVENT_TIME_RANGE, PLANS, type Plan, type RequestEvent, type TimeRange } from '../events/request-event.ts';
 import type { ClickHouseSettings } from '@clickhouse/client';
 import { isIP } from 'node:net';
 import type { VouchedNetwork } from '../detect/engine.ts';
@@ -297,9 +297,11 @@ const sprayedRequestsRow = z.object({
   newest: z.coerce.number(),
   event_id: z.string(),
   country: z.string(),
+  newest_plan: z.enum(PLANS),
   key_rows: z.coerce.number(),
   key_failures: z.coerce.number(),
   key_judged: z.coerce.number(),
+  key_live: z.coerce.number(),
 });
 
 /** The network (/24 or /64, as network_auth_failures_1m and key_networks_1d hold it) of a stored address `ip`. */
@@ -869,7 +871,9 @@ export class EventStore {
               countIf(status = 401) AS failures, countIf(status NOT IN (403, 429) AND status < 500) AS judged,
               toUnixTimestamp64Milli(minIf(ts, status = 401)) AS first, toUnixTimestamp64Milli(maxIf(ts, status = 401)) AS newest,
               argMaxIf(event_id, ts, status = 401) AS event_id, argMaxIf(toString(country), ts, status = 401) AS country,
-              count() OVER key AS key_rows, sum(failures) OVER key AS key_failures, sum(judged) OVER key AS key_judged
+              argMax(toString(plan), ts) AS newest_plan, countIf(environment = 'live') AS live,
+              count() OVER key AS key_rows, sum(failures) OVER key AS key_failures, sum(judged) OVER key AS key_judged,
+              sum(live) OVER key AS key_live
          FROM ${this.tables.requestEvents}
         -- (merchant, key) first: the primary key's prefix, so only those keys' granules are read.
         WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM sprayed)
@@ -910,9 +914,11 @@ export class EventStore {
         newest: row.newest,
         newestEventId: row.event_id,
         country: row.country === '' ? undefined : row.country,
+        plan: row.newest_plan,
         keyRows: row.key_rows,
         keyFailures: row.key_failures,
         keyJudged: row.key_judged,
+        keyLive: row.key_live > 0,
       };
     });
   }

@@ -295,9 +295,13 @@ describe('migrations', () => {
     };
     const key = (k: number) => `pk_live_spray_${k}`;
     const lines: string[] = [];
-    // 20 business keys (key k on partition k % 4) get a 401 each from 203.0.113.0/24, a second apart.
-    for (let k = 0; k < 20; k++) lines.push(row(key(k), k % 4, now - 5 * 60_000 + k * 1_000, { ip: `203.0.113.${k + 1}`, status: 401, userAgent: 'curl/8.5.0', country: 'NL' }));
-    // Key 2 answered 200 from another address of the network three times; key 10 twice, while it was on a plan detection does not evaluate.
+    // 20 keys (key k on partition k % 4; key 8 on the enterprise plan, the others business) get a 401 each from
+    // 203.0.113.0/24, a second apart. Keys 2 and 4 say they are test keys in those requests.
+    for (let k = 0; k < 20; k++) {
+      const fields = { ip: `203.0.113.${k + 1}`, status: 401, userAgent: 'curl/8.5.0', country: 'NL', ...(k === 8 && { plan: 'enterprise' }), ...((k === 2 || k === 4) && { environment: 'test' }) };
+      lines.push(row(key(k), k % 4, now - 5 * 60_000 + k * 1_000, fields));
+    }
+    // Key 2 answered 200 from another address of the network three times, as a live key; key 10 twice, while it was on a plan detection does not evaluate.
     for (let i = 0; i < 3; i++) lines.push(row(key(2), 2, now - 4 * 60_000 + i, { ip: '203.0.113.50', status: 200 }));
     for (let i = 0; i < 2; i++) lines.push(row(key(10), 2, now - 8 * 60_000 + i, { ip: '203.0.113.50', status: 200, plan: 'pro' }));
     // Key 3's 429 and 503 from the network are not judged (as the engine's failedFrom), and its 200 from another network is not read.
@@ -346,10 +350,16 @@ describe('migrations', () => {
       newest: now - 5 * 60_000 + 6_000,
       newestEventId: expect.stringMatching(/^spray_\d+$/),
       country: 'NL',
+      plan: 'business',
       keyRows: 1,
       keyFailures: 1,
       keyJudged: 1,
+      keyLive: true,
     });
+    expect(requests.find((r) => r.apiKeyId === key(8))?.plan).toBe('enterprise');
+    // A key is live when any of its requests from the network says so, in the rows read or not.
+    expect(requests.filter((r) => !r.keyLive).map((r) => r.apiKeyId)).toEqual([key(4)]);
+    expect((await read(20, [0, 1], { rowsPerKey: 1 })).filter((r) => r.apiKeyId === key(2))).toMatchObject([{ ip: '203.0.113.3', keyRows: 2, keyLive: true }]);
     expect(requests.find((r) => r.ip === '203.0.113.50')).toMatchObject({ userAgent: 'okhttp/4.12.0', first: 0, newest: 0, newestEventId: '', country: undefined });
     // Neither the pro key nor the one ahead makes a 21st; the 5-key network (on partition 2) is read from 5 when
     // partition 2 is another's; nothing is read of networks whose keys are all the replica's own.

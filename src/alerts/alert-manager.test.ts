@@ -16,6 +16,17 @@ function finding(severity: Severity, at = T0, scope = 'pk_live_a'): Finding {
   return makeFinding(severity, at, scope);
 }
 
+/** A credential-stuffing report (source-spray.ts) to m_1 of `keys` of its keys, the newest 401 at `at`. */
+function sprayReport(keys: number, at: number, severity: Severity = 'medium', merchantKeys = Array.from({ length: Math.min(keys, 20) }, (_, k) => `pk_live_${k}`)): Finding {
+  const base = makeFinding(severity, at, 'network:203.0.113.0/24');
+  return {
+    ...base,
+    apiKeyId: null,
+    title: `Credential stuffing from 203.0.113.0/24, ${keys} of them yours`,
+    evidence: { ...base.evidence, judgedBy: 'network_across_keys', merchantKeys, merchantKeyCount: keys, lastFailureAt: new Date(at).toISOString(), windowMs: 600_000 },
+  };
+}
+
 /** An admin's moves, made in turn, as the alert service records them once stored. */
 function admin(alerts: AlertManager, alert: Alert, moves: AlertStatus[], at = T0): Alert {
   for (const to of moves) {
@@ -81,18 +92,36 @@ describe('AlertManager', () => {
     expect(alerts.apply('m_1', rule, finding('high', T0 + 40_000))).toMatchObject({ change: 'escalated', alert: { occurrences: 3 } });
   });
 
-  it('takes a credential-stuffing report as late as its alert that saw more of the merchant\'s keys: storage\'s reading after a replica\'s share', () => {
+  it('takes a credential-stuffing report as late as its alert that lists more of the merchant\'s keys: storage\'s reading after a replica\'s share', () => {
     const { alerts } = manager();
-    const report = (keys: number, lastSeenAt: number) => {
-      const spray = finding('medium', lastSeenAt, 'network:203.0.113.0/24');
-      return { ...spray, apiKeyId: null, evidence: { ...spray.evidence, merchantKeyCount: keys } };
-    };
-    alerts.apply('m_1', rule, report(25, T0));
-    expect(alerts.apply('m_1', rule, report(50, T0))).toMatchObject({ change: 'updated', alert: { occurrences: 2, evidence: { merchantKeyCount: 50 } } });
-    // The same again, or fewer keys as late, is the same evidence.
-    expect(alerts.apply('m_1', rule, report(50, T0))).toEqual({ alert: undefined, change: 'stale' });
-    expect(alerts.apply('m_1', rule, report(30, T0))).toEqual({ alert: undefined, change: 'stale' });
-    expect(alerts.apply('m_1', rule, report(60, T0 - 1_000))).toEqual({ alert: undefined, change: 'stale' });
+    alerts.apply('m_1', rule, sprayReport(25, T0));
+    expect(alerts.apply('m_1', rule, sprayReport(50, T0))).toMatchObject({ change: 'updated', alert: { occurrences: 2, evidence: { merchantKeyCount: 50 } } });
+    // The same again, fewer keys as late, or more keys at a lower severity, is the same evidence.
+    expect(alerts.apply('m_1', rule, sprayReport(50, T0))).toEqual({ alert: undefined, change: 'stale' });
+    expect(alerts.apply('m_1', rule, sprayReport(30, T0))).toEqual({ alert: undefined, change: 'stale' });
+    expect(alerts.apply('m_1', rule, sprayReport(60, T0 - 1_000))).toEqual({ alert: undefined, change: 'stale' });
+    alerts.apply('m_1', rule, sprayReport(50, T0 + 1_000, 'high'));
+    expect(alerts.apply('m_1', rule, sprayReport(70, T0 + 1_000))).toEqual({ alert: undefined, change: 'stale' });
+  });
+
+  it('keeps the whole of a spray in its alert when a replica\'s share of it comes later, unless the share names a new key or the whole has left the window', () => {
+    const { alerts } = manager();
+    const whole = alerts.apply('m_1', rule, sprayReport(12, T0)).alert!;
+    // A replica's 6 of the 12, with a newer 401: seen later, still described by the whole.
+    const share = alerts.apply('m_1', rule, sprayReport(6, T0 + 5_000));
+    expect(share).toMatchObject({ change: 'updated', alert: { occurrences: 2, lastSeenAt: new Date(T0 + 5_000).toISOString(), title: whole.title, evidence: whole.evidence } });
+    // A share naming a key the whole (which lists them all) does not: the spray moved on.
+    const moved = sprayReport(6, T0 + 6_000, 'medium', ['pk_live_new', 'pk_live_1']);
+    expect(alerts.apply('m_1', rule, moved).alert!.evidence).toEqual(moved.evidence);
+    // A share a window after the whole's newest 401 replaces it too.
+    const { alerts: other } = manager();
+    other.apply('m_1', rule, sprayReport(12, T0));
+    const later = sprayReport(6, T0 + 10 * 60_000);
+    expect(other.apply('m_1', rule, later).alert!.evidence).toEqual(later.evidence);
+    // Other rules' repeats describe their alerts, whatever their evidence.
+    const { alerts: third } = manager();
+    third.apply('m_1', rule, { ...finding('medium', T0), evidence: { sampleEventIds: ['e1'], windowMs: 60_000, merchantKeyCount: 12 } });
+    expect(third.apply('m_1', rule, { ...finding('medium', T0 + 1_000), evidence: { sampleEventIds: ['e2'], windowMs: 60_000, merchantKeyCount: 6 } }).alert!.evidence).toMatchObject({ merchantKeyCount: 6 });
   });
 
   it('keeps separate alerts per merchant and per scope', () => {

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
-import { episode, higherSeverity, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
+import { describesBetter, episode, higherSeverity, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
 import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
@@ -240,7 +240,10 @@ export class AlertManager {
     if (existing && (existing.status === 'open' || existing.status === 'acknowledged')) {
       const severity = higherSeverity(existing.severity, finding.severity);
       const escalated = severityRank(severity) > severityRank(existing.severity);
-      if (!escalated && finding.lastSeenAt <= Date.parse(existing.lastSeenAt) && !seesMoreKeys(finding, existing)) return { alert: undefined, change: 'stale' };
+      const rank = severityRank(finding.severity) - severityRank(existing.severity);
+      // The finding describes the alert from now on: of a higher severity, or of the same and no less telling (describesBetter).
+      const describes = rank > 0 || (rank === 0 && describesBetter(finding.evidence, existing.evidence));
+      if (!escalated && finding.lastSeenAt <= Date.parse(existing.lastSeenAt) && !(describes && seesMoreKeys(finding, existing))) return { alert: undefined, change: 'stale' };
       const updated: Alert = this.withInsights({
         ...existing,
         severity,
@@ -248,9 +251,9 @@ export class AlertManager {
         // confidence says nothing about where in the alert's higher band it belongs.
         riskScore: Math.max(existing.riskScore, riskScore(finding.severity, finding.confidence)),
         recommendedAction: rule.actions[severity],
-        title: severityRank(finding.severity) >= severityRank(existing.severity) ? finding.title : existing.title,
-        summary: severityRank(finding.severity) >= severityRank(existing.severity) ? finding.summary : existing.summary,
-        evidence: severityRank(finding.severity) >= severityRank(existing.severity) ? finding.evidence : existing.evidence,
+        title: describes ? finding.title : existing.title,
+        summary: describes ? finding.summary : existing.summary,
+        evidence: describes ? finding.evidence : existing.evidence,
         ruleVersion: rule.version,
         lastSeenAt: new Date(Math.max(Date.parse(existing.lastSeenAt), finding.lastSeenAt)).toISOString(),
         occurrences: existing.occurrences + 1,

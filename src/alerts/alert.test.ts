@@ -307,6 +307,25 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
     expect(merged.status).toBe('open');
   });
 
+  it('keeps the whole of a credential-stuffing spray over a replica\'s share of it seen later, with the later sighting', () => {
+    const spray = (keys: number, at: string) => ({
+      judgedBy: 'network_across_keys',
+      merchantKeys: Array.from({ length: keys }, (_, k) => `pk_live_${k}`),
+      merchantKeyCount: keys,
+      lastFailureAt: at,
+      windowMs: 600_000,
+      sampleEventIds: [],
+    });
+    const whole: Alert = { ...high, title: '12 of them yours', evidence: spray(12, '2026-11-20T12:00:00.000Z'), lastSeenAt: '2026-11-20T12:00:00.000Z', updatedAt: '2026-11-20T12:00:01.000Z' };
+    // Another replica applied its share of 6 before it read the whole.
+    const share: Alert = { ...high, title: '6 of them yours', evidence: spray(6, '2026-11-20T12:00:05.000Z'), lastSeenAt: '2026-11-20T12:00:05.000Z', updatedAt: '2026-11-20T12:00:06.000Z' };
+    for (const merged of [mergeDetection(share, whole), mergeDetection(whole, share)]) {
+      expect(merged).toMatchObject({ title: '12 of them yours', evidence: whole.evidence, lastSeenAt: '2026-11-20T12:00:05.000Z' });
+    }
+    // Any other alert is described by the copy seen later.
+    expect(mergeDetection({ ...whole, evidence: { observed: 12 } }, { ...share, evidence: { observed: 6 } })).toMatchObject({ title: '6 of them yours' });
+  });
+
   it('forgets an entry (a change that lost): the status is then the latest remaining entry\'s', () => {
     const entry = stale.history.at(-1)!;
     expect(withoutEntry(stale, entry)).toMatchObject({ status: 'open', history: high.history });

@@ -1,7 +1,7 @@
 /**
  * The alert (contracts section 2) and how a finding's severity and confidence become its risk score.
  */
-import type { AnomalyType, RecommendedAction, Severity } from '../detect/types.ts';
+import { JUDGED_ACROSS_KEYS, type AnomalyType, type RecommendedAction, type Severity } from '../detect/types.ts';
 
 export const ALERT_STATUSES = ['open', 'acknowledged', 'resolved', 'dismissed'] as const;
 export type AlertStatus = (typeof ALERT_STATUSES)[number];
@@ -61,6 +61,29 @@ export function severityRank(severity: Severity): number {
 
 export function higherSeverity(a: Severity, b: Severity): Severity {
   return SEVERITY_RANK[a] >= SEVERITY_RANK[b] ? a : b;
+}
+
+/**
+ * Whether `next` describes an alert better than `current`, a description of the same severity. For
+ * every rule but one, it does: the later finding describes the alert. Credential stuffing
+ * (src/detect/source-spray.ts) is judged by two tallies, a replica's own from its share of the keys
+ * and the reading of storage from every replica's, which report the same spray in turns: a
+ * description replaces another only when it lists at least as many of the merchant's keys, or a key
+ * `current` does not though `current` lists them all (the spray moved on to new keys), or when
+ * `current`'s newest 401 is a window or more older (the whole it held is gone). So a replica's share
+ * does not overwrite the whole in the merchant's alert.
+ */
+export function describesBetter(next: Record<string, unknown>, current: Record<string, unknown>): boolean {
+  if (next.judgedBy !== JUDGED_ACROSS_KEYS || current.judgedBy !== JUDGED_ACROSS_KEYS) return true;
+  const keyCount = (evidence: Record<string, unknown>) => (typeof evidence.merchantKeyCount === 'number' ? evidence.merchantKeyCount : 0);
+  if (keyCount(next) >= keyCount(current)) return true;
+  const listed = (evidence: Record<string, unknown>) => (Array.isArray(evidence.merchantKeys) ? (evidence.merchantKeys as unknown[]) : []);
+  const currentKeys = listed(current);
+  if (currentKeys.length >= keyCount(current) && listed(next).some((key) => !currentKeys.includes(key))) return true;
+  const lastFailure = (evidence: Record<string, unknown>) => (typeof evidence.lastFailureAt === 'string' ? Date.parse(evidence.lastFailureAt) : NaN);
+  const windowMs = typeof current.windowMs === 'number' ? current.windowMs : 0;
+  // Without a time (an alert stored before there was one), the later description is taken, as for the other rules.
+  return !(lastFailure(next) - lastFailure(current) < windowMs);
 }
 
 /** A score inside the severity's band, growing with confidence; never reaches the next band. */
@@ -228,7 +251,8 @@ export function episode(alert: Alert): number {
  * One alert as two replicas have it, for its detection fields (mergeLifecycle does its lifecycle):
  * `ours` with what `theirs` knows that ours does not. Within one episode (see episode) neither copy
  * is written back over: the higher severity with what describes it (title, summary, evidence,
- * recommendedAction, ruleVersion, insights; of two copies of one severity, the one seen later), its
+ * recommendedAction, ruleVersion, insights; of two copies of one severity, the one seen later, or
+ * for credential stuffing the one describesBetter says), its
  * highest riskScore (scores band by severity, so the score always fits the severity kept), the
  * latest lastSeenAt, the most occurrences (increments counted on two replicas at once cannot be
  * told apart, so they are not summed: the count never goes back, and may miss some) and the
@@ -267,7 +291,7 @@ function detectionOf(alert: Alert) {
 /** Two copies of one episode: see mergeDetection. */
 function mergedDetection(ours: Alert, theirs: Alert) {
   const rank = severityRank(theirs.severity) - severityRank(ours.severity);
-  const describer = rank > 0 || (rank === 0 && theirs.lastSeenAt > ours.lastSeenAt) ? theirs : ours;
+  const describer = rank !== 0 ? (rank > 0 ? theirs : ours) : betterDescribed(ours, theirs);
   // Only a copy of the severity kept gives the score: each copy's score is in its severity's band.
   // Scores are kept to 3 decimals, and stored as Float32: a smaller difference is none.
   const riskScore = rank === 0 ? (theirs.riskScore > ours.riskScore + 0.0005 ? theirs.riskScore : ours.riskScore) : describer.riskScore;
@@ -278,6 +302,13 @@ function mergedDetection(ours: Alert, theirs: Alert) {
     lastSeenAt: ours.lastSeenAt > theirs.lastSeenAt ? ours.lastSeenAt : theirs.lastSeenAt,
     occurrences: Math.max(ours.occurrences, theirs.occurrences),
   };
+}
+
+/** Of two copies of one severity, the one that describes the alert (describesBetter; when both or neither does, the one seen later). */
+function betterDescribed(ours: Alert, theirs: Alert): Alert {
+  const theirsBetter = describesBetter(theirs.evidence, ours.evidence);
+  if (theirsBetter !== describesBetter(ours.evidence, theirs.evidence)) return theirsBetter ? theirs : ours;
+  return theirs.lastSeenAt > ours.lastSeenAt ? theirs : ours;
 }
 
 /**

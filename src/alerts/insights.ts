@@ -7,7 +7,7 @@
  * (tools are named by the rule's own short names).
  */
 import { USER_AGENT_PATTERNS } from '../../rules/bot_traffic.ts';
-import { SEVERITIES, type Severity } from '../detect/types.ts';
+import { JUDGED_ACROSS_KEYS, SEVERITIES, type Severity } from '../detect/types.ts';
 import type { Alert } from './alert.ts';
 import { figure, line, listed, percent, plural, quoted, readEvidence, type EvidenceReader } from './insight-text.ts';
 
@@ -52,7 +52,7 @@ export function explainAlert(alert: AlertFacts): Explanation {
   // A test key's finding lowered to its ceiling is explained as the rule judged it; its last line says why it is reported lower.
   const judged = SEVERITIES.find((severity) => severity === evidence.text('judgedSeverity'));
   const explained = EXPLAIN[alert.type](evidence, testKey && judged ? judged : alert.severity);
-  const testKeyInsight = evidence.text('judgedBy') === 'network_across_keys' ? TEST_KEYS_INSIGHT : TEST_KEY_INSIGHT;
+  const testKeyInsight = evidence.text('judgedBy') === JUDGED_ACROSS_KEYS ? TEST_KEYS_INSIGHT : TEST_KEY_INSIGHT;
   const insights = testKey ? [...explained.insights.slice(0, MAX_INSIGHTS - 1), testKeyInsight] : explained.insights.slice(0, MAX_INSIGHTS);
   return { pattern: explained.pattern, insights: insights.map(line) };
 }
@@ -100,7 +100,7 @@ function sources(what: 'failures' | 'requests', ips: number | undefined, network
 }
 
 function explainFailures(evidence: EvidenceReader): Explanation {
-  if (evidence.text('judgedBy') === 'network_across_keys') return explainStuffing(evidence);
+  if (evidence.text('judgedBy') === JUDGED_ACROSS_KEYS) return explainStuffing(evidence);
   const auth = evidence.count('authFailures');
   const notFound = evidence.count('notFound');
   const judged = evidence.count('judgedRequests');

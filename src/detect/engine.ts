@@ -18,7 +18,7 @@ import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
 import { EventWindow } from './event-window.ts';
 import { HISTORY_MS, KeyHistory, type HistoryEntryCount, type NetworkSighting } from './key-history.ts';
-import { FleetSpray, SourceSpray, SprayReports, SPRAY_READER_PARTITION, SPRAY_WINDOW_MS, sprayedKeysOf, type SprayedKey, type SprayedRequests, type TestKeyCeiling } from './source-spray.ts';
+import { FleetSpray, SourceSpray, SprayReports, SPRAY_WINDOW_MS, sprayedKeysOf, type SprayedKey, type SprayedRequests, type TestKeyCeiling } from './source-spray.ts';
 import { testKeyFinding } from './test-keys.ts';
 
 const MAX_UNTAKEN_VOUCHED = 100_000;
@@ -318,8 +318,6 @@ export class DetectionEngine {
   /** 401s per network across keys: credential stuffing, which no one key's window shows. */
   private readonly spray = new SourceSpray(this.sprayReports, this.testKeyCeiling);
   private readonly fleetSpray = new FleetSpray(this.sprayReports, this.testKeyCeiling);
-  /** Whether another replica reads storage's sprayed keys of every partition (followSprayReader). */
-  private sprayReaderElsewhere = false;
   ruleErrors = 0;
 
   constructor(private readonly options: EngineOptions) {
@@ -425,8 +423,7 @@ export class DetectionEngine {
       this.judge(state, now, findings);
     }
     try {
-      const coveredByFleet = (network: string, failing: readonly SprayedKey[], at: number) =>
-        this.sprayReaderElsewhere ? failing.every((key) => key.partition >= 0) : this.fleetSpray.covers(network, failing.length, at, (this.options.clock ?? Date.now)());
+      const coveredByFleet = (network: string, failingKeys: number, at: number) => this.fleetSpray.covers(network, failingKeys, at, (this.options.clock ?? Date.now)());
       for (const finding of this.spray.judge(now, (key, network, since) => this.failedMostly(key, network, since), coveredByFleet)) findings.push(finding);
     } catch (error) {
       this.ruleError('high_failure_rate', error);
@@ -524,17 +521,6 @@ export class DetectionEngine {
       this.ruleError('high_failure_rate', error);
       return [];
     }
-  }
-
-  /**
-   * Learns, after an assignment, whether this replica reads storage's sprayed keys of every
-   * partition (it owns SPRAY_READER_PARTITION) or another one does: then this replica's own tally
-   * leaves to that reading the networks whose failing keys all came through Kafka (SourceSpray). A
-   * replica with no partition holds no Kafka keys; without Kafka, no assignment comes, and the own
-   * tally reports every network.
-   */
-  followSprayReader(owned: ReadonlySet<number>): void {
-    this.sprayReaderElsewhere = !owned.has(SPRAY_READER_PARTITION);
   }
 
   /** Forgets the keys of partitions this replica no longer owns, and their histories. */
@@ -773,7 +759,7 @@ export class DetectionEngine {
       if (event.environment === 'live') state.environment = 'live';
       if (partition >= 0) state.partition = partition;
       if (state.arrived.push(batch.windowEvents[i]!) === 1) touched.push(state);
-      if (!warming || event.timestamp >= warmingSprayFrom) this.spray.add(event, batch.windowEvents[i]!, state.partition);
+      if (!warming || event.timestamp >= warmingSprayFrom) this.spray.add(event, batch.windowEvents[i]!, state.partition, state.environment);
     }
     return touched;
   }

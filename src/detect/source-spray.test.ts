@@ -269,6 +269,13 @@ describe('credential stuffing across keys: test keys', () => {
     expect(findings.find((f) => f.merchantId === 'm_1')!.finding.evidence).not.toHaveProperty('keyEnvironment');
   });
 
+  it('takes a key for live once any of its events said so, as its other findings do', () => {
+    // m_0's keys each made a live request before their 401s, which say test.
+    const earlier = spray(20, 1, T0 - 30 * SECOND).map((event) => ({ ...event, status: 200, ip: '198.51.100.20' }));
+    const findings = networkFindings(engine(), [...earlier, ...spray(20, 1, T0).map((event) => ({ ...event, environment: 'test' as const }))], 20);
+    expect(findings.map((f) => `${f.merchantId} ${f.finding.severity}`)).toEqual(['m_0 medium']);
+  });
+
   it('takes the test-key ceiling of the merchant\'s plan or of the merchant from the detection config, and tells a merchant at its ceiling nothing more when the spray rises to high', () => {
     const config = DetectionConfig.parse(JSON.stringify({ plans: { enterprise: { testKeys: { maxSeverity: 'medium' } } }, merchants: { m_1: { testKeys: { maxSeverity: 'medium' } } } }));
     const detection = new DetectionEngine({ rules: RULES, entitledPlans: ['business', 'enterprise'], config: () => config, clock: () => T0 + 24 * 60 * MINUTE });
@@ -380,19 +387,6 @@ describe('credential stuffing across replicas (storage\'s reading of every parti
     expect(told(networkFindings(detection, [request(5, 0, T0 + 2.5 * MINUTE)]))).toEqual(['m_0 medium 20']);
   });
 
-  it('leaves its Kafka keys\' networks to the replica that reads storage (the owner of partition 0), and reports them itself once it owns that partition', () => {
-    const detection = engine();
-    detection.followSprayReader(new Set([1, 3]));
-    // 25 keys of its partitions 1 and 3 fail from one network: another replica's reading judges them, with the others'.
-    const onPartition = (events: RequestEvent[], partition: number) => events.flatMap((event) => detection.process([event], event.timestamp, partition));
-    expect(onPartition(spray(25, 1, T0), 1).filter((f) => f.finding.apiKeyId === null)).toEqual([]);
-    // Keys posted over HTTP are in no reading: their network is reported here, with the Kafka keys it holds.
-    expect(told(networkFindings(detection, spray(25, 1, T0 + 30 * SECOND, '198.51.100.9').map((e) => ({ ...e, merchantId: 'm_2' })), 25))).toEqual(['m_2 medium 25']);
-    // A rebalance gives it partition 0: it reads storage now, and its own tally reports what no reading judged.
-    detection.followSprayReader(new Set([0, 1, 3]));
-    expect(told(networkFindings(detection, [request(5, 0, T0 + 2 * MINUTE)]))).toEqual(['m_0 medium 25']);
-  });
-
   it('tells a merchant again of a reading that holds more of its keys than its own tally told, though no newer 401 (a spray of a few seconds)', () => {
     const detection = engine();
     // The spray's last 25 keys are this replica's: reported at once.
@@ -403,6 +397,17 @@ describe('credential stuffing across replicas (storage\'s reading of every parti
     expect(told(findings)).toEqual(['m_0 medium 50']);
     expect(findings[0]!.finding.evidence.merchantKeyCount).toBe(50);
     expect(detection.judgeFleetSpray(whole, WALL + MINUTE)).toEqual([]);
+  });
+
+  it('reports a network again for more failing keys with no newer 401 (another replica\'s, stored after a reading), once a minute', () => {
+    const detection = engine();
+    const first = reading(25, 1, T0 + 15 * SECOND);
+    expect(told(detection.judgeFleetSpray(first, WALL))).toEqual(['m_0 medium 25']);
+    // m_1's 15 keys failed before m_0's, on a replica whose store flush came after that reading.
+    const late = [...first, ...Array.from({ length: 15 }, (_, k) => stored(1, 100 + k, T0 + k * SECOND))];
+    expect(detection.judgeFleetSpray(late, WALL + 30 * SECOND)).toEqual([]);
+    expect(told(detection.judgeFleetSpray(late, WALL + MINUTE))).toEqual(['m_1 medium 40']);
+    expect(detection.judgeFleetSpray(late, WALL + 2 * MINUTE)).toEqual([]);
   });
 
   it('reports a network itself that the reading of storage holds with fewer failing keys (the reading\'s bounds cut it)', () => {

@@ -29,9 +29,7 @@
  * its own (FleetSpray), judged as of storage's newest 401, since this replica's batches may be
  * behind (a backlog) or quiet. The two share what was reported to whom (SprayReports), so a merchant
  * is told of a spray once, by whichever judged it first, and again for a newer 401 or a higher
- * severity. The other replicas leave to that reading the networks whose failing keys all came
- * through Kafka (the reading holds those of the topic only): their share, reported too, would
- * replace the whole in the merchants' alerts whenever it came last.
+ * severity or more of its keys.
  *
  * Memory: at most MAX_ENTRIES (network, key) pairs and MAX_KEYS_PER_NETWORK keys a network (the
  * networks that began failing longest ago go first); pairs leave as the window passes them, every
@@ -40,7 +38,7 @@
 import type { Plan, RequestEvent } from '../events/request-event.ts';
 import type { EngineFinding } from './engine.ts';
 import { testKeyFinding } from './test-keys.ts';
-import type { Finding, Severity, WindowEvent } from './types.ts';
+import { JUDGED_ACROSS_KEYS, type Finding, type Severity, type WindowEvent } from './types.ts';
 
 /** Not yet parameters per plan or merchant, as the rules' are. */
 const PARAMS = { windowMinutes: 10, minKeys: 20, highKeys: 100 } as const;
@@ -53,11 +51,6 @@ export const SPRAY_WINDOW_MS = PARAMS.windowMinutes * MINUTE;
 export const REPORT_EVERY_MS = MINUTE;
 /** How long a reading of storage (FleetSpray) covers its networks, by the wall clock: two readings missed, and the replica's own tally reports them again. */
 const FLEET_COVERS_MS = MINUTE;
-/**
- * The replica that owns this Kafka partition reads storage's sprayed keys of every partition
- * (spray-across-replicas.ts); the others leave to it the networks whose keys came through Kafka.
- */
-export const SPRAY_READER_PARTITION = 0;
 /** The fewest keys a network must fail for to be reported; storage's reading reads only such networks. */
 export const SPRAY_MIN_KEYS = PARAMS.minKeys;
 const MAX_ENTRIES = 200_000;
@@ -81,9 +74,9 @@ export interface SprayedKey {
   failures: number;
   first: number;
   newest: number;
-  /** `test` while every request of it counted said so: a merchant whose keys in a spray are all test keys is told at no more than its test-key ceiling. */
+  /** `test` while the key is a test key (a merchant whose keys in a spray are all test keys is told at no more than its test-key ceiling). */
   environment: RequestEvent['environment'];
-  /** Its plan, as the first of its requests counted said (the test-key ceiling may differ per plan). */
+  /** Its plan, as its latest request counted said (the test-key ceiling may differ per plan). */
   plan: Plan;
   /** The key's newest failed event from the network (a sample for its merchant's evidence), its address, user agent and country. */
   newestEventId: string;
@@ -249,8 +242,12 @@ export class SourceSpray {
     return this.entries;
   }
 
-  /** Counts a 401 (other statuses are ignored) of a key whose events arrive on `partition`; its network is judged by the next judge(). */
-  add(event: RequestEvent, windowEvent: WindowEvent, partition: number): void {
+  /**
+   * Counts a 401 (other statuses are ignored) of a key whose events arrive on `partition`, a live key
+   * or a test key as `environment` says (the key's, as detection holds it: live once any event said
+   * so); its network is judged by the next judge().
+   */
+  add(event: RequestEvent, windowEvent: WindowEvent, partition: number, environment: RequestEvent['environment'] = event.environment): void {
     if (windowEvent.status !== 401) return;
     const { network } = windowEvent;
     let spray = this.networks.get(network);
@@ -258,12 +255,13 @@ export class SourceSpray {
       spray = { network, keys: new Map(), reportedAt: -Infinity, reportedSeverity: undefined, checkedAt: -Infinity, checkedBound: undefined };
       this.networks.set(network, spray);
     }
-    const { merchantId, apiKeyId, environment, plan } = event;
+    const { merchantId, apiKeyId, plan } = event;
     const { ref, key } = heldKey(spray.keys, merchantId, apiKeyId);
     const { timestamp, eventId, ip, userAgent, country } = windowEvent;
     if (key !== undefined) {
       key.failures++;
       key.partition = partition;
+      key.plan = plan;
       if (environment === 'live') key.environment = 'live';
       if (timestamp < key.first) key.first = timestamp;
       if (timestamp >= key.newest) {
@@ -283,13 +281,13 @@ export class SourceSpray {
   /**
    * Judges the networks that got 401s since the last call, as of `now`; a finding per merchant to
    * report to. `failedMostly` tells whether most of a key's requests from the network since a time
-   * failed (401), from the key's own window; a network `coveredElsewhere` with these failing keys
-   * (another replica's reading of storage, or this one's: FleetSpray.covers) is not reported.
+   * failed (401), from the key's own window; a network `coveredElsewhere` with this many failing keys
+   * (FleetSpray.covers) is not reported.
    */
   judge(
     now: number,
     failedMostly: (key: SprayedKey, network: string, since: number) => boolean,
-    coveredElsewhere: (network: string, failing: readonly SprayedKey[], now: number) => boolean = () => false,
+    coveredElsewhere: (network: string, failingKeys: number, now: number) => boolean = () => false,
   ): EngineFinding[] {
     const params = PARAMS;
     const since = now - params.windowMinutes * MINUTE;
@@ -322,7 +320,7 @@ export class SourceSpray {
       // A network the reading of storage judges whole is its to report: this replica's share would
       // only overwrite the whole in the merchants' alerts. Judged again once due, should the
       // readings stop.
-      if (coveredElsewhere(spray.network, failing, now)) {
+      if (coveredElsewhere(spray.network, failing.length, now)) {
         this.unreported.add(spray);
         continue;
       }
@@ -398,13 +396,13 @@ export class SourceSpray {
  * networks that failed for minKeys keys or more (sprayedKeysOf), judged as a whole at each reading,
  * as of storage's time (`now`). A network is reported at most once per REPORT_EVERY_MS of the wall
  * clock (storage's time stands still once a spray stops, and what its last minute brought must still
- * be told) unless its severity rises, and only for 401s newer than those it last reported or a higher
- * severity (a spray that stopped is read again and again), to the merchants SprayReports says are to
- * be told. Holds what it reported when, and how many failing keys the last reading held of each
+ * be told) unless its severity rises, and only for 401s newer than those it last reported, more
+ * failing keys (another replica's, stored late) or a higher severity (a spray that stopped is read
+ * again and again), to the merchants SprayReports says are to be told. Holds what it reported when, and how many failing keys the last reading held of each
  * network: the replica's own tally leaves to it a network it judged with as many (covers).
  */
 export class FleetSpray {
-  private readonly reported = new Map<string, { at: number; newest: number; severity: Severity }>();
+  private readonly reported = new Map<string, { at: number; newest: number; severity: Severity; keys: number }>();
   private read: { at: number; now: number; failingKeys: ReadonlyMap<string, number> } = { at: -Infinity, now: -Infinity, failingKeys: new Map() };
 
   constructor(
@@ -440,9 +438,9 @@ export class FleetSpray {
       if (severity === undefined) continue;
       const newest = failing.reduce((latest, key) => Math.max(latest, key.newest), -Infinity);
       const last = this.reported.get(network);
-      if (last && !above(severity, last.severity) && (clock - last.at < REPORT_EVERY_MS || newest <= last.newest)) continue;
+      if (last && !above(severity, last.severity) && (clock - last.at < REPORT_EVERY_MS || (newest <= last.newest && failing.length <= last.keys))) continue;
       findings.push(...reportSpray(network, failing, severity, params, this.reports, this.testKeyCeiling));
-      this.reported.set(network, { at: clock, newest: Math.max(newest, last?.newest ?? -Infinity), severity });
+      this.reported.set(network, { at: clock, newest: Math.max(newest, last?.newest ?? -Infinity), severity, keys: failing.length });
     }
     return findings;
   }
@@ -492,7 +490,7 @@ function reportSpray(network: string, failing: readonly SprayedKey[], severity: 
         `in ${params.windowMinutes} minutes (at least ${params.minKeys} make an alert), ${yours}: someone is trying a list of keys. ` +
         'Check that those keys\' secrets have not leaked (rotate them if in doubt), and block the network at your edge if it is not yours.',
       evidence: {
-        judgedBy: 'network_across_keys',
+        judgedBy: JUDGED_ACROSS_KEYS,
         network,
         ips,
         userAgents,
@@ -504,6 +502,7 @@ function reportSpray(network: string, failing: readonly SprayedKey[], severity: 
         merchantKeys: listed,
         merchantKeyCount: keys.length,
         merchantAuthFailures: theirFailures,
+        lastFailureAt: new Date(lastSeenAt).toISOString(),
         windowMinutes: params.windowMinutes,
         windowMs: params.windowMinutes * MINUTE,
         sampleEventIds: keys.slice(0, MAX_SAMPLES).map((key) => key.newestEventId),

@@ -14,7 +14,7 @@ import { FailureLog } from '../failure-log.ts';
 import type { Detection } from '../ingest/analysis-thread.ts';
 import type { Logger } from '../logger.ts';
 import { MAX_CLOCK_SKEW_MS } from './admission.ts';
-import { SPRAY_READER_PARTITION, type SprayedRequests } from './source-spray.ts';
+import type { SprayedRequests } from './source-spray.ts';
 
 /** How often the owner of partition 0 reads the sprayed keys of every partition: an alert comes this much (and a store flush) after a spray's keys reach the count. */
 export const SPRAY_ACROSS_REPLICAS_MS = 15_000;
@@ -72,7 +72,7 @@ export class SprayAcrossReplicas {
   private async readAndJudge(): Promise<void> {
     const { options } = this;
     const owned = options.owned();
-    if (!owned.has(SPRAY_READER_PARTITION)) return;
+    if (!owned.has(0)) return;
     try {
       const now = options.now?.() ?? Date.now();
       // As of storage's newest 401 up to MAX_CLOCK_SKEW_MS ahead (as admission takes events in: a 401

@@ -15,6 +15,9 @@ export const SEVERITIES = ['low', 'medium', 'high', 'critical'] as const;
 export type Severity = (typeof SEVERITIES)[number];
 
 export const ACTIONS = ['monitor', 'rate_limit', 'investigate', 'block'] as const;
+
+/** evidence.judgedBy of credential stuffing: a network judged across keys (src/detect/source-spray.ts), not one key's window. */
+export const JUDGED_ACROSS_KEYS = 'network_across_keys';
 export type RecommendedAction = (typeof ACTIONS)[number];
 
 /** Where an IP is, as far as the GeoIP database knows. */

@@ -148,7 +148,6 @@ port.on('message', (request: AnalysisRequest) => {
         // again and must not be taken for repeats.
         recentIds.keepPartitions(owned);
         engine?.keepPartitions(owned);
-        engine?.followSprayReader(new Set(request.owned));
         response = { id: request.id, result: { findings: [], ruleErrors: [] } };
         break;
       }

@@ -53,7 +53,7 @@ export type AnalysisRequest =
   | { kind: 'warm'; id: number; events: RequestEvent[]; partition: number; asOf: number }
   | { kind: 'recall'; id: number; sightings: NetworkSighting[]; partition: number }
   | { kind: 'recallEventIds'; id: number; eventIds: string[]; partition: number }
-  | { kind: 'keepPartitions'; id: number; partitions: number[]; owned: number[] }
+  | { kind: 'keepPartitions'; id: number; partitions: number[] }
   | { kind: 'fleetSpray'; id: number; requests: SprayedRequests[] };
 
 export type AnalysisResponse = { id: number; result: BatchAnalysis | Detection } | { id: number; error: string };
@@ -147,9 +147,8 @@ export class AnalysisThread {
     await this.request({ kind: 'recallEventIds', eventIds, partition });
   }
 
-  /** After an assignment: forgets what it holds of partitions not in `partitions`; `owned` are all those the replica now owns (DetectionEngine.followSprayReader). */
-  keepPartitions(partitions: number[], owned: number[]): Promise<Detection> {
-    return this.request({ kind: 'keepPartitions', partitions, owned });
+  keepPartitions(partitions: number[]): Promise<Detection> {
+    return this.request({ kind: 'keepPartitions', partitions });
   }
 
   /** Judges storage's reading of the keys sprayed across replicas (DetectionEngine.judgeFleetSpray). */

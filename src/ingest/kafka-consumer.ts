@@ -233,8 +233,7 @@ export class KafkaIntake {
       // given back after the group dropped this replica are forgotten too, with the ids of its
       // events: the rows not stored were dropped, and whatever was stored meanwhile is recalled and
       // warmed again before its first batch, as for any partition an assignment brings.
-      // It also learns whether it reads the sprays of every partition (DetectionEngine.followSprayReader).
-      options.analysis.keepPartitions(kept, owned).catch(() => undefined);
+      options.analysis.keepPartitions(kept).catch(() => undefined);
       logger.info({ assignment: event.payload.memberAssignment }, 'kafka partitions assigned');
     });
     this.consumer.on(this.consumer.events.CRASH, (event) => {

@@ -16,14 +16,22 @@ function finding(severity: Severity, at = T0, scope = 'pk_live_a'): Finding {
   return makeFinding(severity, at, scope);
 }
 
-/** A credential-stuffing report (source-spray.ts) to m_1 of `keys` of its keys, the newest 401 at `at`. */
-function sprayReport(keys: number, at: number, severity: Severity = 'medium', merchantKeys = Array.from({ length: Math.min(keys, 20) }, (_, k) => `pk_live_${k}`)): Finding {
+/**
+ * A credential-stuffing report (source-spray.ts) to m_1 of `keys` of its keys, the newest 401 at
+ * `at`: a replica's share (own_partitions) or the reading of every partition (all_partitions).
+ */
+function sprayReport(
+  judgedFrom: 'own_partitions' | 'all_partitions',
+  keys: number,
+  at: number,
+  { severity = 'medium' as Severity, merchantKeys = Array.from({ length: Math.min(keys, 20) }, (_, k) => `pk_live_${k}`) } = {},
+): Finding {
   const base = makeFinding(severity, at, 'network:203.0.113.0/24');
   return {
     ...base,
     apiKeyId: null,
     title: `Credential stuffing from 203.0.113.0/24, ${keys} of them yours`,
-    evidence: { ...base.evidence, judgedBy: 'network_across_keys', merchantKeys, merchantKeyCount: keys, lastFailureAt: new Date(at).toISOString(), windowMs: 600_000 },
+    evidence: { ...base.evidence, judgedBy: 'network_across_keys', judgedFrom, merchantKeys, merchantKeyCount: keys, lastFailureAt: new Date(at).toISOString(), windowMs: 600_000 },
   };
 }
 
@@ -92,32 +100,49 @@ describe('AlertManager', () => {
     expect(alerts.apply('m_1', rule, finding('high', T0 + 40_000))).toMatchObject({ change: 'escalated', alert: { occurrences: 3 } });
   });
 
-  it('takes a credential-stuffing report as late as its alert that lists more of the merchant\'s keys: storage\'s reading after a replica\'s share', () => {
+  it('takes a credential-stuffing report no later than its alert that lists more of the merchant\'s keys: storage\'s reading after a replica\'s share', () => {
     const { alerts } = manager();
-    alerts.apply('m_1', rule, sprayReport(25, T0));
-    expect(alerts.apply('m_1', rule, sprayReport(50, T0))).toMatchObject({ change: 'updated', alert: { occurrences: 2, evidence: { merchantKeyCount: 50 } } });
-    // The same again, fewer keys as late, or more keys at a lower severity, is the same evidence.
-    expect(alerts.apply('m_1', rule, sprayReport(50, T0))).toEqual({ alert: undefined, change: 'stale' });
-    expect(alerts.apply('m_1', rule, sprayReport(30, T0))).toEqual({ alert: undefined, change: 'stale' });
-    expect(alerts.apply('m_1', rule, sprayReport(60, T0 - 1_000))).toEqual({ alert: undefined, change: 'stale' });
-    alerts.apply('m_1', rule, sprayReport(50, T0 + 1_000, 'high'));
-    expect(alerts.apply('m_1', rule, sprayReport(70, T0 + 1_000))).toEqual({ alert: undefined, change: 'stale' });
+    alerts.apply('m_1', rule, sprayReport('own_partitions', 25, T0));
+    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 50, T0))).toMatchObject({ change: 'updated', alert: { occurrences: 2, evidence: { merchantKeyCount: 50 } } });
+    // The same again, or fewer keys as late, is the same evidence.
+    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 50, T0))).toEqual({ alert: undefined, change: 'stale' });
+    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 30, T0))).toEqual({ alert: undefined, change: 'stale' });
+    // A reading without the share's newest 401 (stored after it), with more keys, is news within the window; a window before, not.
+    const earlier = alerts.apply('m_1', rule, sprayReport('all_partitions', 60, T0 - 20_000));
+    expect(earlier).toMatchObject({ change: 'updated', alert: { lastSeenAt: new Date(T0).toISOString(), evidence: { merchantKeyCount: 60 } } });
+    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 70, T0 - 600_000))).toEqual({ alert: undefined, change: 'stale' });
+    // More keys at a lower severity than the alert's are not.
+    alerts.apply('m_1', rule, sprayReport('all_partitions', 60, T0 + 1_000, { severity: 'high' }));
+    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 70, T0 + 1_000))).toEqual({ alert: undefined, change: 'stale' });
   });
 
-  it('keeps the whole of a spray in its alert when a replica\'s share of it comes later, unless the share names a new key or the whole has left the window', () => {
+  it('keeps the reading\'s whole of a spray in its alert when a replica\'s share of it comes later, unless the share names a new key or the whole has left the window', () => {
     const { alerts } = manager();
-    const whole = alerts.apply('m_1', rule, sprayReport(12, T0)).alert!;
+    const whole = alerts.apply('m_1', rule, sprayReport('all_partitions', 12, T0)).alert!;
     // A replica's 6 of the 12, with a newer 401: seen later, still described by the whole.
-    const share = alerts.apply('m_1', rule, sprayReport(6, T0 + 5_000));
+    const share = alerts.apply('m_1', rule, sprayReport('own_partitions', 6, T0 + 5_000));
     expect(share).toMatchObject({ change: 'updated', alert: { occurrences: 2, lastSeenAt: new Date(T0 + 5_000).toISOString(), title: whole.title, evidence: whole.evidence } });
     // A share naming a key the whole (which lists them all) does not: the spray moved on.
-    const moved = sprayReport(6, T0 + 6_000, 'medium', ['pk_live_new', 'pk_live_1']);
+    const moved = sprayReport('own_partitions', 6, T0 + 6_000, { merchantKeys: ['pk_live_new', 'pk_live_1'] });
     expect(alerts.apply('m_1', rule, moved).alert!.evidence).toEqual(moved.evidence);
     // A share a window after the whole's newest 401 replaces it too.
     const { alerts: other } = manager();
-    other.apply('m_1', rule, sprayReport(12, T0));
-    const later = sprayReport(6, T0 + 10 * 60_000);
+    other.apply('m_1', rule, sprayReport('all_partitions', 12, T0));
+    const later = sprayReport('own_partitions', 6, T0 + 10 * 60_000);
     expect(other.apply('m_1', rule, later).alert!.evidence).toEqual(later.evidence);
+  });
+
+  it('describes a spray\'s alert by the reading\'s latest whole, fewer keys or not, and by one replica\'s latest share when no reading came', () => {
+    const { alerts } = manager();
+    // Over 20 keys, the list holds the 20 that failed last: a later reading with fewer (keys left the window) lists the new ones.
+    alerts.apply('m_1', rule, sprayReport('all_partitions', 30, T0));
+    const fewer = sprayReport('all_partitions', 25, T0 + 3 * 60_000, { merchantKeys: Array.from({ length: 20 }, (_, k) => `pk_live_new${k}`) });
+    expect(alerts.apply('m_1', rule, fewer).alert!.evidence).toEqual(fewer.evidence);
+    // A single replica (or no reading yet): its later share describes the alert.
+    const { alerts: single } = manager();
+    single.apply('m_1', rule, sprayReport('own_partitions', 12, T0));
+    const next = sprayReport('own_partitions', 6, T0 + 60_000);
+    expect(single.apply('m_1', rule, next).alert!.evidence).toEqual(next.evidence);
     // Other rules' repeats describe their alerts, whatever their evidence.
     const { alerts: third } = manager();
     third.apply('m_1', rule, { ...finding('medium', T0), evidence: { sampleEventIds: ['e1'], windowMs: 60_000, merchantKeyCount: 12 } });

@@ -329,13 +329,14 @@ function describedBy(rule: RuleInfo, finding: Finding) {
 
 /**
  * Whether a credential-stuffing report (source-spray.ts: a network judged across keys, its
- * evidence's merchantKeyCount) saw more of the merchant's keys than the alert's, as late: storage's
- * reading of every replica's keys after the replica's own share, whose newest 401 it may hold too
- * (a spray of a few seconds). That is news (keys to rotate), not the same evidence again.
+ * evidence's merchantKeyCount) saw more of the merchant's keys than the alert's, within the spray's
+ * window of its last sighting: storage's reading of every replica's keys after the replica's own
+ * share, which may hold 401s the reading does not yet (stored after it). That is news (keys to
+ * rotate), not the same evidence again.
  */
 function seesMoreKeys(finding: Finding, alert: Alert): boolean {
   const keys = (evidence: Record<string, unknown>) => (typeof evidence.merchantKeyCount === 'number' ? evidence.merchantKeyCount : 0);
-  return finding.lastSeenAt === Date.parse(alert.lastSeenAt) && keys(finding.evidence) > keys(alert.evidence);
+  return Date.parse(alert.lastSeenAt) - finding.lastSeenAt < finding.evidence.windowMs && keys(finding.evidence) > keys(alert.evidence);
 }
 
 /** When the alert was last resolved (its latest move to resolved; its last update when none is recorded). */

@@ -308,8 +308,9 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
   });
 
   it('keeps the whole of a credential-stuffing spray over a replica\'s share of it seen later, with the later sighting', () => {
-    const spray = (keys: number, at: string) => ({
+    const spray = (keys: number, at: string, judgedFrom = keys > 6 ? 'all_partitions' : 'own_partitions') => ({
       judgedBy: 'network_across_keys',
+      judgedFrom,
       merchantKeys: Array.from({ length: keys }, (_, k) => `pk_live_${k}`),
       merchantKeyCount: keys,
       lastFailureAt: at,
@@ -322,6 +323,11 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
     for (const merged of [mergeDetection(share, whole), mergeDetection(whole, share)]) {
       expect(merged).toMatchObject({ title: '12 of them yours', evidence: whole.evidence, lastSeenAt: '2026-11-20T12:00:05.000Z' });
     }
+    // Two copies each as telling as the other, seen as late (one merged already): the newer 401's, whichever copy is ours.
+    const moved: Alert = { ...share, title: 'moved on', evidence: { ...share.evidence, merchantKeys: ['pk_live_new'] } };
+    const merged = { ...whole, lastSeenAt: moved.lastSeenAt };
+    expect(mergeDetection(merged, moved).title).toBe('moved on');
+    expect(mergeDetection(moved, merged).title).toBe('moved on');
     // Any other alert is described by the copy seen later.
     expect(mergeDetection({ ...whole, evidence: { observed: 12 } }, { ...share, evidence: { observed: 6 } })).toMatchObject({ title: '6 of them yours' });
   });

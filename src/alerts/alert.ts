@@ -1,7 +1,7 @@
 /**
  * The alert (contracts section 2) and how a finding's severity and confidence become its risk score.
  */
-import { JUDGED_ACROSS_KEYS, type AnomalyType, type RecommendedAction, type Severity } from '../detect/types.ts';
+import { JUDGED_ACROSS_KEYS, type AnomalyType, type RecommendedAction, type Severity, type SprayJudgedFrom } from '../detect/types.ts';
 
 export const ALERT_STATUSES = ['open', 'acknowledged', 'resolved', 'dismissed'] as const;
 export type AlertStatus = (typeof ALERT_STATUSES)[number];
@@ -66,25 +66,31 @@ export function higherSeverity(a: Severity, b: Severity): Severity {
 /**
  * Whether `next` describes an alert better than `current`, a description of the same severity. For
  * every rule but one, it does: the later finding describes the alert. Credential stuffing
- * (src/detect/source-spray.ts) is judged by two tallies, a replica's own from its share of the keys
- * and the reading of storage from every replica's, which report the same spray in turns: a
- * description replaces another only when it lists at least as many of the merchant's keys, or a key
- * `current` does not though `current` lists them all (the spray moved on to new keys), or when
- * `current`'s newest 401 is a window or more older (the whole it held is gone). So a replica's share
- * does not overwrite the whole in the merchant's alert.
+ * (src/detect/source-spray.ts) is judged by two tallies, which report one spray in turns: each
+ * replica's own, from the keys of its partitions, and the reading of storage by the owner of
+ * partition 0, from every partition's (evidence.judgedFrom). The reading describes the alert when it
+ * is as late as `current` or lists as many of the merchant's keys. A replica's share after the
+ * reading's whole describes it only when it lists as many of the merchant's keys, or a key that
+ * `current` (listing them all) does not (the spray moved on), or when `current`'s newest 401 is a
+ * window or more older (no reading since: the reader is down, or its bounds cut the network). So a
+ * share does not overwrite the whole in the merchant's alert; one share after another (a single
+ * replica's) describes it, as any later finding does.
  */
 export function describesBetter(next: Record<string, unknown>, current: Record<string, unknown>): boolean {
   if (next.judgedBy !== JUDGED_ACROSS_KEYS || current.judgedBy !== JUDGED_ACROSS_KEYS) return true;
   const keyCount = (evidence: Record<string, unknown>) => (typeof evidence.merchantKeyCount === 'number' ? evidence.merchantKeyCount : 0);
-  if (keyCount(next) >= keyCount(current)) return true;
+  // Without a time (an alert stored before there was one), a NaN: no comparison holds, and `next` describes.
+  const lastFailure = (evidence: Record<string, unknown>) => (typeof evidence.lastFailureAt === 'string' ? Date.parse(evidence.lastFailureAt) : NaN);
+  if (next.judgedFrom === ALL_PARTITIONS) return keyCount(next) >= keyCount(current) || !(lastFailure(next) < lastFailure(current));
+  if (current.judgedFrom !== ALL_PARTITIONS || keyCount(next) >= keyCount(current)) return true;
   const listed = (evidence: Record<string, unknown>) => (Array.isArray(evidence.merchantKeys) ? (evidence.merchantKeys as unknown[]) : []);
   const currentKeys = listed(current);
   if (currentKeys.length >= keyCount(current) && listed(next).some((key) => !currentKeys.includes(key))) return true;
-  const lastFailure = (evidence: Record<string, unknown>) => (typeof evidence.lastFailureAt === 'string' ? Date.parse(evidence.lastFailureAt) : NaN);
   const windowMs = typeof current.windowMs === 'number' ? current.windowMs : 0;
-  // Without a time (an alert stored before there was one), the later description is taken, as for the other rules.
   return !(lastFailure(next) - lastFailure(current) < windowMs);
 }
+
+const ALL_PARTITIONS: SprayJudgedFrom = 'all_partitions';
 
 /** A score inside the severity's band, growing with confidence; never reaches the next band. */
 export function riskScore(severity: Severity, confidence: number): number {
@@ -304,11 +310,18 @@ function mergedDetection(ours: Alert, theirs: Alert) {
   };
 }
 
-/** Of two copies of one severity, the one that describes the alert (describesBetter; when both or neither does, the one seen later). */
+/**
+ * Of two copies of one severity, the one that describes the alert (describesBetter); when each
+ * describes it as well as the other, the one seen later, and of two seen as late, the one whose
+ * evidence's newest 401 is later (credential stuffing: a merged copy has the later sighting of two,
+ * with either's description), whichever copy is ours, so that replicas agree.
+ */
 function betterDescribed(ours: Alert, theirs: Alert): Alert {
   const theirsBetter = describesBetter(theirs.evidence, ours.evidence);
   if (theirsBetter !== describesBetter(ours.evidence, theirs.evidence)) return theirsBetter ? theirs : ours;
-  return theirs.lastSeenAt > ours.lastSeenAt ? theirs : ours;
+  if (theirs.lastSeenAt !== ours.lastSeenAt) return theirs.lastSeenAt > ours.lastSeenAt ? theirs : ours;
+  const lastFailure = (alert: Alert) => (typeof alert.evidence.lastFailureAt === 'string' ? alert.evidence.lastFailureAt : '');
+  return lastFailure(theirs) > lastFailure(ours) ? theirs : ours;
 }
 
 /**

@@ -756,7 +756,10 @@ export class DetectionEngine {
       state.eventIds.add(idHash);
       state.plan = event.plan;
       // A key one event calls live is judged as live: never under-report a live key.
-      if (event.environment === 'live') state.environment = 'live';
+      if (event.environment === 'live' && state.environment !== 'live') {
+        state.environment = 'live';
+        this.spray.keyIsLive(state.merchantId, state.apiKeyId);
+      }
       if (partition >= 0) state.partition = partition;
       if (state.arrived.push(batch.windowEvents[i]!) === 1) touched.push(state);
       if (!warming || event.timestamp >= warmingSprayFrom) this.spray.add(event, batch.windowEvents[i]!, state.partition, state.environment);

@@ -8,7 +8,7 @@ import { explainAlert, TEST_KEYS_INSIGHT } from '../alerts/insights.ts';
 import type { RequestEvent } from '../events/request-event.ts';
 import { DetectionConfig } from './detection-config.ts';
 import { DetectionEngine, type EngineFinding } from './engine.ts';
-import { SourceSpray, sprayedKeysOf, type SprayedRequests } from './source-spray.ts';
+import { SourceSpray, SprayReports, sprayedKeysOf, type SprayedRequests } from './source-spray.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
 const SECOND = 1000;
@@ -274,6 +274,10 @@ describe('credential stuffing across keys: test keys', () => {
     const earlier = spray(20, 1, T0 - 30 * SECOND).map((event) => ({ ...event, status: 200, ip: '198.51.100.20' }));
     const findings = networkFindings(engine(), [...earlier, ...spray(20, 1, T0).map((event) => ({ ...event, environment: 'test' as const }))], 20);
     expect(findings.map((f) => `${f.merchantId} ${f.finding.severity}`)).toEqual(['m_0 medium']);
+    // Or after them: in the same batch, before the network is judged.
+    const later = spray(20, 1, T0 + 30 * SECOND).map((event) => ({ ...event, apiKeyId: event.apiKeyId.replace('_k', '_later'), status: 200, ip: '198.51.100.20' }));
+    const tested = spray(20, 1, T0).map((event) => ({ ...event, apiKeyId: event.apiKeyId.replace('_k', '_later'), environment: 'test' as const }));
+    expect(networkFindings(engine(), [...tested, ...later], 40).map((f) => `${f.merchantId} ${f.finding.severity}`)).toEqual(['m_0 medium']);
   });
 
   it('takes the test-key ceiling of the merchant\'s plan or of the merchant from the detection config, and tells a merchant at its ceiling nothing more when the spray rises to high', () => {
@@ -302,6 +306,18 @@ describe('credential stuffing across keys: test keys', () => {
 });
 
 describe('credential stuffing across keys: what each merchant is told', () => {
+  it('tells a merchant again for a newer 401, a higher severity or more of its keys than it was ever told of', () => {
+    const reports = new SprayReports();
+    expect(reports.tell('n', 'm_0', T0, 'medium', 6)).toBe(true);
+    expect(reports.tell('n', 'm_0', T0, 'medium', 6)).toBe(false);
+    expect(reports.tell('n', 'm_0', T0, 'low', 12)).toBe(true);
+    // Told medium and 12 keys already (by two reports): nothing new.
+    expect(reports.tell('n', 'm_0', T0, 'medium', 6)).toBe(false);
+    expect(reports.tell('n', 'm_0', T0, 'high', 6)).toBe(true);
+    expect(reports.tell('n', 'm_0', T0 + 1, 'medium', 6)).toBe(true);
+    expect(reports.tell('n', 'm_1', T0, 'medium', 6)).toBe(true);
+  });
+
   it('reports a rise to high to every merchant of the spray, one whose newest 401 was reported already too', () => {
     const detection = engine();
     // 19 keys of m_0, and a key of m_1 whose 401 is dated 4 minutes ahead (a producer's clock, within what admission takes).

@@ -38,7 +38,7 @@
 import type { Plan, RequestEvent } from '../events/request-event.ts';
 import type { EngineFinding } from './engine.ts';
 import { testKeyFinding } from './test-keys.ts';
-import { JUDGED_ACROSS_KEYS, type Finding, type Severity, type WindowEvent } from './types.ts';
+import { JUDGED_ACROSS_KEYS, type Finding, type Severity, type SprayJudgedFrom, type WindowEvent } from './types.ts';
 
 /** Not yet parameters per plan or merchant, as the rules' are. */
 const PARAMS = { windowMinutes: 10, minKeys: 20, highKeys: 100 } as const;
@@ -121,7 +121,7 @@ export interface SprayedRequests {
   keyRows: number;
   keyFailures: number;
   keyJudged: number;
-  /** Whether any of the key's requests from the network, of all its rows, said it is a live key. */
+  /** Whether any of the key's requests in the window, from any network, said it is a live key. */
   keyLive: boolean;
 }
 
@@ -192,8 +192,8 @@ export function sprayedKeysOf(requests: readonly SprayedRequests[], allowlisted:
 const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, critical: 3 };
 
 /**
- * What was last reported about each network to each merchant: the newest 401 of its keys, the
- * severity and how many of its keys. A merchant is reported to again for a newer 401, a higher
+ * What was reported about each network to each merchant: the newest 401 of its keys, the highest
+ * severity and the most of its keys. A merchant is reported to again for a newer 401, a higher
  * severity or more of its keys only (a key's 401 may be dated ahead of the others', and the
  * replica's tally and its reading of storage judge in times of their own; the reading of every
  * replica's keys may hold no 401 newer than the replica's own share did, as after a spray of a few
@@ -210,7 +210,7 @@ export class SprayReports {
     const last = told?.get(merchantId);
     if (last && newest <= last.newest && !above(severity, last.severity) && keys <= last.keys) return false;
     if (told === undefined) this.byNetwork.set(network, (told = new Map()));
-    told.set(merchantId, { newest: Math.max(newest, last?.newest ?? -Infinity), severity, keys });
+    told.set(merchantId, { newest: Math.max(newest, last?.newest ?? -Infinity), severity: last && !above(severity, last.severity) ? last.severity : severity, keys: Math.max(keys, last?.keys ?? 0) });
     return true;
   }
 
@@ -318,13 +318,13 @@ export class SourceSpray {
         continue;
       }
       // A network the reading of storage judges whole is its to report: this replica's share would
-      // only overwrite the whole in the merchants' alerts. Judged again once due, should the
-      // readings stop.
+      // add only a write to the merchants' alerts (which keep the whole: describesBetter in
+      // src/alerts/alert.ts). Judged again once due, should the readings stop.
       if (coveredElsewhere(spray.network, failing.length, now)) {
         this.unreported.add(spray);
         continue;
       }
-      findings.push(...reportSpray(spray.network, failing, severity, params, this.reports, this.testKeyCeiling));
+      findings.push(...reportSpray(spray.network, failing, severity, 'own_partitions', params, this.reports, this.testKeyCeiling));
       spray.reportedAt = now;
       spray.reportedSeverity = severity;
     }
@@ -343,6 +343,14 @@ export class SourceSpray {
     if (this.networks.get(spray.network) === spray) this.networks.delete(spray.network);
     this.unreported.delete(spray);
     return false;
+  }
+
+  /** A key held as a test key turned out live (an event of it said so): so it is in every network's keys (rare: once a key). */
+  keyIsLive(merchantId: string, apiKeyId: string): void {
+    for (const spray of this.networks.values()) {
+      const key = heldKey(spray.keys, merchantId, apiKeyId).key;
+      if (key !== undefined) key.environment = 'live';
+    }
   }
 
   /** Records whether most of a key's requests from a network failed, as its window says before the engine forgets it. */
@@ -439,7 +447,7 @@ export class FleetSpray {
       const newest = failing.reduce((latest, key) => Math.max(latest, key.newest), -Infinity);
       const last = this.reported.get(network);
       if (last && !above(severity, last.severity) && (clock - last.at < REPORT_EVERY_MS || (newest <= last.newest && failing.length <= last.keys))) continue;
-      findings.push(...reportSpray(network, failing, severity, params, this.reports, this.testKeyCeiling));
+      findings.push(...reportSpray(network, failing, severity, 'all_partitions', params, this.reports, this.testKeyCeiling));
       this.reported.set(network, { at: clock, newest: Math.max(newest, last?.newest ?? -Infinity), severity, keys: failing.length });
     }
     return findings;
@@ -453,7 +461,15 @@ export class FleetSpray {
  * at no more than its test-key ceiling, as of any finding on a test key (test-keys.ts); the spray
  * still counts them, and its other merchants are told at the spray's severity.
  */
-function reportSpray(network: string, failing: readonly SprayedKey[], severity: Severity, params: SprayParams, reports: SprayReports, testKeyCeiling: TestKeyCeiling): EngineFinding[] {
+function reportSpray(
+  network: string,
+  failing: readonly SprayedKey[],
+  severity: Severity,
+  judgedFrom: SprayJudgedFrom,
+  params: SprayParams,
+  reports: SprayReports,
+  testKeyCeiling: TestKeyCeiling,
+): EngineFinding[] {
   const byMerchant = new Map<string, SprayedKey[]>();
   let failures = 0;
   for (const key of failing) {
@@ -491,6 +507,7 @@ function reportSpray(network: string, failing: readonly SprayedKey[], severity: 
         'Check that those keys\' secrets have not leaked (rotate them if in doubt), and block the network at your edge if it is not yours.',
       evidence: {
         judgedBy: JUDGED_ACROSS_KEYS,
+        judgedFrom,
         network,
         ips,
         userAgents,

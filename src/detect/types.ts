@@ -18,6 +18,11 @@ export const ACTIONS = ['monitor', 'rate_limit', 'investigate', 'block'] as cons
 
 /** evidence.judgedBy of credential stuffing: a network judged across keys (src/detect/source-spray.ts), not one key's window. */
 export const JUDGED_ACROSS_KEYS = 'network_across_keys';
+/**
+ * evidence.judgedFrom of credential stuffing: the keys of the replica's own partitions (its own
+ * tally), or of every partition (its reading of storage, by the owner of partition 0).
+ */
+export type SprayJudgedFrom = 'own_partitions' | 'all_partitions';
 export type RecommendedAction = (typeof ACTIONS)[number];
 
 /** Where an IP is, as far as the GeoIP database knows. */

@@ -866,14 +866,19 @@ export class EventStore {
           ORDER BY newest_at DESC, network, merchant_id, api_key_id
           LIMIT {keysPerNetwork:UInt32} BY network
           LIMIT {maxKeys:UInt32}
+       ),
+       -- Live keys, by any of their requests in the window from any network (as detection holds a key live once an event says so).
+       live_keys AS (
+         SELECT DISTINCT merchant_id, api_key_id FROM ${this.tables.requestEvents}
+          WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM sprayed)
+            AND ts >= since AND ts <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String} AND environment = 'live'
        )
        SELECT merchant_id, api_key_id, source_partition AS partition, ${NETWORK_OF_IP} AS network, toString(ip) AS address, user_agent,
               countIf(status = 401) AS failures, countIf(status NOT IN (403, 429) AND status < 500) AS judged,
               toUnixTimestamp64Milli(minIf(ts, status = 401)) AS first, toUnixTimestamp64Milli(maxIf(ts, status = 401)) AS newest,
               argMaxIf(event_id, ts, status = 401) AS event_id, argMaxIf(toString(country), ts, status = 401) AS country,
-              argMax(toString(plan), ts) AS newest_plan, countIf(environment = 'live') AS live,
-              count() OVER key AS key_rows, sum(failures) OVER key AS key_failures, sum(judged) OVER key AS key_judged,
-              sum(live) OVER key AS key_live
+              argMax(toString(plan), ts) AS newest_plan, (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM live_keys) AS key_live,
+              count() OVER key AS key_rows, sum(failures) OVER key AS key_failures, sum(judged) OVER key AS key_judged
          FROM ${this.tables.requestEvents}
         -- (merchant, key) first: the primary key's prefix, so only those keys' granules are read.
         WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM sprayed)

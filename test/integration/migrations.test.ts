@@ -296,9 +296,9 @@ describe('migrations', () => {
     const key = (k: number) => `pk_live_spray_${k}`;
     const lines: string[] = [];
     // 20 keys (key k on partition k % 4; key 8 on the enterprise plan, the others business) get a 401 each from
-    // 203.0.113.0/24, a second apart. Keys 2 and 4 say they are test keys in those requests.
+    // 203.0.113.0/24, a second apart. Keys 2, 4 and 5 say they are test keys in those requests.
     for (let k = 0; k < 20; k++) {
-      const fields = { ip: `203.0.113.${k + 1}`, status: 401, userAgent: 'curl/8.5.0', country: 'NL', ...(k === 8 && { plan: 'enterprise' }), ...((k === 2 || k === 4) && { environment: 'test' }) };
+      const fields = { ip: `203.0.113.${k + 1}`, status: 401, userAgent: 'curl/8.5.0', country: 'NL', ...(k === 8 && { plan: 'enterprise' }), ...([2, 4, 5].includes(k) && { environment: 'test' }) };
       lines.push(row(key(k), k % 4, now - 5 * 60_000 + k * 1_000, fields));
     }
     // Key 2 answered 200 from another address of the network three times, as a live key; key 10 twice, while it was on a plan detection does not evaluate.
@@ -307,6 +307,8 @@ describe('migrations', () => {
     // Key 3's 429 and 503 from the network are not judged (as the engine's failedFrom), and its 200 from another network is not read.
     lines.push(row(key(3), 3, now - 4 * 60_000, { ip: '203.0.113.51', status: 429 }), row(key(3), 3, now - 4 * 60_000 + 1, { ip: '203.0.113.51', status: 503 }));
     lines.push(row(key(3), 3, now - 4 * 60_000 + 2, { ip: '10.1.2.3', status: 200 }));
+    // Key 4 made a live request from another network.
+    lines.push(row(key(4), 0, now - 4 * 60_000, { ip: '10.4.4.4', status: 200 }));
     // Key 6 failed from the network before the window too: that 401 is not read.
     lines.push(row(key(6), 2, now - 30 * 60_000, { ip: '203.0.113.7', status: 401, userAgent: 'curl/8.5.0' }));
     // A pro key, and a key whose 401 is dated two hours ahead, do not count towards the network's keys; another network failed for 5 keys only.
@@ -357,8 +359,8 @@ describe('migrations', () => {
       keyLive: true,
     });
     expect(requests.find((r) => r.apiKeyId === key(8))?.plan).toBe('enterprise');
-    // A key is live when any of its requests from the network says so, in the rows read or not.
-    expect(requests.filter((r) => !r.keyLive).map((r) => r.apiKeyId)).toEqual([key(4)]);
+    // A key is live when any of its requests in the window says so, from any network, in the rows read or not.
+    expect(requests.filter((r) => !r.keyLive).map((r) => r.apiKeyId)).toEqual([key(5)]);
     expect((await read(20, [0, 1], { rowsPerKey: 1 })).filter((r) => r.apiKeyId === key(2))).toMatchObject([{ ip: '203.0.113.3', keyRows: 2, keyLive: true }]);
     expect(requests.find((r) => r.ip === '203.0.113.50')).toMatchObject({ userAgent: 'okhttp/4.12.0', first: 0, newest: 0, newestEventId: '', country: undefined });
     // Neither the pro key nor the one ahead makes a 21st; the 5-key network (on partition 2) is read from 5 when

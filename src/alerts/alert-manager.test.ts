@@ -107,13 +107,19 @@ describe('AlertManager', () => {
     // The same again, or fewer keys as late, is the same evidence.
     expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 50, T0))).toEqual({ alert: undefined, change: 'stale' });
     expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 30, T0))).toEqual({ alert: undefined, change: 'stale' });
-    // A reading without the share's newest 401 (stored after it), with more keys, is news within the window; a window before, not.
-    const earlier = alerts.apply('m_1', rule, sprayReport('all_partitions', 60, T0 - 20_000));
-    expect(earlier).toMatchObject({ change: 'updated', alert: { lastSeenAt: new Date(T0).toISOString(), evidence: { merchantKeyCount: 60 } } });
-    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 70, T0 - 600_000))).toEqual({ alert: undefined, change: 'stale' });
+    // An earlier reading than the alert's is not: the later one describes the spray as it is (and merged copies keep it).
+    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 60, T0 - 20_000))).toEqual({ alert: undefined, change: 'stale' });
+    // A reading without a replica's newest 401 (stored after it), with more keys, is news within the window, and stays so
+    // when the copy written is merged with the one stored before; a window before, it is not.
+    const { alerts: owner } = manager();
+    const share = owner.apply('m_1', rule, sprayReport('own_partitions', 25, T0 + 20_000)).alert!;
+    const reading = owner.apply('m_1', rule, sprayReport('all_partitions', 50, T0));
+    expect(reading).toMatchObject({ change: 'updated', alert: { lastSeenAt: new Date(T0 + 20_000).toISOString(), evidence: { merchantKeyCount: 50 } } });
+    expect(owner.merge(reading.alert!, share).evidence).toMatchObject({ merchantKeyCount: 50 });
+    expect(owner.apply('m_1', rule, sprayReport('all_partitions', 70, T0 - 600_000))).toEqual({ alert: undefined, change: 'stale' });
     // More keys at a lower severity than the alert's are not.
-    alerts.apply('m_1', rule, sprayReport('all_partitions', 60, T0 + 1_000, { severity: 'high' }));
-    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 70, T0 + 1_000))).toEqual({ alert: undefined, change: 'stale' });
+    owner.apply('m_1', rule, sprayReport('all_partitions', 60, T0 + 21_000, { severity: 'high' }));
+    expect(owner.apply('m_1', rule, sprayReport('all_partitions', 70, T0 + 21_000))).toEqual({ alert: undefined, change: 'stale' });
   });
 
   it('keeps the reading\'s whole of a spray in its alert when a replica\'s share of it comes later, unless the share names a new key or the whole has left the window', () => {

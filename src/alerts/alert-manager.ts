@@ -243,7 +243,11 @@ export class AlertManager {
       const rank = severityRank(finding.severity) - severityRank(existing.severity);
       // The finding describes the alert from now on: of a higher severity, or of the same and no less telling (describesBetter).
       const describes = rank > 0 || (rank === 0 && describesBetter(finding.evidence, existing.evidence));
-      if (!escalated && finding.lastSeenAt <= Date.parse(existing.lastSeenAt) && !(describes && seesMoreKeys(finding, existing))) return { alert: undefined, change: 'stale' };
+      // A finding no later than the alert is news only when it lists more of the merchant's keys and
+      // the alert's description would not be kept over it when copies merge (betterDescribed, which
+      // the next write's merge applies: the two copies are then seen as late).
+      const news = describes && seesMoreKeys(finding, existing) && !describesBetter(existing.evidence, finding.evidence);
+      if (!escalated && finding.lastSeenAt <= Date.parse(existing.lastSeenAt) && !news) return { alert: undefined, change: 'stale' };
       const updated: Alert = this.withInsights({
         ...existing,
         severity,

@@ -100,56 +100,55 @@ describe('AlertManager', () => {
     expect(alerts.apply('m_1', rule, finding('high', T0 + 40_000))).toMatchObject({ change: 'escalated', alert: { occurrences: 3 } });
   });
 
-  it('takes a credential-stuffing report no later than its alert that lists more of the merchant\'s keys: storage\'s reading after a replica\'s share', () => {
+  it('describes a spray\'s alert by the reading of every partition over a replica\'s share, whichever came first, even when no later', () => {
     const { alerts } = manager();
-    alerts.apply('m_1', rule, sprayReport('own_partitions', 25, T0));
-    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 50, T0))).toMatchObject({ change: 'updated', alert: { occurrences: 2, evidence: { merchantKeyCount: 50 } } });
-    // The same again, or fewer keys as late, is the same evidence.
-    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 50, T0))).toEqual({ alert: undefined, change: 'stale' });
-    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 30, T0))).toEqual({ alert: undefined, change: 'stale' });
-    // An earlier reading than the alert's is not: the later one describes the spray as it is (and merged copies keep it).
-    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 60, T0 - 20_000))).toEqual({ alert: undefined, change: 'stale' });
-    // A reading without a replica's newest 401 (stored after it), with more keys, is news within the window, and stays so
-    // when the copy written is merged with the one stored before; a window before, it is not.
-    const { alerts: owner } = manager();
-    const share = owner.apply('m_1', rule, sprayReport('own_partitions', 25, T0 + 20_000)).alert!;
-    const reading = owner.apply('m_1', rule, sprayReport('all_partitions', 50, T0));
-    expect(reading).toMatchObject({ change: 'updated', alert: { lastSeenAt: new Date(T0 + 20_000).toISOString(), evidence: { merchantKeyCount: 50 } } });
-    expect(owner.merge(reading.alert!, share).evidence).toMatchObject({ merchantKeyCount: 50 });
-    expect(owner.apply('m_1', rule, sprayReport('all_partitions', 70, T0 - 600_000))).toEqual({ alert: undefined, change: 'stale' });
-    // More keys at a lower severity than the alert's are not.
-    owner.apply('m_1', rule, sprayReport('all_partitions', 60, T0 + 21_000, { severity: 'high' }));
-    expect(owner.apply('m_1', rule, sprayReport('all_partitions', 70, T0 + 21_000))).toEqual({ alert: undefined, change: 'stale' });
+    alerts.apply('m_1', rule, sprayReport('own_partitions', 1, T0));
+    // The reading holds the same key and 401 (its only one, on that replica), and every other replica's keys.
+    const reading = { ...sprayReport('all_partitions', 1, T0), title: 'the whole' };
+    expect(alerts.apply('m_1', rule, reading)).toMatchObject({ change: 'updated', alert: { title: 'the whole', occurrences: 2 } });
+    expect(alerts.apply('m_1', rule, reading)).toEqual({ alert: undefined, change: 'stale' });
+    // The replica's share of a newer 401 adds its sighting, not its description.
+    expect(alerts.apply('m_1', rule, sprayReport('own_partitions', 1, T0 + 5_000))).toMatchObject({ change: 'updated', alert: { title: 'the whole', lastSeenAt: new Date(T0 + 5_000).toISOString() } });
+    // A reading with a newer 401 than the whole describes it, though the alert was seen later still; an older one does not.
+    const newer = { ...sprayReport('all_partitions', 1, T0 + 3_000), title: 'a newer whole' };
+    expect(alerts.apply('m_1', rule, newer)).toMatchObject({ change: 'updated', alert: { title: 'a newer whole', lastSeenAt: new Date(T0 + 5_000).toISOString() } });
+    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 2, T0 + 1_000))).toEqual({ alert: undefined, change: 'stale' });
   });
 
-  it('keeps the reading\'s whole of a spray in its alert when a replica\'s share of it comes later, unless the share names a new key or the whole has left the window', () => {
+  it('describes a spray\'s alert by a replica\'s share when it lists more of the merchant\'s keys, names later one the reading does not, or comes a window later', () => {
+    const cases: [string, Finding, boolean][] = [
+      ['more keys, though earlier', sprayReport('own_partitions', 13, T0 - 1_000), true],
+      ['as many keys', sprayReport('own_partitions', 12, T0 + 1_000), false],
+      ['a new key, later', sprayReport('own_partitions', 6, T0 + 6_000, { merchantKeys: ['pk_live_new', 'pk_live_1'] }), true],
+      ['a new key, earlier', sprayReport('own_partitions', 6, T0 - 1_000, { merchantKeys: ['pk_live_new', 'pk_live_1'] }), false],
+      ['a window later', sprayReport('own_partitions', 6, T0 + 10 * 60_000), true],
+    ];
+    for (const [name, share, describes] of cases) {
+      const { alerts } = manager();
+      const whole = alerts.apply('m_1', rule, sprayReport('all_partitions', 12, T0)).alert!;
+      const evidence = alerts.apply('m_1', rule, share).alert?.evidence ?? whole.evidence;
+      expect([name, evidence]).toEqual([name, describes ? share.evidence : whole.evidence]);
+    }
+    // A reading listing 20 of its 30 keys: a key it does not name may be among the other 10.
     const { alerts } = manager();
-    const whole = alerts.apply('m_1', rule, sprayReport('all_partitions', 12, T0)).alert!;
-    // A replica's 6 of the 12, with a newer 401: seen later, still described by the whole.
-    const share = alerts.apply('m_1', rule, sprayReport('own_partitions', 6, T0 + 5_000));
-    expect(share).toMatchObject({ change: 'updated', alert: { occurrences: 2, lastSeenAt: new Date(T0 + 5_000).toISOString(), title: whole.title, evidence: whole.evidence } });
-    // A share naming a key the whole (which lists them all) does not: the spray moved on.
-    const moved = sprayReport('own_partitions', 6, T0 + 6_000, { merchantKeys: ['pk_live_new', 'pk_live_1'] });
-    expect(alerts.apply('m_1', rule, moved).alert!.evidence).toEqual(moved.evidence);
-    // A share a window after the whole's newest 401 replaces it too.
-    const { alerts: other } = manager();
-    other.apply('m_1', rule, sprayReport('all_partitions', 12, T0));
-    const later = sprayReport('own_partitions', 6, T0 + 10 * 60_000);
-    expect(other.apply('m_1', rule, later).alert!.evidence).toEqual(later.evidence);
+    const whole = alerts.apply('m_1', rule, sprayReport('all_partitions', 30, T0)).alert!;
+    expect(alerts.apply('m_1', rule, sprayReport('own_partitions', 6, T0 + 6_000, { merchantKeys: ['pk_live_new'] })).alert!.evidence).toEqual(whole.evidence);
   });
 
-  it('describes a spray\'s alert by the reading\'s latest whole, fewer keys or not, and by one replica\'s latest share when no reading came', () => {
+  it('describes a spray\'s alert by the later of two readings or of two shares, fewer keys or not, and by no report of a lower severity', () => {
     const { alerts } = manager();
-    // Over 20 keys, the list holds the 20 that failed last: a later reading with fewer (keys left the window) lists the new ones.
     alerts.apply('m_1', rule, sprayReport('all_partitions', 30, T0));
     const fewer = sprayReport('all_partitions', 25, T0 + 3 * 60_000, { merchantKeys: Array.from({ length: 20 }, (_, k) => `pk_live_new${k}`) });
     expect(alerts.apply('m_1', rule, fewer).alert!.evidence).toEqual(fewer.evidence);
+    const high = alerts.apply('m_1', rule, sprayReport('all_partitions', 25, T0 + 4 * 60_000, { severity: 'high' })).alert!;
+    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 70, T0 + 5 * 60_000))).toMatchObject({ change: 'updated', alert: { severity: 'high', evidence: high.evidence } });
+    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 80, T0 + 5 * 60_000))).toEqual({ alert: undefined, change: 'stale' });
     // A single replica (or no reading yet): its later share describes the alert.
     const { alerts: single } = manager();
     single.apply('m_1', rule, sprayReport('own_partitions', 12, T0));
     const next = sprayReport('own_partitions', 6, T0 + 60_000);
     expect(single.apply('m_1', rule, next).alert!.evidence).toEqual(next.evidence);
-    // Other rules' repeats describe their alerts, whatever their evidence.
+    // Other rules' repeats describe their alerts when later, whatever their evidence.
     const { alerts: third } = manager();
     third.apply('m_1', rule, { ...finding('medium', T0), evidence: { sampleEventIds: ['e1'], windowMs: 60_000, merchantKeyCount: 12 } });
     expect(third.apply('m_1', rule, { ...finding('medium', T0 + 1_000), evidence: { sampleEventIds: ['e2'], windowMs: 60_000, merchantKeyCount: 6 } }).alert!.evidence).toMatchObject({ merchantKeyCount: 6 });

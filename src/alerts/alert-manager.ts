@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
-import { describesBetter, episode, higherSeverity, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
+import { episode, higherSeverity, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, sprayKeptOver, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
 import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
@@ -241,13 +241,12 @@ export class AlertManager {
       const severity = higherSeverity(existing.severity, finding.severity);
       const escalated = severityRank(severity) > severityRank(existing.severity);
       const rank = severityRank(finding.severity) - severityRank(existing.severity);
-      // The finding describes the alert from now on: of a higher severity, or of the same and no less telling (describesBetter).
-      const describes = rank > 0 || (rank === 0 && describesBetter(finding.evidence, existing.evidence));
-      // A finding no later than the alert is news only when it lists more of the merchant's keys and
-      // the alert's description would not be kept over it when copies merge (betterDescribed, which
-      // the next write's merge applies: the two copies are then seen as late).
-      const news = describes && seesMoreKeys(finding, existing) && !describesBetter(existing.evidence, finding.evidence);
-      if (!escalated && finding.lastSeenAt <= Date.parse(existing.lastSeenAt) && !news) return { alert: undefined, change: 'stale' };
+      // The finding describes the alert from now on: of a higher severity, or of the same and seen
+      // later, or for credential stuffing of the same and kept over the alert's (sprayKeptOver, as
+      // merged copies keep it): a replica's share after the reading's whole adds its sighting only,
+      // and a reading without a share's newest 401 (stored after it) may still describe it.
+      const describes = rank > 0 || (rank === 0 && (sprayKeptOver(finding.evidence, existing.evidence) ?? finding.lastSeenAt > Date.parse(existing.lastSeenAt)));
+      if (!escalated && finding.lastSeenAt <= Date.parse(existing.lastSeenAt) && !describes) return { alert: undefined, change: 'stale' };
       const updated: Alert = this.withInsights({
         ...existing,
         severity,
@@ -329,18 +328,6 @@ function describedBy(rule: RuleInfo, finding: Finding) {
     firstSeenAt: new Date(finding.firstSeenAt).toISOString(),
     lastSeenAt: new Date(finding.lastSeenAt).toISOString(),
   } satisfies Partial<Alert>;
-}
-
-/**
- * Whether a credential-stuffing report (source-spray.ts: a network judged across keys, its
- * evidence's merchantKeyCount) saw more of the merchant's keys than the alert's, within the spray's
- * window of its last sighting: storage's reading of every replica's keys after the replica's own
- * share, which may hold 401s the reading does not yet (stored after it). That is news (keys to
- * rotate), not the same evidence again.
- */
-function seesMoreKeys(finding: Finding, alert: Alert): boolean {
-  const keys = (evidence: Record<string, unknown>) => (typeof evidence.merchantKeyCount === 'number' ? evidence.merchantKeyCount : 0);
-  return Date.parse(alert.lastSeenAt) - finding.lastSeenAt < finding.evidence.windowMs && keys(finding.evidence) > keys(alert.evidence);
 }
 
 /** When the alert was last resolved (its latest move to resolved; its last update when none is recorded). */

@@ -328,6 +328,9 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
     const merged = { ...whole, lastSeenAt: moved.lastSeenAt };
     expect(mergeDetection(merged, moved).title).toBe('moved on');
     expect(mergeDetection(moved, merged).title).toBe('moved on');
+    // Two readings of one time and count: one of them, the same whichever copy is ours.
+    const other: Alert = { ...whole, title: 'the same, otherwise described', evidence: { ...whole.evidence, ips: ['203.0.113.9'] } };
+    expect(mergeDetection(whole, other).title).toBe(mergeDetection(other, whole).title);
     // Any other alert is described by the copy seen later.
     expect(mergeDetection({ ...whole, evidence: { observed: 12 } }, { ...share, evidence: { observed: 6 } })).toMatchObject({ title: '6 of them yours' });
   });

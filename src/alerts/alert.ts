@@ -64,30 +64,49 @@ export function higherSeverity(a: Severity, b: Severity): Severity {
 }
 
 /**
- * Whether `next` describes an alert better than `current`, a description of the same severity. For
- * every rule but one, it does: the later finding describes the alert. Credential stuffing
- * (src/detect/source-spray.ts) is judged by two tallies, which report one spray in turns: each
- * replica's own, from the keys of its partitions, and the reading of storage by the owner of
- * partition 0, from every partition's (evidence.judgedFrom). The reading describes the alert when it
- * is as late as `current` or lists as many of the merchant's keys. A replica's share after the
- * reading's whole describes it only when it lists as many of the merchant's keys, or a key that
- * `current` (listing them all) does not (the spray moved on), or when `current`'s newest 401 is a
- * window or more older (no reading since: the reader is down, or its bounds cut the network). So a
- * share does not overwrite the whole in the merchant's alert; one share after another (a single
- * replica's) describes it, as any later finding does.
+ * Of two descriptions of one credential-stuffing alert at one severity, whether `a`'s is kept over
+ * `b`'s; undefined when either is not such a description (another rule's, or one stored before
+ * they carried their tally and time), for the caller's own rule: the later finding describes.
+ * Credential stuffing (src/detect/source-spray.ts) is judged by two tallies that report one spray
+ * in turns (evidence.judgedFrom): each replica's own, from the keys of its partitions, and the
+ * reading of storage by the owner of partition 0, from every partition's. The reading is kept over a
+ * replica's share (so a share does not overwrite the whole) unless the share lists more of the
+ * merchant's keys (the reading's bounds cut the network, or the share holds keys stored after it),
+ * or names, later, a key the reading (listing them all) does not (the spray moved on), or is a
+ * window or more later (no reading since). Of two readings, or two shares (a single replica's), the
+ * later newest 401 is kept, then the most keys. It is an order: never both ways, whichever is asked
+ * first, so that replicas merging their copies, and a replica applying a finding, agree.
  */
-export function describesBetter(next: Record<string, unknown>, current: Record<string, unknown>): boolean {
-  if (next.judgedBy !== JUDGED_ACROSS_KEYS || current.judgedBy !== JUDGED_ACROSS_KEYS) return true;
-  const keyCount = (evidence: Record<string, unknown>) => (typeof evidence.merchantKeyCount === 'number' ? evidence.merchantKeyCount : 0);
-  // Without a time (an alert stored before there was one), a NaN: no comparison holds, and `next` describes.
-  const lastFailure = (evidence: Record<string, unknown>) => (typeof evidence.lastFailureAt === 'string' ? Date.parse(evidence.lastFailureAt) : NaN);
-  if (next.judgedFrom === ALL_PARTITIONS) return keyCount(next) >= keyCount(current) || !(lastFailure(next) < lastFailure(current));
-  if (current.judgedFrom !== ALL_PARTITIONS || keyCount(next) >= keyCount(current)) return true;
-  const listed = (evidence: Record<string, unknown>) => (Array.isArray(evidence.merchantKeys) ? (evidence.merchantKeys as unknown[]) : []);
-  const currentKeys = listed(current);
-  if (currentKeys.length >= keyCount(current) && listed(next).some((key) => !currentKeys.includes(key))) return true;
-  const windowMs = typeof current.windowMs === 'number' ? current.windowMs : 0;
-  return !(lastFailure(next) - lastFailure(current) < windowMs);
+export function sprayKeptOver(a: Record<string, unknown>, b: Record<string, unknown>): boolean | undefined {
+  const [at, bt] = [lastFailureOf(a), lastFailureOf(b)];
+  if (at === undefined || bt === undefined) return undefined;
+  if (a.judgedFrom !== b.judgedFrom) return a.judgedFrom === ALL_PARTITIONS ? !shareKeptOverReading(b, a) : shareKeptOverReading(a, b);
+  if (at !== bt) return at > bt;
+  if (keyCountOf(a) !== keyCountOf(b)) return keyCountOf(a) > keyCountOf(b);
+  return JSON.stringify(a) > JSON.stringify(b);
+}
+
+function shareKeptOverReading(share: Record<string, unknown>, reading: Record<string, unknown>): boolean {
+  const [shareAt, readingAt] = [lastFailureOf(share)!, lastFailureOf(reading)!];
+  const windowMs = typeof reading.windowMs === 'number' ? reading.windowMs : 0;
+  if (shareAt - readingAt >= windowMs || keyCountOf(share) > keyCountOf(reading)) return true;
+  const readingKeys = listedKeysOf(reading);
+  return shareAt > readingAt && readingKeys.length >= keyCountOf(reading) && listedKeysOf(share).some((key) => !readingKeys.includes(key));
+}
+
+/** The newest 401 of a credential-stuffing description (epoch ms); undefined for any other evidence. */
+function lastFailureOf(evidence: Record<string, unknown>): number | undefined {
+  if (evidence.judgedBy !== JUDGED_ACROSS_KEYS || typeof evidence.judgedFrom !== 'string' || typeof evidence.lastFailureAt !== 'string') return undefined;
+  const at = Date.parse(evidence.lastFailureAt);
+  return Number.isNaN(at) ? undefined : at;
+}
+
+function keyCountOf(evidence: Record<string, unknown>): number {
+  return typeof evidence.merchantKeyCount === 'number' ? evidence.merchantKeyCount : 0;
+}
+
+function listedKeysOf(evidence: Record<string, unknown>): unknown[] {
+  return Array.isArray(evidence.merchantKeys) ? evidence.merchantKeys : [];
 }
 
 const ALL_PARTITIONS: SprayJudgedFrom = 'all_partitions';
@@ -258,7 +277,7 @@ export function episode(alert: Alert): number {
  * `ours` with what `theirs` knows that ours does not. Within one episode (see episode) neither copy
  * is written back over: the higher severity with what describes it (title, summary, evidence,
  * recommendedAction, ruleVersion, insights; of two copies of one severity, the one seen later, or
- * for credential stuffing the one describesBetter says), its
+ * for credential stuffing the one sprayKeptOver says), its
  * highest riskScore (scores band by severity, so the score always fits the severity kept), the
  * latest lastSeenAt, the most occurrences (increments counted on two replicas at once cannot be
  * told apart, so they are not summed: the count never goes back, and may miss some) and the
@@ -310,18 +329,11 @@ function mergedDetection(ours: Alert, theirs: Alert) {
   };
 }
 
-/**
- * Of two copies of one severity, the one that describes the alert (describesBetter); when each
- * describes it as well as the other, the one seen later, and of two seen as late, the one whose
- * evidence's newest 401 is later (credential stuffing: a merged copy has the later sighting of two,
- * with either's description), whichever copy is ours, so that replicas agree.
- */
+/** Of two copies of one severity, the one whose description is kept (sprayKeptOver), else the one seen later. */
 function betterDescribed(ours: Alert, theirs: Alert): Alert {
-  const theirsBetter = describesBetter(theirs.evidence, ours.evidence);
-  if (theirsBetter !== describesBetter(ours.evidence, theirs.evidence)) return theirsBetter ? theirs : ours;
-  if (theirs.lastSeenAt !== ours.lastSeenAt) return theirs.lastSeenAt > ours.lastSeenAt ? theirs : ours;
-  const lastFailure = (alert: Alert) => (typeof alert.evidence.lastFailureAt === 'string' ? alert.evidence.lastFailureAt : '');
-  return lastFailure(theirs) > lastFailure(ours) ? theirs : ours;
+  const theirsKept = sprayKeptOver(theirs.evidence, ours.evidence);
+  if (theirsKept !== undefined) return theirsKept ? theirs : ours;
+  return theirs.lastSeenAt > ours.lastSeenAt ? theirs : ours;
 }
 
 /**

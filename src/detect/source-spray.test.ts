@@ -291,7 +291,7 @@ describe('credential stuffing across keys: test keys', () => {
     expect(told(networkFindings(detection, more, 80))).toEqual(['m_3 high']);
   });
 
-  it('judges storage\'s reading of test keys alike: a key is live when any of its requests from the network said so', () => {
+  it('judges storage\'s reading of test keys alike: a key is live when any of its requests in the window said so, from any network', () => {
     const detection = engine();
     const stored = (merchant: number, key: number, keyLive: boolean): SprayedRequests => ({
       network: '203.0.113.0/24', merchantId: `m_${merchant}`, apiKeyId: `pk_m${merchant}_k${key}`, partition: key % 4, ip: STUFFER, userAgent: 'curl/8.5.0',

@@ -49,7 +49,7 @@ const MINUTE = 60_000;
 export const SPRAY_WINDOW_MS = PARAMS.windowMinutes * MINUTE;
 /** A network reported is reported again at most this often while its severity stays the same. */
 export const REPORT_EVERY_MS = MINUTE;
-/** How long a reading of storage (FleetSpray) covers its networks, by the wall clock: two readings missed, and the replica's own tally reports them again. */
+/** How long a reading of storage (FleetSpray) covers its networks, by the wall clock: four readings missed, and the replica's own tally reports them again. */
 const FLEET_COVERS_MS = MINUTE;
 /** The fewest keys a network must fail for to be reported; storage's reading reads only such networks. */
 export const SPRAY_MIN_KEYS = PARAMS.minKeys;
@@ -318,8 +318,8 @@ export class SourceSpray {
         continue;
       }
       // A network the reading of storage judges whole is its to report: this replica's share would
-      // add only a write to the merchants' alerts (which keep the whole: describesBetter in
-      // src/alerts/alert.ts). Judged again once due, should the readings stop.
+      // add only a sighting to the merchants' alerts (which keep the reading's description:
+      // sprayKeptOver in src/alerts/alert.ts). Judged again once due, should the readings stop.
       if (coveredElsewhere(spray.network, failing.length, now)) {
         this.unreported.add(spray);
         continue;
@@ -456,8 +456,8 @@ export class FleetSpray {
 
 /**
  * A finding for each merchant with keys among `failing` (a network's keys failing mostly with 401)
- * that `reports` says is to be told: one it has not told of keys failing as late, nor at this
- * severity, nor of as many of its keys. A merchant whose keys among them are all test keys is told
+ * that `reports` says is to be told: one it was never told of a 401 as late, of this severity or of
+ * as many of its keys (any of the three makes it news). A merchant whose keys among them are all test keys is told
  * at no more than its test-key ceiling, as of any finding on a test key (test-keys.ts); the spray
  * still counts them, and its other merchants are told at the spray's severity.
  */

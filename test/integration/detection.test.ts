@@ -383,13 +383,14 @@ describe('detection end to end', () => {
 
   /**
    * Two replicas with two partitions each, then one 401 from a stuffer for each of `count` keys, key
-   * k on partition k % 4 and of merchant k % 3, `gapMs` apart from a minute ago; once both replicas
-   * have consumed them, the keys and the alerts about the run's merchants.
+   * k on partition k % 4 and of merchant k % 3 unless `placed` says otherwise, `gapMs` apart from a
+   * minute ago; once both replicas have consumed them, the keys and the alerts about the run's merchants.
    */
-  async function sprayOverTwoReplicas(prefix: string, count: number, gapMs: number) {
+  async function sprayOverTwoReplicas(prefix: string, count: number, gapMs: number, placed: (k: number) => { merchant: number; partition: number } | undefined = () => undefined) {
     const names = testNames(prefix);
     const keys = Array.from({ length: count }, (_, k) => `pk_live_${names.runId}_${k}`);
-    const merchantOf = (k: number) => `m_${names.runId}_${k % 3}`;
+    const merchantOf = (k: number) => `m_${names.runId}_${placed(k)?.merchant ?? k % 3}`;
+    const partitionOf = (k: number) => placed(k)?.partition ?? k % 4;
     const config = testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names });
     const deps = { sprayAcrossReplicasMs: 1_000 };
     const workers = [await engines.startWorker(config, deps), await engines.startWorker(config, deps)];
@@ -398,7 +399,7 @@ describe('detection end to end', () => {
     await waitFor(async () => (await owned()).join() === '2,2', 'two partitions each', 10_000);
     const now = Date.now();
     const tried = keys.map((key, k) => event(key, now - MINUTE + k * gapMs, { merchantId: merchantOf(k), ip: '203.0.113.9', status: 401, userAgent: 'curl/8.5.0' }));
-    await engines.producer.send({ topic: names.topic, acks: -1, messages: tried.map((e, k) => ({ key: e.apiKeyId, value: JSON.stringify(e), partition: k % 4 })) });
+    await engines.producer.send({ topic: names.topic, acks: -1, messages: tried.map((e, k) => ({ key: e.apiKeyId, value: JSON.stringify(e), partition: partitionOf(k) })) });
     await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'both replicas consume', 60_000);
     const ofRun = async () => (await alertsOf(workers[0]!)).filter((alert) => alert.merchantId.startsWith(`m_${names.runId}_`));
     return { keys, merchantOf, workers, ofRun };
@@ -421,20 +422,21 @@ describe('detection end to end', () => {
     for (const worker of workers) await worker.stop();
   });
 
-  it('alerts each merchant of a burst of 50 keys split between two replicas with all its keys: a replica\'s share of 25 does not replace the whole', async () => {
-    // 50 keys in 5 seconds: each replica holds 25, enough for an alert of its own.
-    const { keys, merchantOf, workers, ofRun } = await sprayOverTwoReplicas('stuffburst', 50, 100);
+  it('alerts each merchant of a burst of 52 keys split between two replicas with the whole and all its keys, one whose keys are all on one replica too', async () => {
+    // 52 keys in 5 seconds: each replica holds 26, enough for an alert of its own. A fourth merchant's 2 keys are both on
+    // partition 1: one replica's share of them is the whole of them, with the same newest 401.
+    const { keys, merchantOf, workers, ofRun } = await sprayOverTwoReplicas('stuffburst', 52, 100, (k) => (k >= 50 ? { merchant: 3, partition: 1 } : undefined));
     // Both replicas report their 25 keys at once, and may each open an alert: the earlier is resolved as a duplicate.
     const open = async () => (await ofRun()).filter((alert) => alert.status === 'open');
-    await waitFor(async () => (await open()).filter((alert) => alert.evidence.distinctKeys === 50).length === 3, 'every merchant told of the 50 keys', 20_000);
-    await sleep(3_000); // room for a replica's share to replace the whole
+    await waitFor(async () => (await open()).filter((alert) => alert.evidence.distinctKeys === 52).length === 4, 'every merchant told of the 52 keys', 20_000);
+    await sleep(3_000); // room for a wrong description, from either replica
 
     for (const worker of workers) expect(await scrapeMetric(worker.url, 'security_center_alert_changes_total', { type: 'high_failure_rate' })).toBeGreaterThan(0);
     const alerts = await open();
-    expect(alerts).toHaveLength(3);
+    expect(alerts).toHaveLength(4);
     for (const alert of alerts) {
       const own = keys.filter((_, k) => merchantOf(k) === alert.merchantId);
-      expect(alert.evidence).toMatchObject({ distinctKeys: 50, merchantKeyCount: own.length });
+      expect(alert.evidence).toMatchObject({ distinctKeys: 52, merchantKeyCount: own.length, judgedFrom: 'all_partitions' });
       expect([...(alert.evidence.merchantKeys as string[])].sort()).toEqual(own.slice(0, 20).sort());
     }
     for (const worker of workers) await worker.stop();

@@ -103,25 +103,30 @@ describe('AlertManager', () => {
   it('describes a spray\'s alert by the reading of every partition over a replica\'s share, whichever came first, even when no later', () => {
     const { alerts } = manager();
     alerts.apply('m_1', rule, sprayReport('own_partitions', 1, T0));
-    // The reading holds the same key and 401 (its only one, on that replica), and every other replica's keys.
+    // The reading holds the same key and 401 (its only one, on that replica), and every other replica's keys:
+    // a better description of the same sighting, not another sighting.
     const reading = { ...sprayReport('all_partitions', 1, T0), title: 'the whole' };
-    expect(alerts.apply('m_1', rule, reading)).toMatchObject({ change: 'updated', alert: { title: 'the whole', occurrences: 2 } });
+    expect(alerts.apply('m_1', rule, reading)).toMatchObject({ change: 'updated', alert: { title: 'the whole', occurrences: 1 } });
     expect(alerts.apply('m_1', rule, reading)).toEqual({ alert: undefined, change: 'stale' });
     // The replica's share of a newer 401 adds its sighting, not its description.
-    expect(alerts.apply('m_1', rule, sprayReport('own_partitions', 1, T0 + 5_000))).toMatchObject({ change: 'updated', alert: { title: 'the whole', lastSeenAt: new Date(T0 + 5_000).toISOString() } });
+    expect(alerts.apply('m_1', rule, sprayReport('own_partitions', 1, T0 + 5_000))).toMatchObject({ change: 'updated', alert: { title: 'the whole', occurrences: 2, lastSeenAt: new Date(T0 + 5_000).toISOString() } });
     // A reading with a newer 401 than the whole describes it, though the alert was seen later still; an older one does not.
     const newer = { ...sprayReport('all_partitions', 1, T0 + 3_000), title: 'a newer whole' };
-    expect(alerts.apply('m_1', rule, newer)).toMatchObject({ change: 'updated', alert: { title: 'a newer whole', lastSeenAt: new Date(T0 + 5_000).toISOString() } });
+    expect(alerts.apply('m_1', rule, newer)).toMatchObject({ change: 'updated', alert: { title: 'a newer whole', occurrences: 2, lastSeenAt: new Date(T0 + 5_000).toISOString() } });
     expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 2, T0 + 1_000))).toEqual({ alert: undefined, change: 'stale' });
+    // Of two readings as late, the one listing more of the merchant's keys.
+    const more = sprayReport('all_partitions', 2, T0 + 3_000);
+    expect(alerts.apply('m_1', rule, more).alert!.evidence).toEqual(more.evidence);
+    expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 1, T0 + 3_000))).toEqual({ alert: undefined, change: 'stale' });
   });
 
-  it('describes a spray\'s alert by a replica\'s share when it lists more of the merchant\'s keys, names later one the reading does not, or comes a window later', () => {
+  it('describes a spray\'s alert by a replica\'s share only when it is more than a window later than the reading (no reading since)', () => {
     const cases: [string, Finding, boolean][] = [
-      ['more keys, though earlier', sprayReport('own_partitions', 13, T0 - 1_000), true],
-      ['as many keys', sprayReport('own_partitions', 12, T0 + 1_000), false],
-      ['a new key, later', sprayReport('own_partitions', 6, T0 + 6_000, { merchantKeys: ['pk_live_new', 'pk_live_1'] }), true],
-      ['a new key, earlier', sprayReport('own_partitions', 6, T0 - 1_000, { merchantKeys: ['pk_live_new', 'pk_live_1'] }), false],
-      ['a window later', sprayReport('own_partitions', 6, T0 + 10 * 60_000), true],
+      ['more keys, earlier', sprayReport('own_partitions', 13, T0 - 1_000), false],
+      ['more keys, later', sprayReport('own_partitions', 13, T0 + 1_000), false],
+      ['a new key, later', sprayReport('own_partitions', 6, T0 + 6_000, { merchantKeys: ['pk_live_new', 'pk_live_1'] }), false],
+      ['a window later', sprayReport('own_partitions', 6, T0 + 10 * 60_000), false],
+      ['more than a window later', sprayReport('own_partitions', 6, T0 + 10 * 60_000 + 1), true],
     ];
     for (const [name, share, describes] of cases) {
       const { alerts } = manager();
@@ -129,13 +134,9 @@ describe('AlertManager', () => {
       const evidence = alerts.apply('m_1', rule, share).alert?.evidence ?? whole.evidence;
       expect([name, evidence]).toEqual([name, describes ? share.evidence : whole.evidence]);
     }
-    // A reading listing 20 of its 30 keys: a key it does not name may be among the other 10.
-    const { alerts } = manager();
-    const whole = alerts.apply('m_1', rule, sprayReport('all_partitions', 30, T0)).alert!;
-    expect(alerts.apply('m_1', rule, sprayReport('own_partitions', 6, T0 + 6_000, { merchantKeys: ['pk_live_new'] })).alert!.evidence).toEqual(whole.evidence);
   });
 
-  it('describes a spray\'s alert by the later of two readings or of two shares, fewer keys or not, and by no report of a lower severity', () => {
+  it('describes a spray\'s alert by the later of two readings or of two shares, fewer keys or not, and by no report of a lower severity nor from before a resolution', () => {
     const { alerts } = manager();
     alerts.apply('m_1', rule, sprayReport('all_partitions', 30, T0));
     const fewer = sprayReport('all_partitions', 25, T0 + 3 * 60_000, { merchantKeys: Array.from({ length: 20 }, (_, k) => `pk_live_new${k}`) });
@@ -148,10 +149,23 @@ describe('AlertManager', () => {
     single.apply('m_1', rule, sprayReport('own_partitions', 12, T0));
     const next = sprayReport('own_partitions', 6, T0 + 60_000);
     expect(single.apply('m_1', rule, next).alert!.evidence).toEqual(next.evidence);
-    // Other rules' repeats describe their alerts when later, whatever their evidence.
+    // Resolved, then reopened by a later share: a reading of 401s from before the resolution was dealt with.
+    const { alerts: reopened, advance } = manager();
+    const opened = reopened.apply('m_1', rule, sprayReport('own_partitions', 12, T0)).alert!;
+    advance(62_000);
+    admin(reopened, opened, ['acknowledged', 'resolved'], T0 + 62_000);
+    expect(reopened.apply('m_1', rule, sprayReport('own_partitions', 2, T0 + 63_000)).change).toBe('reopened');
+    expect(reopened.apply('m_1', rule, sprayReport('all_partitions', 12, T0 + 61_500))).toEqual({ alert: undefined, change: 'stale' });
+    // Other rules' repeats, and reports stored before they said which tally judged them, describe their alerts when later.
     const { alerts: third } = manager();
     third.apply('m_1', rule, { ...finding('medium', T0), evidence: { sampleEventIds: ['e1'], windowMs: 60_000, merchantKeyCount: 12 } });
     expect(third.apply('m_1', rule, { ...finding('medium', T0 + 1_000), evidence: { sampleEventIds: ['e2'], windowMs: 60_000, merchantKeyCount: 6 } }).alert!.evidence).toMatchObject({ merchantKeyCount: 6 });
+    const { alerts: older } = manager();
+    const { judgedFrom: _judgedFrom, ...untold } = sprayReport('all_partitions', 30, T0).evidence;
+    older.apply('m_1', rule, { ...sprayReport('all_partitions', 30, T0), evidence: untold as Finding['evidence'] });
+    const share = sprayReport('own_partitions', 6, T0 + 1_000);
+    expect(older.apply('m_1', rule, share).alert!.evidence).toEqual(share.evidence);
+    expect(older.apply('m_1', rule, { ...share, lastSeenAt: T0 + 2_000, evidence: { ...share.evidence, lastFailureAt: 'not a time' } }).alert!.evidence).toMatchObject({ lastFailureAt: 'not a time' });
   });
 
   it('keeps separate alerts per merchant and per scope', () => {

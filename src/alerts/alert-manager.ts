@@ -241,12 +241,15 @@ export class AlertManager {
       const severity = higherSeverity(existing.severity, finding.severity);
       const escalated = severityRank(severity) > severityRank(existing.severity);
       const rank = severityRank(finding.severity) - severityRank(existing.severity);
+      const later = finding.lastSeenAt > Date.parse(existing.lastSeenAt);
       // The finding describes the alert from now on: of a higher severity, or of the same and seen
       // later, or for credential stuffing of the same and kept over the alert's (sprayKeptOver, as
       // merged copies keep it): a replica's share after the reading's whole adds its sighting only,
-      // and a reading without a share's newest 401 (stored after it) may still describe it.
-      const describes = rank > 0 || (rank === 0 && (sprayKeptOver(finding.evidence, existing.evidence) ?? finding.lastSeenAt > Date.parse(existing.lastSeenAt)));
-      if (!escalated && finding.lastSeenAt <= Date.parse(existing.lastSeenAt) && !describes) return { alert: undefined, change: 'stale' };
+      // and a reading without a share's newest 401 (stored after it) may still describe it. Never
+      // evidence from before a resolution the alert was reopened after: it was dealt with.
+      const describes = rank > 0 || (rank === 0 && (sprayKeptOver(finding.evidence, existing.evidence) ?? later));
+      const dealtWith = episode(existing) > 0 && finding.lastSeenAt <= resolvedAt(existing);
+      if ((!escalated && !later && !describes) || dealtWith) return { alert: undefined, change: 'stale' };
       const updated: Alert = this.withInsights({
         ...existing,
         severity,
@@ -259,7 +262,8 @@ export class AlertManager {
         evidence: describes ? finding.evidence : existing.evidence,
         ruleVersion: rule.version,
         lastSeenAt: new Date(Math.max(Date.parse(existing.lastSeenAt), finding.lastSeenAt)).toISOString(),
-        occurrences: existing.occurrences + 1,
+        // A sighting, or the same judged more severe; a better description of what was seen is not one.
+        occurrences: existing.occurrences + (later || escalated ? 1 : 0),
         // Forward only, as an admin's change (changeStatus): this copy is newer than the one it was made
         // from (sync, current) even when that one was stamped by a replica whose clock is ahead.
         updatedAt: stampAfter(existing.updatedAt, now),

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SEVERITIES } from '../detect/types.ts';
-import { changeStatus, conflictingMove, higherSeverity, isAllowedTransition, isRepeatedChange, mergeCopies, mergeDetection, mergeLifecycle, riskScore, withDuplicateFindings, withoutEntry, type Alert } from './alert.ts';
+import { changeStatus, conflictingMove, higherSeverity, isAllowedTransition, isRepeatedChange, mergeCopies, mergeDetection, mergeLifecycle, riskScore, sprayKeptOver, withDuplicateFindings, withoutEntry, type Alert } from './alert.ts';
 
 describe('riskScore', () => {
   it.each([
@@ -318,21 +318,43 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
       sampleEventIds: [],
     });
     const whole: Alert = { ...high, title: '12 of them yours', evidence: spray(12, '2026-11-20T12:00:00.000Z'), lastSeenAt: '2026-11-20T12:00:00.000Z', updatedAt: '2026-11-20T12:00:01.000Z' };
-    // Another replica applied its share of 6 before it read the whole.
-    const share: Alert = { ...high, title: '6 of them yours', evidence: spray(6, '2026-11-20T12:00:05.000Z'), lastSeenAt: '2026-11-20T12:00:05.000Z', updatedAt: '2026-11-20T12:00:06.000Z' };
+    // Another replica applied its share of 6 (one of them a key the whole does not name) before it read the whole.
+    const share: Alert = { ...high, title: '6 of them yours', evidence: { ...spray(6, '2026-11-20T12:00:05.000Z'), merchantKeys: ['pk_live_new'] }, lastSeenAt: '2026-11-20T12:00:05.000Z', updatedAt: '2026-11-20T12:00:06.000Z' };
     for (const merged of [mergeDetection(share, whole), mergeDetection(whole, share)]) {
       expect(merged).toMatchObject({ title: '12 of them yours', evidence: whole.evidence, lastSeenAt: '2026-11-20T12:00:05.000Z' });
     }
-    // Two copies each as telling as the other, seen as late (one merged already): the newer 401's, whichever copy is ours.
-    const moved: Alert = { ...share, title: 'moved on', evidence: { ...share.evidence, merchantKeys: ['pk_live_new'] } };
-    const merged = { ...whole, lastSeenAt: moved.lastSeenAt };
-    expect(mergeDetection(merged, moved).title).toBe('moved on');
-    expect(mergeDetection(moved, merged).title).toBe('moved on');
     // Two readings of one time and count: one of them, the same whichever copy is ours.
     const other: Alert = { ...whole, title: 'the same, otherwise described', evidence: { ...whole.evidence, ips: ['203.0.113.9'] } };
     expect(mergeDetection(whole, other).title).toBe(mergeDetection(other, whole).title);
     // Any other alert is described by the copy seen later.
     expect(mergeDetection({ ...whole, evidence: { observed: 12 } }, { ...share, evidence: { observed: 6 } })).toMatchObject({ title: '6 of them yours' });
+  });
+
+  it('orders credential-stuffing descriptions: never both ways, and never in a cycle, so copies end alike in any order', () => {
+    const description = (judgedFrom: string, minutes: number, keys: number): Record<string, unknown> => ({
+      judgedBy: 'network_across_keys',
+      judgedFrom,
+      lastFailureAt: new Date(Date.parse('2026-11-20T12:00:00.000Z') + minutes * 60_000).toISOString(),
+      windowMs: 600_000,
+      merchantKeyCount: keys,
+      merchantKeys: [`k${keys}`],
+      sampleEventIds: [],
+    });
+    // Readings and shares of 1-3 keys with newest 401s over 25 minutes: every pair and triple.
+    const descriptions = ['own_partitions', 'all_partitions'].flatMap((judgedFrom) => [0, 5, 9, 10, 11, 15, 20, 25].flatMap((minutes) => [1, 2, 3].map((keys) => description(judgedFrom, minutes, keys))));
+    const kept = sprayKeptOver;
+    for (const a of descriptions) {
+      for (const b of descriptions) {
+        if (a !== b) expect(kept(a, b)).not.toBe(kept(b, a));
+        for (const c of descriptions) if (kept(a, b) && kept(b, c)) expect(kept(a, c)).toBe(true);
+      }
+    }
+    // The reading of every partition is kept over a share less than a window (10 minutes) later, not over one more than a window later.
+    expect(kept(description('all_partitions', 0, 1), description('own_partitions', 9, 3))).toBe(true);
+    expect(kept(description('own_partitions', 11, 1), description('all_partitions', 0, 3))).toBe(true);
+    // Not such descriptions: the caller's own rule.
+    expect(kept({ observed: 1 }, descriptions[0]!)).toBeUndefined();
+    expect(kept({ ...descriptions[0]!, judgedFrom: 'elsewhere' }, descriptions[1]!)).toBeUndefined();
   });
 
   it('forgets an entry (a change that lost): the status is then the latest remaining entry\'s', () => {

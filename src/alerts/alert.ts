@@ -69,47 +69,39 @@ export function higherSeverity(a: Severity, b: Severity): Severity {
  * they carried their tally and time), for the caller's own rule: the later finding describes.
  * Credential stuffing (src/detect/source-spray.ts) is judged by two tallies that report one spray
  * in turns (evidence.judgedFrom): each replica's own, from the keys of its partitions, and the
- * reading of storage by the owner of partition 0, from every partition's. The reading is kept over a
- * replica's share (so a share does not overwrite the whole) unless the share lists more of the
- * merchant's keys (the reading's bounds cut the network, or the share holds keys stored after it),
- * or names, later, a key the reading (listing them all) does not (the spray moved on), or is a
- * window or more later (no reading since). Of two readings, or two shares (a single replica's), the
- * later newest 401 is kept, then the most keys. It is an order: never both ways, whichever is asked
- * first, so that replicas merging their copies, and a replica applying a finding, agree.
+ * reading of storage by the owner of partition 0, from every partition's. A description ranks by
+ * its newest 401, a reading's as if a window (10 minutes) later: so the reading is kept over a
+ * replica's share of the spray (a share does not overwrite the whole) unless the share is more than
+ * a window later (no reading since), the later of two readings or of two shares is kept (a single
+ * replica's), and of two that rank alike, the one listing more of the merchant's keys, then the
+ * greater evidence as text. A rank, so an order (transitive, never both ways, whichever is asked
+ * first): replicas merging their copies, and a replica applying findings, end on the same
+ * description whatever the order of arrival.
  */
 export function sprayKeptOver(a: Record<string, unknown>, b: Record<string, unknown>): boolean | undefined {
-  const [at, bt] = [lastFailureOf(a), lastFailureOf(b)];
-  if (at === undefined || bt === undefined) return undefined;
-  if (a.judgedFrom !== b.judgedFrom) return a.judgedFrom === ALL_PARTITIONS ? !shareKeptOverReading(b, a) : shareKeptOverReading(a, b);
-  if (at !== bt) return at > bt;
-  if (keyCountOf(a) !== keyCountOf(b)) return keyCountOf(a) > keyCountOf(b);
+  const [ar, br] = [sprayRankOf(a), sprayRankOf(b)];
+  if (ar === undefined || br === undefined) return undefined;
+  if (ar !== br) return ar > br;
+  const [ak, bk] = [keyCountOf(a), keyCountOf(b)];
+  if (ak !== bk) return ak > bk;
   return JSON.stringify(a) > JSON.stringify(b);
 }
 
-function shareKeptOverReading(share: Record<string, unknown>, reading: Record<string, unknown>): boolean {
-  const [shareAt, readingAt] = [lastFailureOf(share)!, lastFailureOf(reading)!];
-  const windowMs = typeof reading.windowMs === 'number' ? reading.windowMs : 0;
-  if (shareAt - readingAt >= windowMs || keyCountOf(share) > keyCountOf(reading)) return true;
-  const readingKeys = listedKeysOf(reading);
-  return shareAt > readingAt && readingKeys.length >= keyCountOf(reading) && listedKeysOf(share).some((key) => !readingKeys.includes(key));
-}
-
-/** The newest 401 of a credential-stuffing description (epoch ms); undefined for any other evidence. */
-function lastFailureOf(evidence: Record<string, unknown>): number | undefined {
-  if (evidence.judgedBy !== JUDGED_ACROSS_KEYS || typeof evidence.judgedFrom !== 'string' || typeof evidence.lastFailureAt !== 'string') return undefined;
-  const at = Date.parse(evidence.lastFailureAt);
-  return Number.isNaN(at) ? undefined : at;
+/** A credential-stuffing description's rank (sprayKeptOver, epoch ms); undefined for any other evidence. */
+function sprayRankOf(evidence: Record<string, unknown>): number | undefined {
+  const { judgedBy, judgedFrom, lastFailureAt, windowMs } = evidence;
+  if (judgedBy !== JUDGED_ACROSS_KEYS || !SPRAY_TALLIES.includes(judgedFrom as SprayJudgedFrom)) return undefined;
+  if (typeof lastFailureAt !== 'string' || typeof windowMs !== 'number') return undefined;
+  const at = Date.parse(lastFailureAt);
+  if (Number.isNaN(at)) return undefined;
+  return judgedFrom === 'all_partitions' ? at + windowMs : at;
 }
 
 function keyCountOf(evidence: Record<string, unknown>): number {
   return typeof evidence.merchantKeyCount === 'number' ? evidence.merchantKeyCount : 0;
 }
 
-function listedKeysOf(evidence: Record<string, unknown>): unknown[] {
-  return Array.isArray(evidence.merchantKeys) ? evidence.merchantKeys : [];
-}
-
-const ALL_PARTITIONS: SprayJudgedFrom = 'all_partitions';
+const SPRAY_TALLIES: readonly SprayJudgedFrom[] = ['own_partitions', 'all_partitions'];
 
 /** A score inside the severity's band, growing with confidence; never reaches the next band. */
 export function riskScore(severity: Severity, confidence: number): number {

@@ -306,16 +306,23 @@ describe('credential stuffing across keys: test keys', () => {
 });
 
 describe('credential stuffing across keys: what each merchant is told', () => {
-  it('tells a merchant again for a newer 401, a higher severity or more of its keys than it was ever told of', () => {
+  it('tells a merchant again for a newer 401, a higher severity or more of its keys than it was ever told of, or by a reading of more of the network\'s keys', () => {
     const reports = new SprayReports();
-    expect(reports.tell('n', 'm_0', T0, 'medium', 6)).toBe(true);
-    expect(reports.tell('n', 'm_0', T0, 'medium', 6)).toBe(false);
-    expect(reports.tell('n', 'm_0', T0, 'low', 12)).toBe(true);
+    const own = 'own_partitions' as const;
+    expect(reports.tell('n', 'm_0', T0, 'medium', 6, 20, own)).toBe(true);
+    expect(reports.tell('n', 'm_0', T0, 'medium', 6, 20, own)).toBe(false);
+    expect(reports.tell('n', 'm_0', T0, 'low', 12, 20, own)).toBe(true);
     // Told medium and 12 keys already (by two reports): nothing new.
-    expect(reports.tell('n', 'm_0', T0, 'medium', 6)).toBe(false);
-    expect(reports.tell('n', 'm_0', T0, 'high', 6)).toBe(true);
-    expect(reports.tell('n', 'm_0', T0 + 1, 'medium', 6)).toBe(true);
-    expect(reports.tell('n', 'm_1', T0, 'medium', 6)).toBe(true);
+    expect(reports.tell('n', 'm_0', T0, 'medium', 6, 20, own)).toBe(false);
+    expect(reports.tell('n', 'm_0', T0, 'high', 6, 20, own)).toBe(true);
+    expect(reports.tell('n', 'm_0', T0 + 1, 'medium', 6, 20, own)).toBe(true);
+    expect(reports.tell('n', 'm_1', T0, 'medium', 6, 20, own)).toBe(true);
+    // The reading of every partition: the same of m_1's keys and 401, more of the network's (the whole spray), news once;
+    // the same network's keys from a replica's share, or from a reading of no newer 401, not.
+    expect(reports.tell('n', 'm_1', T0, 'medium', 6, 20, 'all_partitions')).toBe(false);
+    expect(reports.tell('n', 'm_1', T0, 'medium', 6, 40, own)).toBe(false);
+    expect(reports.tell('n', 'm_1', T0, 'medium', 6, 40, 'all_partitions')).toBe(true);
+    expect(reports.tell('n', 'm_1', T0, 'medium', 6, 45, 'all_partitions')).toBe(false);
   });
 
   it('reports a rise to high to every merchant of the spray, one whose newest 401 was reported already too', () => {

@@ -193,24 +193,39 @@ const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, cr
 
 /**
  * What was reported about each network to each merchant: the newest 401 of its keys, the highest
- * severity and the most of its keys. A merchant is reported to again for a newer 401, a higher
- * severity or more of its keys only (a key's 401 may be dated ahead of the others', and the
+ * severity, the most of its keys and of the network's, and the newest 401 a reading of storage
+ * reported. A merchant is reported to again for a newer 401, a higher severity or more of its keys
+ * only, or by a reading holding more of the network's keys than it was told of, for a 401 newer
+ * than a reading reported: a key's 401 may be dated ahead of the others', and the
  * replica's tally and its reading of storage judge in times of their own; the reading of every
- * replica's keys may hold no 401 newer than the replica's own share did, as after a spray of a few
- * seconds, but more of the merchant's keys, which it must rotate). Shared by
+ * replica's keys may hold no 401 newer than the replica's own share did (a spray of a few seconds),
+ * but more of the merchant's keys, which it must rotate, or the same keys with the whole spray's
+ * (the alert keeps the reading's description: sprayKeptOver in src/alerts/alert.ts). Shared by
  * the two (SourceSpray, FleetSpray); entries leave once the replica's own tally's window has passed
  * their 401 (it sweeps: storage's time may stand still).
  */
 export class SprayReports {
-  private readonly byNetwork = new Map<string, Map<string, { newest: number; severity: Severity; keys: number }>>();
+  private readonly byNetwork = new Map<string, Map<string, { newest: number; severity: Severity; keys: number; networkKeys: number; readingNewest: number }>>();
 
-  /** Whether `merchantId` is to be told of `network` failing for `keys` of its keys up to `newest`, at `severity`; if so, it is recorded as told. */
-  tell(network: string, merchantId: string, newest: number, severity: Severity, keys: number): boolean {
+  /**
+   * Whether `merchantId` is to be told of `network` failing for `keys` of its keys (`networkKeys`
+   * in all) up to `newest`, at `severity`, judged `from` the keys of the replica's own partitions or
+   * of all; if so, it is recorded as told.
+   */
+  tell(network: string, merchantId: string, newest: number, severity: Severity, keys: number, networkKeys: number, from: SprayJudgedFrom): boolean {
     let told = this.byNetwork.get(network);
     const last = told?.get(merchantId);
-    if (last && newest <= last.newest && !above(severity, last.severity) && keys <= last.keys) return false;
+    const reading = from === 'all_partitions';
+    const wholer = reading && last !== undefined && newest > last.readingNewest && networkKeys > last.networkKeys;
+    if (last && newest <= last.newest && !above(severity, last.severity) && keys <= last.keys && !wholer) return false;
     if (told === undefined) this.byNetwork.set(network, (told = new Map()));
-    told.set(merchantId, { newest: Math.max(newest, last?.newest ?? -Infinity), severity: last && !above(severity, last.severity) ? last.severity : severity, keys: Math.max(keys, last?.keys ?? 0) });
+    told.set(merchantId, {
+      newest: Math.max(newest, last?.newest ?? -Infinity),
+      severity: last && !above(severity, last.severity) ? last.severity : severity,
+      keys: Math.max(keys, last?.keys ?? 0),
+      networkKeys: Math.max(networkKeys, last?.networkKeys ?? 0),
+      readingNewest: reading ? Math.max(newest, last?.readingNewest ?? -Infinity) : (last?.readingNewest ?? -Infinity),
+    });
     return true;
   }
 
@@ -489,7 +504,7 @@ function reportSpray(
     keys.sort((a, b) => b.newest - a.newest);
     const ceiling = keys.every((key) => key.environment === 'test') ? testKeyCeiling(keys[0]!.plan, merchantId) : undefined;
     const toldSeverity = ceiling !== undefined && above(severity, ceiling) ? ceiling : severity;
-    if (!reports.tell(network, merchantId, keys[0]!.newest, toldSeverity, keys.length)) continue;
+    if (!reports.tell(network, merchantId, keys[0]!.newest, toldSeverity, keys.length, allKeys, judgedFrom)) continue;
     const listed = keys.slice(0, MAX_LISTED).map((key) => key.apiKeyId);
     const theirFailures = keys.reduce((sum, key) => sum + key.failures, 0);
     const firstSeenAt = Math.min(...keys.map((key) => key.first));

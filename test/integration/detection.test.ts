@@ -422,10 +422,10 @@ describe('detection end to end', () => {
     for (const worker of workers) await worker.stop();
   });
 
-  it('alerts each merchant of a burst of 52 keys split between two replicas with the whole and all its keys, one whose keys are all on one replica too', async () => {
+  it('alerts each merchant of a burst of 52 keys split between two replicas with the whole and all its keys, one whose keys are all on the reader\'s partition too', async () => {
     // 52 keys in 5 seconds: each replica holds 26, enough for an alert of its own. A fourth merchant's 2 keys are both on
-    // partition 1: one replica's share of them is the whole of them, with the same newest 401.
-    const { keys, merchantOf, workers, ofRun } = await sprayOverTwoReplicas('stuffburst', 52, 100, (k) => (k >= 50 ? { merchant: 3, partition: 1 } : undefined));
+    // partition 0: the reader's own share holds all of them, with the same newest 401 as its reading, which holds the whole.
+    const { keys, merchantOf, workers, ofRun } = await sprayOverTwoReplicas('stuffburst', 52, 100, (k) => (k >= 50 ? { merchant: 3, partition: 0 } : undefined));
     // Both replicas report their 25 keys at once, and may each open an alert: the earlier is resolved as a duplicate.
     const open = async () => (await ofRun()).filter((alert) => alert.status === 'open');
     await waitFor(async () => (await open()).filter((alert) => alert.evidence.distinctKeys === 52).length === 4, 'every merchant told of the 52 keys', 20_000);

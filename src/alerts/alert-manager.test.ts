@@ -125,7 +125,7 @@ describe('AlertManager', () => {
       ['more keys, earlier', sprayReport('own_partitions', 13, T0 - 1_000), false],
       ['more keys, later', sprayReport('own_partitions', 13, T0 + 1_000), false],
       ['a new key, later', sprayReport('own_partitions', 6, T0 + 6_000, { merchantKeys: ['pk_live_new', 'pk_live_1'] }), false],
-      ['a window later', sprayReport('own_partitions', 6, T0 + 10 * 60_000), false],
+      ['a window later, with more keys', sprayReport('own_partitions', 13, T0 + 10 * 60_000), false],
       ['more than a window later', sprayReport('own_partitions', 6, T0 + 10 * 60_000 + 1), true],
     ];
     for (const [name, share, describes] of cases) {

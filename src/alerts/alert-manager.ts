@@ -1,6 +1,7 @@
 /**
- * Findings become alerts here. Contract: one open alert per (merchantId, type, scope); a repeat
- * raises occurrences and lastSeenAt and may raise (never lower) the severity; a dismissed alert's
+ * Findings become alerts here. Contract: one open alert per (merchantId, type, scope); a repeat (a
+ * later sighting, or the same judged more severe) raises occurrences and lastSeenAt and may raise
+ * (never lower) the severity; a dismissed alert's
  * dedup key stays quiet for the suppression period; a resolved alert whose pattern recurs is
  * reopened. Pure bookkeeping over an in-memory index: the caller persists what apply() returns.
  */

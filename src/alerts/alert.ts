@@ -73,8 +73,8 @@ export function higherSeverity(a: Severity, b: Severity): Severity {
  * its newest 401, a reading's as if a window (10 minutes) later: so the reading is kept over a
  * replica's share of the spray (a share does not overwrite the whole) unless the share is more than
  * a window later (no reading since), the later of two readings or of two shares is kept (a single
- * replica's), and of two that rank alike, the one listing more of the merchant's keys, then the
- * greater evidence as text. A rank, so an order (transitive, never both ways, whichever is asked
+ * replica's), and of two that rank alike, the reading, then the one listing more of the merchant's
+ * keys, then the greater evidence as text. A rank, so an order (transitive, never both ways, whichever is asked
  * first): replicas merging their copies, and a replica applying findings, end on the same
  * description whatever the order of arrival.
  */
@@ -82,6 +82,7 @@ export function sprayKeptOver(a: Record<string, unknown>, b: Record<string, unkn
   const [ar, br] = [sprayRankOf(a), sprayRankOf(b)];
   if (ar === undefined || br === undefined) return undefined;
   if (ar !== br) return ar > br;
+  if (a.judgedFrom !== b.judgedFrom) return a.judgedFrom === 'all_partitions';
   const [ak, bk] = [keyCountOf(a), keyCountOf(b)];
   if (ak !== bk) return ak > bk;
   return JSON.stringify(a) > JSON.stringify(b);

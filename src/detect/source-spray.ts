@@ -471,8 +471,8 @@ export class FleetSpray {
 
 /**
  * A finding for each merchant with keys among `failing` (a network's keys failing mostly with 401)
- * that `reports` says is to be told: one it was never told of a 401 as late, of this severity or of
- * as many of its keys (any of the three makes it news). A merchant whose keys among them are all test keys is told
+ * that `reports` says is to be told (SprayReports.tell: a 401 newer, a severity higher or more of
+ * its keys than it was ever told of, or a reading's whole after its share). A merchant whose keys among them are all test keys is told
  * at no more than its test-key ceiling, as of any finding on a test key (test-keys.ts); the spray
  * still counts them, and its other merchants are told at the spray's severity.
  */

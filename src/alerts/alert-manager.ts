@@ -1,9 +1,8 @@
 /**
  * Findings become alerts here. Contract: one open alert per (merchantId, type, scope); a repeat (a
  * later sighting, or the same judged more severe) raises occurrences and lastSeenAt and may raise
- * (never lower) the severity; a dismissed alert's
- * dedup key stays quiet for the suppression period; a resolved alert whose pattern recurs is
- * reopened. Pure bookkeeping over an in-memory index: the caller persists what apply() returns.
+ * (never lower) the severity; a dismissed alert's dedup key stays quiet for the suppression period;
+ * a resolved alert whose pattern recurs is reopened. Pure bookkeeping over an in-memory index: the caller persists what apply() returns.
  */
 import { randomUUID } from 'node:crypto';
 import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';

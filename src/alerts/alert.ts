@@ -74,9 +74,9 @@ export function higherSeverity(a: Severity, b: Severity): Severity {
  * replica's share of the spray (a share does not overwrite the whole) unless the share is more than
  * a window later (no reading since), the later of two readings or of two shares is kept (a single
  * replica's), and of two that rank alike, the reading, then the one listing more of the merchant's
- * keys, then the greater evidence as text. A rank, so an order (transitive, never both ways, whichever is asked
- * first): replicas merging their copies, and a replica applying findings, end on the same
- * description whatever the order of arrival.
+ * keys, then the greater evidence as text. A rank, so an order (transitive, never both ways,
+ * whichever is asked first): replicas merging their copies, and a replica applying findings, end on
+ * the same description whatever the order of arrival.
  */
 export function sprayKeptOver(a: Record<string, unknown>, b: Record<string, unknown>): boolean | undefined {
   const [ar, br] = [sprayRankOf(a), sprayRankOf(b)];
@@ -270,9 +270,8 @@ export function episode(alert: Alert): number {
  * `ours` with what `theirs` knows that ours does not. Within one episode (see episode) neither copy
  * is written back over: the higher severity with what describes it (title, summary, evidence,
  * recommendedAction, ruleVersion, insights; of two copies of one severity, the one seen later, or
- * for credential stuffing the one sprayKeptOver says), its
- * highest riskScore (scores band by severity, so the score always fits the severity kept), the
- * latest lastSeenAt, the most occurrences (increments counted on two replicas at once cannot be
+ * for credential stuffing the one sprayKeptOver keeps), its highest riskScore (scores band by
+ * severity, so the score always fits the severity kept), the latest lastSeenAt, the most occurrences (increments counted on two replicas at once cannot be
  * told apart, so they are not summed: the count never goes back, and may miss some) and the
  * earliest firstSeenAt. A copy of a later episode gives all of its detection fields; one of an
  * earlier episode, none (what was resolved does not come back). updatedAt is the later one's.

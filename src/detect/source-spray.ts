@@ -421,8 +421,9 @@ export class SourceSpray {
  * clock (storage's time stands still once a spray stops, and what its last minute brought must still
  * be told) unless its severity rises, and only for 401s newer than those it last reported, more
  * failing keys (another replica's, stored late) or a higher severity (a spray that stopped is read
- * again and again), to the merchants SprayReports says are to be told. Holds what it reported when, and how many failing keys the last reading held of each
- * network: the replica's own tally leaves to it a network it judged with as many (covers).
+ * again and again), to the merchants SprayReports says are to be told. Holds what it reported when,
+ * and how many failing keys the last reading held of each network: the replica's own tally leaves
+ * to it a network it judged with as many (covers).
  */
 export class FleetSpray {
   private readonly reported = new Map<string, { at: number; newest: number; severity: Severity; keys: number }>();

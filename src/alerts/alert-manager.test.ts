@@ -118,6 +118,10 @@ describe('AlertManager', () => {
     const more = sprayReport('all_partitions', 2, T0 + 3_000);
     expect(alerts.apply('m_1', rule, more).alert!.evidence).toEqual(more.evidence);
     expect(alerts.apply('m_1', rule, sprayReport('all_partitions', 1, T0 + 3_000))).toEqual({ alert: undefined, change: 'stale' });
+    // Then the one holding more of the network's keys (a reading taken before every replica had stored its own, then the whole).
+    const wider = { ...more, evidence: { ...more.evidence, distinctKeys: 52 } };
+    expect(alerts.apply('m_1', rule, wider)).toMatchObject({ change: 'updated', alert: { occurrences: 2, evidence: { distinctKeys: 52 } } });
+    expect(alerts.apply('m_1', rule, more)).toEqual({ alert: undefined, change: 'stale' });
   });
 
   it('describes a spray\'s alert by a replica\'s share only when it is more than a window later than the reading (no reading since)', () => {

@@ -74,7 +74,7 @@ export function higherSeverity(a: Severity, b: Severity): Severity {
  * replica's share of the spray (a share does not overwrite the whole) unless the share is more than
  * a window later (no reading since), the later of two readings or of two shares is kept (a single
  * replica's), and of two that rank alike, the reading, then the one listing more of the merchant's
- * keys, then the greater evidence as text. A rank, so an order (transitive, never both ways,
+ * keys, then of the network's, then the greater evidence as text. A rank, so an order (transitive, never both ways,
  * whichever is asked first): replicas merging their copies, and a replica applying findings, end on
  * the same description whatever the order of arrival.
  */
@@ -83,8 +83,10 @@ export function sprayKeptOver(a: Record<string, unknown>, b: Record<string, unkn
   if (ar === undefined || br === undefined) return undefined;
   if (ar !== br) return ar > br;
   if (a.judgedFrom !== b.judgedFrom) return a.judgedFrom === 'all_partitions';
-  const [ak, bk] = [keyCountOf(a), keyCountOf(b)];
-  if (ak !== bk) return ak > bk;
+  for (const count of [keyCountOf, networkKeyCountOf]) {
+    const [ac, bc] = [count(a), count(b)];
+    if (ac !== bc) return ac > bc;
+  }
   return JSON.stringify(a) > JSON.stringify(b);
 }
 
@@ -100,6 +102,10 @@ function sprayRankOf(evidence: Record<string, unknown>): number | undefined {
 
 function keyCountOf(evidence: Record<string, unknown>): number {
   return typeof evidence.merchantKeyCount === 'number' ? evidence.merchantKeyCount : 0;
+}
+
+function networkKeyCountOf(evidence: Record<string, unknown>): number {
+  return typeof evidence.distinctKeys === 'number' ? evidence.distinctKeys : 0;
 }
 
 const SPRAY_TALLIES: readonly SprayJudgedFrom[] = ['own_partitions', 'all_partitions'];

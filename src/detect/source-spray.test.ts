@@ -317,12 +317,15 @@ describe('credential stuffing across keys: what each merchant is told', () => {
     expect(reports.tell('n', 'm_0', T0, 'high', 6, 20, own)).toBe(true);
     expect(reports.tell('n', 'm_0', T0 + 1, 'medium', 6, 20, own)).toBe(true);
     expect(reports.tell('n', 'm_1', T0, 'medium', 6, 20, own)).toBe(true);
-    // The reading of every partition: the same of m_1's keys and 401, more of the network's (the whole spray), news once;
-    // the same network's keys from a replica's share, or from a reading of no newer 401, not.
+    // The reading of every partition: the same of m_1's keys and 401, more of the network's (the whole spray), news;
+    // the same network's keys, or more from a replica's share, or from a reading of an older 401 of m_1's, not.
     expect(reports.tell('n', 'm_1', T0, 'medium', 6, 20, 'all_partitions')).toBe(false);
     expect(reports.tell('n', 'm_1', T0, 'medium', 6, 40, own)).toBe(false);
     expect(reports.tell('n', 'm_1', T0, 'medium', 6, 40, 'all_partitions')).toBe(true);
-    expect(reports.tell('n', 'm_1', T0, 'medium', 6, 45, 'all_partitions')).toBe(false);
+    expect(reports.tell('n', 'm_1', T0, 'medium', 6, 40, 'all_partitions')).toBe(false);
+    // A reading taken before every replica had stored its keys, then the whole: news again.
+    expect(reports.tell('n', 'm_1', T0, 'medium', 6, 45, 'all_partitions')).toBe(true);
+    expect(reports.tell('n', 'm_1', T0 - 1, 'medium', 6, 50, 'all_partitions')).toBe(false);
   });
 
   it('reports a rise to high to every merchant of the spray, one whose newest 401 was reported already too', () => {
@@ -429,7 +432,8 @@ describe('credential stuffing across replicas (storage\'s reading of every parti
     // m_1's 15 keys failed before m_0's, on a replica whose store flush came after that reading.
     const late = [...first, ...Array.from({ length: 15 }, (_, k) => stored(1, 100 + k, T0 + k * SECOND))];
     expect(detection.judgeFleetSpray(late, WALL + 30 * SECOND)).toEqual([]);
-    expect(told(detection.judgeFleetSpray(late, WALL + MINUTE))).toEqual(['m_1 medium 40']);
+    // m_1 first; m_0 too, whose alert counts the network's 25 keys.
+    expect(told(detection.judgeFleetSpray(late, WALL + MINUTE))).toEqual(['m_0 medium 40', 'm_1 medium 40']);
     expect(detection.judgeFleetSpray(late, WALL + 2 * MINUTE)).toEqual([]);
   });
 
@@ -452,14 +456,16 @@ describe('credential stuffing across replicas (storage\'s reading of every parti
     expect(found).toEqual(['m_0 medium 20']);
   });
 
-  it('reports a network at most once a minute of the wall clock, then to the merchants with newer 401s, also once the spray has stopped', () => {
+  it('reports a network at most once a minute of the wall clock, then, for more keys, to its merchants, also once the spray has stopped', () => {
     const detection = engine();
     expect(told(detection.judgeFleetSpray(reading(20, 1, T0), WALL))).toEqual(['m_0 medium 20']);
     const more = [...reading(20, 1, T0), stored(1, 500, T0 + 30 * SECOND), stored(2, 501, T0 + 31 * SECOND)];
     expect(detection.judgeFleetSpray(more, WALL + 30 * SECOND)).toEqual([]);
     // The spray stopped at T0 + 31 s; the readings go on.
     expect(detection.judgeFleetSpray(more, WALL + 45 * SECOND)).toEqual([]);
-    expect(told(detection.judgeFleetSpray(more, WALL + 60 * SECOND))).toEqual(['m_1 medium 22', 'm_2 medium 22']);
+    // Every merchant: those with new keys, and m_0, whose alert counts the network's 20 keys.
+    expect(told(detection.judgeFleetSpray(more, WALL + 60 * SECOND))).toEqual(['m_0 medium 22', 'm_1 medium 22', 'm_2 medium 22']);
+    expect(detection.judgeFleetSpray(more, WALL + 120 * SECOND)).toEqual([]);
   });
 
   it('leaves out the requests the detection config allowlists', () => {

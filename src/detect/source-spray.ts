@@ -195,8 +195,9 @@ const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, cr
  * What was reported about each network to each merchant: the newest 401 of its keys, the highest
  * severity, the most of its keys and of the network's, and the newest 401 a reading of storage
  * reported. A merchant is reported to again for a newer 401, a higher severity or more of its keys
- * only, or by a reading holding more of the network's keys than it was told of, for a 401 newer
- * than a reading reported: a key's 401 may be dated ahead of the others', and the
+ * only, or by a reading holding more of the network's keys than it was told of, with a 401 as new
+ * as a reading reported (one taken before every replica had stored its keys, then the whole): a
+ * key's 401 may be dated ahead of the others', and the
  * replica's tally and its reading of storage judge in times of their own; the reading of every
  * replica's keys may hold no 401 newer than the replica's own share did (a spray of a few seconds),
  * but more of the merchant's keys, which it must rotate, or the same keys with the whole spray's
@@ -216,7 +217,7 @@ export class SprayReports {
     let told = this.byNetwork.get(network);
     const last = told?.get(merchantId);
     const reading = from === 'all_partitions';
-    const wholer = reading && last !== undefined && newest > last.readingNewest && networkKeys > last.networkKeys;
+    const wholer = reading && last !== undefined && newest >= last.readingNewest && networkKeys > last.networkKeys;
     if (last && newest <= last.newest && !above(severity, last.severity) && keys <= last.keys && !wholer) return false;
     if (told === undefined) this.byNetwork.set(network, (told = new Map()));
     told.set(merchantId, {

@@ -428,7 +428,8 @@ describe('detection end to end', () => {
     const { keys, merchantOf, workers, ofRun } = await sprayOverTwoReplicas('stuffburst', 52, 100, (k) => (k >= 50 ? { merchant: 3, partition: 0 } : undefined));
     // Both replicas report their 25 keys at once, and may each open an alert: the earlier is resolved as a duplicate.
     const open = async () => (await ofRun()).filter((alert) => alert.status === 'open');
-    await waitFor(async () => (await open()).filter((alert) => alert.evidence.distinctKeys === 52).length === 4, 'every merchant told of the 52 keys', 20_000);
+    // A reading taken before both replicas stored their keys reports the rest a minute later (REPORT_EVERY_MS).
+    await waitFor(async () => (await open()).filter((alert) => alert.evidence.distinctKeys === 52).length === 4, 'every merchant told of the 52 keys', 120_000);
     await sleep(3_000); // room for a wrong description, from either replica
 
     for (const worker of workers) expect(await scrapeMetric(worker.url, 'security_center_alert_changes_total', { type: 'high_failure_rate' })).toBeGreaterThan(0);
@@ -440,7 +441,7 @@ describe('detection end to end', () => {
       expect([...(alert.evidence.merchantKeys as string[])].sort()).toEqual(own.slice(0, 20).sort());
     }
     for (const worker of workers) await worker.stop();
-  });
+  }, 180_000);
 
   it('reports an attack tool on a test key at low (monitor), from Kafka and over HTTP, and on a live key at critical', async () => {
     const names = testNames('testkeys');

@@ -1,7 +1,7 @@
 /**
  * The alert (contracts section 2) and how a finding's severity and confidence become its risk score.
  */
-import { JUDGED_ACROSS_KEYS, type AnomalyType, type RecommendedAction, type Severity, type SprayJudgedFrom } from '../detect/types.ts';
+import { JUDGED_ACROSS_KEYS, SPRAY_JUDGED_FROM, type AnomalyType, type RecommendedAction, type Severity, type SprayJudgedFrom } from '../detect/types.ts';
 
 export const ALERT_STATUSES = ['open', 'acknowledged', 'resolved', 'dismissed'] as const;
 export type AlertStatus = (typeof ALERT_STATUSES)[number];
@@ -93,7 +93,7 @@ export function sprayKeptOver(a: Record<string, unknown>, b: Record<string, unkn
 /** A credential-stuffing description's rank (sprayKeptOver, epoch ms); undefined for any other evidence. */
 function sprayRankOf(evidence: Record<string, unknown>): number | undefined {
   const { judgedBy, judgedFrom, lastFailureAt, windowMs } = evidence;
-  if (judgedBy !== JUDGED_ACROSS_KEYS || !SPRAY_TALLIES.includes(judgedFrom as SprayJudgedFrom)) return undefined;
+  if (judgedBy !== JUDGED_ACROSS_KEYS || !SPRAY_JUDGED_FROM.includes(judgedFrom as SprayJudgedFrom)) return undefined;
   if (typeof lastFailureAt !== 'string' || typeof windowMs !== 'number') return undefined;
   const at = Date.parse(lastFailureAt);
   if (Number.isNaN(at)) return undefined;
@@ -107,8 +107,6 @@ function keyCountOf(evidence: Record<string, unknown>): number {
 function networkKeyCountOf(evidence: Record<string, unknown>): number {
   return typeof evidence.distinctKeys === 'number' ? evidence.distinctKeys : 0;
 }
-
-const SPRAY_TALLIES: readonly SprayJudgedFrom[] = ['own_partitions', 'all_partitions'];
 
 /** A score inside the severity's band, growing with confidence; never reaches the next band. */
 export function riskScore(severity: Severity, confidence: number): number {

@@ -197,8 +197,8 @@ const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, cr
  * reported. A merchant is reported to again for a newer 401, a higher severity or more of its keys
  * only, or by a reading holding more of the network's keys than it was told of, with a 401 as new
  * as a reading reported (one taken before every replica had stored its keys, then the whole): a
- * key's 401 may be dated ahead of the others', and the
- * replica's tally and its reading of storage judge in times of their own; the reading of every
+ * key's 401 may be dated ahead of the others', and the replica's tally and its reading of storage
+ * judge in times of their own; the reading of every
  * replica's keys may hold no 401 newer than the replica's own share did (a spray of a few seconds),
  * but more of the merchant's keys, which it must rotate, or the same keys with the whole spray's
  * (the alert keeps the reading's description: sprayKeptOver in src/alerts/alert.ts). Shared by
@@ -474,8 +474,8 @@ export class FleetSpray {
 /**
  * A finding for each merchant with keys among `failing` (a network's keys failing mostly with 401)
  * that `reports` says is to be told (SprayReports.tell: a 401 newer, a severity higher or more of
- * its keys than it was ever told of, or a reading's whole after its share). A merchant whose keys among them are all test keys is told
- * at no more than its test-key ceiling, as of any finding on a test key (test-keys.ts); the spray
+ * its keys than it was ever told of, or a reading's whole after its share). A merchant whose keys
+ * among them are all test keys is told at no more than its test-key ceiling, as of any finding on a test key (test-keys.ts); the spray
  * still counts them, and its other merchants are told at the spray's severity.
  */
 function reportSpray(

@@ -22,7 +22,8 @@ export const JUDGED_ACROSS_KEYS = 'network_across_keys';
  * evidence.judgedFrom of credential stuffing: the keys of the replica's own partitions (its own
  * tally), or of every partition (its reading of storage, by the owner of partition 0).
  */
-export type SprayJudgedFrom = 'own_partitions' | 'all_partitions';
+export const SPRAY_JUDGED_FROM = ['own_partitions', 'all_partitions'] as const;
+export type SprayJudgedFrom = (typeof SPRAY_JUDGED_FROM)[number];
 export type RecommendedAction = (typeof ACTIONS)[number];
 
 /** Where an IP is, as far as the GeoIP database knows. */

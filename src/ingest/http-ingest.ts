@@ -106,10 +106,13 @@ interface Classified {
 
 const NDJSON_TYPES = ['application/x-ndjson', 'application/ndjson', 'application/jsonl'];
 
+/** How long a post waits for storage (or the brokers) by default, beyond any wait its events make by design. */
+export const STORE_TIMEOUT_MS = 10_000;
+
 export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOptions): void {
   const authenticate = bearerTokenCheck(options.token, 'ingest token');
   const { publish, buffer, recentIds, metrics, maxBufferedRows } = options;
-  const timeoutMs = options.storeTimeoutMs ?? 10_000;
+  const timeoutMs = options.storeTimeoutMs ?? STORE_TIMEOUT_MS;
   // Aborted when the server begins to close (the worker stops): a post parked on a start-up step is
   // answered at once (shuttingDown), not at its deadline (up to storeTimeoutMs later), which would
   // hold the server's close past the stop's 5 s cap for it (main.ts). A stop ends start-up, so the

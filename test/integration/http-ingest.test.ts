@@ -331,6 +331,26 @@ describe.each([
     }
   });
 
+  it.skipIf(viaKafka)('answers 202 for a post whose events wait out a STORE_FLUSH_INTERVAL_MS longer than its 10 s for storage', async () => {
+    const patient = await startWorker(testConfig({ clickhouse, names, extra: { STORE_FLUSH_INTERVAL_MS: '11000' } }), { logger: createLogger('silent') });
+    try {
+      await patient.ready;
+      const event = makeEvent(60, eventOptions);
+      const started = Date.now();
+      const response = await fetch(`${patient.url}/v1/ingest/events`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...auth },
+        body: JSON.stringify([event]),
+      });
+      expect(response.status).toBe(202);
+      // The insert waited for the interval: the 202 came after it, not from some earlier flush.
+      expect(Date.now() - started).toBeGreaterThanOrEqual(10_000);
+      expect(await storedIds()).toContain(event.eventId);
+    } finally {
+      await patient.stop();
+    }
+  });
+
   it.runIf(viaKafka)('takes events while storage is down (the topic holds them), stores them once it is back, and a retry is not counted twice', async () => {
     outage = true;
     const event = makeEvent(20, eventOptions);

@@ -39,6 +39,18 @@ describe('secrets', () => {
     // A key character escaped right after what looks like the Slovak locale: a key, not a locale.
     ['sk_SK%41BCDEF', true],
     ['{"userAgent":"sk_SK\\u0041BCDEF"}', true],
+    // Two capitals other than the locale's, or the locale's before base64's `+`, start a secret.
+    ['sk_AB', true],
+    ['sk_QR/abcdefSECRET', true],
+    ['curl/8.0 sk_QR+f9aB3xYz', true],
+    ['/v1/keys/sk_AB/cd3Ef/rotate', true],
+    ['sk_SK+abc', true],
+    ['sk_SK%2Babc', true],
+    ['{"userAgent":"sk_SK\\u002babc"}', true],
+    // A full key whose dot a URL or JSON text escaped.
+    ['svc_live_pub123%2Es3cr3t', true],
+    ['svc_live_pub123%2es3cr3t', true],
+    ['{"path":"svc_live_pub123\\u002Es3cr3t"}', true],
     // Benign: words that end in "sk", public ids, and the Slovak locale in in-app browsers' user agents.
     ['/v1/task_list', false],
     ['risk_score', false],
@@ -50,6 +62,7 @@ describe('secrets', () => {
     ['Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) [FBAN/FBIOS;FBLC/sk_SK;FBOP/5]', false],
     ['Instagram 330.0.0.31.109 (iPhone14,2; iOS 17_5; sk_SK; sk-SK; scale=3.00; 1170x2532)', false],
     ['{"userAgent":"lang=sk_SK"}', false],
+    ['/docs/sk_SK/intro', false],
     // Escaped look-alikes: a word that ends in "sk" stays one when its letters or underscore are escapes.
     ['/v1/ta%73k_list', false],
     ['/v1/ri%73%6B_score', false],
@@ -89,6 +102,10 @@ describe('secrets', () => {
     // A lead followed by no key character is still no secret; the locale before a slash stays the locale.
     expect(containsSecret('a sk_/b sk_+c')).toBe(false);
     expect(redactSecrets('FBLC/sk_SK/FBAV')).toBe('FBLC/sk_SK/FBAV');
+    // JSON text may escape the slash; a text that is no JSON is redacted as it stands, the escape with the rest.
+    expect(redactSecrets('sk_live_Ab\\/9xQ end')).toBe('sk_[REDACTED] end');
+    // The public part of a full key whose dot was escaped stays; the secret goes.
+    expect(redactSecrets('key=svc_live_pk_a1%2Es3cr3t&x=1')).toBe('key=svc_live_pk_a1.[REDACTED]&x=1');
   });
 
   it('redacts a bare secret wherever it appears, repeatedly', () => {

@@ -7,7 +7,9 @@
  *  - Any length: a test key (`sk_live_x`, `sk_a1`) is a key, and so is what is left of a secret cut
  *    short (a dead letter keeps the first 16 KiB of a value). Benign text does not start a token
  *    with `sk_`, but for one thing: the Slovak locale, `sk_SK`, which user agents carry (Instagram's
- *    and Facebook's in-app browsers: `FBLC/sk_SK`). So `sk_` and two capitals alone are no secret.
+ *    and Facebook's in-app browsers: `FBLC/sk_SK`). So `sk_SK` alone, or before a separator, is no
+ *    secret. The locale is those two capitals only: `sk_QR/…` is a secret in base64 (as `sk_SK+…` is),
+ *    and only one whose first characters are `SK/` or `SK` and a separator goes unseen.
  *  - At the start of a token: not glued to a letter or digit before it, or words that end in "sk"
  *    would be secrets (`/v1/task_list`, `risk_score`, `disk_usage`). A letter or digit that ends an
  *    escape is no word, though: `%3Dsk_…` in a URL (`=`), `\nsk_…` or `\u0020sk_…` in JSON text.
@@ -47,8 +49,8 @@ function eitherCase(chars: string): string {
 const HEX_DIGIT = String.raw`(?:[0-9A-Fa-f]|\\u00(?:3[0-9]|[46][1-6]))`;
 /** A JSON escape of a character (`\u005f`), or a URL's (`%5F`, also with JSON escapes in it: `\u00255F`). */
 const CHARACTER_ESCAPE = String.raw`\\u[0-9A-Fa-f]{4}|(?:%|\\u0025)${HEX_DIGIT}{2}`;
-/** An escape that may stand for a key character (`-`, a digit, a letter, `_`), or start a URL escape of one. */
-const KEY_CHARACTER_ESCAPE = String.raw`(?:\\u00|%)(?:2[dD]|3[0-9]|4[1-9A-Fa-f]|5[0-9aAfF]|6[1-9A-Fa-f]|7[0-9aA])|\\u0025|%\\u`;
+/** An escape that may stand for a key character (`+`, `-`, a digit, a letter, `_`), or start a URL escape of one. */
+const KEY_CHARACTER_ESCAPE = String.raw`(?:\\u00|%)(?:2[bBdD]|3[0-9]|4[1-9A-Fa-f]|5[0-9aAfF]|6[1-9A-Fa-f]|7[0-9aA])|\\u0025|%\\u`;
 /**
  * What may stand before a secret: nothing, a character that is no letter or digit, or an escape
  * (which stands for a separator). Checked behind the lead, not in front of it: a look-behind tried at
@@ -56,14 +58,15 @@ const KEY_CHARACTER_ESCAPE = String.raw`(?:\\u00|%)(?:2[dD]|3[0-9]|4[1-9A-Fa-f]|
  */
 const BEFORE_TOKEN = String.raw`(?:^|[^A-Za-z0-9]|${CHARACTER_ESCAPE}|\\[bfnrt])`;
 const LEAD = `${written('s')}${written('k')}${written('_')}`;
-// The Slovak locale is two capitals and no key character after them, escaped or not (`sk_SK%41…` is a key).
-const LOCALE = String.raw`[A-Z]{2}(?![A-Za-z0-9_-]|${KEY_CHARACTER_ESCAPE})`;
+// The Slovak locale is `SK` and no key character after it, escaped or not (`sk_SK%41…` is a key); a
+// slash may follow it, as the separator of a user agent's or a path's next part (`FBLC/sk_SK/FBAV`).
+const LOCALE = String.raw`SK(?![A-Za-z0-9_+-]|${KEY_CHARACTER_ESCAPE})`;
 /**
  * A secret's characters: after the lead, a key character (or an escape), then base64's `+` and `/` as
- * well, so that a secret in the standard base64 alphabet is taken whole. What follows a secret in a
+ * well (`/` also as JSON text may escape it, `\/`), so that a secret in the standard base64 alphabet is taken whole. What follows a secret in a
  * path (`sk_…/rotate`) goes with it: more is redacted than needed, never less.
  */
-const KEY_CHARACTERS = String.raw`(?:[A-Za-z0-9_-]|${CHARACTER_ESCAPE})(?:[A-Za-z0-9_+/-]|${CHARACTER_ESCAPE})*`;
+const KEY_CHARACTERS = String.raw`(?:[A-Za-z0-9_-]|${CHARACTER_ESCAPE})(?:[A-Za-z0-9_+/-]|\\/|${CHARACTER_ESCAPE})*`;
 const BARE_SECRET = new RegExp(`${LEAD}(?<=${BEFORE_TOKEN}${LEAD})(?!${LOCALE})${KEY_CHARACTERS}`, 'g');
 /**
  * Cheap pre-check (this runs on every event): text that fails it holds no secret. A lead (see written)
@@ -78,6 +81,8 @@ function mayHoldSecret(text: string): boolean {
 }
 
 const KEY_PREFIX = 'svc_(?:test|live)_';
+/** The dot between a key's public part and its secret, also as a URL or JSON text may escape it (`%2E`, `\u002e`). */
+const KEY_DOT = String.raw`(?:\.|%2[eE]|\\u002[eE])`;
 /**
  * A whole key: keep the safe public part, drop what follows the dot. It is tried only at the first
  * `svc_<env>_` of a run of key characters, where the leftmost match starts anyway (so it matches
@@ -87,7 +92,7 @@ const KEY_PREFIX = 'svc_(?:test|live)_';
  * The check comes after the prefix, so that the regex still skips from `svc_` to `svc_`, and reads
  * back only to the previous prefix or the start of the run: linear time.
  */
-const FULL_KEY = new RegExp(String.raw`(${KEY_PREFIX}(?<!${KEY_PREFIX}[A-Za-z0-9_-]*?${KEY_PREFIX})[A-Za-z0-9_-]+)\.[A-Za-z0-9_-][A-Za-z0-9_+/-]*`, 'g');
+const FULL_KEY = new RegExp(String.raw`(${KEY_PREFIX}(?<!${KEY_PREFIX}[A-Za-z0-9_-]*?${KEY_PREFIX})[A-Za-z0-9_-]+)${KEY_DOT}[A-Za-z0-9_-][A-Za-z0-9_+/-]*`, 'g');
 
 export const REDACTED = '[REDACTED]';
 

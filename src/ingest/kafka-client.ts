@@ -7,6 +7,7 @@
 import { Kafka, logLevel, type KafkaConfig, type LogEntry, type Message, type Producer, type SASLOptions } from 'kafkajs';
 import { withBundledCas, type Config } from '../config.ts';
 import { FailureLog } from '../failure-log.ts';
+import { registerKafkaCodecs } from './kafka-compression.ts';
 import type { Logger } from '../logger.ts';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
@@ -64,7 +65,9 @@ export function kafkaClientConfig(options: KafkaClientOptions, logger: Logger, n
   };
 }
 
+/** The worker's client, which reads record batches in every compression Kafka defines (kafka-compression.ts). */
 export function createKafka(options: KafkaClientOptions, logger: Logger): Kafka {
+  registerKafkaCodecs();
   return new Kafka(kafkaClientConfig(options, logger));
 }
 

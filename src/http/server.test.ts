@@ -9,8 +9,8 @@ afterEach(async () => {
   for (const close of closers.splice(0).reverse()) await close(); // the last opened first: sockets before their server
 });
 
-function newServer() {
-  return createHttpServer({ logger: createLogger('silent'), metrics: new WorkerMetrics({ defaultMetrics: false }), version: 'test', bodyLimit: 1024, notReadyReason: () => undefined });
+function newServer(options: { requestTimeoutMs?: number } = {}) {
+  return createHttpServer({ logger: createLogger('silent'), metrics: new WorkerMetrics({ defaultMetrics: false }), version: 'test', bodyLimit: 1024, notReadyReason: () => undefined, ...options });
 }
 
 describe('the HTTP server on a path no route serves', () => {
@@ -60,6 +60,7 @@ function rawSocket(port: number) {
   closers.push(async () => void socket.destroy());
   return {
     send: (path: string) => socket.write(`GET ${path} HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n`),
+    write: (text: string) => socket.write(text),
     received: () => received,
     endedByServer,
   };
@@ -78,6 +79,39 @@ async function responses(socket: ReturnType<typeof rawSocket>, count: number): P
   while (parse().length < count && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5));
   return parse();
 }
+
+describe('the HTTP server with a client that does not finish, or leaves Host out', () => {
+  it('answers a request whose body has not all arrived in time with 408 REQUEST_TIMEOUT in Format A, and closes it', async () => {
+    const app = newServer({ requestTimeoutMs: 300 });
+    app.post('/echo', async (request) => request.body);
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    closers.push(() => app.close());
+    const socket = rawSocket((app.server.address() as { port: number }).port);
+    socket.write('POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"status"');
+    // Node looks for requests past their time every connectionsCheckingInterval (here 300 ms).
+    expect(await settlesWithin(socket.endedByServer, 3_000)).toBe(true);
+    const [response] = await responses(socket, 1);
+    expect(response!.head).toMatch(/^http\/1\.1 408 /);
+    expect(JSON.parse(response!.body)).toEqual({ success: false, error: { code: 'REQUEST_TIMEOUT', message: expect.any(String) } });
+  });
+
+  it('answers an HTTP/1.1 request without Host with 400 BAD_REQUEST in Format A, and takes one of HTTP/1.0 without it', async () => {
+    const app = newServer();
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    closers.push(() => app.close());
+    const { port } = app.server.address() as { port: number };
+    const noHost = rawSocket(port);
+    noHost.write('GET /health HTTP/1.1\r\nConnection: close\r\n\r\n');
+    const [refused] = await responses(noHost, 1);
+    expect(refused!.head).toMatch(/^http\/1\.1 400 /);
+    expect(JSON.parse(refused!.body)).toEqual({ success: false, error: { code: 'BAD_REQUEST', message: 'The request has no Host header' } });
+    const http10 = rawSocket(port);
+    http10.write('GET /health HTTP/1.0\r\n\r\n');
+    const [answered] = await responses(http10, 1);
+    expect(answered!.head).toMatch(/^http\/1\.1 200 /);
+    expect(JSON.parse(answered!.body)).toMatchObject({ status: 'ok' });
+  });
+});
 
 describe('the HTTP server while it closes', () => {
   it('answers a request running when close() begins, with Connection: close, so that its kept-alive socket does not hold close()', async () => {

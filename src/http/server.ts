@@ -17,10 +17,28 @@ export interface ServerOptions {
   bodyLimit: number;
   /** Readiness: undefined when ready, else the reason it is not. */
   notReadyReason(): string | undefined;
+  /** How long a request's headers and body may take to arrive (REQUEST_TIMEOUT_MS by default). */
+  requestTimeoutMs?: number;
 }
 
+/**
+ * A request whose headers and body have not all arrived by then gets 408 REQUEST_TIMEOUT (Fastify's
+ * default is none: a client that sent half a body would hold its connection forever). 60 s leaves a
+ * post of the largest INGEST_MAX_BODY_BYTES (100 MiB) 1.7 MB/s.
+ */
+export const REQUEST_TIMEOUT_MS = 60_000;
+
 export function createHttpServer(options: ServerOptions): FastifyInstance {
+  const requestTimeout = options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
   const app = Fastify({
+    requestTimeout,
+    http: {
+      headersTimeout: Math.min(60_000, requestTimeout),
+      // How often Node looks for requests past their time (its default, 30 s, would let one run 50% over).
+      connectionsCheckingInterval: Math.min(5_000, requestTimeout),
+      // Node's own answer to an HTTP/1.1 request without Host is a bare 400; it is answered below, in Format A.
+      requireHostHeader: false,
+    },
     loggerInstance: options.logger.child({ component: 'http' }) as FastifyBaseLogger,
     // Per-request log lines would cost more than ingest itself; errors are still logged.
     logController: new LogController({ disableRequestLogging: true }),
@@ -59,6 +77,11 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
   app.addHook('onSend', async (_request, reply, payload) => {
     if (closing) void reply.header('connection', 'close');
     return payload;
+  });
+  app.addHook('onRequest', async (request) => {
+    if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
+      throw new HttpError(400, 'BAD_REQUEST', 'The request has no Host header');
+    }
   });
   app.setNotFoundHandler(answerNotFound);
   // A path no route serves is answered before its body is parsed: otherwise an empty or malformed

@@ -137,7 +137,7 @@ const historyEntryView = z.object({
   reason: z.string().describe('the alert behind it: type, severity, risk and title'),
   alertId: z.uuid(),
   startedAt: z.string().describe('when a replica first saw the decision'),
-  endedAt: z.string().nullable().describe('when it last ended; null while in force (or when it lapsed while no replica ran)'),
+  endedAt: z.string().nullable().describe('when it last ended (its expiry, when it lapsed while no replica ran); null while in force'),
   expiresAt: z.string().describe('when it was due to lapse as last recorded; new evidence extends a decision in force'),
   active: z.boolean().nullable().describe('whether it is among the decisions now; null when that is not known (enforcement off or stale)'),
 });

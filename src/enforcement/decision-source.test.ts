@@ -4,7 +4,7 @@ import type { Alert } from '../alerts/alert.ts';
 import { DetectionConfig } from '../detect/detection-config.ts';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
-import type { DecisionRecord } from '../store/enforcement-history-store.ts';
+import { EXPIRY_RECORD_STEP_MS, type DecisionRecord } from '../store/enforcement-history-store.ts';
 import { DecisionSource } from './decision-source.ts';
 
 const T0 = Date.UTC(2026, 10, 21, 12, 0, 0);
@@ -147,6 +147,26 @@ describe('DecisionSource', () => {
     ]);
     expect(history[3]).toMatchObject({ merchantId: 'm_1', reason: expect.stringContaining('critical, risk 0.97'), expiresAt: new Date(Date.parse(first.lastSeenAt) + 30 * MINUTE).toISOString() });
     expect(history[0]).not.toHaveProperty('exemptIps');
+  });
+
+  it('records a decision again once new evidence has moved its expiry a step, not on every read', async () => {
+    const { state, decisions, history } = source('shadow');
+    const alert = attack('pk_live_a', { lastSeenAt: new Date(T0).toISOString() });
+    state.alerts = [alert];
+    await decisions.refresh();
+    const seenAt = (ms: number) => {
+      state.now = ms;
+      state.alerts = [{ ...alert, lastSeenAt: new Date(ms).toISOString() }];
+      return decisions.refresh();
+    };
+    await seenAt(T0 + EXPIRY_RECORD_STEP_MS - 1_000); // less than a step: the history's expiry stands
+    await seenAt(T0 + EXPIRY_RECORD_STEP_MS); // a step past the recorded expiry
+    await seenAt(T0 + EXPIRY_RECORD_STEP_MS + 1_000);
+    await decisions.stop();
+    expect(history.map(({ startedAt, endedAt, expiresAt }) => ({ startedAt, endedAt, expiresAt }))).toEqual([
+      { startedAt: T0, endedAt: null, expiresAt: new Date(T0 + 30 * MINUTE).toISOString() },
+      { startedAt: T0, endedAt: null, expiresAt: new Date(T0 + EXPIRY_RECORD_STEP_MS + 30 * MINUTE).toISOString() },
+    ]);
   });
 
   it('dates an end seen late when it happened: at the decision\'s expiry, or when the last answer went stale', async () => {

@@ -14,7 +14,7 @@
 import type { DetectionConfig } from '../detect/detection-config.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import type { DecisionRecord } from '../store/enforcement-history-store.ts';
+import { EXPIRY_RECORD_STEP_MS, type DecisionRecord } from '../store/enforcement-history-store.ts';
 import { alertDecisions, strongestPerKey, type EnforceableAlert, type EnforcementDecision, type EnforcementPolicy } from './decisions.ts';
 
 export interface DecisionSnapshot {
@@ -55,6 +55,8 @@ export class DecisionSource {
   private failing = false;
   /** When this replica saw each key's current decision start, by keyOf. */
   private readonly startedAt = new Map<string, number>();
+  /** Per key with a decision in force: the expiry its history last recorded (epoch ms). */
+  private readonly recordedExpiry = new Map<string, number>();
   private unwritten: DecisionRecord[] = [];
   private writing: Promise<void> | undefined;
   private historyFailing = false;
@@ -141,7 +143,12 @@ export class DecisionSource {
       const key = keyOf(decision);
       const known = before.get(key);
       before.delete(key);
-      if (known?.action === decision.action && known.alertId === decision.alertId) continue;
+      if (known?.action === decision.action && known.alertId === decision.alertId) {
+        // New evidence extends it: recorded again once it has moved a step, so that the history can
+        // tell a decision still in force from one that lapsed while no replica ran.
+        if (Date.parse(decision.expiresAt) - (this.recordedExpiry.get(key) ?? 0) >= EXPIRY_RECORD_STEP_MS) this.queue(decision, null);
+        continue;
+      }
       const { exemptIps: _exemptIps, ...logged } = decision;
       logger.info({ mode, ...logged, previous: known?.action }, mode === 'enforce' ? `enforcement: ${decision.action} key` : `enforcement (shadow, not applied): would ${decision.action} key`);
       // A change of action or alert ends one decision and starts another.
@@ -160,6 +167,8 @@ export class DecisionSource {
     if (this.options.writeHistory === undefined) return;
     const { apiKeyId, merchantId, alertId, action, reason, expiresAt } = decision;
     const startedAt = this.startedAt.get(keyOf(decision)) ?? endedAt ?? this.now();
+    if (endedAt === null) this.recordedExpiry.set(keyOf(decision), Date.parse(expiresAt));
+    else this.recordedExpiry.delete(keyOf(decision));
     this.unwritten.push({ merchantId, apiKeyId, alertId, action, mode: this.options.mode, reason, startedAt, endedAt, expiresAt });
     if (this.unwritten.length > MAX_UNWRITTEN) this.unwritten.splice(0, this.unwritten.length - MAX_UNWRITTEN);
   }

@@ -37,7 +37,7 @@ export interface DecisionRecord extends DecisionIdentity {
 export interface DecisionHistoryEntry extends DecisionIdentity {
   /** When it first started. */
   startedAt: string;
-  /** When it last ended; null when it has not ended since it last started (or its end went unseen). */
+  /** When it last ended (at its expiry, when it lapsed while no replica ran); null while it is in force. */
   endedAt: string | null;
   /** When it was due to lapse, as last recorded (new evidence extends a live decision beyond this). */
   expiresAt: string;
@@ -61,6 +61,8 @@ export interface HistoryFilter {
   /** Decisions in force at some time in [from, to]: started by `to`, not ended before `from`. */
   from: Date;
   to: Date;
+  /** Epoch ms: the clock that tells a decision lapsed unseen (EXPIRY_RECORD_STEP_MS); tests move it. */
+  now?: number;
   merchantId?: string;
   apiKeyId?: string;
   /** Only the entries after this one in the list's order (the next page). */
@@ -72,6 +74,14 @@ const COLUMNS = ['merchant_id', 'api_key_id', 'alert_id', 'action', 'mode', 'rea
 
 /** last_ended_at of a row that records no end. */
 const NO_END = 0;
+
+/**
+ * A live decision's expiry moves with its alert's evidence: the source records it again each time it
+ * has moved this far past the expiry last recorded (decision-source.ts). So a decision with no end
+ * recorded since its last start, whose recorded expiry is more than this in the past, lapsed unseen
+ * (no replica ran then): its end is that expiry.
+ */
+export const EXPIRY_RECORD_STEP_MS = 60_000;
 
 const historyRow = z.object({
   merchant_id: z.string(),
@@ -121,7 +131,10 @@ export class EnforcementHistoryStore {
     const after = filter.after;
     const rows = await this.db.queryRows(
       `SELECT merchant_id, api_key_id, alert_id, action, mode, reason, started_at,
-              if(last_ended >= last_started, last_ended, NULL) AS ended_at, expires_at
+              multiIf(last_ended >= last_started, last_ended,
+                      expires_at < {lapsedBefore:DateTime64(3, 'UTC')}, expires_at,
+                      NULL) AS ended_at,
+              expires_at
          FROM (
            SELECT merchant_id, api_key_id, toString(alert_id) AS alert_id, action, mode, anyLast(reason) AS reason,
                   min(first_started_at) AS started_at, max(last_started_at) AS last_started,
@@ -131,7 +144,7 @@ export class EnforcementHistoryStore {
               AND ({apiKeyId:String} = '' OR api_key_id = {apiKeyId:String})
             GROUP BY merchant_id, api_key_id, alert_id, action, mode)
         WHERE started_at <= {to:DateTime64(3, 'UTC')}
-          AND (last_ended < last_started OR last_ended >= {from:DateTime64(3, 'UTC')})
+          AND (ended_at IS NULL OR ended_at >= {from:DateTime64(3, 'UTC')})
           AND ({paged:Bool} = false
                OR started_at < {afterStarted:DateTime64(3, 'UTC')}
                OR (started_at = {afterStarted:DateTime64(3, 'UTC')}
@@ -144,6 +157,7 @@ export class EnforcementHistoryStore {
         apiKeyId: filter.apiKeyId ?? '',
         from: toClickHouseTime(filter.from.getTime()),
         to: toClickHouseTime(filter.to.getTime()),
+        lapsedBefore: toClickHouseTime((filter.now ?? Date.now()) - EXPIRY_RECORD_STEP_MS),
         limit: filter.limit,
         paged: after !== undefined,
         afterStarted: toClickHouseTime(after?.startedAt ?? 0),

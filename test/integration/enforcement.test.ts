@@ -14,7 +14,7 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/config.ts';
 import { createLogger } from '../../src/logger.ts';
 import { connectClickHouse } from '../../src/store/clickhouse.ts';
-import { EnforcementHistoryStore, type DecisionHistoryEntry, type DecisionRecord } from '../../src/store/enforcement-history-store.ts';
+import { EnforcementHistoryStore, EXPIRY_RECORD_STEP_MS, type DecisionHistoryEntry, type DecisionRecord } from '../../src/store/enforcement-history-store.ts';
 import { migrate } from '../../src/store/migrate.ts';
 import { tablesIn } from '../../src/store/tables.ts';
 import { ADMIN_ENV, adminCall, token } from '../support/admin.ts';
@@ -227,7 +227,8 @@ describe('enforcement decisions', () => {
       await store.record([record('pk_a', a, T, T + 10 * MINUTE), record('pk_a', a, T + 2_000, T + 10 * MINUTE + 1_500), record('pk_b', b, T, T + 5 * MINUTE)]);
       await store.record([record('pk_b', b, T + 20 * MINUTE, null)]);
 
-      const range = { from: new Date(T - 60 * MINUTE), to: new Date(T + 60 * MINUTE), merchantId, limit: 50 };
+      // The clock: pk_b's expiry (T + 50 min) is ahead, so its last start, with no end recorded, is in force.
+      const range = { from: new Date(T - 60 * MINUTE), to: new Date(T + 60 * MINUTE), merchantId, limit: 50, now: T + 30 * MINUTE };
       const entries = await store.list(range);
       expect(entries.map(({ apiKeyId, startedAt, endedAt, expiresAt }) => ({ apiKeyId, startedAt, endedAt, expiresAt }))).toEqual([
         { apiKeyId: 'pk_a', startedAt: new Date(T).toISOString(), endedAt: new Date(T + 10 * MINUTE + 1_500).toISOString(), expiresAt: new Date(T + 2_000 + 30 * MINUTE).toISOString() },
@@ -239,6 +240,14 @@ describe('enforcement decisions', () => {
       expect(await store.list({ ...range, to: new Date(T - 1), from: new Date(T - 60 * MINUTE) })).toEqual([]);
       expect((await store.list({ ...range, apiKeyId: 'pk_a' })).map((entry) => entry.apiKeyId)).toEqual(['pk_a']);
       expect(await store.list({ ...range, merchantId: 'm_nobody' })).toEqual([]);
+      // No replica ran when pk_b's expiry came: no end was recorded. Up to a step past its expiry it may
+      // still be in force (a replica records a moved expiry once it has moved a step); after that it
+      // lapsed at its expiry, and a range after that does not list it.
+      const pkB = async (now: number, from = range.from) => (await store.list({ ...range, from, now })).find((entry) => entry.apiKeyId === 'pk_b');
+      expect((await pkB(T + 50 * MINUTE + EXPIRY_RECORD_STEP_MS - 1))?.endedAt).toBeNull();
+      expect((await pkB(T + 50 * MINUTE + EXPIRY_RECORD_STEP_MS + 1))?.endedAt).toBe(new Date(T + 50 * MINUTE).toISOString());
+      expect(await pkB(T + 600 * MINUTE, new Date(T + 51 * MINUTE))).toBeUndefined();
+      expect(await pkB(T + 600 * MINUTE, new Date(T + 50 * MINUTE))).toBeDefined();
       expect(await store.list({ ...range, limit: 1 })).toHaveLength(1);
       // After an entry: the next in the list's order, on a tie of start times (pk_a, pk_b) and across them (pk_c).
       const position = (entry: DecisionHistoryEntry) => ({ ...entry, startedAt: Date.parse(entry.startedAt) });

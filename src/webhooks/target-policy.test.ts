@@ -141,6 +141,12 @@ describe('checkTargetUrl', () => {
     expect(() => checkTargetUrl(checkTargetUrl(longest, policy).url.href, policy)).not.toThrow();
   });
 
+  it('refuses port 0, which no delivery could reach, and takes the default port written out', () => {
+    expect(() => checkTargetUrl('https://8.8.8.8:0/x', { allowPrivate: false })).toThrow('must not use port 0');
+    expect(() => checkTargetUrl('https://hooks.example.com:00/x', { allowPrivate: false })).toThrow('must not use port 0');
+    expect(checkTargetUrl('https://hooks.example.com:443/x', { allowPrivate: false }).url.port).toBe('');
+  });
+
   it('names the reason without echoing the URL', () => {
     const secretUrl = 'http://hooks.example.com/T000/B000/XXXXSECRET';
     expect(() => checkTargetUrl(secretUrl, { allowPrivate: false })).toThrow(BlockedTargetError);

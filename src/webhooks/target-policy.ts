@@ -178,6 +178,8 @@ export function checkTargetUrl(text: string, policy: Pick<TargetPolicy, 'allowPr
   if (url.href.length > MAX_URL_LENGTH) throw new BlockedTargetError(TOO_LONG);
   if (url.protocol !== 'https:') throw new BlockedTargetError('must use https');
   if (url.username || url.password) throw new BlockedTargetError('must not carry credentials');
+  // Port 0 reaches no server (a connect to it fails), so deliveries could never succeed.
+  if (url.port === '0') throw new BlockedTargetError('must not use port 0');
   const host = url.hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '').toLowerCase();
   if (host.length === 0) throw new BlockedTargetError('must name a host');
   if (isIP(host)) {

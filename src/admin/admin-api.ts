@@ -36,11 +36,17 @@ export async function registerAdminApi(app: FastifyInstance, options: AdminApiOp
         // Many clients send Content-Type: application/json on every request, a bodiless DELETE too: an
         // empty body is no body (Fastify's parser refuses it), which a route without a body schema
         // accepts and one with a schema refuses naming its fields. Any other body is parsed as before.
+        // The same holds whatever type an empty body is sent as; a body that is there must be JSON
+        // (Fastify's text/plain parser would hand a route a string, refused as "expected object").
         const parseJson = secured.getDefaultJsonParser('error', 'error'); // as the server's (server.ts)
-        secured.removeContentTypeParser('application/json');
+        secured.removeAllContentTypeParsers();
         secured.addContentTypeParser<string>('application/json', { parseAs: 'string' }, (request, body, done) => {
           if (body.length === 0) done(null, undefined);
           else parseJson(request, body, done);
+        });
+        secured.addContentTypeParser<string>('*', { parseAs: 'string' }, (_request, body, done) => {
+          if (body.length === 0) done(null, undefined);
+          else done(notJson());
         });
         secured.addHook('onRequest', async (request) => {
           attachPrincipal(request, await options.authenticator.authenticate(request.headers.authorization));
@@ -103,6 +109,10 @@ const emptyObject = z.strictObject({});
  */
 function adminBodyError(error: FastifyError, maxBodyBytes: number): HttpError | undefined {
   if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return validationError([{ path: ['body'], message: `larger than ${maxBodyBytes} bytes` }], 'Invalid body');
-  if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return validationError([{ path: ['body'], message: 'must be sent as application/json' }], 'Invalid body');
+  if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return notJson();
   return undefined;
+}
+
+function notJson(): HttpError {
+  return validationError([{ path: ['body'], message: 'must be sent as application/json' }], 'Invalid body');
 }

@@ -257,12 +257,13 @@ describe('critical-alert webhooks', () => {
   it('removes the endpoint for a client that sends Content-Type: application/json on every request, with no body', async () => {
     const merchantD = `m_d_${runId}`;
     const bearer = await token('admin', merchantD);
-    const remove = (init: { body?: string }) =>
-      fetch(`${worker.url}/admin/anomaly/webhook`, { method: 'DELETE', headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' }, ...init });
-    for (const init of [{}, { body: '' }]) {
+    const remove = (init: { body?: string }, contentType = 'application/json') =>
+      fetch(`${worker.url}/admin/anomaly/webhook`, { method: 'DELETE', headers: { authorization: `Bearer ${bearer}`, 'content-type': contentType }, ...init });
+    // An empty body is no body whatever type it is sent as.
+    for (const [init, contentType] of [[{}], [{ body: '' }], [{ body: '' }, 'text/plain'], [{ body: '' }, 'application/x-www-form-urlencoded']] as const) {
       expect((await call('PUT', '/webhook', 'admin', { merchantId: merchantD, body: { url: `${receiver.origin}/merchant-d` } })).status).toBe(200);
-      const removed = await remove(init);
-      expect(removed.status, JSON.stringify(init)).toBe(200);
+      const removed = await remove(init, contentType);
+      expect(removed.status, `${JSON.stringify(init)} as ${contentType}`).toBe(200);
       expect(await removed.json()).toEqual({ success: true, data: { deleted: true } });
       expect((await call('GET', '/webhook', 'viewer', { merchantId: merchantD })).status).toBe(404);
     }

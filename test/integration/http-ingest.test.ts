@@ -335,7 +335,7 @@ describe.each([
     const patient = await startWorker(testConfig({ clickhouse, names, extra: { STORE_FLUSH_INTERVAL_MS: '11000' } }), { logger: createLogger('silent') });
     try {
       await patient.ready;
-      const event = makeEvent(60, eventOptions);
+      const event = makeEvent(70, eventOptions);
       const started = Date.now();
       const response = await fetch(`${patient.url}/v1/ingest/events`, {
         method: 'POST',

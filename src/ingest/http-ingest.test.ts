@@ -331,6 +331,48 @@ describe('HTTP ingest with Kafka (publish)', () => {
     expect(published).toEqual([['evt_unit_0', 'evt_unit_1']]);
   });
 
+  it('answers a repeat posted while the brokers have not acknowledged the first a duplicate once they do, and publishes the event once', async () => {
+    const brokers = deferred();
+    const published: string[][] = [];
+    const { post, metrics } = await server({
+      publish: (events) => {
+        published.push(events.map((e) => e.eventId));
+        return brokers.promise;
+      },
+      storeTimeoutMs: 60_000,
+    });
+    let acknowledged = false;
+    const answered = (answer: Awaited<ReturnType<typeof post>>) => ({ status: answer.status, data: answer.body.data, acknowledged });
+    const first = post([event(0), event(1)]).then(answered);
+    await until(() => published.length === 1, 'the first post is published');
+    const repeat = post([event(1), event(2)]).then(answered);
+    await until(async () => (await metrics.eventsDuplicate.get()).values[0]?.value === 1, 'the repeat is read');
+    acknowledged = true;
+    brokers.resolve();
+    expect(await first).toMatchObject({ status: 202, data: { accepted: 2, duplicates: 0 }, acknowledged: true });
+    expect(await repeat).toMatchObject({ status: 202, data: { accepted: 1, duplicates: 1 }, acknowledged: true });
+    expect(published).toEqual([['evt_unit_0', 'evt_unit_1'], ['evt_unit_2']]);
+  });
+
+  it('answers a repeat of events the brokers then refuse 503 with the first post, and publishes them again on the retry', async () => {
+    const brokers = deferred();
+    let attempts = 0;
+    const { post, metrics } = await server({
+      publish: (events) => (++attempts === 1 ? brokers.promise : Promise.resolve(void events)),
+      storeTimeoutMs: 60_000,
+    });
+    const first = post([event(0)]);
+    await until(() => attempts === 1, 'the first post is published');
+    const repeat = post([event(0)]);
+    await until(async () => (await metrics.eventsDuplicate.get()).values[0]?.value === 1, 'the repeat is read');
+    brokers.reject(new Error('KafkaJSNumberOfRetriesExceeded'));
+    expect((await first).status).toBe(503);
+    expect((await repeat).status).toBe(503);
+    const retry = await post([event(0)]);
+    expect({ status: retry.status, data: retry.body.data }).toMatchObject({ status: 202, data: { accepted: 1, duplicates: 0 } });
+    expect(attempts).toBe(2);
+  });
+
   it('logs failing publishes as one failure: at its start with the cause, at most once a minute with a count, and once when the brokers acknowledge 10 s after the last refusal', async () => {
     const lines: { level: number; msg: string; occurrences?: number; failures?: number; err?: { message: string } }[] = [];
     const logger = createLogger('info', { write: (line: string) => void lines.push(JSON.parse(line)) });

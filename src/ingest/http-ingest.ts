@@ -100,7 +100,7 @@ interface BodyEvent {
 interface Classified {
   report: IngestReport;
   accepted: RequestEvent[];
-  /** Without Kafka: the buffer's promises for events this post repeats whose rows are not durable yet. */
+  /** The promises for events this post repeats that are not durable yet (see `storing`). */
   stillStoring: Set<Promise<void>>;
 }
 
@@ -128,9 +128,11 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
    */
   let overdue = 0;
   /**
-   * Without Kafka: the ids of accepted events whose rows are not durable yet, with the buffer's
-   * promise for them. An id moves to `recentIds` once its rows are durable, and leaves at once if the
-   * buffer gives them up (stopped). It never holds more ids than the buffer holds posted rows.
+   * The ids of accepted events not yet durable, with the promise for them: without Kafka the buffer's
+   * for their rows, with it the brokers' acknowledgement. An id moves to `recentIds` once durable, and
+   * leaves at once if they are given up (the buffer stopped, or the brokers refused them). Without
+   * Kafka it never holds more ids than the buffer holds posted rows; with it, more than the producer
+   * holds unacknowledged.
    */
   const storing = new Map<string, Promise<void>>();
   /**
@@ -148,22 +150,38 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
   );
   app.addContentTypeParser(NDJSON_TYPES, { parseAs: 'string' }, (_request, body, done) => done(null, body));
 
-  /** Produces the events; they are remembered once the brokers have them, however late, so a retry after a failure is produced again. */
-  async function produce(publish: NonNullable<HttpIngestOptions['publish']>, events: RequestEvent[], request: FastifyRequest) {
-    const published = publish(events);
-    published.then(
-      () => {
-        for (const event of events) recentIds.checkAndAdd(event.eventId);
-        metrics.eventsProduced.inc(events.length);
-        publishFailures.succeeded();
-      },
-      (error: unknown) => {
-        request.log.debug({ err: error, events: events.length }, 'producing HTTP-ingested events to Kafka failed');
-        publishFailures.failed({ err: error });
-      },
-    );
-    const outcome = await settleWithin(published, timeoutMs);
-    if (outcome === 'timeout') {
+  /**
+   * Produces the accepted events; they are remembered once the brokers have them, however late, so a
+   * retry after a failure is produced again. Meanwhile their ids are in `storing`, as posted rows are
+   * without Kafka: a concurrent post of one of them is a duplicate that waits for it. Runs in the same
+   * synchronous stretch as `classify`, up to its wait.
+   */
+  async function produce(publish: NonNullable<HttpIngestOptions['publish']>, { accepted, stillStoring }: Classified, request: FastifyRequest) {
+    const waits = [...stillStoring];
+    const published = accepted.length > 0 ? publish(accepted) : undefined;
+    if (published) {
+      const ids = accepted.map((event) => event.eventId);
+      for (const id of ids) storing.set(id, published);
+      published.then(
+        () => {
+          for (const id of ids) {
+            recentIds.checkAndAdd(id);
+            storing.delete(id);
+          }
+          metrics.eventsProduced.inc(accepted.length);
+          publishFailures.succeeded();
+        },
+        (error: unknown) => {
+          for (const id of ids) storing.delete(id);
+          request.log.debug({ err: error, events: accepted.length }, 'producing HTTP-ingested events to Kafka failed');
+          publishFailures.failed({ err: error });
+        },
+      );
+      waits.push(published);
+    }
+    if (waits.length === 0) return 'done';
+    const outcome = await settleWithin(Promise.all(waits).then(() => undefined), timeoutMs);
+    if (outcome === 'timeout' && published) {
       overdue++;
       const settled = () => overdue--;
       published.then(settled, settled);
@@ -225,7 +243,7 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
       if (inRequest.has(eventId) || recentIds.has(eventId)) {
         report.duplicates++;
       } else if (beingStored) {
-        // A duplicate once its rows are durable: the post waits for them (storeAndWait).
+        // A duplicate once durable: the post waits for it (storeAndWait, produce).
         report.duplicates++;
         stillStoring.add(beingStored);
       } else {
@@ -273,8 +291,8 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     // Refused before anything is counted, buffered or remembered: the retry is a new post.
     if (!publish && wouldOverfillBuffer(classified.accepted.length)) throw bufferFull();
     countOutcomes(classified, events.length);
-    const { accepted, report } = classified;
-    const outcome = publish ? (accepted.length > 0 ? await produce(publish, accepted, request) : 'done') : await storeAndWait(classified);
+    const { report } = classified;
+    const outcome = publish ? await produce(publish, classified, request) : await storeAndWait(classified);
     if (outcome !== 'done') throw unavailable(publish !== undefined);
     return reply.code(202).send({ success: true, data: report });
   };

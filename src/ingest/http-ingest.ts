@@ -160,19 +160,13 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     const waits = [...stillStoring];
     const published = accepted.length > 0 ? publish(accepted) : undefined;
     if (published) {
-      const ids = accepted.map((event) => event.eventId);
-      for (const id of ids) storing.set(id, published);
+      holdUntilDurable(accepted, published);
       published.then(
         () => {
-          for (const id of ids) {
-            recentIds.checkAndAdd(id);
-            storing.delete(id);
-          }
           metrics.eventsProduced.inc(accepted.length);
           publishFailures.succeeded();
         },
         (error: unknown) => {
-          for (const id of ids) storing.delete(id);
           request.log.debug({ err: error, events: accepted.length }, 'producing HTTP-ingested events to Kafka failed');
           publishFailures.failed({ err: error });
         },
@@ -197,6 +191,12 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
   function store(events: RequestEvent[]): Promise<void> {
     options.onAccepted?.(events);
     const durable = buffer.add({ lines: events.map((event) => serializeEventRow(event, HTTP_SOURCE)) });
+    holdUntilDurable(events, durable);
+    return durable;
+  }
+
+  /** Keeps the events' ids in `storing` until `durable` settles: then remembered in `recentIds`, or (it failed) forgotten. */
+  function holdUntilDurable(events: readonly RequestEvent[], durable: Promise<void>): void {
     const ids = events.map((event) => event.eventId);
     for (const id of ids) storing.set(id, durable);
     durable.then(
@@ -210,7 +210,6 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
         for (const id of ids) storing.delete(id);
       },
     );
-    return durable;
   }
 
   /** Without Kafka: stores the accepted events and waits, within the timeout, for them and for those still being stored that the post repeats. */

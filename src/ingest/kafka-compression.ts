@@ -7,9 +7,13 @@
  * but kafkajs's codec interface has both halves, so snappy and lz4 write too, and zstd refuses to.
  */
 import { decompress as zstdDecompress } from 'fzstd';
-import { CompressionCodecs, CompressionTypes } from 'kafkajs';
+import kafkajs, { type CompressionTypes as CompressionType } from 'kafkajs';
 import { compressFrame as lz4CompressFrame, decompressFrame as lz4DecompressFrame } from 'lz4-napi';
 import { compress as snappyCompress, uncompress as snappyUncompress } from 'snappy';
+
+// A default import: Node's ESM loader finds no named export CompressionCodecs in kafkajs's CommonJS
+// (its exports object lists it as `CompressionCodecs: Compression.Codecs`); vitest's loader would.
+const { CompressionCodecs, CompressionTypes } = kafkajs;
 
 /** kafkajs's codec interface: `compress` gets its Encoder (the records' bytes in `buffer`). */
 interface KafkaCodec {
@@ -55,7 +59,7 @@ export async function zstdDecompressBatch(buffer: Buffer): Promise<Buffer> {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
-const CODECS: Record<CompressionTypes.Snappy | CompressionTypes.LZ4 | CompressionTypes.ZSTD, KafkaCodec> = {
+const CODECS: Record<CompressionType.Snappy | CompressionType.LZ4 | CompressionType.ZSTD, KafkaCodec> = {
   [CompressionTypes.Snappy]: { compress: (encoder) => snappyCompress(encoder.buffer), decompress: snappyDecompress },
   [CompressionTypes.LZ4]: { compress: (encoder) => lz4CompressFrame(encoder.buffer), decompress: lz4Decompress },
   [CompressionTypes.ZSTD]: {

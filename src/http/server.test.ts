@@ -95,6 +95,17 @@ describe('the HTTP server with a client that does not finish, or leaves Host out
     expect(JSON.parse(response!.body)).toEqual({ success: false, error: { code: 'REQUEST_TIMEOUT', message: expect.any(String) } });
   });
 
+  it('closes, with no second answer, a request answered before its body arrived whose body then never comes', async () => {
+    const app = newServer({ requestTimeoutMs: 300 });
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    closers.push(() => app.close());
+    const socket = rawSocket((app.server.address() as { port: number }).port);
+    socket.write('POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"status"');
+    expect(await settlesWithin(socket.endedByServer, 3_000)).toBe(true);
+    // (A second answer would follow the first's body on the same line.)
+    expect(socket.received().match(/HTTP\/1\.1 \d{3}/g)).toEqual(['HTTP/1.1 404']);
+  });
+
   it('answers an HTTP/1.1 request without Host with 400 BAD_REQUEST in Format A, and takes one of HTTP/1.0 without it', async () => {
     const app = newServer();
     await app.listen({ host: '127.0.0.1', port: 0 });

@@ -74,8 +74,11 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
   // Node closes only the connections idle when close() begins; a busy one answered with keep-alive
   // would then hold close() open until its keep-alive timeout. Every answer sent once closing has
   // begun closes its connection instead.
-  app.addHook('onSend', async (_request, reply, payload) => {
-    if (closing) void reply.header('connection', 'close');
+  // So does an answer sent before the request's body has all arrived (a 401 or 404 does not wait for
+  // it): Node would wait for the rest to read past it, and a body that never comes would then get a
+  // second answer, the 408, read by the client as the answer to its next request.
+  app.addHook('onSend', async (request, reply, payload) => {
+    if (closing || !request.raw.complete) void reply.header('connection', 'close');
     return payload;
   });
   app.addHook('onRequest', async (request) => {

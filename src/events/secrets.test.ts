@@ -106,6 +106,9 @@ describe('secrets', () => {
     expect(redactSecrets('sk_live_Ab\\/9xQ end')).toBe('sk_[REDACTED] end');
     // The public part of a full key whose dot was escaped stays; the secret goes.
     expect(redactSecrets('key=svc_live_pk_a1%2Es3cr3t&x=1')).toBe('key=svc_live_pk_a1.[REDACTED]&x=1');
+    // Its secret whole, whatever escapes write its characters (base64's `+` and `/` in a URL, `\/` in JSON text).
+    expect(redactSecrets('key=svc_live_pk_a1%2EAb%2F9x%2Bq7ZzTAIL&x=1')).toBe('key=svc_live_pk_a1.[REDACTED]&x=1');
+    expect(redactSecrets('svc_live_pk_a1.Ab\\/9xQ7Zz end')).toBe('svc_live_pk_a1.[REDACTED] end');
   });
 
   it('redacts a bare secret wherever it appears, repeatedly', () => {

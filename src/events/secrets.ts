@@ -84,7 +84,8 @@ const KEY_PREFIX = 'svc_(?:test|live)_';
 /** The dot between a key's public part and its secret, also as a URL or JSON text may escape it (`%2E`, `\u002e`). */
 const KEY_DOT = String.raw`(?:\.|%2[eE]|\\u002[eE])`;
 /**
- * A whole key: keep the safe public part, drop what follows the dot. It is tried only at the first
+ * A whole key: keep the safe public part, drop what follows the dot (a secret's characters, escapes
+ * included, as after a lead). It is tried only at the first
  * `svc_<env>_` of a run of key characters, where the leftmost match starts anyway (so it matches
  * what it would without the check, a key glued to the text before it included). Tried at every
  * one, each try would read to the end of the run looking for the dot: text that repeats
@@ -92,7 +93,7 @@ const KEY_DOT = String.raw`(?:\.|%2[eE]|\\u002[eE])`;
  * The check comes after the prefix, so that the regex still skips from `svc_` to `svc_`, and reads
  * back only to the previous prefix or the start of the run: linear time.
  */
-const FULL_KEY = new RegExp(String.raw`(${KEY_PREFIX}(?<!${KEY_PREFIX}[A-Za-z0-9_-]*?${KEY_PREFIX})[A-Za-z0-9_-]+)${KEY_DOT}[A-Za-z0-9_-][A-Za-z0-9_+/-]*`, 'g');
+const FULL_KEY = new RegExp(String.raw`(${KEY_PREFIX}(?<!${KEY_PREFIX}[A-Za-z0-9_-]*?${KEY_PREFIX})[A-Za-z0-9_-]+)${KEY_DOT}${KEY_CHARACTERS}`, 'g');
 
 export const REDACTED = '[REDACTED]';
 

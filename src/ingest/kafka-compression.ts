@@ -13,7 +13,7 @@ import { compress as snappyCompress, uncompress as snappyUncompress } from 'snap
 
 // A default import: Node's ESM loader finds no named export CompressionCodecs in kafkajs's CommonJS
 // (its exports object lists it as `CompressionCodecs: Compression.Codecs`); vitest's loader would.
-const { CompressionCodecs, CompressionTypes } = kafkajs;
+const { CompressionCodecs, CompressionTypes, KafkaJSNonRetriableError } = kafkajs;
 
 /** kafkajs's codec interface: `compress` gets its Encoder (the records' bytes in `buffer`). */
 interface KafkaCodec {
@@ -59,12 +59,25 @@ export async function zstdDecompressBatch(buffer: Buffer): Promise<Buffer> {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
+/**
+ * A batch these cannot read (corrupt: brokers check a batch's CRC as it is produced, so it should not
+ * happen) is refused as kafkajs refused a codec it lacked: an error it does not retry, naming the
+ * codec, which stops the consumer (kafka-consumer.ts). A plain error would have kafkajs restart the
+ * consumer without end, each restart a rebalance of the whole group.
+ */
+function refusingCorrupt(codec: string, decompress: (buffer: Buffer) => Promise<Buffer>): (buffer: Buffer) => Promise<Buffer> {
+  return (buffer) =>
+    decompress(buffer).catch((error: unknown) => {
+      throw new KafkaJSNonRetriableError(`cannot decompress a ${codec} record batch: ${(error as Error).message}`);
+    });
+}
+
 const CODECS: Record<CompressionType.Snappy | CompressionType.LZ4 | CompressionType.ZSTD, KafkaCodec> = {
-  [CompressionTypes.Snappy]: { compress: (encoder) => snappyCompress(encoder.buffer), decompress: snappyDecompress },
-  [CompressionTypes.LZ4]: { compress: (encoder) => lz4CompressFrame(encoder.buffer), decompress: lz4Decompress },
+  [CompressionTypes.Snappy]: { compress: (encoder) => snappyCompress(encoder.buffer), decompress: refusingCorrupt('snappy', snappyDecompress) },
+  [CompressionTypes.LZ4]: { compress: (encoder) => lz4CompressFrame(encoder.buffer), decompress: refusingCorrupt('lz4', lz4Decompress) },
   [CompressionTypes.ZSTD]: {
     compress: () => Promise.reject(new Error('this worker reads zstd but does not write it')),
-    decompress: zstdDecompressBatch,
+    decompress: refusingCorrupt('zstd', zstdDecompressBatch),
   },
 };
 

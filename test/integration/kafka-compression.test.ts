@@ -57,4 +57,19 @@ describe('Kafka intake of compressed batches', () => {
     expect(stored).toEqual({ rows: WRITERS.length * PER_CODEC, distinct_ids: WRITERS.length * PER_CODEC });
     expect(await topicSize(kafka, names.dlqTopic).catch(() => 0)).toBe(0);
   });
+
+  it('stops intake for good, naming the codec, on a batch it cannot decompress, rather than have kafkajs restart the consumer without end', async () => {
+    const { clickhouse, producer } = engines;
+    const corrupt = testNames('corrupt');
+    CompressionCodecs[CompressionTypes.LZ4] = () => ({
+      compress: async () => Buffer.from('not an lz4 frame'),
+      decompress: () => Promise.reject(new Error('this test only writes')),
+    });
+    const event = makeEvent(0, { runId: corrupt.runId, startMs: eventOptions.startMs });
+    await producer.send({ topic: corrupt.topic, acks: -1, compression: CompressionTypes.LZ4, messages: [{ key: event.apiKeyId, value: JSON.stringify(event) }] });
+    let fatal: Error | undefined;
+    await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse, names: corrupt }), { onFatal: (error) => (fatal = error) });
+    await waitFor(() => fatal !== undefined, 'intake stops for good', 60_000);
+    expect(fatal!.message).toContain('cannot decompress a lz4 record batch');
+  });
 });

@@ -29,7 +29,7 @@ import { FailureLog } from './failure-log.ts';
 import { createHttpServer } from './http/server.ts';
 import { AnalysisThread, type Detection } from './ingest/analysis-thread.ts';
 import { EventBuffer } from './ingest/event-buffer.ts';
-import { registerHttpIngest, STORE_TIMEOUT_MS } from './ingest/http-ingest.ts';
+import { registerHttpIngest } from './ingest/http-ingest.ts';
 import { createKafka } from './ingest/kafka-client.ts';
 import { KafkaIntake, RECALL_EVENT_IDS_MS } from './ingest/kafka-consumer.ts';
 import { RecentEventIds } from './ingest/recent-event-ids.ts';
@@ -356,9 +356,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
       maxEvents: config.ingest.maxEvents,
       eventTimes,
       buffer,
-      // Without Kafka, a post's events may wait out STORE_FLUSH_INTERVAL_MS in the buffer before their
-      // insert begins: that wait is by design, so the post's time for storage starts after it.
-      storeTimeoutMs: (intake ? 0 : config.store.flushIntervalMs) + STORE_TIMEOUT_MS,
+      flushWaitMs: config.store.flushIntervalMs,
       recentIds,
       metrics,
       // With Kafka, posted events go through the topic as the fleet's do: the replica that owns a

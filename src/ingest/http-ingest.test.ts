@@ -547,6 +547,20 @@ describe('HTTP ingest without Kafka: while the worker starts', () => {
     expect(stored).toEqual([]);
   });
 
+  it('gives a post flushWaitMs (the buffer\'s flush interval) more to be stored, and start-up no more than storeTimeoutMs', async () => {
+    // Stored 300 ms after the post: past its 100 ms for storage, within the flush wait added to them.
+    const { buffer } = slowBuffer(sleep(300));
+    const patient = await server({ buffer, storeTimeoutMs: 100, flushWaitMs: 1_000 });
+    expect((await patient.post([event(0)])).status).toBe(202);
+    const impatient = await server({ buffer: slowBuffer(sleep(300)).buffer, storeTimeoutMs: 100 });
+    expect((await impatient.post([event(0)])).status).toBe(503);
+    // Detection never starts: refused after storeTimeoutMs, the flush wait not added.
+    const starting = await server({ storeTimeoutMs: 100, flushWaitMs: 5_000, detectionStarted: pending() });
+    const started = performance.now();
+    expect((await starting.post([event(0)])).status).toBe(503);
+    expect(performance.now() - started).toBeLessThan(1_000);
+  });
+
   it('answers at once that detection has stopped, without waiting for it to start', async () => {
     const { post, stored } = await server({ storeTimeoutMs: 5_000, detectionStarted: pending(), detectionStopped: () => true });
     const refused = await post([event(0)]);

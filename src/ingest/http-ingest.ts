@@ -53,8 +53,13 @@ export interface HttpIngestOptions {
    * `onAccepted`.
    */
   publish?(events: readonly RequestEvent[]): Promise<void>;
-  /** How long a request waits for its events to be stored (or acknowledged) before answering 503. */
+  /** How long a request waits for its events to be stored (or acknowledged), or for start-up, before answering 503. */
   storeTimeoutMs?: number;
+  /**
+   * Without Kafka: how long posted events may wait in the buffer before their insert begins
+   * (STORE_FLUSH_INTERVAL_MS). That wait is by design: a post's time for storage starts after it.
+   */
+  flushWaitMs?: number;
   /** Receives the accepted events (for detection), before the response waits for storage; not called with `publish`. */
   onAccepted?(events: RequestEvent[]): void;
   /**
@@ -106,8 +111,8 @@ interface Classified {
 
 const NDJSON_TYPES = ['application/x-ndjson', 'application/ndjson', 'application/jsonl'];
 
-/** How long a post waits for storage (or the brokers) by default, beyond any wait its events make by design. */
-export const STORE_TIMEOUT_MS = 10_000;
+/** How long a post waits for storage (or the brokers, or start-up) by default. */
+const STORE_TIMEOUT_MS = 10_000;
 
 export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOptions): void {
   const authenticate = bearerTokenCheck(options.token, 'ingest token');
@@ -219,7 +224,7 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     if (waits.length === 0) return 'done';
     return settleWithin(
       Promise.all(waits).then(() => undefined),
-      timeoutMs,
+      (options.flushWaitMs ?? 0) + timeoutMs,
       (listener) => buffer.onOutage(listener),
     );
   }

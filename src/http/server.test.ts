@@ -95,6 +95,28 @@ describe('the HTTP server with a client that does not finish, or leaves Host out
     expect(JSON.parse(response!.body)).toEqual({ success: false, error: { code: 'REQUEST_TIMEOUT', message: expect.any(String) } });
   });
 
+  it('keeps the connection of a post whose body it read, and of one answered before its body arrived once the body has', async () => {
+    const app = newServer({ requestTimeoutMs: 300 });
+    app.post('/echo', async (request) => request.body);
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    closers.push(() => app.close());
+    const socket = rawSocket((app.server.address() as { port: number }).port);
+    const post = (path: string, body: string, sent = body) =>
+      socket.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${sent}`);
+    post('/echo', '{"a":1}');
+    const [read] = await responses(socket, 1);
+    expect(read!.head).toMatch(/^http\/1\.1 200 /);
+    expect(read!.head).toContain('connection: keep-alive');
+    // Answered 404 on its head alone; the rest of its body follows, then the next request.
+    post('/nowhere', '{"status":"late"}', '{"status"');
+    await responses(socket, 2);
+    socket.write(':"late"}');
+    socket.send('/health');
+    const answers = await responses(socket, 3);
+    expect(answers.map((answer) => answer.head.slice(0, 12))).toEqual(['http/1.1 200', 'http/1.1 404', 'http/1.1 200']);
+    expect(answers[2]!.head).toContain('connection: keep-alive');
+  });
+
   it('closes, with no second answer, a request answered before its body arrived whose body then never comes', async () => {
     const app = newServer({ requestTimeoutMs: 300 });
     await app.listen({ host: '127.0.0.1', port: 0 });

@@ -3,7 +3,7 @@
  * /metrics (Prometheus), and the routes that other parts register (ingest, admin).
  * Contract: every error goes through the one error handler (errors.ts); unknown paths are 404 in Format A.
  */
-import { STATUS_CODES } from 'node:http';
+import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from '../logger.ts';
@@ -74,11 +74,9 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
   // Node closes only the connections idle when close() begins; a busy one answered with keep-alive
   // would then hold close() open until its keep-alive timeout. Every answer sent once closing has
   // begun closes its connection instead.
-  // So does an answer sent before the request's body has all arrived (a 401 or 404 does not wait for
-  // it): Node would wait for the rest to read past it, and a body that never comes would then get a
-  // second answer, the 408, read by the client as the answer to its next request.
   app.addHook('onSend', async (request, reply, payload) => {
-    if (closing || !request.raw.complete) void reply.header('connection', 'close');
+    if (closing) void reply.header('connection', 'close');
+    lastAnswered.set(request.raw.socket, request.raw);
     return payload;
   });
   app.addHook('onRequest', async (request) => {
@@ -127,8 +125,21 @@ function answerNotFound(_request: FastifyRequest, reply: FastifyReply): void {
  * headers or URL over the size limit, a request too slow to arrive): answered in Format A, as every
  * other error, and the connection closed (what follows on it cannot be trusted).
  */
+/**
+ * Per connection, the request it last answered. A request answered before its body arrived (a 401 or
+ * 404 does not wait for it) keeps its connection, whose next request may follow once the body has;
+ * if the body never comes, the request timeout must not answer it a second time (a 408 the client
+ * would read as its next request's answer): its connection is closed instead.
+ */
+const lastAnswered = new WeakMap<Socket, IncomingMessage>();
+
 function answerClientError(error: Error & { code?: string }, socket: Socket): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const answered = lastAnswered.get(socket);
+  if (answered !== undefined && !answered.complete) {
+    socket.destroy(error);
+    return;
+  }
   const httpError =
     error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
       ? new HttpError(408, 'REQUEST_TIMEOUT', 'The request did not arrive in time')

@@ -77,7 +77,7 @@ describe('registerKafkaCodecs', () => {
     expect((await codec.decompress(await compressFrame(Buffer.from(TEXT)))).toString()).toBe(TEXT);
     await expect(CompressionCodecs[CompressionTypes.ZSTD]().compress({ buffer: Buffer.from(TEXT) })).rejects.toThrow(/does not write/);
     // A batch it cannot read: an error kafkajs does not retry (it would restart the consumer without end), naming the codec.
-    for (const [type, name] of [[CompressionTypes.Snappy, 'snappy'], [CompressionTypes.LZ4, 'lz4'], [CompressionTypes.ZSTD, 'zstd']] as const) {
+    for (const [type, name] of [[CompressionTypes.GZIP, 'gzip'], [CompressionTypes.Snappy, 'snappy'], [CompressionTypes.LZ4, 'lz4'], [CompressionTypes.ZSTD, 'zstd']] as const) {
       const refused = CompressionCodecs[type]().decompress(Buffer.from('not a compressed batch at all'));
       await expect(refused).rejects.toMatchObject({ name: 'KafkaJSNonRetriableError', retriable: false, message: expect.stringContaining(`cannot decompress a ${name} record batch`) });
     }

@@ -2,10 +2,12 @@
  * Compressed record batches. kafkajs reads gzip alone: on a batch in snappy, lz4 or zstd it throws
  * while decoding the fetch, before the worker sees a message, which stops the consumer, and stops it
  * again after every restart, as the batch is still there. Producers commonly compress (Java's and
- * librdkafka's `compression.type`), so the worker gives kafkajs the three other codecs Kafka defines.
- * Only reading matters: the worker's own producers (dead letters, posted events) do not compress,
+ * librdkafka's `compression.type`), so the worker gives kafkajs the three other codecs Kafka defines,
+ * and its gzip again, to refuse a corrupt batch as they do (refusingCorrupt). Only reading matters: the worker's own producers (dead letters, posted events) do not compress,
  * but kafkajs's codec interface has both halves, so snappy and lz4 write too, and zstd refuses to.
  */
+import { promisify } from 'node:util';
+import { gzip as gzipCallback, unzip as unzipCallback } from 'node:zlib';
 import { decompress as zstdDecompress } from 'fzstd';
 import kafkajs, { type CompressionTypes as CompressionType } from 'kafkajs';
 import { compressFrame as lz4CompressFrame, decompressFrame as lz4DecompressFrame } from 'lz4-napi';
@@ -72,7 +74,12 @@ function refusingCorrupt(codec: string, decompress: (buffer: Buffer) => Promise<
     });
 }
 
-const CODECS: Record<CompressionType.Snappy | CompressionType.LZ4 | CompressionType.ZSTD, KafkaCodec> = {
+const gzip = promisify(gzipCallback);
+const unzip = promisify(unzipCallback);
+
+const CODECS: Record<CompressionType.GZIP | CompressionType.Snappy | CompressionType.LZ4 | CompressionType.ZSTD, KafkaCodec> = {
+  // kafkajs's own gzip, but refusing a corrupt batch as the others do.
+  [CompressionTypes.GZIP]: { compress: (encoder) => gzip(encoder.buffer), decompress: refusingCorrupt('gzip', (buffer) => unzip(buffer)) },
   [CompressionTypes.Snappy]: { compress: (encoder) => snappyCompress(encoder.buffer), decompress: refusingCorrupt('snappy', snappyDecompress) },
   [CompressionTypes.LZ4]: { compress: (encoder) => lz4CompressFrame(encoder.buffer), decompress: refusingCorrupt('lz4', lz4Decompress) },
   [CompressionTypes.ZSTD]: {
@@ -81,7 +88,7 @@ const CODECS: Record<CompressionType.Snappy | CompressionType.LZ4 | CompressionT
   },
 };
 
-/** Gives kafkajs (one registry per process) the codecs it lacks; safe to call more than once. */
+/** Gives kafkajs (one registry per process) the codecs it lacks, and its gzip refusing corrupt batches; safe to call more than once. */
 export function registerKafkaCodecs(): void {
   for (const [type, codec] of Object.entries(CODECS)) {
     CompressionCodecs[Number(type) as keyof typeof CODECS] = () => codec;

@@ -3,7 +3,8 @@
  * worker: one batch of the ingest bench's events (a fetch returns a producer's batch; 1,250 events of
  * about 300 bytes by default), decompressed by each codec the intake reads (src/ingest/kafka-compression.ts,
  * and kafkajs's own gzip). Prints the compressed size, time per batch and per event, and throughput.
- * snappy and lz4 run off the event loop (Node-API bindings on libuv's pool), gzip and zstd on it.
+ * gzip (zlib), snappy and lz4 (Node-API bindings) run on libuv's pool, off the event loop; zstd
+ * (pure JavaScript) on it.
  * Env: BENCH_BATCH (1250), BENCH_ROUNDS (400).
  */
 import { promisify } from 'node:util';

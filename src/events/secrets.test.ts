@@ -109,6 +109,11 @@ describe('secrets', () => {
     // Its secret whole, whatever escapes write its characters (base64's `+` and `/` in a URL, `\/` in JSON text).
     expect(redactSecrets('key=svc_live_pk_a1%2EAb%2F9x%2Bq7ZzTAIL&x=1')).toBe('key=svc_live_pk_a1.[REDACTED]&x=1');
     expect(redactSecrets('svc_live_pk_a1.Ab\\/9xQ7Zz end')).toBe('svc_live_pk_a1.[REDACTED] end');
+    expect(redactSecrets('key=svc_live_pk_a1.%41b9xQ7Zz end')).toBe('key=svc_live_pk_a1.[REDACTED] end');
+    // A public id that ends a sentence is no key: what follows its dot is no key character.
+    for (const text of ['key=svc_live_pk_a1.%20hello world', 'svc_live_bot.\\u00e9t\\u00e9 ok', 'see svc_live_pk_a1. Then']) {
+      expect(containsSecret(text), text).toBe(false);
+    }
   });
 
   it('redacts a bare secret wherever it appears, repeatedly', () => {

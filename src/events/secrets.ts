@@ -66,7 +66,8 @@ const LOCALE = String.raw`SK(?![A-Za-z0-9_+-]|${KEY_CHARACTER_ESCAPE})`;
  * well (`/` also as JSON text may escape it, `\/`), so that a secret in the standard base64 alphabet is taken whole. What follows a secret in a
  * path (`sk_…/rotate`) goes with it: more is redacted than needed, never less.
  */
-const KEY_CHARACTERS = String.raw`(?:[A-Za-z0-9_-]|${CHARACTER_ESCAPE})(?:[A-Za-z0-9_+/-]|\\/|${CHARACTER_ESCAPE})*`;
+const SECRET_TAIL = String.raw`(?:[A-Za-z0-9_+/-]|\\/|${CHARACTER_ESCAPE})*`;
+const KEY_CHARACTERS = String.raw`(?:[A-Za-z0-9_-]|${CHARACTER_ESCAPE})${SECRET_TAIL}`;
 const BARE_SECRET = new RegExp(`${LEAD}(?<=${BEFORE_TOKEN}${LEAD})(?!${LOCALE})${KEY_CHARACTERS}`, 'g');
 /**
  * Cheap pre-check (this runs on every event): text that fails it holds no secret. A lead (see written)
@@ -85,7 +86,8 @@ const KEY_PREFIX = 'svc_(?:test|live)_';
 const KEY_DOT = String.raw`(?:\.|%2[eE]|\\u002[eE])`;
 /**
  * A whole key: keep the safe public part, drop what follows the dot (a secret's characters, escapes
- * included, as after a lead). It is tried only at the first
+ * included, as after a lead; but it starts with a key character, as a dot that ends a sentence is
+ * followed by a space, `%20`). It is tried only at the first
  * `svc_<env>_` of a run of key characters, where the leftmost match starts anyway (so it matches
  * what it would without the check, a key glued to the text before it included). Tried at every
  * one, each try would read to the end of the run looking for the dot: text that repeats
@@ -93,7 +95,10 @@ const KEY_DOT = String.raw`(?:\.|%2[eE]|\\u002[eE])`;
  * The check comes after the prefix, so that the regex still skips from `svc_` to `svc_`, and reads
  * back only to the previous prefix or the start of the run: linear time.
  */
-const FULL_KEY = new RegExp(String.raw`(${KEY_PREFIX}(?<!${KEY_PREFIX}[A-Za-z0-9_-]*?${KEY_PREFIX})[A-Za-z0-9_-]+)${KEY_DOT}${KEY_CHARACTERS}`, 'g');
+const FULL_KEY = new RegExp(
+  String.raw`(${KEY_PREFIX}(?<!${KEY_PREFIX}[A-Za-z0-9_-]*?${KEY_PREFIX})[A-Za-z0-9_-]+)${KEY_DOT}(?:[A-Za-z0-9_-]|${KEY_CHARACTER_ESCAPE})${SECRET_TAIL}`,
+  'g',
+);
 
 export const REDACTED = '[REDACTED]';
 

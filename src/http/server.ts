@@ -121,11 +121,6 @@ function answerNotFound(_request: FastifyRequest, reply: FastifyReply): void {
 }
 
 /**
- * A request Node's HTTP parser refuses before any route sees it (malformed request line or headers,
- * headers or URL over the size limit, a request too slow to arrive): answered in Format A, as every
- * other error, and the connection closed (what follows on it cannot be trusted).
- */
-/**
  * Per connection, the request it last answered. A request answered before its body arrived (a 401 or
  * 404 does not wait for it) keeps its connection, whose next request may follow once the body has;
  * if the body never comes, the request timeout must not answer it a second time (a 408 the client
@@ -133,6 +128,11 @@ function answerNotFound(_request: FastifyRequest, reply: FastifyReply): void {
  */
 const lastAnswered = new WeakMap<Socket, IncomingMessage>();
 
+/**
+ * A request Node's HTTP parser refuses before any route sees it (malformed request line or headers,
+ * headers or URL over the size limit, a request too slow to arrive): answered in Format A, as every
+ * other error, and the connection closed (what follows on it cannot be trusted).
+ */
 function answerClientError(error: Error & { code?: string }, socket: Socket): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
   const answered = lastAnswered.get(socket);

@@ -3,8 +3,9 @@
  * while decoding the fetch, before the worker sees a message, which stops the consumer, and stops it
  * again after every restart, as the batch is still there. Producers commonly compress (Java's and
  * librdkafka's `compression.type`), so the worker gives kafkajs the three other codecs Kafka defines,
- * and its gzip again, to refuse a corrupt batch as they do (refusingCorrupt). Only reading matters: the worker's own producers (dead letters, posted events) do not compress,
- * but kafkajs's codec interface has both halves, so snappy and lz4 write too, and zstd refuses to.
+ * and its gzip again, to refuse a corrupt batch as they do (refusingCorrupt). Only reading matters:
+ * the worker's own producers (dead letters, posted events) do not compress, but kafkajs's codec
+ * interface has both halves, so gzip, snappy and lz4 write too, and zstd refuses to.
  */
 import { promisify } from 'node:util';
 import { gzip as gzipCallback, unzip as unzipCallback } from 'node:zlib';

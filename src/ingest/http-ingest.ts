@@ -136,8 +136,8 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
    * The ids of accepted events not yet durable, with the promise for them: without Kafka the buffer's
    * for their rows, with it the brokers' acknowledgement. An id moves to `recentIds` once durable, and
    * leaves at once if they are given up (the buffer stopped, or the brokers refused them). Without
-   * Kafka it never holds more ids than the buffer holds posted rows; with it, more than the producer
-   * holds unacknowledged.
+   * Kafka it never holds more ids than the buffer holds posted rows; with it, no more than the
+   * producer holds unacknowledged.
    */
   const storing = new Map<string, Promise<void>>();
   /**

@@ -81,12 +81,17 @@ async function responses(socket: ReturnType<typeof rawSocket>, count: number): P
 }
 
 describe('the HTTP server with a client that does not finish, or leaves Host out', () => {
-  it('answers a request whose body has not all arrived in time with 408 REQUEST_TIMEOUT in Format A, and closes it', async () => {
+  /** A listening server with an /echo route (a request timeout of 300 ms), and its port. */
+  async function listening() {
     const app = newServer({ requestTimeoutMs: 300 });
     app.post('/echo', async (request) => request.body);
     await app.listen({ host: '127.0.0.1', port: 0 });
     closers.push(() => app.close());
-    const socket = rawSocket((app.server.address() as { port: number }).port);
+    return (app.server.address() as { port: number }).port;
+  }
+
+  it('answers a request whose body has not all arrived in time with 408 REQUEST_TIMEOUT in Format A, and closes it', async () => {
+    const socket = rawSocket(await listening());
     socket.write('POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"status"');
     // Node looks for requests past their time every connectionsCheckingInterval (here 300 ms).
     expect(await settlesWithin(socket.endedByServer, 3_000)).toBe(true);
@@ -96,11 +101,7 @@ describe('the HTTP server with a client that does not finish, or leaves Host out
   });
 
   it('keeps the connection of a post whose body it read, and of one answered before its body arrived once the body has', async () => {
-    const app = newServer({ requestTimeoutMs: 300 });
-    app.post('/echo', async (request) => request.body);
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    closers.push(() => app.close());
-    const socket = rawSocket((app.server.address() as { port: number }).port);
+    const socket = rawSocket(await listening());
     const post = (path: string, body: string, sent = body) =>
       socket.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${sent}`);
     post('/echo', '{"a":1}');
@@ -118,10 +119,7 @@ describe('the HTTP server with a client that does not finish, or leaves Host out
   });
 
   it('closes, with no second answer, a request answered before its body arrived whose body then never comes', async () => {
-    const app = newServer({ requestTimeoutMs: 300 });
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    closers.push(() => app.close());
-    const socket = rawSocket((app.server.address() as { port: number }).port);
+    const socket = rawSocket(await listening());
     socket.write('POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"status"');
     expect(await settlesWithin(socket.endedByServer, 3_000)).toBe(true);
     // (A second answer would follow the first's body on the same line.)
@@ -129,10 +127,7 @@ describe('the HTTP server with a client that does not finish, or leaves Host out
   });
 
   it('answers an HTTP/1.1 request without Host with 400 BAD_REQUEST in Format A, and takes one of HTTP/1.0 without it', async () => {
-    const app = newServer();
-    await app.listen({ host: '127.0.0.1', port: 0 });
-    closers.push(() => app.close());
-    const { port } = app.server.address() as { port: number };
+    const port = await listening();
     const noHost = rawSocket(port);
     noHost.write('GET /health HTTP/1.1\r\nConnection: close\r\n\r\n');
     const [refused] = await responses(noHost, 1);

@@ -24,6 +24,11 @@ export class WorkerMetrics {
     labelNames: ['source'] as const,
     registers: [this.registry],
   });
+  readonly eventsMisrouted = new Counter({
+    name: 'security_center_events_misrouted_total',
+    help: 'Kafka events stored whose message key is not their apiKeyId (without a key too): producers must key messages by apiKeyId, or with several replicas one key\'s events are split between them and detection sees part of each',
+    registers: [this.registry],
+  });
   readonly eventsDeadLettered = new Counter({
     name: 'security_center_events_dead_lettered_total',
     help: 'Kafka messages sent to the dead-letter topic, by reason',

@@ -119,7 +119,7 @@ export class AnalysisThread {
   /** Validates a Kafka batch, stores nothing, and runs detection on its accepted events. */
   analyzeBatch(topic: string, partition: number, messages: readonly KafkaMessage[]): Promise<BatchAnalysis> {
     const batch = packBatch(topic, partition, messages);
-    return this.request({ kind: 'batch', batch }, [batch.values.buffer as ArrayBuffer]) as Promise<BatchAnalysis>;
+    return this.request({ kind: 'batch', batch }, [batch.values.buffer as ArrayBuffer, batch.keys.buffer as ArrayBuffer]) as Promise<BatchAnalysis>;
   }
 
   /** Runs detection on events validated elsewhere (HTTP ingest). */
@@ -195,20 +195,32 @@ export class AnalysisThread {
  */
 function packBatch(topic: string, partition: number, messages: readonly KafkaMessage[]): RawBatch {
   let total = 0;
-  for (const message of messages) total += message.value?.length ?? 0;
+  let keysTotal = 0;
+  for (const message of messages) {
+    total += message.value?.length ?? 0;
+    keysTotal += message.key?.length ?? 0;
+  }
   const values = new Uint8Array(total);
   const ends = new Uint32Array(messages.length);
+  const keys = new Uint8Array(keysTotal);
+  const keyEnds = new Uint32Array(messages.length);
   const offsets = new Float64Array(messages.length);
   const timestamps = new Float64Array(messages.length);
   let position = 0;
+  let keyPosition = 0;
   messages.forEach((message, index) => {
     if (message.value) {
       values.set(message.value, position);
       position += message.value.length;
     }
+    if (message.key) {
+      keys.set(message.key, keyPosition);
+      keyPosition += message.key.length;
+    }
     ends[index] = position;
+    keyEnds[index] = keyPosition;
     offsets[index] = Number(message.offset);
     timestamps[index] = Number(message.timestamp);
   });
-  return { topic, partition, values, ends, offsets, timestamps };
+  return { topic, partition, values, ends, keys, keyEnds, offsets, timestamps };
 }

@@ -158,7 +158,7 @@ describe('KafkaIntake', () => {
       analysis: fake<AnalysisThread>({
         analyzeBatch: async (_topic: string, _partition: number, messages: KafkaMessage[]) => {
           analysed.push(messages.map((message) => Number(message.offset)));
-          return { rows: Buffer.alloc(0), rowCount: messages.length, rejections: [], duplicates: 0, findings: [], ruleErrors: [] };
+          return { rows: Buffer.alloc(0), rowCount: messages.length, rejections: [], duplicates: 0, misrouted: 0, findings: [], ruleErrors: [] };
         },
         keepPartitions: async () => ({ findings: [], ruleErrors: [] }),
       }),
@@ -395,7 +395,7 @@ describe('KafkaIntake', () => {
           recallEventIds: async (eventIds: string[], partition: number) => void steps.push(`recall ${partition}: ${eventIds.join(',')}`),
           analyzeBatch: async (_topic: string, partition: number, messages: KafkaMessage[]) => {
             steps.push(`validate ${partition}: ${messages.length}`);
-            return { rows: Buffer.alloc(0), rowCount: messages.length, rejections: [], duplicates: 0, findings: [], ruleErrors: [] };
+            return { rows: Buffer.alloc(0), rowCount: messages.length, rejections: [], duplicates: 0, misrouted: 0, findings: [], ruleErrors: [] };
           },
           keepPartitions: async () => ({ findings: [], ruleErrors: [] }),
         }),
@@ -475,7 +475,7 @@ describe('KafkaIntake', () => {
             steps.push(`validate ${messages[0]!.offset}-${messages.at(-1)!.offset}`);
             await analysisGate.wait;
             const rows = Buffer.from(messages.map((message) => `evt_${message.offset}\n`).join(''));
-            return { rows, rowCount: messages.length, rejections: [], duplicates: 0, findings: [], ruleErrors: [] };
+            return { rows, rowCount: messages.length, rejections: [], duplicates: 0, misrouted: 0, findings: [], ruleErrors: [] };
           },
           recallEventIds: async (eventIds: string[], partition: number) => void steps.push(`recall ${partition}: ${eventIds.join(',')}`),
           keepPartitions: async (partitions: number[]) => (steps.push(`keep [${partitions.join(',')}]`), { findings: [], ruleErrors: [] }),

@@ -27,6 +27,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { doneWithin, unlessAborted } from '../deadlines.ts';
+import { FailureLog, INTERLEAVED_QUIET_MS } from '../failure-log.ts';
 import { Partitioners, type Admin, type Batch, type Consumer, type EachBatchPayload, type Kafka, type KafkaMessage, type Producer } from 'kafkajs';
 import type { RequestEvent } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
@@ -179,9 +180,17 @@ export class KafkaIntake {
   /** Per owned partition: its end (high watermark) and the offset committed for it, as last known. */
   private readonly partitionEnds = new Map<number, number>();
   private readonly committedOffsets = new Map<number, number>();
+  /** Events keyed by something other than their apiKeyId: a producer's fault, logged as a state while it lasts. */
+  private readonly misroutedLog: FailureLog;
 
   constructor(private readonly options: KafkaIntakeOptions) {
     const { kafka, logger } = options;
+    this.misroutedLog = new FailureLog(
+      logger,
+      "events whose Kafka message key is not their apiKeyId: producers must key messages by apiKeyId, or with several replicas one key's events are split between them and detection sees part of each",
+      'events are keyed by their apiKeyId again',
+      { level: 'warn', quietMs: INTERLEAVED_QUIET_MS },
+    );
     this.consumer = kafka.consumer({
       groupId: options.groupId,
       sessionTimeout: options.sessionTimeoutMs,
@@ -454,6 +463,13 @@ export class KafkaIntake {
   }
 
   /** Sets a partition's lag from its last known end and committed offset. */
+  /** Counts a batch's events keyed by something other than their apiKeyId, and says so while it lasts (at most a line a minute). */
+  private noteMisrouted(misrouted: number, partition: number): void {
+    if (misrouted === 0) return this.misroutedLog.succeeded();
+    this.options.metrics.eventsMisrouted.inc(misrouted);
+    this.misroutedLog.failed({ topic: this.options.topic, partition, events: misrouted });
+  }
+
   private reportLag(partition: number): void {
     const end = this.partitionEnds.get(partition);
     const committed = this.committedOffsets.get(partition);
@@ -570,6 +586,7 @@ export class KafkaIntake {
       if (!stillHeld()) return;
       const deadLetters = (result?.rejections ?? []).map(({ rejection, text, offset, timestamp }) => toDeadLetter(rejection, text, { topic, partition, offset, timestamp }));
       if (result && result.duplicates > 0) metrics.eventsDuplicate.inc({ source: 'kafka' }, result.duplicates);
+      if (result) this.noteMisrouted(result.misrouted, partition);
       void this.buffer.add({ encodedRows: result && { bytes: result.rows, count: result.rowCount }, deadLetters, offsets: [mark], endsBacklog });
       if (result) this.options.onDetection(result);
       metrics.batchDuration.observe((performance.now() - started) / 1000);

@@ -6,13 +6,13 @@ import { validateBatch, type RawBatch } from './validate-batch.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
 
-function event(i: number, userAgent = 'okhttp/4.12.0'): string {
+function event(i: number, userAgent = 'okhttp/4.12.0', apiKeyId = 'pk_live_a'): string {
   return JSON.stringify({
     eventId: `evt_${i}`,
     timestamp: T0 + i,
     merchantId: 'm_1',
     plan: 'business',
-    apiKeyId: 'pk_live_a',
+    apiKeyId,
     environment: 'live',
     ip: '203.0.113.7',
     userAgent,
@@ -23,16 +23,33 @@ function event(i: number, userAgent = 'okhttp/4.12.0'): string {
   });
 }
 
-function batchOf(texts: string[], partition = 0): RawBatch {
+/** Texts back to back, and where each ends. */
+function packed(texts: readonly string[]): { bytes: Uint8Array; ends: Uint32Array } {
   const encoded = texts.map((text) => new TextEncoder().encode(text));
-  const values = new Uint8Array(encoded.reduce((sum, bytes) => sum + bytes.length, 0));
+  const bytes = new Uint8Array(encoded.reduce((sum, text) => sum + text.length, 0));
   const ends = new Uint32Array(texts.length);
   let position = 0;
-  encoded.forEach((bytes, i) => {
-    values.set(bytes, position);
-    ends[i] = position += bytes.length;
+  encoded.forEach((text, i) => {
+    bytes.set(text, position);
+    ends[i] = position += text.length;
   });
-  return { topic: 't', partition, values, ends, offsets: Float64Array.from(texts, (_, i) => 100 + i), timestamps: Float64Array.from(texts, (_, i) => T0 + i) };
+  return { bytes, ends };
+}
+
+/** A batch of messages keyed `pk_live_a` (the events' apiKeyId), unless `keys` says otherwise ('' for a message without a key). */
+function batchOf(texts: string[], partition = 0, keys: readonly string[] = texts.map(() => 'pk_live_a')): RawBatch {
+  const values = packed(texts);
+  const messageKeys = packed(keys);
+  return {
+    topic: 't',
+    partition,
+    values: values.bytes,
+    ends: values.ends,
+    keys: messageKeys.bytes,
+    keyEnds: messageKeys.ends,
+    offsets: Float64Array.from(texts, (_, i) => 100 + i),
+    timestamps: Float64Array.from(texts, (_, i) => T0 + i),
+  };
 }
 
 describe('validateBatch', () => {
@@ -66,6 +83,17 @@ describe('validateBatch', () => {
     expect(firstRow).toHaveLength(REQUEST_EVENT_COLUMNS.length);
     expect(firstRow[REQUEST_EVENT_COLUMNS.indexOf('user_agent')]).toBe(tsvText(userAgent));
     expect(firstRow[REQUEST_EVENT_COLUMNS.indexOf('source_offset')]).toBe('100');
+  });
+});
+
+describe('validateBatch and message keys', () => {
+  it('counts the accepted events whose message key is not their apiKeyId, or that have none', () => {
+    const texts = [event(1), event(2, undefined, 'pk_live_b'), event(3), event(4), event(5, undefined, 'pk_live_é'), event(6, undefined, 'pk_live_é'), event(1), 'not json'];
+    const keys = ['pk_live_a', 'pk_live_b', 'pk_live_b', '', 'pk_live_é', 'pk_live_e', 'pk_live_b', 'pk_live_b'];
+    const result = validateBatch(batchOf(texts, 0, keys), new RecentEventIds(100));
+    // evt_3 (another key), evt_4 (no key), evt_6 (a key of other characters); a duplicate and a rejection are not counted.
+    expect(result.misrouted).toBe(3);
+    expect(result.rowCount).toBe(6);
   });
 });
 

@@ -16,6 +16,10 @@ export interface RawBatch {
   values: Uint8Array;
   /** ends[i] is where message i's value ends in `values`. */
   ends: Uint32Array;
+  /** The messages' keys, back to back (a message without a key has an empty one). */
+  keys: Uint8Array;
+  /** keyEnds[i] is where message i's key ends in `keys`. */
+  keyEnds: Uint32Array;
   /** Kafka offset of each message. */
   offsets: Float64Array;
   /** Kafka timestamp (epoch ms) of each message. */
@@ -38,6 +42,11 @@ export interface ValidatedBatch {
   rows: Uint8Array;
   rowCount: number;
   duplicates: number;
+  /**
+   * Accepted events whose message key is not their apiKeyId (the contract has producers key
+   * messages by it, so that one replica sees all of a key's events).
+   */
+  misrouted: number;
   /** Messages that cannot become events, in batch order. */
   rejections: BatchRejection[];
   /** The accepted events, for detection (stays in the thread). */
@@ -57,9 +66,12 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
   const events: RequestEvent[] = [];
   const text = messageTexts(batch.values);
   let duplicates = 0;
+  let misrouted = 0;
   let start = 0;
+  let keyStart = 0;
   for (let index = 0; index < batch.ends.length; index++) {
     const end = batch.ends[index]!;
+    const keyEnd = batch.keyEnds[index]!;
     const messageText = text(start, end);
     const result = parseRequestEventText(messageText, storable);
     start = end;
@@ -68,11 +80,23 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
     } else if (recentIds.checkAndAdd(result.event.eventId, batch.partition)) {
       duplicates++;
     } else {
+      if (!isKeyedBy(batch.keys, keyStart, keyEnd, result.event.apiKeyId)) misrouted++;
       rows.append(serializeEventRow(result.event, { topic: batch.topic, partition: batch.partition, offset: batch.offsets[index]! }, messageText));
       events.push(result.event);
     }
+    keyStart = keyEnd;
   }
-  return { rows: rows.bytes(), rowCount: rows.rows, duplicates, rejections, events };
+  return { rows: rows.bytes(), rowCount: rows.rows, duplicates, misrouted, rejections, events };
+}
+
+/** Whether the key bytes [start, end) are `apiKeyId` in UTF-8: byte for byte when ASCII (nearly always), else decoded. */
+function isKeyedBy(keys: Uint8Array, start: number, end: number, apiKeyId: string): boolean {
+  if (end - start === apiKeyId.length) {
+    let i = 0;
+    while (i < apiKeyId.length && keys[start + i]! < 0x80 && keys[start + i] === apiKeyId.charCodeAt(i)) i++;
+    if (i === apiKeyId.length) return true;
+  }
+  return decoder.decode(keys.subarray(start, end)) === apiKeyId;
 }
 
 /**

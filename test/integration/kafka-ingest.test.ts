@@ -8,8 +8,9 @@ import { describe, expect, it } from 'vitest';
 import type { RequestEvent } from '../../src/events/request-event.ts';
 import type { EventStore } from '../../src/store/event-store.ts';
 import { useEngines } from '../support/engines.ts';
-import { asOfToday, makeMixedStream } from '../support/events.ts';
+import { asOfToday, makeEvent, makeMixedStream } from '../support/events.ts';
 import { groupCaughtUp, produceAll, readTopic } from '../support/kafka.ts';
+import { capturedLogs } from '../support/logs.ts';
 import { testConfig, testNames, waitFor } from '../support/worker.ts';
 
 const TOTAL = 100_000;
@@ -74,8 +75,31 @@ describe('Kafka intake into ClickHouse', () => {
     const metrics = await worker.metrics.registry.getMetricsAsJSON();
     const stored = metrics.find((metric) => metric.name === 'security_center_events_stored_total');
     expect(stored?.values[0]?.value).toBe(valid);
+    const misrouted = metrics.find((metric) => metric.name === 'security_center_events_misrouted_total');
+    expect(misrouted?.values[0]?.value).toBe(0);
   });
 
+  it('stores events keyed by something other than their apiKeyId, counts them and says so', async () => {
+    const { clickhouse, producer } = engines;
+    const own = testNames('misrouted');
+    const events = Array.from({ length: 4 }, (_, i) => makeEvent(i, { runId: own.runId, startMs: eventOptions.startMs, keys: 1 }));
+    // Keyed by apiKeyId, by the merchant, without a key, by apiKeyId.
+    const keys = [events[0]!.apiKeyId, events[1]!.merchantId, null, events[3]!.apiKeyId];
+    await producer.send({ topic: own.topic, messages: events.map((event, i) => ({ key: keys[i], value: JSON.stringify(event) })) });
+    const logs = capturedLogs<{ msg: string; events?: number }>();
+
+    const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse, names: own }), { logger: logs.logger });
+    await waitFor(() => groupCaughtUp(kafka, own.groupId, own.topic), 'worker commits every partition to its end', 60_000);
+
+    const [raw] = await worker.clickhouse.queryRows<{ rows: number }>(`SELECT count() AS rows FROM ${clickhouse.database}.request_events WHERE event_id LIKE 'evt_${own.runId}_%'`);
+    expect(raw?.rows).toBe(4);
+    const metrics = await worker.metrics.registry.getMetricsAsJSON();
+    expect(metrics.find((metric) => metric.name === 'security_center_events_misrouted_total')?.values[0]?.value).toBe(2);
+    const warnings = logs.lines.filter((line) => line.msg.startsWith('events whose Kafka message key is not their apiKeyId'));
+    // One line for the state, however many batches the two came in.
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]!.events).toBeGreaterThan(0);
+  });
 });
 
 /** EventStore.recentEvents's pages, joined; the size of each page goes to `pageSizes`. */

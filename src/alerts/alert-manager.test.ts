@@ -227,6 +227,41 @@ describe('AlertManager', () => {
   });
 });
 
+describe('AlertManager and requests answered 401', () => {
+  const bot: RuleInfo = { id: 'bot_traffic', version: '1.0.0', actions: { low: 'monitor', medium: 'investigate', high: 'rate_limit', critical: 'block' } };
+  const seen = (severity: Severity, keyHolderSeverity: Severity | null | undefined, at = T0): Finding => ({ ...finding(severity, at), keyHolderSeverity });
+
+  it('acts on the key only as far as the requests that passed authentication show, saying why', () => {
+    const { alerts } = manager();
+    const strangers = alerts.apply('m_1', bot, seen('critical', null)).alert!;
+    expect(strangers).toMatchObject({ severity: 'critical', recommendedAction: 'investigate' });
+    expect(strangers.summary).toMatch(/Recommended: investigate, not block: the key's requests that passed authentication do not show it; the rest were answered 401/);
+    expect(alerts.apply('m_2', bot, seen('critical', 'high')).alert).toMatchObject({ recommendedAction: 'rate_limit', summary: expect.stringContaining('show it only as high') });
+    // The holders' own requests at medium recommend investigate, which does not act on the key either.
+    expect(alerts.apply('m_3', bot, seen('critical', 'medium')).alert).toMatchObject({ recommendedAction: 'investigate' });
+    const holders = alerts.apply('m_4', bot, seen('critical', 'critical')).alert!;
+    expect(holders).toMatchObject({ recommendedAction: 'block', summary: finding('critical').summary });
+    // Nothing to cap: an alert that does not act on the key, and a window without 401s.
+    expect(alerts.apply('m_5', bot, seen('medium', null)).alert).toMatchObject({ recommendedAction: 'investigate', summary: finding('medium').summary });
+    expect(alerts.apply('m_6', bot, seen('critical', undefined)).alert).toMatchObject({ recommendedAction: 'block' });
+    // Never more than the rule's action for the alert's own severity.
+    expect(alerts.apply('m_7', bot, seen('high', 'critical')).alert).toMatchObject({ recommendedAction: 'rate_limit' });
+  });
+
+  it('keeps the action the key\'s holders earned through a stranger\'s repeats, and raises it only on theirs', () => {
+    const { alerts, advance } = manager();
+    alerts.apply('m_1', bot, seen('high', 'high'));
+    advance(1_000);
+    // A stranger's 401s make it critical: the key is still throttled, not blocked.
+    const escalated = alerts.apply('m_1', bot, seen('critical', null, T0 + 1_000)).alert!;
+    expect(escalated).toMatchObject({ severity: 'critical', recommendedAction: 'rate_limit' });
+    advance(1_000);
+    expect(alerts.apply('m_1', bot, seen('critical', 'critical', T0 + 2_000)).alert).toMatchObject({ recommendedAction: 'block' });
+    advance(1_000);
+    expect(alerts.apply('m_1', bot, seen('critical', null, T0 + 3_000)).alert).toMatchObject({ recommendedAction: 'block' });
+  });
+});
+
 describe('AlertManager over days', () => {
   it('forgets resolved and dismissed alerts after a day, as a start would not load them: a later recurrence opens a new alert', () => {
     const { alerts, advance } = manager();

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
-import { episode, higherSeverity, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, sprayKeptOver, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
+import { episode, higherSeverity, strongerAction, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, sprayKeptOver, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
 import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
@@ -250,15 +250,18 @@ export class AlertManager {
       const describes = rank > 0 || (rank === 0 && (sprayKeptOver(finding.evidence, existing.evidence) ?? later));
       const dealtWith = episode(existing) > 0 && finding.lastSeenAt <= resolvedAt(existing);
       if ((!escalated && !later && !describes) || dealtWith) return { alert: undefined, change: 'stale' };
+      // The stronger of the alert's and the finding's: a repeat answered 401 (a stranger's) neither
+      // lifts an action the key's holders earned nor raises it (recommendedActionFor).
+      const action = strongerAction(existing.recommendedAction, recommendedActionFor(rule, finding));
       const updated: Alert = this.withInsights({
         ...existing,
         severity,
         // The finding's confidence places it within its own severity's band: a weaker repeat's
         // confidence says nothing about where in the alert's higher band it belongs.
         riskScore: Math.max(existing.riskScore, riskScore(finding.severity, finding.confidence)),
-        recommendedAction: rule.actions[severity],
+        recommendedAction: action,
         title: describes ? finding.title : existing.title,
-        summary: describes ? finding.summary : existing.summary,
+        summary: describes ? describedSummary(rule, finding, action) : existing.summary,
         evidence: describes ? finding.evidence : existing.evidence,
         ruleVersion: rule.version,
         lastSeenAt: new Date(Math.max(Date.parse(existing.lastSeenAt), finding.lastSeenAt)).toISOString(),
@@ -319,14 +322,43 @@ export class AlertManager {
   }
 }
 
+/** The actions that act on the key (enforcement's throttle and block). */
+const KEY_ACTIONS: ReadonlySet<RecommendedAction> = new Set(['rate_limit', 'block']);
+
+/**
+ * The action an alert recommends for a finding: its rule's for the finding's severity, but acting on
+ * the key (rate_limit, block) only as far as the requests that passed authentication show it
+ * (Finding.keyHolderSeverity). Anyone who knows a key's public id can send requests that are
+ * answered 401; throttling or blocking the key for them would lock out its owner, and the API refuses
+ * them already. Without the holders' own evidence, it is at most investigate.
+ */
+export function recommendedActionFor(rule: RuleInfo, finding: Finding): RecommendedAction {
+  const action = rule.actions[finding.severity];
+  const holder = finding.keyHolderSeverity;
+  if (holder === undefined || !KEY_ACTIONS.has(action)) return action;
+  const holderAction = holder === null ? 'monitor' : rule.actions[severityRank(holder) < severityRank(finding.severity) ? holder : finding.severity];
+  return strongerAction(KEY_ACTIONS.has(holderAction) ? holderAction : 'monitor', 'investigate');
+}
+
+/** The finding's summary; when the alert recommends less than the rule's action for the finding's severity, it says why. */
+function describedSummary(rule: RuleInfo, finding: Finding, action: RecommendedAction): string {
+  const ruleAction = rule.actions[finding.severity];
+  if (strongerAction(action, ruleAction) === action) return finding.summary;
+  const shown = finding.keyHolderSeverity ? `show it only as ${finding.keyHolderSeverity}` : 'do not show it';
+  return (
+    `${finding.summary} Recommended: ${action}, not ${ruleAction}: the key's requests that passed authentication ${shown}; ` +
+    `the rest were answered 401, which anyone who knows the key's id can cause, so acting on the key would lock out its owner.`
+  );
+}
+
 /** What an alert made from this finding alone says: severity, risk, action, texts, evidence and span. */
 function describedBy(rule: RuleInfo, finding: Finding) {
   return {
     severity: finding.severity,
     riskScore: riskScore(finding.severity, finding.confidence),
-    recommendedAction: rule.actions[finding.severity],
+    recommendedAction: recommendedActionFor(rule, finding),
     title: finding.title,
-    summary: finding.summary,
+    summary: describedSummary(rule, finding, recommendedActionFor(rule, finding)),
     evidence: finding.evidence,
     ruleVersion: rule.version,
     firstSeenAt: new Date(finding.firstSeenAt).toISOString(),

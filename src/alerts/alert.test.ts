@@ -224,6 +224,13 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
     expect({ ...mergeCopies(escalated, stale), updatedAt: merged.updatedAt }).toEqual(merged);
   });
 
+  it('keeps the stronger recommended action: a copy raised by requests answered 401 does not take away what the key\'s holders earned', () => {
+    const throttled: Alert = { ...high, recommendedAction: 'rate_limit' };
+    const byStrangers: Alert = { ...escalated, recommendedAction: 'investigate' };
+    expect(mergeDetection(throttled, byStrangers)).toMatchObject({ severity: 'critical', title: 'critical title', recommendedAction: 'rate_limit' });
+    expect(mergeDetection(byStrangers, throttled)).toMatchObject({ severity: 'critical', recommendedAction: 'rate_limit' });
+  });
+
   it('keeps the risk score in the band of the severity kept', () => {
     // A high copy's score at the top of its band never carries over to a critical one, nor the reverse.
     const strongHigh: Alert = { ...high, riskScore: 0.899, occurrences: 9 };

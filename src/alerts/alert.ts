@@ -309,6 +309,13 @@ function detectionOf(alert: Alert) {
   };
 }
 
+const ACTION_STRENGTH: readonly RecommendedAction[] = ['monitor', 'investigate', 'rate_limit', 'block'];
+
+/** The stronger of two recommended actions (monitor < investigate < rate_limit < block); `a` when they are the same. */
+export function strongerAction(a: RecommendedAction, b: RecommendedAction): RecommendedAction {
+  return ACTION_STRENGTH.indexOf(a) >= ACTION_STRENGTH.indexOf(b) ? a : b;
+}
+
 /** Two copies of one episode: see mergeDetection. */
 function mergedDetection(ours: Alert, theirs: Alert) {
   const rank = severityRank(theirs.severity) - severityRank(ours.severity);
@@ -318,6 +325,9 @@ function mergedDetection(ours: Alert, theirs: Alert) {
   const riskScore = rank === 0 ? (theirs.riskScore > ours.riskScore + 0.0005 ? theirs.riskScore : ours.riskScore) : describer.riskScore;
   return {
     ...detectionOf(describer),
+    // As the alert manager keeps it: a copy raised by requests answered 401 (Finding.keyHolderSeverity)
+    // does not take away the action the key's holders earned on the other.
+    recommendedAction: strongerAction(ours.recommendedAction, theirs.recommendedAction),
     riskScore,
     firstSeenAt: ours.firstSeenAt < theirs.firstSeenAt ? ours.firstSeenAt : theirs.firstSeenAt,
     lastSeenAt: ours.lastSeenAt > theirs.lastSeenAt ? ours.lastSeenAt : theirs.lastSeenAt,

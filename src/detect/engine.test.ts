@@ -687,6 +687,39 @@ describe('DetectionEngine with the rules of rules/', () => {
   // An operator whose fleet sends no RateLimit-Limit for enterprise keys, whose limit is 600, says so
   // with defaultLimitPerMinute; events that carried no limit are judged against it, and a limit an
   // event carried still wins, the plan's 60 too.
+  describe('requests answered 401 (a key\'s id named without its secret)', () => {
+    const MINUTE = 60_000;
+    /** `perMinute` requests a minute for `minutes` minutes up to T0, from the address, answered `status`. */
+    const requests = (name: string, perMinute: number, minutes: number, overrides: Partial<RequestEvent>) =>
+      Array.from({ length: perMinute * minutes }, (_, i) =>
+        event(0, { eventId: `${name}_${i}`, merchantId: 'm_9', apiKeyId: 'pk_live_v', timestamp: T0 - minutes * MINUTE + Math.floor((i * MINUTE) / perMinute), ...overrides }),
+      );
+    const judged = (events: RequestEvent[], rule: string, detection = engineWith([...RULES])) =>
+      detection
+        .process(events.sort((a, b) => a.timestamp - b.timestamp), T0)
+        .filter((found) => found.ruleId === rule)
+        .map(({ finding }) => ({ severity: finding.severity, keyHolderSeverity: finding.keyHolderSeverity }));
+
+    it('gives a finding the severity of the requests that passed authentication alone, null when they show nothing', () => {
+      const sqlmap = 'sqlmap/1.8.4#stable (https://sqlmap.org)';
+      expect(judged(requests('tool', 1, 1, { userAgent: sqlmap, status: 401, ip: '100.0.9.9' }), 'bot_traffic')).toEqual([{ severity: 'critical', keyHolderSeverity: null }]);
+      // No 401 in the window: nothing to take apart.
+      expect(judged(requests('tool', 1, 1, { userAgent: sqlmap, status: 400, ip: '100.0.9.9' }), 'bot_traffic')).toEqual([{ severity: 'critical', keyHolderSeverity: undefined }]);
+      // A stranger's flood of wrong secrets beside the owner's 30 requests a minute; then a thief holding the secret, with a few 401s.
+      const owner = requests('owner', 30, 4, { status: 201, ip: '100.0.7.7' });
+      expect(judged([...owner, ...requests('stranger', 300, 4, { status: 401, ip: '100.1.9.9' })], 'velocity_attack')).toEqual([{ severity: 'high', keyHolderSeverity: null }]);
+      expect(judged([...requests('thief', 300, 4, { status: 201, ip: '100.1.9.9' }), ...requests('guess', 5, 4, { status: 401, ip: '100.2.9.9' })], 'velocity_attack')).toEqual([
+        { severity: 'high', keyHolderSeverity: 'high' },
+      ]);
+    });
+
+    it('leaves out the 401s the per-key cap dropped, counted by minute', () => {
+      // 700 a minute is more than the window holds of the key (300): velocity counts what the cap dropped.
+      const flood = [...requests('owner', 30, 4, { status: 201, ip: '100.0.7.7' }), ...requests('stranger', 700, 4, { status: 401, ip: '100.1.9.9' })];
+      expect(judged(flood, 'velocity_attack')).toEqual([{ severity: 'critical', keyHolderSeverity: null }]);
+    });
+  });
+
   describe('velocity_attack\'s defaultLimitPerMinute, for events without a RateLimit-Limit', () => {
     const MINUTE = 60_000;
     const withConfig = (json: unknown) =>

@@ -969,7 +969,9 @@ export class DetectionEngine {
       };
       let found = false;
       try {
-        for (const finding of rule.evaluate(window, state.params[r], now)) {
+        const ruleFindings = rule.evaluate(window, state.params[r], now);
+        if (ruleFindings.length > 0) this.markKeyHolderSeverity(rule, window, state.dropped, state.params[r], now, ruleFindings);
+        for (const finding of ruleFindings) {
           const reported = state.environment === 'test' ? testKeyFinding(finding, state.testKeyMaxSeverity) : finding;
           findings.push({ merchantId: state.merchantId, ruleId: rule.id, finding: reported });
           found = true;
@@ -979,6 +981,29 @@ export class DetectionEngine {
       }
       if (found) (state.firedAt ??= this.rules.map(() => -Infinity))[r] = now;
       else if (state.firedAt !== undefined) state.firedAt[r] = -Infinity;
+    }
+  }
+
+  /**
+   * Sets each key finding's keyHolderSeverity when the window holds 401s: the rule judges the window
+   * again without them, and its finding of the same scope there is what the key's holders' own
+   * requests show. Only for a window with a finding, so the second evaluation is rare. Enforcement
+   * fails open: when that evaluation throws, the key's holders are taken to show nothing.
+   */
+  private markKeyHolderSeverity(rule: AnyRule, window: KeyWindow, dropped: DroppedRequestTally | undefined, params: unknown, now: number, findings: Finding[]): void {
+    // What the per-key cap dropped is counted by minute, its 401s apart: a flood of them past the cap counts too.
+    if (!findings.some((finding) => finding.apiKeyId !== null) || !(window.events.some(refusedAuthentication) || dropped?.holdsRefused())) return;
+    const authenticated = window.events.filter((event) => !refusedAuthentication(event));
+    let holderFindings: Finding[] = [];
+    if (authenticated.length > 0) {
+      try {
+        holderFindings = rule.evaluate({ ...window, events: authenticated, ...(dropped ? { dropped: dropped.withoutRefused() } : {}) }, params, now);
+      } catch (error) {
+        this.ruleError(rule.id, error);
+      }
+    }
+    for (const finding of findings) {
+      if (finding.apiKeyId !== null) finding.keyHolderSeverity = holderFindings.find((holder) => holder.scope === finding.scope)?.severity ?? null;
     }
   }
 
@@ -1071,3 +1096,6 @@ export function capWithin(sizes: readonly number[], room: number, ceiling: numbe
   }
   return low;
 }
+
+/** A request that named the key without its secret (a wrong, revoked or deleted one). */
+const refusedAuthentication = (event: WindowEvent) => event.status === 401;

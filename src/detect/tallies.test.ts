@@ -46,4 +46,16 @@ describe('DroppedRequestTally', () => {
     expect(tally.answeredBetween(T0 + 5_000, T0 + 30_000)).toBe(2); // the steps at 10 s and 20 s
     expect(tally.answeredBetween(T0, T0 + 9_999)).toBe(0); // no step wholly within
   });
+
+  it('says whether it holds 401s, and counts without them when asked', () => {
+    const tally = new DroppedRequestTally();
+    const minute = T0 / MINUTE;
+    for (const event of [dropped(T0 + 1_000), dropped(T0 + 12_000, 503), dropped(T0 + 15_000)]) tally.add(event);
+    expect(tally.holdsRefused()).toBe(false);
+    for (const event of [dropped(T0 + 2_000, 401), dropped(T0 + 16_000, 401), dropped(T0 + 17_000, 401)]) tally.add(event);
+    expect(tally.holdsRefused()).toBe(true);
+    const authenticated = tally.withoutRefused();
+    expect([tally.count(minute), authenticated.count(minute), authenticated.serverErrors(minute)]).toEqual([6, 3, 1]);
+    expect([tally.answeredBetween(T0, T0 + 20_000), authenticated.answeredBetween(T0, T0 + 20_000)]).toEqual([5, 2]);
+  });
 });

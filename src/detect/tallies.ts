@@ -95,7 +95,7 @@ const STEP_MS = 10_000;
 const STEPS_PER_MINUTE = MINUTE / STEP_MS;
 /** 21 minutes of 10-second steps (a power of two): at least the 16 minutes DroppedRequests promises. */
 const DROPPED_STEPS = 128;
-const [REQUESTS, SERVER_ERRORS, HIGHEST_LIMIT, EARLIEST, LATEST] = [0, 1, 2, 3, 4];
+const [REQUESTS, SERVER_ERRORS, HIGHEST_LIMIT, EARLIEST, LATEST, REFUSED] = [0, 1, 2, 3, 4, 5];
 
 /**
  * The requests the engine's per-key cap dropped from a key's window (DroppedRequests in types.ts),
@@ -103,12 +103,13 @@ const [REQUESTS, SERVER_ERRORS, HIGHEST_LIMIT, EARLIEST, LATEST] = [0, 1, 2, 3, 
  * first, so the steps arrive in order and an older one is never needed again.
  */
 export class DroppedRequestTally implements DroppedRequests {
-  private readonly ring = new MinuteRing(DROPPED_STEPS, [0, 0, 0, Infinity, -Infinity], STEP_MS);
+  private readonly ring = new MinuteRing(DROPPED_STEPS, [0, 0, 0, Infinity, -Infinity, 0], STEP_MS);
 
   add(event: WindowEvent): void {
     const at = this.ring.claim(event.timestamp);
     if (at === FORGOTTEN) return;
     this.ring.add(at, REQUESTS, 1);
+    if (event.status === 401) this.ring.add(at, REFUSED, 1);
     // A request answered 5xx is no request of the client's rate (velocity_attack leaves them out,
     // limits included): it is counted apart, and says nothing of the limit or the times.
     if (event.status >= 500) {
@@ -149,6 +150,39 @@ export class DroppedRequestTally implements DroppedRequests {
       if (at >= 0) answered += this.ring.get(at, REQUESTS) - this.ring.get(at, SERVER_ERRORS);
     }
     return answered;
+  }
+
+  /** Whether any request it holds was answered 401. */
+  holdsRefused(): boolean {
+    for (let step = this.ring.newestMinute; step > this.ring.newestMinute - DROPPED_STEPS; step--) {
+      const at = this.ring.find(step);
+      if (at >= 0 && this.ring.get(at, REFUSED) > 0) return true;
+    }
+    return false;
+  }
+
+  /**
+   * The same without the requests answered 401 (the engine's keyHolderSeverity judges a window
+   * without them). Their limits and times stay in the minute's highest limit, earliest and latest,
+   * which only bound the others'.
+   */
+  withoutRefused(): DroppedRequests {
+    const refusedIn = (minute: number) => this.overMinute(minute, REFUSED, 0, (a, b) => a + b);
+    return {
+      count: (minute) => this.count(minute) - refusedIn(minute),
+      serverErrors: (minute) => this.serverErrors(minute),
+      highestLimit: (minute) => this.highestLimit(minute),
+      earliest: (minute) => this.earliest(minute),
+      latest: (minute) => this.latest(minute),
+      answeredBetween: (from, to) => {
+        let answered = 0;
+        for (let step = Math.ceil(from / STEP_MS); (step + 1) * STEP_MS <= to; step++) {
+          const at = this.ring.find(step);
+          if (at >= 0) answered += this.ring.get(at, REQUESTS) - this.ring.get(at, SERVER_ERRORS) - this.ring.get(at, REFUSED);
+        }
+        return answered;
+      },
+    };
   }
 
   /** A counter over the minute's steps, folded with `fold` from `none`. */

@@ -153,6 +153,14 @@ export interface Finding {
   /** Epoch ms span of the evidence. */
   firstSeenAt: number;
   lastSeenAt: number;
+  /**
+   * Set by the engine, never by a rule: when some of the key's requests in the window were answered
+   * 401, the severity the finding has on the other requests alone, or null when those alone make no
+   * finding. A 401 names a key without its secret, and anyone who knows the key's public id can send
+   * one, so the alert recommends throttling or blocking the key only as far as the requests that
+   * passed authentication go (alert-manager.ts, recommendedActionFor). Undefined: no 401 in the window.
+   */
+  keyHolderSeverity?: Severity | null;
 }
 
 /**

@@ -24,8 +24,8 @@ import { TEST_INGEST_TOKEN, testConfig, testNames, waitFor } from '../support/wo
 const MERCHANT = 'm_enforce';
 
 /** One request of an attack tool: a critical bot_traffic alert at once. */
-async function postAttack(url: string, apiKeyId: string): Promise<void> {
-  const event = { eventId: `evt_${randomUUID()}`, timestamp: new Date().toISOString(), merchantId: MERCHANT, plan: 'business', apiKeyId, environment: 'live', ip: '198.51.100.23', userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)', method: 'GET', path: '/v1/verify/sessions/:id', status: 404, responseTimeMs: 12, country: 'DE' };
+async function postAttack(url: string, apiKeyId: string, status = 404): Promise<void> {
+  const event = { eventId: `evt_${randomUUID()}`, timestamp: new Date().toISOString(), merchantId: MERCHANT, plan: 'business', apiKeyId, environment: 'live', ip: '198.51.100.23', userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)', method: 'GET', path: '/v1/verify/sessions/:id', status, responseTimeMs: 12, country: 'DE' };
   const response = await fetch(`${url}/v1/ingest/events`, { method: 'POST', headers: { authorization: `Bearer ${TEST_INGEST_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify([event]) });
   expect(response.status).toBe(202);
 }
@@ -50,11 +50,18 @@ describe('enforcement decisions', () => {
     // A second replica on the same storage, which detects none of these events.
     const other = await engines.startWorker(testConfig({ clickhouse: engines.clickhouse, names, extra }));
     try {
+      // A stranger who knows a key's id only: every request of the tool is answered 401.
+      const refused = `pk_live_${names.runId}_c`;
+      await postAttack(detecting.url, refused, 401);
       await postAttack(detecting.url, blocked);
       await postAttack(detecting.url, dismissed);
       const decisionsOf = async (url: string) => ((await readDecisions(url)).body.data?.decisions ?? []) as { apiKeyId: string }[];
       const ours = (decisions: { apiKeyId: string }[]) => decisions.filter((decision) => decision.apiKeyId.includes(names.runId));
       await waitFor(async () => ours(await decisionsOf(other.url)).length === 2, 'the other replica serves both decisions', 30_000);
+      // The stranger's alert is there, critical, and recommends looking into it, not acting on the key.
+      const [strangers] = (await detecting.alertStore.loadForDedup(new Date(0))).filter((stored) => stored.apiKeyId === refused);
+      expect(strangers).toMatchObject({ type: 'bot_traffic', severity: 'critical', recommendedAction: 'investigate' });
+      expect(ours(await decisionsOf(other.url)).map((decision) => decision.apiKeyId).sort()).toEqual([blocked, dismissed].sort());
 
       const [alert] = (await detecting.alertStore.loadForDedup(new Date(0))).filter((stored) => stored.apiKeyId === blocked);
       const answer = await readDecisions(other.url, `?apiKeyId=${blocked}`);

@@ -36,6 +36,17 @@ function failure(options: VerifyOptions): WebhookVerificationError {
   throw new Error('verification passed');
 }
 
+/** The same signature bytes in a base64 that is not canonical: the last character before the padding with its two unused bits changed. */
+function withUnusedBitsSet(signature: string): string {
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+  const at = signature.length - 2; // 32 bytes: 43 characters and one '='; the 43rd holds 4 bits of data
+  const changed = alphabet[alphabet.indexOf(signature[at]!) ^ 0b01]!;
+  const result = signature.slice(0, at) + changed + signature.slice(at + 1);
+  // The same bytes, decoded leniently.
+  expect(Buffer.from(result.slice(3), 'base64')).toEqual(Buffer.from(signature.slice(3), 'base64'));
+  return result;
+}
+
 describe('signWebhook', () => {
   it('is v1, base64 of HMAC-SHA256(secret, "<id>.<timestamp>.<raw body>") (contracts section 4)', () => {
     const expected = createHmac('sha256', SECRET).update(`${ID}.${NOW}.${BODY}`).digest('base64');
@@ -83,6 +94,9 @@ describe('verifyWebhook', () => {
     ['a signature of another version', signed({}, { 'svc-signature': signWebhook(SECRET, ID, NOW, BODY).replace('v1,', 'v2,') }), 'invalid_signature', 401],
     ['a truncated signature', signed({}, { 'svc-signature': signWebhook(SECRET, ID, NOW, BODY).slice(0, -4) }), 'invalid_signature', 401],
     ['a signature that is not base64', signed({}, { 'svc-signature': 'v1,not base64!' }), 'invalid_signature', 401],
+    ['a signature without its padding', signed({}, { 'svc-signature': signWebhook(SECRET, ID, NOW, BODY).replace(/=+$/, '') }), 'invalid_signature', 401],
+    ['a signature with extra padding', signed({}, { 'svc-signature': `${signWebhook(SECRET, ID, NOW, BODY)}==` }), 'invalid_signature', 401],
+    ['a signature whose last character differs in its unused bits only', signed({}, { 'svc-signature': withUnusedBitsSet(signWebhook(SECRET, ID, NOW, BODY)) }), 'invalid_signature', 401],
     ['a timestamp older than five minutes', signed({ now: NOW + 5 * 60_000 + 1 }), 'stale_timestamp', 400],
     ['a timestamp from the future', signed({ now: NOW - 5 * 60_000 - 1 }), 'stale_timestamp', 400],
     ['a timestamp in seconds, not milliseconds', signed({}, { 'svc-timestamp': String(NOW / 1000) }), 'stale_timestamp', 400],
@@ -96,6 +110,24 @@ describe('verifyWebhook', () => {
     expect(error.reason).toBe(reason);
     expect(error.status).toBe(status);
     expect(error.message).not.toContain(SECRET);
+  });
+});
+
+describe('verifyWebhook and a receiver\'s own mistakes', () => {
+  it('accepts the body as fetch\'s arrayBuffer() gives it', () => {
+    const bytes = new TextEncoder().encode(BODY);
+    expect(verifyWebhook({ ...signed(), rawBody: bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer }).id).toBe(ID);
+  });
+
+  it.each([
+    ['an empty secret (an unset variable), even with a signature made with it', { ...signed({}, { 'svc-signature': signWebhook('', ID, NOW, BODY) }), secret: '' }, /secret/],
+    ['a parsed body', { ...signed(), rawBody: JSON.parse(BODY) }, /rawBody/],
+    ['no headers', { ...signed(), headers: null }, /headers/],
+    ['a clock that is not a number', { ...signed(), now: Number.NaN }, /now/],
+    ['a tolerance that is not a number, which would turn the freshness check off', { ...signed({ now: NOW + 10 * 60_000 }), toleranceMs: Number.NaN }, /toleranceMs/],
+  ])('throws a TypeError for %s, never accepting', (_name, options, message) => {
+    expect(() => verifyWebhook(options as unknown as VerifyOptions)).toThrow(TypeError);
+    expect(() => verifyWebhook(options as unknown as VerifyOptions)).toThrow(message);
   });
 });
 

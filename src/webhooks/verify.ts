@@ -33,13 +33,14 @@ export class WebhookVerificationError extends Error {
   }
 }
 
-type RawBody = string | Uint8Array;
+/** The body as received: its text, or its bytes (a Buffer, a Uint8Array, or fetch's arrayBuffer()). */
+type RawBody = string | Uint8Array | ArrayBuffer;
 
 /** The svc-signature header value for one message at one timestamp. */
 export function signWebhook(secret: string, id: string, timestamp: string | number, rawBody: RawBody): string {
   const hmac = createHmac('sha256', secret);
   hmac.update(`${id}.${timestamp}.`);
-  hmac.update(rawBody);
+  hmac.update(rawBody instanceof ArrayBuffer ? new Uint8Array(rawBody) : rawBody);
   return `${SIGNATURE_VERSION},${hmac.digest('base64')}`;
 }
 
@@ -69,6 +70,7 @@ export interface VerifiedWebhook {
  * time). Returns the message id and timestamp; throws WebhookVerificationError otherwise.
  */
 export function verifyWebhook(options: VerifyOptions): VerifiedWebhook {
+  checkOptions(options);
   const id = header(options.headers, WEBHOOK_HEADERS.id);
   const timestampText = header(options.headers, WEBHOOK_HEADERS.timestamp);
   const signature = header(options.headers, WEBHOOK_HEADERS.signature);
@@ -83,14 +85,32 @@ export function verifyWebhook(options: VerifyOptions): VerifiedWebhook {
   if (Math.abs(now - timestamp) > (options.toleranceMs ?? DEFAULT_TOLERANCE_MS)) {
     throw new WebhookVerificationError('stale_timestamp', 'svc-timestamp is too far from the current time');
   }
-  const expected = Buffer.from(signWebhook(options.secret, id, timestampText, options.rawBody).slice(SIGNATURE_VERSION.length + 1), 'base64');
+  // Compared as text: only the canonical base64 of the HMAC is the signature (no missing or extra
+  // padding, no other value of the last character's unused bits).
+  const expected = Buffer.from(signWebhook(options.secret, id, timestampText, options.rawBody).slice(SIGNATURE_VERSION.length + 1));
   const [version, encoded] = splitOnce(signature, ',');
-  const given = version === SIGNATURE_VERSION && encoded && /^[A-Za-z0-9+/]+={0,2}$/.test(encoded) ? Buffer.from(encoded, 'base64') : undefined;
+  const given = version === SIGNATURE_VERSION && encoded ? Buffer.from(encoded) : undefined;
   // The length of an HMAC-SHA256 is public; only the bytes are compared in constant time.
   if (!given || given.length !== expected.length || !timingSafeEqual(given, expected)) {
     throw new WebhookVerificationError('invalid_signature', 'svc-signature does not match');
   }
   return { id, timestamp };
+}
+
+/**
+ * A receiver's own mistakes fail loudly (TypeError), never open: an empty secret (an unset variable)
+ * would accept a signature anyone can make, and a clock or tolerance that is not a number would
+ * turn the freshness check off.
+ */
+function checkOptions(options: VerifyOptions): void {
+  if (typeof options.secret !== 'string' || options.secret.length === 0) throw new TypeError('verifyWebhook: secret must be the non-empty signing secret');
+  const body: unknown = options.rawBody;
+  if (typeof body !== 'string' && !(body instanceof Uint8Array) && !(body instanceof ArrayBuffer)) {
+    throw new TypeError('verifyWebhook: rawBody must be the body as received (a string, Buffer, Uint8Array or ArrayBuffer), before any JSON parsing');
+  }
+  if (options.headers === null || typeof options.headers !== 'object') throw new TypeError('verifyWebhook: headers must be the request\'s headers');
+  if (options.now !== undefined && !Number.isFinite(options.now)) throw new TypeError('verifyWebhook: now must be Unix milliseconds');
+  if (options.toleranceMs !== undefined && !(Number.isFinite(options.toleranceMs) && options.toleranceMs >= 0)) throw new TypeError('verifyWebhook: toleranceMs must be a number of milliseconds, 0 or more');
 }
 
 function header(headers: HeaderSource, name: string): string | undefined {

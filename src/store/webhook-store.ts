@@ -107,6 +107,8 @@ export interface PendingReader {
 /** Destinations whose messages a read leaves out: their endpoints have all the attempts in flight they may. */
 export interface FullDestinations {
   oncall: boolean;
+  /** Every merchant's endpoint together (the slots merchants may take): no merchant message is read. */
+  merchants?: boolean;
   merchantIds: readonly string[];
 }
 
@@ -362,7 +364,7 @@ export class WebhookStore {
                  LEFT JOIN (SELECT owner, max(seen_at) AS seen_at FROM ${this.tables.webhookReplicas} GROUP BY owner) AS r USING (owner)
                 WHERE status = 'pending' AND id NOT IN {exclude:Array(UUID)}
                   AND NOT (destination = 'oncall' AND {oncallFull:Bool})
-                  AND NOT (destination = 'merchant' AND merchant_id IN {fullMerchants:Array(String)})
+                  AND NOT (destination = 'merchant' AND ({merchantsFull:Bool} OR merchant_id IN {fullMerchants:Array(String)}))
                 ORDER BY due_at, id
                 LIMIT {limit:UInt32}) AS m
          LEFT JOIN (SELECT merchant_id, endpoint_id, url, secret, created_at
@@ -375,6 +377,7 @@ export class WebhookStore {
         owner: reader.owner,
         adoptAfterMs: reader.adoptAfterMs,
         oncallFull: full.oncall,
+        merchantsFull: full.merchants ?? false,
         fullMerchants: [...full.merchantIds],
       },
     );

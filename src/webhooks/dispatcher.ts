@@ -188,6 +188,13 @@ export class WebhookDispatcher {
   private readonly store: WebhookStore;
   private readonly now: () => number;
   private readonly concurrency: number;
+  /**
+   * Of the concurrency, the attempts merchants' endpoints may have in flight together: a quarter is
+   * kept for on-call, whose pages no merchant's backlog may hold up (none with a concurrency of 1).
+   */
+  private readonly merchantSlots: number;
+  /** And one merchant's endpoint, at most. */
+  private readonly merchantEndpointSlots: number;
   private readonly maxUnsaved: number;
   private readonly breakers = new CircuitBreakers();
   private readonly logger: Logger;
@@ -253,6 +260,8 @@ export class WebhookDispatcher {
     this.claimSettleMs = 2 * this.pollMs + 1_000;
     this.claimLeaseMs = this.claimSettleMs + (options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS) + 5_000;
     this.concurrency = options.concurrency ?? DEFAULT_CONCURRENCY;
+    this.merchantSlots = this.concurrency === 1 ? 1 : this.concurrency - Math.max(1, Math.floor(this.concurrency / 4));
+    this.merchantEndpointSlots = Math.max(1, Math.floor(this.concurrency / 4));
     this.maxUnsaved = options.maxUnsaved ?? DEFAULT_MAX_UNSAVED;
     this.logger = options.logger;
     this.metrics = options.metrics;
@@ -485,14 +494,32 @@ export class WebhookDispatcher {
   private hasRoom(message: PendingMessage, now: number): boolean {
     const target = this.targetOf(message);
     if (!target || target.secret === undefined || this.breakers.pausedUntil(target.endpointId, now) !== undefined) return true;
-    return (this.requestsTo.get(target.endpointId)?.count ?? 0) < this.breakers.allowedInFlight(target.endpointId);
+    if (message.destination === 'merchant' && this.merchantRequests() >= this.merchantSlots) return false;
+    return (this.requestsTo.get(target.endpointId)?.count ?? 0) < this.allowedInFlight(target.endpointId, message.destination);
+  }
+
+  /**
+   * Requests in flight one endpoint may have: as many as its breaker allows, and a merchant's at most
+   * a quarter of the slots, so that a few slow (yet answering) merchant endpoints do not hold every slot.
+   */
+  private allowedInFlight(endpointId: string, destination: Destination): number {
+    const allowed = this.breakers.allowedInFlight(endpointId);
+    return destination === 'merchant' ? Math.min(allowed, this.merchantEndpointSlots) : allowed;
+  }
+
+  /** Requests in flight to merchants' endpoints, all together. */
+  private merchantRequests(): number {
+    let count = 0;
+    for (const requests of this.requestsTo.values()) if (requests.merchantId !== undefined) count += requests.count;
+    return count;
   }
 
   /** The destinations whose endpoint has no room for another request: reads leave their messages out. */
   private fullDestinations(now: number): FullDestinations {
-    const full = { oncall: false, merchantIds: [] as string[] };
+    const full = { oncall: false, merchants: this.merchantRequests() >= this.merchantSlots, merchantIds: [] as string[] };
     for (const [endpointId, { count, merchantId }] of this.requestsTo) {
-      if (this.breakers.pausedUntil(endpointId, now) !== undefined || count < this.breakers.allowedInFlight(endpointId)) continue;
+      const destination = merchantId === undefined ? 'oncall' : 'merchant';
+      if (this.breakers.pausedUntil(endpointId, now) !== undefined || count < this.allowedInFlight(endpointId, destination)) continue;
       if (merchantId === undefined) full.oncall = true;
       else full.merchantIds.push(merchantId);
     }

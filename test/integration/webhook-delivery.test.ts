@@ -926,9 +926,30 @@ describe('webhook delivery', () => {
       await waitFor(async () => (await deliveries(h.store)).length === 21, 'all stored', 10_000);
       await h.dispatcher.start();
       await waitFor(async () => (await deliveries(h.store, 'm_open'))[0]?.status === 'delivered', 'the other merchant delivered while the slow endpoint hangs', 10_000);
-      expect(hanging.received).toHaveLength(10);
+      // A merchant's endpoint has a quarter of the slots at most.
+      expect(hanging.received).toHaveLength(4);
       const slow = await deliveries(h.store, 'm_slow');
       expect(slow.every((d) => d.status === 'pending' && d.attempts === 0)).toBe(true); // queued, not skipped
+    } finally {
+      await h.stop();
+      await hanging.close();
+    }
+  });
+
+  it('keeps a quarter of the slots for on-call: merchants\' endpoints that hang hold the rest, and pages still go out', async () => {
+    const path = `/oncall-reserved-${randomUUID()}`;
+    receiver.answer(200);
+    const hanging = await startReceiver(certs.server, { answer: 'hang' });
+    const h = await startDispatcher({ oncall: { url: `${receiver.origin}${path}`, secret: ONCALL_SECRET }, requestTimeoutMs: 60_000 }); // default concurrency (16)
+    try {
+      const merchants = ['m_hang_1', 'm_hang_2', 'm_hang_3', 'm_hang_4'];
+      for (const merchantId of merchants) await registerEndpoint(h.store, merchantId, `${hanging.origin}/${merchantId}`, Date.now());
+      // Their endpoints take every slot merchants may have (4 each, 12 in all); on-call's pages go through the rest.
+      for (const merchantId of merchants) for (let i = 0; i < 10; i++) h.dispatcher.notify(alert(merchantId, i));
+      await waitFor(() => hanging.received.length === 12 && requestsTo(path).length === 40, 'twelve attempts hang, and on-call got all 40 pages', 20_000);
+      h.dispatcher.notify(alert('m_paged'));
+      await waitFor(() => requestsTo(path).length === 41, 'on-call paged again while the merchants hang', 10_000);
+      expect(hanging.received).toHaveLength(12);
     } finally {
       await h.stop();
       await hanging.close();

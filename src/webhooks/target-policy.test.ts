@@ -1,4 +1,10 @@
+import { execFileSync } from 'node:child_process';
+import { closeSync, constants, mkdtempSync, openSync, rmSync } from 'node:fs';
+import { open } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { startDnsServer } from '../../test/support/dns-server.ts';
 import { hostileResolver, hostileTargets } from '../../test/support/ssrf-targets.ts';
 import {
   addressRefusal,
@@ -6,8 +12,10 @@ import {
   checkTarget,
   checkTargetUrl,
   classifyAddress,
+  dnsResolver,
   guardedLookup,
   parseAddress,
+  systemResolver,
   targetPolicy,
   type AddressCategory,
 } from './target-policy.ts';
@@ -209,5 +217,46 @@ describe('guardedLookup', () => {
     expect(result.error?.code).toBe('ERR_WEBHOOK_TARGET_BLOCKED');
     expect(result.error?.message).toBe('host name resolves to a loopback address');
     expect(resolve.calls).toEqual(['rebind.example', 'rebind.example']);
+  });
+});
+
+describe('dnsResolver (public targets\' names)', () => {
+  it('asks the DNS servers for A and AAAA at once, and refuses a name with neither', async () => {
+    const server = await startDnsServer({ 'hooks.example.com': ['93.184.215.14', '2606:2800:21f:cb07:6820:80da:af6b:8b2c'], 'v6only.example.com': ['2001:4860:4860::8888'] });
+    try {
+      const resolve = dnsResolver([server.address]);
+      expect(await resolve('hooks.example.com')).toEqual([
+        { address: '93.184.215.14', family: 4 },
+        { address: '2606:2800:21f:cb07:6820:80da:af6b:8b2c', family: 6 },
+      ]);
+      expect(await resolve('v6only.example.com')).toEqual([{ address: '2001:4860:4860::8888', family: 6 }]);
+      await expect(resolve('nothing.example.com')).rejects.toThrow();
+      const policy = targetPolicy({ resolve });
+      await expect(checkTarget('https://hooks.example.com/hook', policy)).resolves.toMatchObject({ host: 'hooks.example.com' });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('answers while libuv\'s thread pool is held (where getaddrinfo, and the webhooks\' lookups before, wait)', async () => {
+    const server = await startDnsServer({ 'hooks.example.com': ['93.184.215.14'] });
+    // Every thread of the pool blocks opening a FIFO that no one writes, as lookups that never answer did.
+    const dir = mkdtempSync(join(tmpdir(), 'pool-'));
+    const fifos = Array.from({ length: Number(process.env.UV_THREADPOOL_SIZE ?? 4) }, (_, i) => join(dir, `fifo-${i}`));
+    for (const fifo of fifos) execFileSync('mkfifo', [fifo]);
+    const held = fifos.map((fifo) => open(fifo, 'r'));
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 100)); // the opens have taken the threads
+      let systemAnswered = false;
+      const system = systemResolver('localhost').then(() => (systemAnswered = true));
+      expect(await dnsResolver([server.address])('hooks.example.com')).toEqual([{ address: '93.184.215.14', family: 4 }]);
+      expect(systemAnswered).toBe(false); // the pool is held indeed
+      for (const fifo of fifos) closeSync(openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK));
+      await system;
+    } finally {
+      for (const handle of await Promise.allSettled(held)) if (handle.status === 'fulfilled') await handle.value.close();
+      rmSync(dir, { recursive: true, force: true });
+      await server.close();
+    }
   });
 });

@@ -10,7 +10,7 @@
  * `allowPrivate` (WEBHOOK_ALLOW_PRIVATE_TARGETS, for tests only) lets loopback and private networks
  * (and local names) through; metadata, link-local, multicast and reserved addresses stay refused.
  */
-import { lookup as dnsLookup } from 'node:dns/promises';
+import { lookup as dnsLookup, Resolver as DnsResolver } from 'node:dns/promises';
 import { isIP, type LookupFunction } from 'node:net';
 
 export type AddressCategory =
@@ -42,13 +42,45 @@ export interface TargetPolicy {
   readonly resolve: Resolver;
 }
 
+/**
+ * The operating system's resolver (getaddrinfo: /etc/hosts, local names). Node runs it on libuv's
+ * small thread pool, where a lookup keeps its thread until the system gives up on it, however long
+ * after its caller stopped waiting; so it serves only WEBHOOK_ALLOW_PRIVATE_TARGETS (tests), where
+ * targets are local names.
+ */
 export const systemResolver: Resolver = async (hostname) => {
   const answers = await dnsLookup(hostname, { all: true, verbatim: true });
   return answers.map((answer) => ({ address: answer.address, family: answer.family === 6 ? 6 : 4 }));
 };
 
+/** How long one DNS query waits for an answer, and how many times it is sent (c-ares). */
+const DNS_QUERY_TIMEOUT_MS = 1_500;
+const DNS_QUERY_TRIES = 2;
+
+/**
+ * Public targets' names, asked of the DNS servers of /etc/resolv.conf (or `servers`) directly, A and
+ * AAAA at once, through c-ares: off libuv's thread pool, and given up on after its timeouts. Through
+ * getaddrinfo, a merchant admin registering names whose DNS never answers held the pool's threads,
+ * and every other lookup of the worker queued behind them, on-call's deliveries included (/etc/hosts
+ * is not read: a public target has a public name).
+ */
+export function dnsResolver(servers?: readonly string[]): Resolver {
+  const resolver = new DnsResolver({ timeout: DNS_QUERY_TIMEOUT_MS, tries: DNS_QUERY_TRIES });
+  if (servers) resolver.setServers(servers);
+  return async (hostname) => {
+    const [v4, v6] = await Promise.allSettled([resolver.resolve4(hostname), resolver.resolve6(hostname)]);
+    const addresses: ResolvedAddress[] = [
+      ...(v4.status === 'fulfilled' ? v4.value.map((address) => ({ address, family: 4 as const })) : []),
+      ...(v6.status === 'fulfilled' ? v6.value.map((address) => ({ address, family: 6 as const })) : []),
+    ];
+    if (addresses.length === 0) throw v4.status === 'rejected' ? v4.reason : new Error(`${hostname} has no address`);
+    return addresses;
+  };
+}
+
 export function targetPolicy(options: { allowPrivate?: boolean; resolve?: Resolver } = {}): TargetPolicy {
-  return { allowPrivate: options.allowPrivate ?? false, resolve: options.resolve ?? systemResolver };
+  const allowPrivate = options.allowPrivate ?? false;
+  return { allowPrivate, resolve: options.resolve ?? (allowPrivate ? systemResolver : dnsResolver()) };
 }
 
 /** A refused target; the message names the reason, never a resolved internal address. */

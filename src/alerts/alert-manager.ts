@@ -5,7 +5,7 @@
  * a resolved alert whose pattern recurs is reopened. Pure bookkeeping over an in-memory index: the caller persists what apply() returns.
  */
 import { randomUUID } from 'node:crypto';
-import type { AnomalyType, Finding, RecommendedAction, Severity } from '../detect/types.ts';
+import { KEY_ACTIONS, type AnomalyType, type Finding, type RecommendedAction, type Severity } from '../detect/types.ts';
 import { episode, higherSeverity, strongerAction, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, sprayKeptOver, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
 import { alertInsights, withoutInsights } from './insights.ts';
 
@@ -322,8 +322,6 @@ export class AlertManager {
   }
 }
 
-/** The actions that act on the key (enforcement's throttle and block). */
-const KEY_ACTIONS: ReadonlySet<RecommendedAction> = new Set(['rate_limit', 'block']);
 
 /**
  * The action an alert recommends for a finding: its rule's for the finding's severity, but acting on

@@ -34,7 +34,7 @@ export interface VouchedNetwork {
 }
 import type { GeoLookup } from './geo.ts';
 import { DroppedRequestTally } from './tallies.ts';
-import type { AnomalyType, Finding, KeyWindow, RuleDefinition, Severity, WindowEvent } from './types.ts';
+import { KEY_ACTIONS, type AnomalyType, type Finding, type KeyWindow, type RuleDefinition, type Severity, type WindowEvent } from './types.ts';
 
 // Rules have different parameter and tally types; the engine treats them alike.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -991,8 +991,10 @@ export class DetectionEngine {
    * fails open: when that evaluation throws, the key's holders are taken to show nothing.
    */
   private markKeyHolderSeverity(rule: AnyRule, window: KeyWindow, dropped: DroppedRequestTally | undefined, params: unknown, now: number, findings: Finding[]): void {
+    // Only findings whose action acts on the key (the rest recommend no more than investigate anyway).
     // What the per-key cap dropped is counted by minute, its 401s apart: a flood of them past the cap counts too.
-    if (!findings.some((finding) => finding.apiKeyId !== null) || !(window.events.some(refusedAuthentication) || dropped?.holdsRefused())) return;
+    const actsOnKey = (finding: Finding) => finding.apiKeyId !== null && KEY_ACTIONS.has(rule.actions[finding.severity]);
+    if (!findings.some(actsOnKey) || !(window.events.some(refusedAuthentication) || dropped?.holdsRefused())) return;
     const authenticated = window.events.filter((event) => !refusedAuthentication(event));
     let holderFindings: Finding[] = [];
     if (authenticated.length > 0) {
@@ -1003,7 +1005,7 @@ export class DetectionEngine {
       }
     }
     for (const finding of findings) {
-      if (finding.apiKeyId !== null) finding.keyHolderSeverity = holderFindings.find((holder) => holder.scope === finding.scope)?.severity ?? null;
+      if (actsOnKey(finding)) finding.keyHolderSeverity = holderFindings.find((holder) => holder.scope === finding.scope)?.severity ?? null;
     }
   }
 

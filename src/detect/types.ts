@@ -15,6 +15,8 @@ export const SEVERITIES = ['low', 'medium', 'high', 'critical'] as const;
 export type Severity = (typeof SEVERITIES)[number];
 
 export const ACTIONS = ['monitor', 'rate_limit', 'investigate', 'block'] as const;
+/** The actions that act on the key: enforcement throttles (rate_limit) or blocks it. */
+export const KEY_ACTIONS: ReadonlySet<string> = new Set(['rate_limit', 'block']);
 
 /** evidence.judgedBy of credential stuffing: a network judged across keys (src/detect/source-spray.ts), not one key's window. */
 export const JUDGED_ACROSS_KEYS = 'network_across_keys';

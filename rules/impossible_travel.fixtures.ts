@@ -22,6 +22,19 @@ const OUT_OF_MOSCOW = { title: /: Moscow, RU to Ashburn, US at /, summary: /\(Mo
 
 export const fixtures: Fixture[] = [
   {
+    name: 'us-east then Moscow 5 seconds later is simultaneous use, said as such rather than as millions of km/h',
+    kind: 'positive',
+    window: keyWindow([...HOME, ...spread(7, T0 - 10 * MINUTE, 7 * MINUTE, at('ashburn')), { at: T0 - 4 * MINUTE + 5 * SECOND, ...at('moscow') }]),
+    now: T0,
+    expect: {
+      findings: 1,
+      severity: 'high',
+      title: /: Ashburn, US and Moscow, RU, \d+ km apart, within 5 s \(simultaneous use\)$/,
+      summary: /and 5 s later from 192\.0\.2\.10 \(Moscow, RU\), \d+ km apart after GeoIP accuracy: in use in both places at once \(/,
+      evidence: { gapMinutes: 0.1 },
+    },
+  },
+  {
     name: 'us-east then Moscow three minutes later is high',
     kind: 'positive',
     window: keyWindow([...HOME, ...spread(7, T0 - 10 * MINUTE, 7 * MINUTE, at('ashburn')), { at: T0 - 2 * MINUTE, ...at('moscow') }]),

@@ -90,7 +90,7 @@ interface Tally {
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
-  version: '1.6.0',
+  version: '1.6.1',
   title: 'Impossible travel',
   description:
     'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
@@ -282,15 +282,20 @@ export const rule: RuleDefinition<Params, Tally> = {
       samples.add(hop.from.eventId);
       samples.add(hop.to.eventId);
     }
+    // Within a minute, a speed says less than the word: a gap of seconds makes millions of km/h.
+    const simultaneous = worst.gapMs < MINUTE;
+    const seconds = Math.round(worst.gapMs / 1000);
     const finding: Finding = {
       scope: key,
       apiKeyId: key,
       severity,
       confidence,
-      title: `Impossible travel on ${key}: ${fromName} to ${toName} at ${Math.round(worst.speedKmh)} km/h (max ${params.maxSpeedKmh})`,
+      title: simultaneous
+        ? `Impossible travel on ${key}: ${fromName} and ${toName}, ${Math.round(worst.adjustedKm)} km apart, within ${seconds} s (simultaneous use)`
+        : `Impossible travel on ${key}: ${fromName} to ${toName} at ${Math.round(worst.speedKmh)} km/h (max ${params.maxSpeedKmh})`,
       summary:
-        `${key} was used from ${worst.from.ip} (${fromName}) and ${gapMinutes} min later from ${worst.to.ip} (${toName}), ` +
-        `${Math.round(worst.adjustedKm)} km apart after GeoIP accuracy: ${Math.round(worst.speedKmh)} km/h against a maximum of ${params.maxSpeedKmh} (${newToKey}); ` +
+        `${key} was used from ${worst.from.ip} (${fromName}) and ${simultaneous ? `${seconds} s` : `${gapMinutes} min`} later from ${worst.to.ip} (${toName}), ` +
+        `${Math.round(worst.adjustedKm)} km apart after GeoIP accuracy: ${simultaneous ? 'in use in both places at once' : `${Math.round(worst.speedKmh)} km/h against a maximum of ${params.maxSpeedKmh}`} (${newToKey}); ` +
         `confirm with the merchant that both locations are theirs, otherwise ${severity === 'critical' ? 'block the key and ' : ''}rotate its secret.`,
       evidence: {
         from: point(worst.from),

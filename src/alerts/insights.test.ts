@@ -188,6 +188,11 @@ describe('insights of impossible_travel', () => {
     ]);
   });
 
+  it('says simultaneous use, not a speed, for a hop within a minute', () => {
+    const { insights, evidence } = explain('impossible_travel', fixtureFinding('impossible_travel', 'us-east then Moscow 5 seconds later is simultaneous use, said as such rather than as millions of km/h'));
+    expect(insights[0]).toBe(`Impossible travel: used in Ashburn, US and less than a minute later in Moscow, RU, ${figure(evidence.adjustedDistanceKm)} km apart (simultaneous use): likely a stolen or shared key.`);
+  });
+
   it('says when a VPN or GeoIP could explain a medium hop, and counts hops across countries', () => {
     const medium = explain(
       'impossible_travel',

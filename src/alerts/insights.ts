@@ -322,7 +322,8 @@ function explainTravel(evidence: EvidenceReader, severity: Severity): Explanatio
 
   const later = gap === undefined ? 'then' : gap < 1 ? 'less than a minute later' : `${figure(gap)} min later`;
   const apart = km === undefined ? '' : `, ${figure(km)} km apart`;
-  const insights = [`Impossible travel: used in ${from} and ${later} in ${to}${apart} (${figure(speed)} km/h): likely a stolen or shared key.`];
+  const pace = gap !== undefined && gap < 1 ? 'simultaneous use' : `${figure(speed)} km/h`;
+  const insights = [`Impossible travel: used in ${from} and ${later} in ${to}${apart} (${pace}): likely a stolen or shared key.`];
   // The rule rates a hop medium when it is fast but a VPN exit or GeoIP error could explain it.
   if (severity === 'medium') insights.push(`At ${figure(speed)} km/h, a VPN exit or an imprecise GeoIP location could also explain it.`);
   const hops = evidence.count('impossibleHops');

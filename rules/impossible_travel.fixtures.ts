@@ -29,7 +29,7 @@ export const fixtures: Fixture[] = [
     expect: {
       findings: 1,
       severity: 'high',
-      title: /: Ashburn, US and Moscow, RU, \d+ km apart, within 5 s \(simultaneous use\)$/,
+      title: /: Ashburn, US to Moscow, RU, \d+ km apart, within 5 s \(simultaneous use\)$/,
       summary: /and 5 s later from 192\.0\.2\.10 \(Moscow, RU\), \d+ km apart after GeoIP accuracy: in use in both places at once \(/,
       evidence: { gapMinutes: 0.1 },
     },

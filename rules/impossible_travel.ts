@@ -282,8 +282,9 @@ export const rule: RuleDefinition<Params, Tally> = {
       samples.add(hop.from.eventId);
       samples.add(hop.to.eventId);
     }
-    // Within a minute, a speed says less than the word: a gap of seconds makes millions of km/h.
-    const simultaneous = worst.gapMs < MINUTE;
+    // Within a minute (as evidence.gapMinutes rounds it), a speed says less than the word: a gap of
+    // seconds makes millions of km/h.
+    const simultaneous = gapMinutes < 1;
     const seconds = Math.round(worst.gapMs / 1000);
     const finding: Finding = {
       scope: key,
@@ -291,7 +292,7 @@ export const rule: RuleDefinition<Params, Tally> = {
       severity,
       confidence,
       title: simultaneous
-        ? `Impossible travel on ${key}: ${fromName} and ${toName}, ${Math.round(worst.adjustedKm)} km apart, within ${seconds} s (simultaneous use)`
+        ? `Impossible travel on ${key}: ${fromName} to ${toName}, ${Math.round(worst.adjustedKm)} km apart, within ${seconds} s (simultaneous use)`
         : `Impossible travel on ${key}: ${fromName} to ${toName} at ${Math.round(worst.speedKmh)} km/h (max ${params.maxSpeedKmh})`,
       summary:
         `${key} was used from ${worst.from.ip} (${fromName}) and ${simultaneous ? `${seconds} s` : `${gapMinutes} min`} later from ${worst.to.ip} (${toName}), ` +

@@ -3,6 +3,7 @@ import { createHmac } from 'node:crypto';
 import { existsSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { createContext, runInContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { signWebhook, verifyWebhook, WebhookVerificationError, type VerifyOptions } from './verify.ts';
 
@@ -114,6 +115,16 @@ describe('verifyWebhook', () => {
 });
 
 describe('verifyWebhook and a receiver\'s own mistakes', () => {
+  it('accepts bodies made in another realm (a vm context, as Jest\'s environment makes them)', () => {
+    const bytes = [...new TextEncoder().encode(BODY)];
+    const context = createContext({ bytes });
+    const view = runInContext('new Uint8Array(bytes)', context) as Uint8Array;
+    const buffer = runInContext('new Uint8Array(bytes).buffer', context) as ArrayBuffer;
+    expect(view instanceof Uint8Array).toBe(false);
+    expect(verifyWebhook({ ...signed(), rawBody: view }).id).toBe(ID);
+    expect(verifyWebhook({ ...signed(), rawBody: buffer }).id).toBe(ID);
+  });
+
   it('accepts the body as fetch\'s arrayBuffer() gives it', () => {
     const bytes = new TextEncoder().encode(BODY);
     expect(verifyWebhook({ ...signed(), rawBody: bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer }).id).toBe(ID);

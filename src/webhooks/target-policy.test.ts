@@ -238,6 +238,19 @@ describe('dnsResolver (public targets\' names)', () => {
     }
   });
 
+  it('answers with one family\'s addresses soon after they come when the server never answers the other', async () => {
+    const server = await startDnsServer({ 'hooks.example.com': ['93.184.215.14'] }, { unanswered: [28] });
+    try {
+      const started = performance.now();
+      expect(await dnsResolver([server.address])('hooks.example.com')).toEqual([{ address: '93.184.215.14', family: 4 }]);
+      // Not the AAAA query's timeouts (1.5 s, then longer).
+      expect(performance.now() - started).toBeLessThan(1_400);
+      expect(server.queries).toContain('hooks.example.com 28');
+    } finally {
+      await server.close();
+    }
+  });
+
   it('answers while libuv\'s thread pool is held (where getaddrinfo, and the webhooks\' lookups before, wait)', async () => {
     const server = await startDnsServer({ 'hooks.example.com': ['93.184.215.14'] });
     // Every thread of the pool blocks opening a FIFO that no one writes, as lookups that never answer did.

@@ -68,7 +68,7 @@ export function dnsResolver(servers?: readonly string[]): Resolver {
   const resolver = new DnsResolver({ timeout: DNS_QUERY_TIMEOUT_MS, tries: DNS_QUERY_TRIES });
   if (servers) resolver.setServers(servers);
   return async (hostname) => {
-    const [v4, v6] = await Promise.allSettled([resolver.resolve4(hostname), resolver.resolve6(hostname)]);
+    const [v4, v6] = await bothOrOneSoon(resolver.resolve4(hostname), resolver.resolve6(hostname), OTHER_FAMILY_GRACE_MS);
     const addresses: ResolvedAddress[] = [
       ...(v4.status === 'fulfilled' ? v4.value.map((address) => ({ address, family: 4 as const })) : []),
       ...(v6.status === 'fulfilled' ? v6.value.map((address) => ({ address, family: 6 as const })) : []),
@@ -76,6 +76,34 @@ export function dnsResolver(servers?: readonly string[]): Resolver {
     if (addresses.length === 0) throw v4.status === 'rejected' ? v4.reason : new Error(`${hostname} has no address`);
     return addresses;
   };
+}
+
+/**
+ * Once one family has its addresses, how long the other may still take: a DNS server that drops
+ * AAAA queries (some do) would otherwise hold every lookup for that query's timeouts, past the
+ * delivery's 5 s connect limit.
+ */
+const OTHER_FAMILY_GRACE_MS = 300;
+
+type Settled<T> = PromiseSettledResult<T> | { status: 'pending' };
+
+/** Both outcomes once both settle, or once one has a value and `graceMs` more have passed (the other then 'pending'). */
+async function bothOrOneSoon<A, B>(a: Promise<A>, b: Promise<B>, graceMs: number): Promise<[Settled<A>, Settled<B>]> {
+  const outcomes: [Settled<A>, Settled<B>] = [{ status: 'pending' }, { status: 'pending' }];
+  const track = <T,>(promise: Promise<T>, at: 0 | 1) =>
+    promise.then(
+      (value) => void (outcomes[at] = { status: 'fulfilled', value } as never),
+      (reason: unknown) => void (outcomes[at] = { status: 'rejected', reason } as never),
+    );
+  const both = Promise.all([track(a, 0), track(b, 1)]);
+  let timer: NodeJS.Timeout | undefined;
+  const oneThenGrace = Promise.any([a, b]).then(
+    () => new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs))),
+    () => both, // neither has a value: wait for both to fail
+  );
+  await Promise.race([both, oneThenGrace]);
+  clearTimeout(timer);
+  return outcomes;
 }
 
 export function targetPolicy(options: { allowPrivate?: boolean; resolve?: Resolver } = {}): TargetPolicy {

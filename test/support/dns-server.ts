@@ -16,12 +16,14 @@ export interface DnsServer {
   close(): Promise<void>;
 }
 
-export async function startDnsServer(records: Record<string, string[]>): Promise<DnsServer> {
+/** `unanswered`: query types it never answers (a server that drops AAAA queries: 28). */
+export async function startDnsServer(records: Record<string, string[]>, options: { unanswered?: number[] } = {}): Promise<DnsServer> {
   const socket = createSocket('udp4');
   const queries: string[] = [];
   socket.on('message', (query, from) => {
     const { name, type, end } = question(query);
     queries.push(`${name} ${type}`);
+    if (options.unanswered?.includes(type)) return;
     const wanted = (records[name] ?? []).map(parseAddress).filter((bytes) => bytes?.length === (type === TYPE_A ? 4 : type === TYPE_AAAA ? 16 : -1)) as Uint8Array[];
     const header = Buffer.alloc(12);
     query.copy(header, 0, 0, 2); // the query's id

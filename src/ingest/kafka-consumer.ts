@@ -27,7 +27,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { doneWithin, unlessAborted } from '../deadlines.ts';
-import { FailureLog, INTERLEAVED_QUIET_MS } from '../failure-log.ts';
+import { FailureLog } from '../failure-log.ts';
 import { Partitioners, type Admin, type Batch, type Consumer, type EachBatchPayload, type Kafka, type KafkaMessage, type Producer } from 'kafkajs';
 import type { RequestEvent } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
@@ -37,6 +37,9 @@ import type { AnalysisThread, Detection } from './analysis-thread.ts';
 import { KafkaDeadLetterQueue, toDeadLetter, type DeadLetter } from './dead-letter.ts';
 import type { EventBuffer, OffsetMark } from './event-buffer.ts';
 import { explainSaslRefusal, sendInRequests, type KafkaClientOptions } from './kafka-client.ts';
+
+/** How long after the last misrouted event the warning says it ended. */
+const MISROUTED_QUIET_MS = 10 * 60_000;
 
 export interface KafkaIntakeOptions {
   kafka: Kafka;
@@ -189,7 +192,9 @@ export class KafkaIntake {
       logger,
       "events whose Kafka message key is not their apiKeyId: producers must key messages by apiKeyId, or with several replicas one key's events are split between them and detection sees part of each",
       'events are keyed by their apiKeyId again',
-      { level: 'warn', quietMs: INTERLEAVED_QUIET_MS },
+      // A producer's keying is a state, not an incident: mixed with well-keyed batches (one producer
+      // of several), it has not ended until none came for a while.
+      { level: 'warn', quietMs: MISROUTED_QUIET_MS },
     );
     this.consumer = kafka.consumer({
       groupId: options.groupId,
@@ -462,7 +467,6 @@ export class KafkaIntake {
     }
   }
 
-  /** Sets a partition's lag from its last known end and committed offset. */
   /** Counts a batch's events keyed by something other than their apiKeyId, and says so while it lasts (at most a line a minute). */
   private noteMisrouted(misrouted: number, partition: number): void {
     if (misrouted === 0) return this.misroutedLog.succeeded();
@@ -470,6 +474,7 @@ export class KafkaIntake {
     this.misroutedLog.failed({ topic: this.options.topic, partition, events: misrouted });
   }
 
+  /** Sets a partition's lag from its last known end and committed offset. */
   private reportLag(partition: number): void {
     const end = this.partitionEnds.get(partition);
     const committed = this.committedOffsets.get(partition);

@@ -190,7 +190,8 @@ export class WebhookDispatcher {
   private readonly concurrency: number;
   /**
    * Of the concurrency, the attempts merchants' endpoints may have in flight together: a quarter is
-   * kept for on-call, whose pages no merchant's backlog may hold up (none with a concurrency of 1).
+   * kept for on-call, whose pages no merchant's backlog may hold up (none with a concurrency of 1,
+   * nor without on-call).
    */
   private readonly merchantSlots: number;
   /** And one merchant's endpoint, at most. */
@@ -260,7 +261,7 @@ export class WebhookDispatcher {
     this.claimSettleMs = 2 * this.pollMs + 1_000;
     this.claimLeaseMs = this.claimSettleMs + (options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS) + 5_000;
     this.concurrency = options.concurrency ?? DEFAULT_CONCURRENCY;
-    this.merchantSlots = this.concurrency === 1 ? 1 : this.concurrency - Math.max(1, Math.floor(this.concurrency / 4));
+    this.merchantSlots = this.concurrency === 1 || !options.oncall ? this.concurrency : this.concurrency - Math.max(1, Math.floor(this.concurrency / 4));
     this.merchantEndpointSlots = Math.max(1, Math.floor(this.concurrency / 4));
     this.maxUnsaved = options.maxUnsaved ?? DEFAULT_MAX_UNSAVED;
     this.logger = options.logger;

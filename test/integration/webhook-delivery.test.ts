@@ -956,6 +956,21 @@ describe('webhook delivery', () => {
     }
   });
 
+  it('keeps no slot for on-call when none is configured: merchants may take them all', async () => {
+    receiver.answer(200);
+    const hanging = await startReceiver(certs.server, { answer: 'hang' });
+    const h = await startDispatcher({ requestTimeoutMs: 60_000 }); // default concurrency (16), no on-call
+    try {
+      const merchants = ['m_all_1', 'm_all_2', 'm_all_3', 'm_all_4'];
+      for (const merchantId of merchants) await registerEndpoint(h.store, merchantId, `${hanging.origin}/${merchantId}`, Date.now());
+      for (const merchantId of merchants) for (let i = 0; i < 5; i++) h.dispatcher.notify(alert(merchantId, i));
+      await waitFor(() => hanging.received.length === 16, 'sixteen attempts hang, four per endpoint', 15_000);
+    } finally {
+      await h.stop();
+      await hanging.close();
+    }
+  });
+
   it('delivers a burst of 1,000 critical alerts completely, to on-call and to the merchant that registered, with bounded memory', async () => {
     const path = `/burst-${randomUUID()}`;
     receiver.answer(200);

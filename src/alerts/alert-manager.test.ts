@@ -235,8 +235,11 @@ describe('AlertManager and requests answered 401', () => {
     const { alerts } = manager();
     const strangers = alerts.apply('m_1', bot, seen('critical', null)).alert!;
     expect(strangers).toMatchObject({ severity: 'critical', recommendedAction: 'investigate' });
-    expect(strangers.summary).toMatch(/Recommended: investigate, not block: the key's requests that passed authentication do not show it; the rest were answered 401/);
-    expect(alerts.apply('m_2', bot, seen('critical', 'high')).alert).toMatchObject({ recommendedAction: 'rate_limit', summary: expect.stringContaining('show it only as high') });
+    expect(strangers.summary).toBe(
+      `${finding('critical').summary} Recommended: investigate, not block: the key's requests that passed authentication do not show that much; ` +
+        'the rest were answered 401, which anyone who knows the key\'s id can cause, so the key is not blocked for them: that would hit its owner.',
+    );
+    expect(alerts.apply('m_2', bot, seen('critical', 'high')).alert).toMatchObject({ recommendedAction: 'rate_limit', summary: expect.stringContaining('Recommended: rate_limit, not block') });
     // The holders' own requests at medium recommend investigate, which does not act on the key either.
     expect(alerts.apply('m_3', bot, seen('critical', 'medium')).alert).toMatchObject({ recommendedAction: 'investigate' });
     const holders = alerts.apply('m_4', bot, seen('critical', 'critical')).alert!;
@@ -246,6 +249,21 @@ describe('AlertManager and requests answered 401', () => {
     expect(alerts.apply('m_6', bot, seen('critical', undefined)).alert).toMatchObject({ recommendedAction: 'block' });
     // Never more than the rule's action for the alert's own severity.
     expect(alerts.apply('m_7', bot, seen('high', 'critical')).alert).toMatchObject({ recommendedAction: 'rate_limit' });
+  });
+
+  it('lets a stranger\'s repeat raise neither the score within the alert\'s band (which decides a block) nor leave a stale note', () => {
+    const { alerts, advance } = manager();
+    const earned = alerts.apply('m_1', bot, { ...seen('critical', 'critical'), confidence: 0.2 }).alert!;
+    advance(1_000);
+    const repeated = alerts.apply('m_1', bot, { ...seen('critical', null, T0 + 1_000), confidence: 1 }).alert!;
+    expect(repeated).toMatchObject({ riskScore: earned.riskScore, recommendedAction: 'block', lastSeenAt: new Date(T0 + 1_000).toISOString() });
+    expect(repeated.summary).toBe(finding('critical').summary); // the alert recommends its rule's action: no note
+    // An alert a stranger opened, then the holders' own requests at high: throttled, and the note says so.
+    const opened = alerts.apply('m_2', bot, seen('critical', null)).alert!;
+    advance(1_000);
+    const theirs = alerts.apply('m_2', bot, seen('high', 'high', T0 + 2_000)).alert!;
+    expect(theirs).toMatchObject({ severity: 'critical', recommendedAction: 'rate_limit', title: opened.title });
+    expect(theirs.summary).toBe(`${finding('critical').summary} Recommended: rate_limit, not block: the key's requests that passed authentication do not show that much; the rest were answered 401, which anyone who knows the key's id can cause, so the key is not blocked for them: that would hit its owner.`);
   });
 
   it('keeps the action the key\'s holders earned through a stranger\'s repeats, and raises it only on theirs', () => {

@@ -252,16 +252,19 @@ export class AlertManager {
       if ((!escalated && !later && !describes) || dealtWith) return { alert: undefined, change: 'stale' };
       // The stronger of the alert's and the finding's: a repeat answered 401 (a stranger's) neither
       // lifts an action the key's holders earned nor raises it (recommendedActionFor).
-      const action = strongerAction(existing.recommendedAction, recommendedActionFor(rule, finding));
+      const findingAction = recommendedActionFor(rule, finding);
+      const action = strongerAction(existing.recommendedAction, findingAction);
+      // Nor does it raise the score within the alert's band, which decides a block (ENFORCEMENT_BLOCK_MIN_RISK).
+      const byStrangers = findingAction !== rule.actions[finding.severity];
       const updated: Alert = this.withInsights({
         ...existing,
         severity,
         // The finding's confidence places it within its own severity's band: a weaker repeat's
         // confidence says nothing about where in the alert's higher band it belongs.
-        riskScore: Math.max(existing.riskScore, riskScore(finding.severity, finding.confidence)),
+        riskScore: byStrangers && !escalated ? existing.riskScore : Math.max(existing.riskScore, riskScore(finding.severity, finding.confidence)),
         recommendedAction: action,
         title: describes ? finding.title : existing.title,
-        summary: describes ? describedSummary(rule, finding, action) : existing.summary,
+        summary: withActionNote(describes ? finding.summary : withoutActionNote(existing.summary), rule, severity, action),
         evidence: describes ? finding.evidence : existing.evidence,
         ruleVersion: rule.version,
         lastSeenAt: new Date(Math.max(Date.parse(existing.lastSeenAt), finding.lastSeenAt)).toISOString(),
@@ -338,15 +341,22 @@ export function recommendedActionFor(rule: RuleInfo, finding: Finding): Recommen
   return strongerAction(KEY_ACTIONS.has(holderAction) ? holderAction : 'monitor', 'investigate');
 }
 
-/** The finding's summary; when the alert recommends less than the rule's action for the finding's severity, it says why. */
-function describedSummary(rule: RuleInfo, finding: Finding, action: RecommendedAction): string {
-  const ruleAction = rule.actions[finding.severity];
-  if (strongerAction(action, ruleAction) === action) return finding.summary;
-  const shown = finding.keyHolderSeverity ? `show it only as ${finding.keyHolderSeverity}` : 'do not show it';
+const ACTION_NOTE = ' Recommended: ';
+
+/** A summary, saying why when the alert recommends less than its rule's action for its severity (recommendedActionFor). */
+function withActionNote(summary: string, rule: RuleInfo, severity: Severity, action: RecommendedAction): string {
+  const ruleAction = rule.actions[severity];
+  if (strongerAction(action, ruleAction) === action) return summary;
   return (
-    `${finding.summary} Recommended: ${action}, not ${ruleAction}: the key's requests that passed authentication ${shown}; ` +
-    `the rest were answered 401, which anyone who knows the key's id can cause, so acting on the key would lock out its owner.`
+    `${summary}${ACTION_NOTE}${action}, not ${ruleAction}: the key's requests that passed authentication do not show that much; ` +
+    `the rest were answered 401, which anyone who knows the key's id can cause, so the key is not ${ruleAction === 'block' ? 'blocked' : 'throttled'} for them: that would hit its owner.`
   );
+}
+
+/** The summary without the note withActionNote added: an update says it again, for the action it leaves. */
+function withoutActionNote(summary: string): string {
+  const at = summary.lastIndexOf(ACTION_NOTE);
+  return at < 0 ? summary : summary.slice(0, at);
 }
 
 /** What an alert made from this finding alone says: severity, risk, action, texts, evidence and span. */
@@ -356,7 +366,7 @@ function describedBy(rule: RuleInfo, finding: Finding) {
     riskScore: riskScore(finding.severity, finding.confidence),
     recommendedAction: recommendedActionFor(rule, finding),
     title: finding.title,
-    summary: describedSummary(rule, finding, recommendedActionFor(rule, finding)),
+    summary: withActionNote(finding.summary, rule, finding.severity, recommendedActionFor(rule, finding)),
     evidence: finding.evidence,
     ruleVersion: rule.version,
     firstSeenAt: new Date(finding.firstSeenAt).toISOString(),

@@ -684,9 +684,6 @@ describe('DetectionEngine with the rules of rules/', () => {
     expect(both([ordinary(600, `100.${places.length - 1}.2.2`)], T0 + 600_000)).toEqual(['impossible_travel']);
   });
 
-  // An operator whose fleet sends no RateLimit-Limit for enterprise keys, whose limit is 600, says so
-  // with defaultLimitPerMinute; events that carried no limit are judged against it, and a limit an
-  // event carried still wins, the plan's 60 too.
   describe('requests answered 401 (a key\'s id named without its secret)', () => {
     const MINUTE = 60_000;
     /** `perMinute` requests a minute for `minutes` minutes up to T0, from the address, answered `status`. */
@@ -720,6 +717,9 @@ describe('DetectionEngine with the rules of rules/', () => {
     });
   });
 
+  // An operator whose fleet sends no RateLimit-Limit for enterprise keys, whose limit is 600, says so
+  // with defaultLimitPerMinute; events that carried no limit are judged against it, and a limit an
+  // event carried still wins, the plan's 60 too.
   describe('velocity_attack\'s defaultLimitPerMinute, for events without a RateLimit-Limit', () => {
     const MINUTE = 60_000;
     const withConfig = (json: unknown) =>

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { KEY_ACTIONS, type AnomalyType, type Finding, type RecommendedAction, type Severity } from '../detect/types.ts';
-import { episode, higherSeverity, strongerAction, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, sprayKeptOver, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
+import { episode, higherSeverity, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, sprayKeptOver, strongerAction, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
 import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
@@ -324,7 +324,6 @@ export class AlertManager {
     return this.options.aiInsights ? { ...alert, aiInsights: alertInsights(alert) } : withoutInsights(alert);
   }
 }
-
 
 /**
  * The action an alert recommends for a finding: its rule's for the finding's severity, but acting on

@@ -44,7 +44,7 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'critical', evidence: { tools: { ffuf: 1, Nuclei: 1, zgrab: 1, 'THC Hydra': 1 } } },
   },
   {
-    name: 'attack tools by the names in their user agents: Nessus, Burp Suite, Arachni, Acunetix, OpenVAS, WPScan, masscan, gobuster, Nmap',
+    name: 'attack tools by the names in their user agents: Nessus, Burp Suite, Arachni, Acunetix, OpenVAS, WPScan, masscan, gobuster, Nmap, WhatWeb',
     kind: 'positive',
     window: keyWindow([
       ...ORDINARY,
@@ -58,13 +58,14 @@ export const fixtures: Fixture[] = [
         'masscan/1.3 (https://github.com/robertdavidgraham/masscan)',
         'gobuster/3.6',
         'Mozilla/5.0 (compatible; Nmap Scripting Engine; https://nmap.org/book/nse.html)',
+        'WhatWeb/0.5.5',
       ].map((userAgent, i) => ({ at: T0 - (9 - i) * MINUTE, userAgent, status: 404 })),
     ]),
     now: T0,
     expect: {
       findings: 1,
       severity: 'critical',
-      evidence: { tools: { Nessus: 1, 'Burp Suite': 1, Arachni: 1, Acunetix: 1, OpenVAS: 1, WPScan: 1, masscan: 1, gobuster: 1, Nmap: 1 }, requests: 9 },
+      evidence: { tools: { Nessus: 1, 'Burp Suite': 1, Arachni: 1, Acunetix: 1, OpenVAS: 1, WPScan: 1, masscan: 1, gobuster: 1, Nmap: 1, WhatWeb: 1 }, requests: 10 },
     },
   },
   {

@@ -84,6 +84,7 @@ export const USER_AGENT_PATTERNS: readonly UserAgentPattern[] = [
   { name: 'Havij', pattern: token('havij'), category: 'attack_tool' },
   { name: 'Metasploit', pattern: token('metasploit'), category: 'attack_tool' },
   { name: 'Jorgee', pattern: token('jorgee'), category: 'attack_tool' },
+  { name: 'WhatWeb', pattern: token('whatweb'), category: 'attack_tool' },
   // Headless browsers: Puppeteer's and Playwright's default user agents say HeadlessChrome.
   { name: 'HeadlessChrome', pattern: /headlesschrome/i, category: 'headless' },
   { name: 'PhantomJS', pattern: /phantomjs/i, category: 'headless' },
@@ -142,7 +143,7 @@ const READ_MINUTES = 16;
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'bot_traffic',
-  version: '1.2.1',
+  version: '1.2.2',
   title: 'Bot traffic',
   description:
     'A key is used by an attack tool (scanner, fuzzer, brute forcer), or by a headless browser or scraper that ' +

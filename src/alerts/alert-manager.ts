@@ -360,12 +360,13 @@ function withoutActionNote(summary: string): string {
 
 /** What an alert made from this finding alone says: severity, risk, action, texts, evidence and span. */
 function describedBy(rule: RuleInfo, finding: Finding) {
+  const action = recommendedActionFor(rule, finding);
   return {
     severity: finding.severity,
     riskScore: riskScore(finding.severity, finding.confidence),
-    recommendedAction: recommendedActionFor(rule, finding),
+    recommendedAction: action,
     title: finding.title,
-    summary: withActionNote(finding.summary, rule, finding.severity, recommendedActionFor(rule, finding)),
+    summary: withActionNote(finding.summary, rule, finding.severity, action),
     evidence: finding.evidence,
     ruleVersion: rule.version,
     firstSeenAt: new Date(finding.firstSeenAt).toISOString(),

@@ -144,12 +144,7 @@ export class DroppedRequestTally implements DroppedRequests {
   }
 
   answeredBetween(from: number, to: number): number {
-    let answered = 0;
-    for (let step = Math.ceil(from / STEP_MS); (step + 1) * STEP_MS <= to; step++) {
-      const at = this.ring.find(step);
-      if (at >= 0) answered += this.ring.get(at, REQUESTS) - this.ring.get(at, SERVER_ERRORS);
-    }
-    return answered;
+    return this.answeredIn(from, to, false);
   }
 
   /** Whether any request it holds was answered 401. */
@@ -174,15 +169,18 @@ export class DroppedRequestTally implements DroppedRequests {
       highestLimit: (minute) => this.highestLimit(minute),
       earliest: (minute) => this.earliest(minute),
       latest: (minute) => this.latest(minute),
-      answeredBetween: (from, to) => {
-        let answered = 0;
-        for (let step = Math.ceil(from / STEP_MS); (step + 1) * STEP_MS <= to; step++) {
-          const at = this.ring.find(step);
-          if (at >= 0) answered += this.ring.get(at, REQUESTS) - this.ring.get(at, SERVER_ERRORS) - this.ring.get(at, REFUSED);
-        }
-        return answered;
-      },
+      answeredBetween: (from, to) => this.answeredIn(from, to, true),
     };
+  }
+
+  /** The requests not answered 5xx (nor 401, with `withoutRefused`) of the 10-second steps wholly within [from, to]. */
+  private answeredIn(from: number, to: number, withoutRefused: boolean): number {
+    let answered = 0;
+    for (let step = Math.ceil(from / STEP_MS); (step + 1) * STEP_MS <= to; step++) {
+      const at = this.ring.find(step);
+      if (at >= 0) answered += this.ring.get(at, REQUESTS) - this.ring.get(at, SERVER_ERRORS) - (withoutRefused ? this.ring.get(at, REFUSED) : 0);
+    }
+    return answered;
   }
 
   /** A counter over the minute's steps, folded with `fold` from `none`. */

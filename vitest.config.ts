@@ -8,10 +8,13 @@ export default defineConfig({
     testTimeout: 120_000,
     hookTimeout: 240_000,
     projects: [
-      // Pure logic (rules, signing, parsing): no engines, so no broker is started for a run of these alone.
-      { extends: true, test: { name: 'unit', include: ['src/**/*.test.ts', 'rules/**/*.test.ts', 'scripts/**/*.test.ts'] } },
+      // Pure logic (rules, signing, parsing, the tests' own file builders): no engines, so no broker is started for a run of these alone.
+      { extends: true, test: { name: 'unit', include: ['src/**/*.test.ts', 'rules/**/*.test.ts', 'scripts/**/*.test.ts', 'test/support/**/*.test.ts'] } },
       // Real engines: one Kafka-protocol broker for the run, started only when one of these is queued.
-      { extends: true, test: { name: 'integration', include: ['test/**/*.test.ts'], globalSetup: ['test/services/global-setup.ts'] } },
+      {
+        extends: true,
+        test: { name: 'integration', include: ['test/**/*.test.ts'], exclude: ['test/support/**', 'node_modules/**'], globalSetup: ['test/services/global-setup.ts'] },
+      },
     ],
   },
 });

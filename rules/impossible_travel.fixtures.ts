@@ -1,4 +1,5 @@
-import { at, keyWindow, MINUTE, SECOND, spread, T0, type RuleFixture } from './fixtures.ts';
+import type { WindowEvent } from '../src/detect/types.ts';
+import { at, keyWindow, MINUTE, SECOND, spread, T0, type PlaceName, type RuleFixture } from './fixtures.ts';
 import type { rule } from './impossible_travel.ts';
 
 type Fixture = RuleFixture<(typeof rule)['defaults']>;
@@ -16,6 +17,12 @@ const MOVED = spread(180, T0 - 60 * MINUTE + 5 * SECOND, 60 * MINUTE - 5 * SECON
 /** An edge deployment: its requests come through five countries' edge locations in turn, every 20 s. */
 const EDGE = ['ashburn', 'dublin', 'frankfurt', 'singapore', 'tokyo'] as const;
 const edgeTraffic = (count: number, from: number, spanMs: number) => spread(count, from, spanMs, (i) => at(EDGE[i % EDGE.length]!));
+
+/** A place's event, its address announced by autonomous system `asn` (as with GEOIP_ASN_DB). */
+const viaOperator = (name: PlaceName, asn: number, asOrganization: string, ip?: string): Pick<WindowEvent, 'ip' | 'country' | 'geo'> => {
+  const fields = at(name, ip);
+  return { ...fields, geo: { ...fields.geo!, asn, asOrganization } };
+};
 
 /** Title and summary of a hop out of Moscow, the place new to the key, into its own Ashburn. */
 const OUT_OF_MOSCOW = { title: /: Moscow, RU to Ashburn, US at /, summary: /\(Moscow, RU is new to the key\)/ };
@@ -205,6 +212,53 @@ export const fixtures: Fixture[] = [
     window: keyWindow([...HOME, { at: T0 - 2 * MINUTE, ...at('moscow', '198.51.100.10') }]),
     now: T0,
     expect: { findings: 0 },
+  },
+  // GEOIP_ASN_DB: one operator's addresses, which GeoIP places far apart.
+  {
+    name: 'a mobile carrier moving a device from a CGNAT pool GeoIP places in Seattle to one in New York (one ASN, one country) is not travel',
+    kind: 'negative',
+    window: keyWindow([
+      ...spread(50, T0 - 60 * MINUTE, 50 * MINUTE, viaOperator('seattle', 21928, 'T-Mobile USA, Inc.')),
+      ...spread(5, T0 - 5 * MINUTE, 5 * MINUTE, (i) => viaOperator(i % 2 === 0 ? 'newYork' : 'seattle', 21928, 'T-Mobile USA, Inc.')),
+    ]),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'a dual-stack client whose IPv4 and IPv6 addresses GeoIP places in Ashburn and Seattle (one ASN) is not travel',
+    kind: 'negative',
+    window: keyWindow(
+      spread(120, T0 - 60 * MINUTE, 60 * MINUTE, (i) =>
+        i % 2 === 0 ? viaOperator('ashburn', 7922, 'Comcast Cable Communications, LLC') : viaOperator('seattle', 7922, 'Comcast Cable Communications, LLC', '2001:db8:7922::10'),
+      ),
+    ),
+    now: T0,
+    expect: { findings: 0 },
+  },
+  {
+    name: 'one ASN in two countries is still judged: a cloud\'s us-east then its Frankfurt region two minutes later is high, the operator named',
+    kind: 'positive',
+    window: keyWindow([
+      ...spread(57, T0 - 60 * MINUTE, 57 * MINUTE, viaOperator('ashburn', 16509, 'Amazon.com, Inc.')),
+      { at: T0 - 2 * MINUTE, ...viaOperator('frankfurt', 16509, 'Amazon.com, Inc.') },
+    ]),
+    now: T0,
+    expect: {
+      findings: 1,
+      severity: 'high',
+      summary: /\(Ashburn, US, AS16509 Amazon\.com, Inc\.\) and 2 min later from 203\.0\.115\.10 \(Frankfurt, DE, AS16509 Amazon\.com, Inc\.\)/,
+      evidence: { from: { asn: 16509, asOrganization: 'Amazon.com, Inc.' }, to: { city: 'Frankfurt', asn: 16509 } },
+    },
+  },
+  {
+    name: 'two operators in one country are still judged: a key on Comcast in Ashburn, then on a cloud in Seattle a minute later, is high',
+    kind: 'positive',
+    window: keyWindow([
+      ...spread(58, T0 - 60 * MINUTE, 58 * MINUTE, viaOperator('ashburn', 7922, 'Comcast Cable Communications, LLC')),
+      { at: T0 - MINUTE, ...viaOperator('seattle', 14061, 'DigitalOcean, LLC') },
+    ]),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { from: { asn: 7922 }, to: { asn: 14061, asOrganization: 'DigitalOcean, LLC' } } },
   },
   {
     name: 'a short hop, us-east to New York in one minute, is under minDistanceKm',

@@ -18,6 +18,9 @@
  * once, high at most); a key that suddenly also appears in a third, far place alerts when
  * that place is new, also when that place's request came first after the key was idle (the hop out of
  * it is judged as soon as the key's own place answers).
+ * With an ASN database (GEOIP_ASN_DB), a hop between two addresses of one autonomous system in one
+ * country is not judged: that is one operator moving its addresses (a mobile carrier's CGNAT, a
+ * cloud's address pools, a dual-stack client's IPv4 and IPv6), which GeoIP places far apart.
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the places new to the key in the impossible hops are in at least criticalCountries
  * countries other than those it is established in, and in at least as many as it is established in
@@ -90,7 +93,7 @@ interface Tally {
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
-  version: '1.6.1',
+  version: '1.7.0',
   title: 'Impossible travel',
   description:
     'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
@@ -113,6 +116,7 @@ export const rule: RuleDefinition<Params, Tally> = {
   falsePositives: [
     'Multi-region deployment (e.g. us-east and eu-west) alternating all day: a hop between places already seen in the window is not travel.',
     'Address churn: two addresses of the same IP or the same network never count, whatever GeoIP says about them.',
+    'With an ASN database (GEOIP_ASN_DB): two addresses of one autonomous system in one country never count (a mobile carrier moving a device between CGNAT pools GeoIP places in San Jose and Boston; a dual-stack client\'s IPv4 and IPv6; a cloud address GeoIP misplaces). Accepted: a thief on the owner\'s carrier or cloud, in the owner\'s country, is not seen by this rule.',
     'GeoIP imprecision: each point\'s accuracy radius is subtracted from the distance; hops under minDistanceKm never count.',
     'Private or unknown addresses have no geo and are skipped.',
     'A region idle for longer than the window (eu-west only in European hours, a daily job): a place the key was established at in the last 7 days (seen there over at least 30 minutes, or on two days, and within 30 minutes of another of its places once) is known.',
@@ -148,7 +152,13 @@ export const rule: RuleDefinition<Params, Tally> = {
       if (!event.geo) continue;
       const current = event as WindowEvent & { geo: GeoPoint };
       // Cheapest checks first: most consecutive requests come from the same place.
-      if (previous && !samePoint(previous.geo, current.geo) && previous.network !== current.network && previous.ip !== current.ip) {
+      if (
+        previous &&
+        !samePoint(previous.geo, current.geo) &&
+        previous.network !== current.network &&
+        previous.ip !== current.ip &&
+        !sameOperator(previous, current)
+      ) {
         const hop = measure(previous, current, params.defaultAccuracyKm);
         if (hop.speedKmh > params.maxSpeedKmh && hop.adjustedKm > params.minDistanceKm) (candidates ??= []).push({ hop, index: i });
       }
@@ -295,7 +305,7 @@ export const rule: RuleDefinition<Params, Tally> = {
         ? `Impossible travel on ${key}: ${fromName} to ${toName}, ${Math.round(worst.adjustedKm)} km apart, within ${seconds} s (simultaneous use)`
         : `Impossible travel on ${key}: ${fromName} to ${toName} at ${Math.round(worst.speedKmh)} km/h (max ${params.maxSpeedKmh})`,
       summary:
-        `${key} was used from ${worst.from.ip} (${fromName}) and ${simultaneous ? `${seconds} s` : `${gapMinutes} min`} later from ${worst.to.ip} (${toName}), ` +
+        `${key} was used from ${worst.from.ip} (${fromName}${operatorName(worst.from)}) and ${simultaneous ? `${seconds} s` : `${gapMinutes} min`} later from ${worst.to.ip} (${toName}${operatorName(worst.to)}), ` +
         `${Math.round(worst.adjustedKm)} km apart after GeoIP accuracy: ${simultaneous ? 'in use in both places at once' : `${Math.round(worst.speedKmh)} km/h against a maximum of ${params.maxSpeedKmh}`} (${newToKey}); ` +
         `confirm with the merchant that both locations are theirs, otherwise ${severity === 'critical' ? 'block the key and ' : ''}rotate its secret.`,
       evidence: {
@@ -424,6 +434,22 @@ function samePoint(a: GeoPoint, b: GeoPoint): boolean {
   return a === b || (a.latitude === b.latitude && a.longitude === b.longitude);
 }
 
+/**
+ * Both ends announced by one autonomous system, in one country: one operator's addresses, which it
+ * moves between regions (and GeoIP places apart), not two pairs of hands.
+ */
+function sameOperator(a: WindowEvent & { geo: GeoPoint }, b: WindowEvent & { geo: GeoPoint }): boolean {
+  if (a.geo.asn === undefined || a.geo.asn !== b.geo.asn) return false;
+  const country = a.country ?? a.geo.country;
+  return country !== undefined && country === (b.country ?? b.geo.country);
+}
+
+/** ", AS7922 Comcast Cable" when the point has an autonomous system (GEOIP_ASN_DB), else nothing. */
+function operatorName(event: WindowEvent & { geo: GeoPoint }): string {
+  const { asn, asOrganization } = event.geo;
+  return asn === undefined ? '' : `, AS${asn}${asOrganization ? ` ${asOrganization}` : ''}`;
+}
+
 function placeName(event: WindowEvent & { geo: GeoPoint }): string {
   const country = event.country ?? event.geo.country;
   if (event.geo.city && country) return `${event.geo.city}, ${country}`;
@@ -440,6 +466,7 @@ function point(event: WindowEvent & { geo: GeoPoint }): Record<string, unknown> 
     latitude: event.geo.latitude,
     longitude: event.geo.longitude,
     accuracyKm: event.geo.accuracyKm,
+    ...(event.geo.asn === undefined ? {} : { asn: event.geo.asn, asOrganization: event.geo.asOrganization ?? null }),
     at: new Date(event.timestamp).toISOString(),
   };
 }

@@ -200,7 +200,7 @@ describe('loadConfig: GEOIP_CITY_DB', () => {
     expect(loadConfig({ GEOIP_CITY_DB: bundledDb }).detection.geoCityDb).toBe(bundledDb);
     expect(loadConfig({ GEOIP_CITY_DB: ` ${bundledDb} ` }).detection.geoCityDb).toBe(bundledDb);
     expect(loadConfig({ GEOIP_CITY_DB: ' ' }).detection.geoCityDb).toBeUndefined();
-    await expect(openGeoLookup(bundledDb)).resolves.toBeDefined();
+    await expect(openGeoLookup({ cityDb: bundledDb })).resolves.toBeDefined();
   });
 
   it.each([
@@ -211,7 +211,14 @@ describe('loadConfig: GEOIP_CITY_DB', () => {
     [empty, `GEOIP_CITY_DB: ${empty} is not a MaxMind DB (.mmdb; a .gz or .tar.gz download must be unpacked first)`],
   ])('refuses GEOIP_CITY_DB=%s at start, with every other problem, as the analysis thread would fail on it', async (file, problem) => {
     expect(problemsOf({ GEOIP_CITY_DB: file, PORT: 'eighty' })).toEqual([expect.stringMatching(/^PORT: /), problem]);
-    await expect(openGeoLookup(file)).rejects.toThrow();
+    await expect(openGeoLookup({ cityDb: file })).rejects.toThrow();
+  });
+
+  it('checks GEOIP_ASN_DB the same way', async () => {
+    expect(loadConfig({ GEOIP_ASN_DB: bundledDb }).detection.geoAsnDb).toBe(bundledDb);
+    expect(loadConfig({}).detection.geoAsnDb).toBeUndefined();
+    expect(problemsOf({ GEOIP_ASN_DB: textFile })).toEqual([`GEOIP_ASN_DB: ${textFile} is not a MaxMind DB (.mmdb; a .gz or .tar.gz download must be unpacked first)`]);
+    await expect(openGeoLookup({ asnDb: textFile })).rejects.toThrow();
   });
 });
 

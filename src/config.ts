@@ -111,7 +111,7 @@ const MMDB_METADATA_MARKER = Buffer.from('abcdef4d61784d696e642e636f6d', 'hex');
 const MMDB_METADATA_MAX_BYTES = 128 * 1024 + MMDB_METADATA_MARKER.length;
 
 /**
- * A MaxMind DB file (GEOIP_CITY_DB), checked now, cheaply: readable, and its last 128 KiB hold the
+ * A MaxMind DB file (GEOIP_CITY_DB, GEOIP_ASN_DB), checked now, cheaply: readable, and its last 128 KiB hold the
  * metadata marker every MaxMind DB has. Otherwise the analysis thread's `maxmind` reader would fail
  * only once detection starts, after the migrations, and the worker would exit 1 (and be restarted, for ever).
  * Only the file's end is read: a city database is 60 MB or more. Its path is quoted in errors.
@@ -268,6 +268,7 @@ const envSchema = z
 
     DETECTION_CONFIG_FILE: detectionConfigFile.optional(),
     GEOIP_CITY_DB: maxMindDbFile.optional(),
+    GEOIP_ASN_DB: maxMindDbFile.optional(),
     // At least a minute: with 0 a dismissed alert's pattern would open a new alert at once.
     ALERT_SUPPRESSION_MINUTES: envInt(60, 1, 60 * 24 * 30),
     DETECTION_MAX_HEAP_MB: z.coerce.number().int().min(64).max(1_048_576).optional(),
@@ -396,7 +397,7 @@ export interface Config {
     readonly maxBodyBytes: number;
     readonly cacheTtlMs: number;
   };
-  readonly detection: { readonly configFile?: string; readonly geoCityDb?: string; readonly suppressionMs: number; readonly maxHeapMb?: number; readonly maxWindowEvents?: number };
+  readonly detection: { readonly configFile?: string; readonly geoCityDb?: string; readonly geoAsnDb?: string; readonly suppressionMs: number; readonly maxHeapMb?: number; readonly maxWindowEvents?: number };
   readonly enforcement: { readonly mode: Env['ENFORCEMENT_MODE']; readonly blockMinRisk: number; readonly ttlMs: number };
   readonly webhooks: {
     /** The operator's on-call endpoint; undefined when not configured. */
@@ -519,6 +520,7 @@ export function loadConfig(environment: NodeJS.ProcessEnv = process.env): Config
     detection: {
       configFile: env.DETECTION_CONFIG_FILE,
       geoCityDb: env.GEOIP_CITY_DB,
+      geoAsnDb: env.GEOIP_ASN_DB,
       suppressionMs: env.ALERT_SUPPRESSION_MINUTES * 60_000,
       maxHeapMb: env.DETECTION_MAX_HEAP_MB,
       maxWindowEvents: env.DETECTION_MAX_WINDOW_EVENTS,

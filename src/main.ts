@@ -161,6 +161,7 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
           detection: true,
           entitledPlans: config.admin.entitledPlans,
           geoCityDb: config.detection.geoCityDb,
+          geoAsnDb: config.detection.geoAsnDb,
           detectionConfigFile: config.detection.configFile,
           maxHeapMb: config.detection.maxHeapMb,
           maxWindowEvents,

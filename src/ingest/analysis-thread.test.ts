@@ -1,5 +1,9 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import { afterEach, describe, expect, it } from 'vitest';
+import { writeMmdb } from '../../test/support/mmdb.ts';
 import type { RequestEvent } from '../events/request-event.ts';
 import { EVENT_TIME_RANGE } from '../events/request-event.ts';
 import { createLogger } from '../logger.ts';
@@ -37,6 +41,38 @@ describe('AnalysisThread', () => {
     await thread.ready;
     return { thread, unasked };
   }
+
+  it('geolocates with the ASN database it is given (GEOIP_ASN_DB): a hop inside one operator and country is no impossible travel', async () => {
+    // The bundled city database places 8.8.8.8 in Mountain View and 52.95.110.1 in New York, 4,100 km apart.
+    const dir = await mkdtemp(join(tmpdir(), 'analysis-asn-'));
+    try {
+      const asnDb = join(dir, 'asn.mmdb');
+      const operator = { autonomous_system_number: 64500, autonomous_system_organization: 'Example Carrier' };
+      await writeMmdb(asnDb, [{ cidr: '8.8.8.0/24', record: operator }, { cidr: '52.95.110.0/24', record: operator }], { databaseType: 'GeoLite2-ASN', ipVersion: 6 });
+      const now = Date.now();
+      const hop = [
+        ...Array.from({ length: 10 }, (_, i) => ({ ...event(i, now - 6 * 60_000 + i * 30_000, 201), ip: '8.8.8.8' })),
+        { ...event(10, now - 30_000, 201), ip: '52.95.110.1' },
+      ];
+      const travelFound = async (geoAsnDb?: string) => {
+        const thread = new AnalysisThread(
+          { dedupCacheSize: 1_000, eventTimes: EVENT_TIME_RANGE, detection: true, entitledPlans: ['business'], maxWindowEvents: 1_000_000, geoAsnDb },
+          createLogger('silent'),
+        );
+        try {
+          await thread.ready;
+          return (await thread.detect(hop)).findings.filter((f) => f.ruleId === 'impossible_travel').map((f) => f.finding.summary);
+        } finally {
+          await thread.close();
+        }
+      };
+      // Without it, the same hop is travel; with it, the operator is one.
+      expect(await travelFound()).toEqual([expect.stringMatching(/Mountain View, US\) and .* \(New York, US\)/)]);
+      expect(await travelFound(asnDb)).toEqual([]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 
   it('reports its own heap with each detection, against the limit it was given (DETECTION_MAX_HEAP_MB)', async () => {
     analysis = new AnalysisThread({ dedupCacheSize: 1_000, eventTimes: EVENT_TIME_RANGE, detection: true, entitledPlans: ['business'], maxWindowEvents: 1_000_000, maxHeapMb: 96 }, createLogger('silent'));

@@ -23,6 +23,7 @@ export interface AnalysisSettings {
   detection: boolean;
   entitledPlans: readonly string[];
   geoCityDb?: string;
+  geoAsnDb?: string;
   detectionConfigFile?: string;
   /** The thread's old-generation heap limit in MiB (V8's default when undefined). */
   maxHeapMb?: number;

@@ -17,6 +17,7 @@ import {
   parseAddress,
   systemResolver,
   targetPolicy,
+  UNRESOLVED_OR_INTERNAL,
   type AddressCategory,
 } from './target-policy.ts';
 
@@ -184,6 +185,25 @@ describe('checkTarget (registration) refuses every hostile target of the table',
     await expect(checkTarget('https://hooks.example.com/a', targetPolicy({ resolve }))).resolves.toMatchObject({ host: 'hooks.example.com' });
   });
 
+  it('refuses an internal name and a name that does not resolve in the same words, telling a merchant admin nothing of the operator\'s internal zones', async () => {
+    const resolve = async (host: string) => {
+      if (host === 'db.corp.example.com') return [{ address: '10.2.3.4', family: 4 as const }];
+      if (host === 'mixed.example.com') return [{ address: '93.184.215.14', family: 4 as const }, { address: 'fd00::1', family: 6 as const }];
+      if (host === 'empty.example.com') return [];
+      throw Object.assign(new Error(`queryA ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
+    };
+    const policy = targetPolicy({ resolve });
+    const refusals = await Promise.all(
+      ['db.corp.example.com', 'mixed.example.com', 'empty.example.com', 'no-such-name.example.com'].map((host) =>
+        checkTarget(`https://${host}/hook`, policy).then(
+          () => 'accepted',
+          (error: Error) => error.message,
+        ),
+      ),
+    );
+    expect(refusals).toEqual(Array(4).fill(UNRESOLVED_OR_INTERNAL));
+  });
+
   it('refuses a name that does not resolve in time, instead of waiting on the resolver', async () => {
     const resolve = () => new Promise<never>(() => undefined); // a DNS server that never answers
     const started = Date.now();
@@ -215,7 +235,7 @@ describe('guardedLookup', () => {
     const result = await call(guardedLookup(policy), 'rebind.example', { all: true });
     expect(result.error).toBeInstanceOf(BlockedTargetError);
     expect(result.error?.code).toBe('ERR_WEBHOOK_TARGET_BLOCKED');
-    expect(result.error?.message).toBe('host name resolves to a loopback address');
+    expect(result.error?.message).toBe(UNRESOLVED_OR_INTERNAL);
     expect(resolve.calls).toEqual(['rebind.example', 'rebind.example']);
   });
 });

@@ -253,21 +253,25 @@ export function checkTargetUrl(text: string, policy: Pick<TargetPolicy, 'allowPr
   return { url, host };
 }
 
+/**
+ * The one refusal of a name by what it resolves to. One message for a name that does not resolve and
+ * one that resolves to an internal address: two would tell a merchant admin which internal host names
+ * exist (the resolver is the operator's, which may answer for internal zones).
+ */
+export const UNRESOLVED_OR_INTERNAL = 'host name does not resolve, or resolves to an address that is not public';
+
 /** Resolves a host name and refuses it unless every address it resolves to is allowed. */
 export async function resolveTarget(host: string, policy: TargetPolicy, family?: number): Promise<ResolvedAddress[]> {
   let addresses: ResolvedAddress[];
   try {
     addresses = await policy.resolve(host);
   } catch {
-    throw new BlockedTargetError('host name does not resolve');
+    throw new BlockedTargetError(UNRESOLVED_OR_INTERNAL);
   }
   if (family === 4 || family === 6) addresses = addresses.filter((address) => address.family === family);
-  if (addresses.length === 0) throw new BlockedTargetError('host name does not resolve');
-  for (const { address } of addresses) {
-    const refusal = addressRefusal(address, policy);
-    // Refuse the name as a whole: one internal answer means the name cannot be trusted.
-    if (refusal) throw new BlockedTargetError(`host name resolves to ${refusal}`);
-  }
+  if (addresses.length === 0) throw new BlockedTargetError(UNRESOLVED_OR_INTERNAL);
+  // Refuse the name as a whole: one internal answer means the name cannot be trusted.
+  if (addresses.some(({ address }) => addressRefusal(address, policy))) throw new BlockedTargetError(UNRESOLVED_OR_INTERNAL);
   return addresses;
 }
 

@@ -42,12 +42,14 @@ async function service(onCritical: AlertServiceHooks['onCritical']) {
 describe('AlertService onCritical', () => {
   it('is called when an alert is created critical or escalated to critical, and not for repeats or lower severities', async () => {
     const calls: [string, string, string][] = [];
-    const { apply } = await service((alert, change) => calls.push([alert.apiKeyId ?? '', alert.severity, change]));
+    const { apply, alerts } = await service((alert, change) => calls.push([alert.apiKeyId ?? '', alert.severity, change]));
     apply('critical', 'pk_a'); // created critical
     apply('critical', 'pk_a'); // repeat: no news
     apply('high', 'pk_b'); // created high
+    await alerts.flush();
     apply('critical', 'pk_b'); // escalated
     apply('medium', 'pk_c');
+    await alerts.flush();
     expect(calls).toEqual([
       ['pk_a', 'critical', 'created'],
       ['pk_b', 'critical', 'escalated'],
@@ -56,25 +58,28 @@ describe('AlertService onCritical', () => {
 
   it('is called when a resolved critical alert is reopened', async () => {
     const calls: string[] = [];
-    const { apply, manager } = await service((_alert, change) => calls.push(change));
+    const { apply, manager, alerts } = await service((_alert, change) => calls.push(change));
     let created: Alert | undefined;
     const capture = await service((alert) => (created = alert));
     capture.apply('critical');
+    await capture.alerts.flush();
     // Resolved before the evidence: the pattern recurred.
     manager.load([{ ...created!, status: 'resolved', updatedAt: new Date(T0 - 1_000).toISOString() }]);
     apply('critical');
+    await alerts.flush();
     expect(calls).toEqual(['reopened']);
     // Resolved after the evidence it was created on: that evidence, judged again, pages nobody.
     const quiet: string[] = [];
     const resolvedLater = await service((_alert, change) => quiet.push(change));
     resolvedLater.manager.load([{ ...created!, status: 'resolved', updatedAt: new Date(T0 + 1_000).toISOString() }]);
     resolvedLater.apply('critical');
+    await resolvedLater.alerts.flush();
     expect(quiet).toEqual([]);
   });
 
   it('a hook that throws does not stop the other findings', async () => {
     const seen: string[] = [];
-    const { apply } = await service((alert) => {
+    const { apply, alerts, saved } = await service((alert) => {
       seen.push(alert.apiKeyId ?? '');
       throw new Error('boom');
     });
@@ -82,7 +87,54 @@ describe('AlertService onCritical', () => {
       apply('critical', 'pk_a');
       apply('critical', 'pk_b');
     }).not.toThrow();
+    await expect(alerts.flush()).resolves.toBeUndefined();
     expect(seen).toEqual(['pk_a', 'pk_b']);
+    expect(saved.map((alert) => alert.apiKeyId)).toEqual(['pk_a', 'pk_b']);
+  });
+
+  it('is called only once the alert is stored, with the stored copy: not while its write fails, nor after a dismissal stored meanwhile', async () => {
+    const calls: string[] = [];
+    const saved: Alert[] = [];
+    const attempted: Alert[] = [];
+    let storageUp = false;
+    const dismissedElsewhere = new Map<string, Alert>();
+    const store = fake<AlertStore>({
+      save: async (alerts: Alert[]) => {
+        attempted.push(...alerts);
+        if (!storageUp) throw new Error('ClickHouse is down');
+        saved.push(...alerts);
+      },
+      getMany: async (ids: string[]) => ids.flatMap((id) => (dismissedElsewhere.has(id) ? [{ alert: dismissedElsewhere.get(id)!, version: 1 }] : [])),
+      loadForDedup: async () => [],
+      changedSince: async () => [],
+    });
+    const manager = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 });
+    const alerts = new AlertService(manager, store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), {
+      onCritical: (alert, change) => calls.push(`${alert.apiKeyId}:${change}:${saved.some((s) => s.id === alert.id)}`),
+    });
+    await alerts.start();
+    const apply = (scope: string) => alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding('critical', scope) }], ruleErrors: [] });
+    apply('pk_a');
+    await alerts.flush(); // the write fails: nobody is told of an alert storage does not hold
+    expect(calls).toEqual([]);
+    storageUp = true;
+    await alerts.flush();
+    expect(calls).toEqual(['pk_a:created:true']);
+    // pk_b's alert: its first write fails, and meanwhile an admin dismisses it through another replica
+    // (which stores it so); our next write merges that in. A dismissed alert is no news.
+    storageUp = false;
+    apply('pk_b');
+    await alerts.flush();
+    const ours = attempted.at(-1)!;
+    expect(ours.apiKeyId).toBe('pk_b');
+    const dismissal = changeStatus(ours, 'dismissed', 'admin@m_1', 'our pentest', T0 + 1);
+    if (!dismissal.ok) throw new Error(dismissal.reason);
+    dismissedElsewhere.set(ours.id, dismissal.alert);
+    storageUp = true;
+    await alerts.flush();
+    expect(saved.at(-1)).toMatchObject({ id: ours.id, status: 'dismissed' });
+    expect(calls).toEqual(['pk_a:created:true']);
+    await alerts.stop();
   });
 });
 
@@ -91,6 +143,7 @@ describe('AlertService before the open alerts are loaded', () => {
     let open: Alert | undefined;
     const earlier = await service((alert) => (open = alert));
     earlier.apply('critical', 'pk_a');
+    await earlier.alerts.flush();
     const pages: string[] = [];
     // A restarted worker: the alert is open in storage, and a finding for it arrives before the load.
     const { alerts, manager, saved } = unstartedService((_alert, change) => pages.push(change), [open!]);

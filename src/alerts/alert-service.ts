@@ -37,11 +37,15 @@ import { laterCreatedFirst, type AlertChange, type AlertManager, type Duplicate,
 export interface AlertServiceHooks {
   /**
    * A critical alert is news: it was created critical, escalated to critical, or reopened while
-   * critical (on-call wants to hear that the attack is back). Called synchronously; it must not
-   * block, and what it throws is logged, never passed on to detection.
+   * critical (on-call wants to hear that the attack is back). Called once the alert so changed is
+   * stored (a webhook never names an alert that a crash kept from storage), with the stored copy;
+   * not when that copy is no longer critical and open or acknowledged (dismissed meanwhile through
+   * another replica). It must not block, and what it throws is logged, never passed on to detection.
    */
-  onCritical?(alert: Alert, change: Extract<AlertChange, 'created' | 'escalated' | 'reopened'>): void;
+  onCritical?(alert: Alert, change: CriticalChange): void;
 }
+
+type CriticalChange = Extract<AlertChange, 'created' | 'escalated' | 'reopened'>;
 
 export interface AlertServiceOptions extends AlertServiceHooks {
   /** This replica's clock (tests give replicas clocks apart), also of the once-a-minute failure lines; timers run on real time. */
@@ -70,6 +74,8 @@ export const MAX_HELD_FINDINGS = 10_000;
 export class AlertService {
   private readonly rules: Map<string, RuleInfo>;
   private readonly unsaved = new Map<string, Alert>();
+  /** Critical news (hooks.onCritical) by alert id, waiting for the alert's next write. */
+  private readonly newsUnsaved = new Map<string, CriticalChange>();
   private timer: NodeJS.Timeout | undefined;
   private timerDueAt = Number.POSITIVE_INFINITY;
   /** The writes of this replica, one after the other (see serially); never rejects. */
@@ -274,11 +280,20 @@ export class AlertService {
         this.logger.info({ alertId: alert.id, merchantId, type: ruleId, severity: alert.severity, change }, alert.title);
       }
       if (alert.severity === 'critical' && (change === 'created' || change === 'escalated' || change === 'reopened')) {
-        try {
-          this.hooks.onCritical?.(alert, change);
-        } catch (error) {
-          this.logger.error({ err: error, alertId: alert.id }, 'critical-alert hook failed');
-        }
+        if (!this.newsUnsaved.has(alert.id)) this.newsUnsaved.set(alert.id, change);
+      }
+    }
+  }
+
+  /** Tells hooks.onCritical the news of alerts just stored (`stored`: their stored copies). */
+  private announce(news: ReadonlyMap<string, CriticalChange>, stored: readonly Alert[]): void {
+    for (const alert of stored) {
+      const change = news.get(alert.id);
+      if (change === undefined || alert.severity !== 'critical' || (alert.status !== 'open' && alert.status !== 'acknowledged')) continue;
+      try {
+        this.hooks.onCritical?.(alert, change);
+      } catch (error) {
+        this.logger.error({ err: error, alertId: alert.id }, 'critical-alert hook failed');
       }
     }
   }
@@ -468,16 +483,23 @@ export class AlertService {
       if (this.unsaved.size === 0) return;
       const batch = [...this.unsaved.values()];
       this.unsaved.clear();
+      // The news of these copies: news that comes during the write is of later copies, for the next one.
+      const news = new Map(this.newsUnsaved);
+      this.newsUnsaved.clear();
+      let merged: Alert[];
       try {
-        const { merged, over } = await this.withStoredLifecycle(batch);
+        let over: Map<string, number>;
+        ({ merged, over } = await this.withStoredLifecycle(batch));
         // What the stored copies taught us (a dismissal made elsewhere) holds whether or not our write succeeds.
         for (const [i, alert] of merged.entries()) if (alert !== batch[i]) this.manager.sync(alert);
         await this.store.save(merged, over);
       } catch (error) {
         for (const alert of batch) if (!this.unsaved.has(alert.id)) this.unsaved.set(alert.id, alert);
+        for (const [id, change] of news) if (!this.newsUnsaved.has(id)) this.newsUnsaved.set(id, change);
         this.schedule(RETRY_DELAY_MS);
         throw error;
       }
+      this.announce(news, merged);
     });
   }
 

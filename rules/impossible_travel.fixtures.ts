@@ -260,6 +260,37 @@ export const fixtures: Fixture[] = [
     now: T0,
     expect: { findings: 1, severity: 'high', evidence: { from: { asn: 7922 }, to: { asn: 14061, asOrganization: 'DigitalOcean, LLC' } } },
   },
+  // A hop the exemption lets through vouches for nothing: a thief who first calls once through the
+  // owner's own operator is still judged when he then calls from another operator there.
+  {
+    name: 'one request through the owner\'s operator in "Seattle", then the key from a cloud in Seattle between the owner\'s requests in Ashburn, is high',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...spread(50, T0 - 60 * MINUTE, 50 * MINUTE, viaOperator('ashburn', 7922, 'Comcast')),
+        { at: T0 - 9 * MINUTE, ...viaOperator('ashburn', 7922, 'Comcast') },
+        { at: T0 - 8 * MINUTE - 30 * SECOND, ...viaOperator('seattle', 7922, 'Comcast') },
+        { at: T0 - 8 * MINUTE, ...viaOperator('ashburn', 7922, 'Comcast') },
+        { at: T0 - 5 * MINUTE, ...viaOperator('seattle', 14061, 'DigitalOcean, LLC', '198.51.104.10') },
+        { at: T0 - 4 * MINUTE, ...viaOperator('ashburn', 7922, 'Comcast') },
+      ],
+      { history: ESTABLISHED_IN_ASHBURN },
+    ),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { to: { city: 'Seattle', asn: 14061 }, newLocation: 'to' } },
+  },
+  {
+    name: 'the same, the request through the owner\'s operator half an hour before the recent part (a key with no history: the screen steps aside)',
+    kind: 'positive',
+    window: keyWindow([
+      ...spread(50, T0 - 60 * MINUTE, 50 * MINUTE, viaOperator('ashburn', 7922, 'Comcast')),
+      { at: T0 - 40 * MINUTE - 20 * SECOND, ...viaOperator('seattle', 7922, 'Comcast') },
+      { at: T0 - 5 * MINUTE, ...viaOperator('seattle', 14061, 'DigitalOcean, LLC', '198.51.104.10') },
+      { at: T0 - 4 * MINUTE, ...viaOperator('ashburn', 7922, 'Comcast') },
+    ]),
+    now: T0,
+    expect: { findings: 1, severity: 'high', evidence: { to: { city: 'Seattle', asn: 14061 }, newLocation: 'to' } },
+  },
   {
     name: 'a short hop, us-east to New York in one minute, is under minDistanceKm',
     kind: 'negative',

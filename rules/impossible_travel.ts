@@ -89,6 +89,9 @@ interface Tally {
   last: Place | undefined;
   /** Events whose coordinates are not numbers: never the same point as anything, so the screen steps aside. */
   unplaceable: number;
+  /** The last geolocated event added, and the newest time the key moved between two points of one operator (sameOperator). */
+  lastAdded: (WindowEvent & { geo: GeoPoint }) | undefined;
+  operatorMoveAt: number;
 }
 
 export const rule: RuleDefinition<Params, Tally> = {
@@ -160,7 +163,7 @@ export const rule: RuleDefinition<Params, Tally> = {
         !sameOperator(previous, current)
       ) {
         const hop = measure(previous, current, params.defaultAccuracyKm);
-        if (hop.speedKmh > params.maxSpeedKmh && hop.adjustedKm > params.minDistanceKm) (candidates ??= []).push({ hop, index: i });
+        if (isImpossible(hop, params)) (candidates ??= []).push({ hop, index: i });
       }
       previous = current;
     }
@@ -224,9 +227,12 @@ export const rule: RuleDefinition<Params, Tally> = {
         atKnownPlace = window.history!.establishedPlacesBefore(first.timestamp + MINUTE + 1).some((place) => cellOf(place) === cell);
       }
     }
+    let walked: (WindowEvent & { geo: GeoPoint }) | undefined;
     for (let i = start; i < events.length && next < candidates.length; i++) {
       const geo = events[i]!.geo;
       if (!geo) continue;
+      const from = walked;
+      walked = events[i] as WindowEvent & { geo: GeoPoint };
       if (i === candidates[next]!.index) {
         const hop = candidates[next++]!.hop;
         const toKnown = nearKnown(known, hop.to.geo);
@@ -239,6 +245,9 @@ export const rule: RuleDefinition<Params, Tally> = {
         atKnownPlace = true;
       } else if (geo === lastGeo) {
         continue; // the previous event's place, known or not as it was
+      } else if (from && operatorHop(from, walked, params)) {
+        // Not judged (one operator's addresses), so it vouches for nothing: its far end is known only if it already was.
+        atKnownPlace = nearKnown(known, geo);
       } else {
         atKnownPlace ||= nearKnown(known, geo);
       }
@@ -336,13 +345,18 @@ export const rule: RuleDefinition<Params, Tally> = {
     return [finding];
   },
   screen: {
-    create: () => ({ places: new Map(), last: undefined, unplaceable: 0 }),
+    create: () => ({ places: new Map(), last: undefined, unplaceable: 0, lastAdded: undefined, operatorMoveAt: -Infinity }),
     add(tally, event) {
       const geo = event.geo;
       if (!geo) return 0;
       if (Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) {
         tally.unplaceable++;
         return 0;
+      }
+      const previous = tally.lastAdded;
+      tally.lastAdded = event as WindowEvent & { geo: GeoPoint };
+      if (previous && !samePoint(previous.geo, geo) && sameOperator(previous, tally.lastAdded)) {
+        tally.operatorMoveAt = Math.max(tally.operatorMoveAt, event.timestamp);
       }
       let place = placeOf(tally, geo);
       if (!place) {
@@ -380,6 +394,8 @@ export const rule: RuleDefinition<Params, Tally> = {
       const windowStart = now - params.windowMinutes * MINUTE;
       const recentStart = now - params.recentMinutes * MINUTE;
       if (tally.unplaceable > 0 || !(recentStart >= windowStart)) return true;
+      // A move inside one operator vouches for nothing (evaluate), so a point seen before the recent part may be unknown.
+      if (tally.operatorMoveAt >= windowStart) return true;
       if (tally.places.size < 2) return false;
       let points = 0;
       for (const place of tally.places.values()) if (place.newest >= windowStart && ++points === 2) break;
@@ -408,6 +424,21 @@ function placeOf(tally: Tally, geo: GeoPoint): Place | undefined {
 
 function placeKey(geo: GeoPoint): string {
   return `${geo.latitude},${geo.longitude}`;
+}
+
+function isImpossible(hop: Hop, params: Params): boolean {
+  return hop.speedKmh > params.maxSpeedKmh && hop.adjustedKm > params.minDistanceKm;
+}
+
+/** A hop the exemption lets through: one operator's two addresses (sameOperator), at a speed that would otherwise be judged. */
+function operatorHop(from: Hop['from'], to: Hop['to'], params: Params): boolean {
+  return (
+    !samePoint(from.geo, to.geo) &&
+    from.network !== to.network &&
+    from.ip !== to.ip &&
+    sameOperator(from, to) &&
+    isImpossible(measure(from, to, params.defaultAccuracyKm), params)
+  );
 }
 
 function measure(from: Hop['from'], to: Hop['to'], defaultAccuracyKm: number): Hop {

@@ -6,6 +6,7 @@ import { dirname, join } from 'node:path';
 import { rootCertificates } from 'node:tls';
 import { gzipSync } from 'node:zlib';
 import { afterAll, describe, expect, it } from 'vitest';
+import { buildMmdb } from '../test/support/mmdb.ts';
 import { AdminAuthenticator, mintAdminToken } from './admin/auth.ts';
 import { ConfigError, describeConfig, listenConfigError, loadConfig, type Config } from './config.ts';
 import { openGeoLookup } from './detect/geo.ts';
@@ -214,11 +215,30 @@ describe('loadConfig: GEOIP_CITY_DB', () => {
     await expect(openGeoLookup({ cityDb: file })).rejects.toThrow();
   });
 
-  it('checks GEOIP_ASN_DB the same way', async () => {
-    expect(loadConfig({ GEOIP_ASN_DB: bundledDb }).detection.geoAsnDb).toBe(bundledDb);
+  const asnDb = join(dir, 'asn.mmdb');
+  writeFileSync(asnDb, buildMmdb([{ cidr: '8.8.8.0/24', record: { autonomous_system_number: 15169 } }], { databaseType: 'GeoLite2-ASN', ipVersion: 6 }));
+  // The metadata marker and nothing a reader can use after it.
+  const markerOnly = join(dir, 'marker.mmdb');
+  writeFileSync(markerOnly, Buffer.concat([Buffer.from('abcdef4d61784d696e642e636f6d', 'hex'), Buffer.from([0xe1, 0x42, 0x61, 0x62, 0x41, 0x63])]));
+
+  it('checks GEOIP_ASN_DB the same way, and accepts an ASN database', async () => {
+    expect(loadConfig({ GEOIP_ASN_DB: asnDb }).detection.geoAsnDb).toBe(asnDb);
     expect(loadConfig({}).detection.geoAsnDb).toBeUndefined();
     expect(problemsOf({ GEOIP_ASN_DB: textFile })).toEqual([`GEOIP_ASN_DB: ${textFile} is not a MaxMind DB (.mmdb; a .gz or .tar.gz download must be unpacked first)`]);
     await expect(openGeoLookup({ asnDb: textFile })).rejects.toThrow();
+    await expect(openGeoLookup({ asnDb })).resolves.toBeDefined();
+  });
+
+  it('refuses the two databases swapped, by the type their metadata names', () => {
+    expect(problemsOf({ GEOIP_ASN_DB: bundledDb, GEOIP_CITY_DB: asnDb })).toEqual([
+      `GEOIP_CITY_DB: ${asnDb} is a "GeoLite2-ASN" database, not a city database`,
+      `GEOIP_ASN_DB: ${bundledDb} is a "city ipv4" database, not an ASN database`,
+    ]);
+  });
+
+  it('refuses a file whose metadata the reader could not read, as the analysis thread would fail on it', async () => {
+    expect(problemsOf({ GEOIP_ASN_DB: markerOnly })).toEqual([expect.stringMatching(new RegExp(`^GEOIP_ASN_DB: ${markerOnly} is a damaged MaxMind DB: its metadata does not read \\(.+\\)$`))]);
+    await expect(openGeoLookup({ asnDb: markerOnly })).rejects.toThrow();
   });
 });
 

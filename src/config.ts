@@ -10,6 +10,7 @@ import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { rootCertificates } from 'node:tls';
+import { parseMetadata } from 'mmdb-lib/lib/metadata.js';
 import { z } from 'zod';
 import { RULES } from '../rules/index.ts';
 import { DetectionConfig } from './detect/detection-config.ts';
@@ -111,35 +112,59 @@ const MMDB_METADATA_MARKER = Buffer.from('abcdef4d61784d696e642e636f6d', 'hex');
 const MMDB_METADATA_MAX_BYTES = 128 * 1024 + MMDB_METADATA_MARKER.length;
 
 /**
- * A MaxMind DB file (GEOIP_CITY_DB, GEOIP_ASN_DB), checked now, cheaply: readable, and its last 128 KiB hold the
- * metadata marker every MaxMind DB has. Otherwise the analysis thread's `maxmind` reader would fail
- * only once detection starts, after the migrations, and the worker would exit 1 (and be restarted, for ever).
- * Only the file's end is read: a city database is 60 MB or more. Its path is quoted in errors.
+ * What each setting's database must not be: a city database given as the ASN one (its points would
+ * carry no operator) or the reverse (no address would be placed: impossible travel blind). Judged by
+ * the metadata's database_type, only when it plainly names the other kind ("GeoLite2-City",
+ * "DBIP-ASN-Lite (compat=GeoLite2-ASN)", "asn ipv4"); a type that names neither passes.
  */
-const maxMindDbFile = z
-  .string()
-  .trim()
-  .min(1)
-  .superRefine((path, ctx) => {
-    let tail: Buffer;
-    let fd: number | undefined;
-    try {
-      fd = openSync(path, 'r');
-      const { size } = fstatSync(fd);
-      tail = Buffer.alloc(Math.min(size, MMDB_METADATA_MAX_BYTES));
-      for (let read = 0, got = -1; read < tail.length && got !== 0; read += got) {
-        got = readSync(fd, tail, read, tail.length - read, size - tail.length + read);
+const WRONG_KIND = {
+  city: (type: string) => /asn|isp/i.test(type) && !/city|enterprise/i.test(type),
+  asn: (type: string) => /city|country/i.test(type) && !/asn|isp|ipinfo/i.test(type),
+};
+
+/**
+ * A MaxMind DB file (GEOIP_CITY_DB, GEOIP_ASN_DB), checked now, cheaply: readable, its last 128 KiB
+ * hold the metadata every MaxMind DB has, and that metadata reads as the `maxmind` reader will read
+ * it and names a database of the right kind. Otherwise the analysis thread's reader would fail only
+ * once detection starts, after the migrations, and the worker would exit 1 (and be restarted, for
+ * ever). Only the file's end is read: a city database is 60 MB or more. Its path is quoted in errors.
+ */
+const maxMindDbFile = (kind: keyof typeof WRONG_KIND) =>
+  z
+    .string()
+    .trim()
+    .min(1)
+    .superRefine((path, ctx) => {
+      let tail: Buffer;
+      let fd: number | undefined;
+      try {
+        fd = openSync(path, 'r');
+        const { size } = fstatSync(fd);
+        tail = Buffer.alloc(Math.min(size, MMDB_METADATA_MAX_BYTES));
+        for (let read = 0, got = -1; read < tail.length && got !== 0; read += got) {
+          got = readSync(fd, tail, read, tail.length - read, size - tail.length + read);
+        }
+      } catch (error) {
+        ctx.addIssue({ code: 'custom', message: cannotRead(path, error) });
+        return;
+      } finally {
+        if (fd !== undefined) closeSync(fd);
       }
-    } catch (error) {
-      ctx.addIssue({ code: 'custom', message: cannotRead(path, error) });
-      return;
-    } finally {
-      if (fd !== undefined) closeSync(fd);
-    }
-    if (tail.lastIndexOf(MMDB_METADATA_MARKER) < 0) {
-      ctx.addIssue({ code: 'custom', message: `${path} is not a MaxMind DB (.mmdb; a .gz or .tar.gz download must be unpacked first)` });
-    }
-  });
+      if (tail.lastIndexOf(MMDB_METADATA_MARKER) < 0) {
+        ctx.addIssue({ code: 'custom', message: `${path} is not a MaxMind DB (.mmdb; a .gz or .tar.gz download must be unpacked first)` });
+        return;
+      }
+      let databaseType: unknown;
+      try {
+        databaseType = parseMetadata(tail).databaseType;
+      } catch (error) {
+        ctx.addIssue({ code: 'custom', message: `${path} is a damaged MaxMind DB: its metadata does not read (${error instanceof Error ? error.message : String(error)})` });
+        return;
+      }
+      if (typeof databaseType === 'string' && WRONG_KIND[kind](databaseType)) {
+        ctx.addIssue({ code: 'custom', message: `${path} is a "${databaseType}" database, not ${kind === 'city' ? 'a city' : 'an ASN'} database` });
+      }
+    });
 
 /**
  * DETECTION_CONFIG_FILE, read and checked now as the worker will read it: started without its
@@ -267,8 +292,8 @@ const envSchema = z
     INGEST_MAX_EVENTS: envInt(10_000, 1, 1_000_000),
 
     DETECTION_CONFIG_FILE: detectionConfigFile.optional(),
-    GEOIP_CITY_DB: maxMindDbFile.optional(),
-    GEOIP_ASN_DB: maxMindDbFile.optional(),
+    GEOIP_CITY_DB: maxMindDbFile('city').optional(),
+    GEOIP_ASN_DB: maxMindDbFile('asn').optional(),
     // At least a minute: with 0 a dismissed alert's pattern would open a new alert at once.
     ALERT_SUPPRESSION_MINUTES: envInt(60, 1, 60 * 24 * 30),
     DETECTION_MAX_HEAP_MB: z.coerce.number().int().min(64).max(1_048_576).optional(),

@@ -27,6 +27,22 @@ describe('geo lookup (DB-IP Lite city database)', () => {
   });
 });
 
+describe('geo lookup with a city database of its own (GEOIP_CITY_DB)', () => {
+  it('places IPv4 addresses only, when the database holds IPv4 networks only', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'geo-city-'));
+    try {
+      const path = join(dir, 'city.mmdb');
+      const record = { city: { names: { en: 'Mountain View' } }, country: { iso_code: 'US' }, location: { latitude: 37.4, longitude: -122.08, accuracy_radius: 1000 } };
+      await writeMmdb(path, [{ cidr: '32.0.0.0/8', record }], { databaseType: 'GeoLite2-City', ipVersion: 4 });
+      const geo = await openGeoLookup({ cityDb: path });
+      expect(geo.lookup('32.1.72.96')).toEqual({ latitude: 37.4, longitude: -122.08, accuracyKm: 1000, country: 'US', city: 'Mountain View', asn: undefined, asOrganization: undefined });
+      expect(geo.lookup('2001:4860:4860::8888')).toBeUndefined();
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('geo lookup with an ASN database (GEOIP_ASN_DB)', () => {
   let dir: string;
   beforeAll(async () => {
@@ -68,11 +84,28 @@ describe('geo lookup with an ASN database (GEOIP_ASN_DB)', () => {
     for (const ip of ['8.8.8.8', '1.1.1.1', '9.9.9.9']) {
       const point = geo.lookup(ip);
       expect(point, ip).toBeDefined();
-      expect(point, ip).not.toHaveProperty('asn');
+      expect(point?.asn, ip).toBeUndefined();
     }
     // A number without an organization is still an operator.
-    expect(geo.lookup('81.2.69.142')).toMatchObject({ country: 'GB', asn: 20712 });
-    expect(geo.lookup('81.2.69.142')).not.toHaveProperty('asOrganization');
+    expect(geo.lookup('81.2.69.142')).toMatchObject({ country: 'GB', asn: 20712, asOrganization: undefined });
+  });
+
+  it('asks an IPv4-only database nothing of IPv6 addresses, which its reader would answer for an unrelated IPv4 network', async () => {
+    // 2001:4860:: starts with the bits of 32.1.72.96: an IPv4-only tree walked with them answers for 32.0.0.0/8.
+    const geo = await lookupWith([{ cidr: '32.0.0.0/8', record: { autonomous_system_number: 174, autonomous_system_organization: 'Cogent' } }], 4);
+    expect(geo.lookup('32.1.72.96')).toMatchObject({ asn: 174 });
+    const v6 = geo.lookup('2001:4860:4860::8888');
+    expect(v6?.latitude).toBeTypeOf('number');
+    expect(v6?.asn).toBeUndefined();
+  });
+
+  it('reads an IPv4-mapped IPv6 address in any spelling as its IPv4 address', async () => {
+    const geo = await lookupWith([{ cidr: '8.8.8.0/24', record: { autonomous_system_number: 15169 } }]);
+    const plain = geo.lookup('8.8.8.8');
+    for (const ip of ['::ffff:8.8.8.8', '::FFFF:808:808', '0:0:0:0:0:ffff:8.8.8.8', '0:0:0:0:0:ffff:0808:0808']) {
+      expect(geo.lookup(ip), ip).toEqual(plain);
+    }
+    expect(plain).toMatchObject({ country: 'US', asn: 15169 });
   });
 
   it('gives nothing for an address the city database cannot place, whatever its autonomous system', async () => {

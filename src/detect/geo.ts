@@ -79,40 +79,65 @@ function readerLookup(v4: CityReader, v6: CityReader, asn: Reader<AsnRecord & Re
   };
 
   function find(ip: string): GeoPoint | undefined {
-    const family = isIP(ip);
-    if (family === 0) return undefined;
-    try {
-      const mapped = family === 6 ? /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip) : null;
-      const address = mapped ? mapped[1]! : ip;
-      const record = mapped || family === 4 ? v4.get(address) : v6.get(address);
-      const point = record ? toGeoPoint(record) : undefined;
-      return point && asn ? withAutonomousSystem(point, asn.get(address)) : point;
-    } catch {
-      return undefined;
-    }
+    const address = plainAddress(ip);
+    if (address === undefined) return undefined;
+    const family = isIP(address);
+    const place = recordOf(family === 4 ? v4 : v6, address, family);
+    return place ? toGeoPoint(place, asn ? recordOf(asn, address, family) : null) : undefined;
   }
 }
 
-function toGeoPoint(record: CityRecord): GeoPoint | undefined {
+/**
+ * The database's record of an address, or null; never a throw (a damaged record is no record). Never
+ * for an IPv6 address in an IPv4-only database: the reader would walk its first 32 bits as an IPv4
+ * address, and answer for some unrelated IPv4 network.
+ */
+function recordOf<T extends Response>(reader: Reader<T>, address: string, family: number): T | null {
+  if (family === 6 && reader.metadata.ipVersion === 4) return null;
+  try {
+    return reader.get(address);
+  } catch {
+    return null;
+  }
+}
+
+/** The address to look up: an IPv4-mapped IPv6 address (::ffff:8.8.8.8, ::ffff:808:808, ...) as its IPv4 address; undefined when not an IP address. */
+function plainAddress(ip: string): string | undefined {
+  const family = isIP(ip);
+  if (family !== 6 || !/ffff/i.test(ip)) return family === 0 ? undefined : ip;
+  let host: string;
+  try {
+    host = new URL(`http://[${ip}]`).hostname; // canonical: [::ffff:808:808]
+  } catch {
+    return ip;
+  }
+  const mapped = /^\[::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})\]$/.exec(host);
+  if (!mapped) return ip;
+  const high = parseInt(mapped[1]!, 16);
+  const low = parseInt(mapped[2]!, 16);
+  return `${high >> 8}.${high & 0xff}.${low >> 8}.${low & 0xff}`;
+}
+
+function toGeoPoint(record: CityRecord, operator: AsnRecord | null): GeoPoint | undefined {
   const latitude = record.location?.latitude ?? record.latitude;
   const longitude = record.location?.longitude ?? record.longitude;
   if (latitude === undefined || longitude === undefined) return undefined;
-  const country = record.country?.iso_code ?? record.country_code;
-  const city = typeof record.city === 'string' ? record.city : record.city?.names?.en;
+  const asn = operator ? asnOf(operator) : undefined;
+  // One shape for every point, absent fields undefined: windows keep a point per distinct address,
+  // and a copy with fields added (or left out) takes about three times the memory.
   return {
     latitude,
     longitude,
     accuracyKm: record.location?.accuracy_radius ?? DEFAULT_ACCURACY_KM,
-    ...(country ? { country } : {}),
-    ...(city ? { city } : {}),
+    country: record.country?.iso_code || record.country_code || undefined,
+    city: (typeof record.city === 'string' ? record.city : record.city?.names?.en) || undefined,
+    asn,
+    asOrganization: asn === undefined ? undefined : operator!.autonomous_system_organization || operator!.as_name || undefined,
   };
 }
 
-function withAutonomousSystem(point: GeoPoint, record: AsnRecord | null): GeoPoint {
-  if (!record) return point;
-  // IPinfo writes "AS13335"; the others, the number.
-  const number = record.autonomous_system_number ?? (record.asn ? Number(/^AS(\d+)$/i.exec(record.asn)?.[1]) : undefined);
-  if (number === undefined || !Number.isSafeInteger(number) || number <= 0) return point;
-  const organization = record.autonomous_system_organization ?? record.as_name;
-  return { ...point, asn: number, ...(organization ? { asOrganization: organization } : {}) };
+/** The autonomous system's number, when the record has a usable one (IPinfo writes "AS13335"; the others, the number). */
+function asnOf(record: AsnRecord): number | undefined {
+  const number = record.autonomous_system_number ?? (typeof record.asn === 'string' ? Number(/^AS(\d+)$/i.exec(record.asn)?.[1]) : undefined);
+  return Number.isSafeInteger(number) && number! > 0 ? number : undefined;
 }

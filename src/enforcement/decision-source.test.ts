@@ -169,6 +169,27 @@ describe('DecisionSource', () => {
     ]);
   });
 
+  it('logs and records a decision kept while its alert escalates (a throttle under the block risk threshold), once', async () => {
+    const { state, decisions, history, lines } = source();
+    const alert = attack('pk_live_a', { lastSeenAt: new Date(T0).toISOString() });
+    state.alerts = [alert];
+    await decisions.refresh();
+    // Critical, recommending a block, but under ENFORCEMENT_BLOCK_MIN_RISK (0.95): still a throttle.
+    state.now = T0 + 2_000;
+    state.alerts = [{ ...alert, severity: 'critical', riskScore: 0.9, recommendedAction: 'block', lastSeenAt: new Date(T0 + 1_000).toISOString() }];
+    await decisions.refresh();
+    state.now = T0 + 4_000;
+    await decisions.refresh(); // nothing new
+    await decisions.stop();
+    expect(decisions.current()?.decisions).toEqual([expect.objectContaining({ action: 'throttle', alertId: alert.id })]);
+    expect(history.map(({ action, startedAt, endedAt, reason }) => ({ action, startedAt, endedAt, reason }))).toEqual([
+      { action: 'throttle', startedAt: T0, endedAt: null, reason: expect.stringContaining(', high, risk 0.8') },
+      { action: 'throttle', startedAt: T0, endedAt: null, reason: expect.stringMatching(/, critical, risk 0\.9: .*under the block risk threshold, so throttled/) },
+    ]);
+    const kept = lines.filter((line) => line.msg.startsWith('enforcement decision kept'));
+    expect(kept).toEqual([expect.objectContaining({ msg: 'enforcement decision kept: its alert is now critical', apiKeyId: 'pk_live_a', action: 'throttle', severity: 'critical', previousSeverity: 'high' })]);
+  });
+
   it('dates an end seen late when it happened: at the decision\'s expiry, or when the last answer went stale', async () => {
     const { state, decisions, history } = source();
     const lapsing = attack('pk_live_a', { lastSeenAt: new Date(T0 - 30 * MINUTE + 5_000).toISOString() });

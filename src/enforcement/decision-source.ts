@@ -7,7 +7,8 @@
  *
  * Decisions are recorded as they change: each one that starts, changes action or ends is logged
  * and written to the history (in `shadow` mode too, where nothing is applied: that record is what
- * enforcing would have done). Every replica derives the same decisions, so every replica logs them;
+ * enforcing would have done); so is one whose alert changed severity while its action stayed (a
+ * throttle whose alert escalated to critical under the block risk threshold), with its new reason. Every replica derives the same decisions, so every replica logs them;
  * the history collapses their identical writes. Writing the history never holds up the decisions:
  * a failed write is kept (up to a bound) and tried again after the next read.
  */
@@ -58,6 +59,8 @@ export class DecisionSource {
   /** Per key with a decision in force: the expiry its history last recorded (epoch ms). */
   private readonly recordedExpiry = new Map<string, number>();
   private unwritten: DecisionRecord[] = [];
+  /** The severity of each alert behind a decision as of the last read, by alert id. */
+  private severities = new Map<string, EnforceableAlert['severity']>();
   private writing: Promise<void> | undefined;
   private historyFailing = false;
   private readonly now: () => number;
@@ -119,7 +122,9 @@ export class DecisionSource {
       const alerts = await this.options.readAlerts(new Date(startedAt - this.options.policy.ttlMs));
       const candidates = alertDecisions(alerts, this.options.policy, this.options.config(), startedAt);
       const decisions = strongestPerKey(candidates);
-      this.record(decisions, startedAt);
+      const severities = new Map(alerts.map((alert) => [alert.id, alert.severity]));
+      this.record(decisions, startedAt, severities);
+      this.severities = severities;
       this.snapshot = { generatedAt: startedAt, staleAfter: startedAt + this.staleAfterMs, decisions };
       this.candidates = candidates;
       if (this.failing) this.options.logger.info('enforcement decisions can be read again');
@@ -131,8 +136,11 @@ export class DecisionSource {
     }
   }
 
-  /** Logs the decisions that started, changed action or ended since the last read, and queues them for the history. */
-  private record(decisions: readonly EnforcementDecision[], now: number): void {
+  /**
+   * Logs the decisions that started, changed action, changed severity (`severities`: of each alert
+   * now; undefined, at stop: unchanged) or ended since the last read, and queues them for the history.
+   */
+  private record(decisions: readonly EnforcementDecision[], now: number, severities = this.severities): void {
     const { logger, mode } = this.options;
     const before = new Map((this.snapshot?.decisions ?? []).map((decision) => [keyOf(decision), decision]));
     // A decision seen to end now may have ended earlier: at its expiry, or (after failed reads) when
@@ -144,6 +152,14 @@ export class DecisionSource {
       const known = before.get(key);
       before.delete(key);
       if (known?.action === decision.action && known.alertId === decision.alertId) {
+        const severity = severities.get(decision.alertId);
+        const previousSeverity = this.severities.get(decision.alertId);
+        if (severity !== previousSeverity) {
+          // The same action for a graver reason: the history's reason is the latest one recorded (anyLast).
+          logger.info({ mode, apiKeyId: decision.apiKeyId, merchantId: decision.merchantId, alertId: decision.alertId, action: decision.action, reason: decision.reason, severity, previousSeverity }, `enforcement decision kept: its alert is now ${severity}`);
+          this.queue(decision, null);
+          continue;
+        }
         // New evidence extends it: recorded again once it has moved a step, so that the history can
         // tell a decision still in force from one that lapsed while no replica ran.
         if (Date.parse(decision.expiresAt) - (this.recordedExpiry.get(key) ?? 0) >= EXPIRY_RECORD_STEP_MS) this.queue(decision, null);

@@ -18,9 +18,10 @@
  * once, high at most); a key that suddenly also appears in a third, far place alerts when
  * that place is new, also when that place's request came first after the key was idle (the hop out of
  * it is judged as soon as the key's own place answers).
- * With an ASN database (GEOIP_ASN_DB), a hop between two addresses of one autonomous system in one
- * country is not judged: that is one operator moving its addresses (a mobile carrier's CGNAT, a
- * cloud's address pools, a dual-stack client's IPv4 and IPv6), which GeoIP places far apart.
+ * With an ASN database (GEOIP_ASN_DB), the evidence and summary name each end's operator (its
+ * autonomous system), and say so when both ends are one operator's in one country: a mobile
+ * carrier moving a device between address pools, or a dual-stack client, looks like that. It is
+ * said, not acted on: a thief calling through the key owner's carrier or cloud looks the same.
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the places new to the key in the impossible hops are in at least criticalCountries
  * countries other than those it is established in, and in at least as many as it is established in
@@ -89,9 +90,6 @@ interface Tally {
   last: Place | undefined;
   /** Events whose coordinates are not numbers: never the same point as anything, so the screen steps aside. */
   unplaceable: number;
-  /** The last geolocated event added, and the newest time the key moved between two points of one operator (sameOperator). */
-  lastAdded: (WindowEvent & { geo: GeoPoint }) | undefined;
-  operatorMoveAt: number;
 }
 
 export const rule: RuleDefinition<Params, Tally> = {
@@ -119,7 +117,7 @@ export const rule: RuleDefinition<Params, Tally> = {
   falsePositives: [
     'Multi-region deployment (e.g. us-east and eu-west) alternating all day: a hop between places already seen in the window is not travel.',
     'Address churn: two addresses of the same IP or the same network never count, whatever GeoIP says about them.',
-    'With an ASN database (GEOIP_ASN_DB): two addresses of one autonomous system in one country never count (a mobile carrier moving a device between CGNAT pools GeoIP places in San Jose and Boston; a dual-stack client\'s IPv4 and IPv6; a cloud address GeoIP misplaces). Accepted: a thief on the owner\'s carrier or cloud, in the owner\'s country, is not seen by this rule.',
+    'Not avoided: a mobile carrier moving a device between address pools GeoIP places in different cities (San Jose, then Boston), a dual-stack client whose IPv4 and IPv6 addresses GeoIP places apart, or a cloud address GeoIP misplaces, is reported (high at most: investigate, never block). With an ASN database (GEOIP_ASN_DB) the summary says when both addresses are one operator\'s in one country.',
     'GeoIP imprecision: each point\'s accuracy radius is subtracted from the distance; hops under minDistanceKm never count.',
     'Private or unknown addresses have no geo and are skipped.',
     'A region idle for longer than the window (eu-west only in European hours, a daily job): a place the key was established at in the last 7 days (seen there over at least 30 minutes, or on two days, and within 30 minutes of another of its places once) is known.',
@@ -155,15 +153,9 @@ export const rule: RuleDefinition<Params, Tally> = {
       if (!event.geo) continue;
       const current = event as WindowEvent & { geo: GeoPoint };
       // Cheapest checks first: most consecutive requests come from the same place.
-      if (
-        previous &&
-        !samePoint(previous.geo, current.geo) &&
-        previous.network !== current.network &&
-        previous.ip !== current.ip &&
-        !sameOperator(previous, current)
-      ) {
+      if (previous && !samePoint(previous.geo, current.geo) && previous.network !== current.network && previous.ip !== current.ip) {
         const hop = measure(previous, current, params.defaultAccuracyKm);
-        if (isImpossible(hop, params)) (candidates ??= []).push({ hop, index: i });
+        if (hop.speedKmh > params.maxSpeedKmh && hop.adjustedKm > params.minDistanceKm) (candidates ??= []).push({ hop, index: i });
       }
       previous = current;
     }
@@ -227,12 +219,9 @@ export const rule: RuleDefinition<Params, Tally> = {
         atKnownPlace = window.history!.establishedPlacesBefore(first.timestamp + MINUTE + 1).some((place) => cellOf(place) === cell);
       }
     }
-    let walked: (WindowEvent & { geo: GeoPoint }) | undefined;
     for (let i = start; i < events.length && next < candidates.length; i++) {
       const geo = events[i]!.geo;
       if (!geo) continue;
-      const from = walked;
-      walked = events[i] as WindowEvent & { geo: GeoPoint };
       if (i === candidates[next]!.index) {
         const hop = candidates[next++]!.hop;
         const toKnown = nearKnown(known, hop.to.geo);
@@ -245,9 +234,6 @@ export const rule: RuleDefinition<Params, Tally> = {
         atKnownPlace = true;
       } else if (geo === lastGeo) {
         continue; // the previous event's place, known or not as it was
-      } else if (from && operatorHop(from, walked, params)) {
-        // Not judged (one operator's addresses), so it vouches for nothing: its far end is known only if it already was.
-        atKnownPlace = nearKnown(known, geo);
       } else {
         atKnownPlace ||= nearKnown(known, geo);
       }
@@ -264,7 +250,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     const newCountries = new Set<string>();
     hops.forEach((hop, i) => {
       for (const [end, isNew] of [[hop.from, newEnds[i] !== 'to'], [hop.to, newEnds[i] !== 'from']] as const) {
-        const country = end.country ?? end.geo.country;
+        const country = countryOf(end);
         if (!country) continue;
         countries.add(country);
         if (isNew && !homeCountries.has(country)) newCountries.add(country);
@@ -304,6 +290,9 @@ export const rule: RuleDefinition<Params, Tally> = {
     // Within a minute (as evidence.gapMinutes rounds it), a speed says less than the word: a gap of
     // seconds makes millions of km/h.
     const simultaneous = gapMinutes < 1;
+    // With GEOIP_ASN_DB: both ends of the worst hop announced by one operator in one country. Said, not
+    // acted on: a thief calling through the key owner's carrier or cloud looks the same.
+    const oneOperator = sameOperator(worst.from, worst.to);
     const seconds = Math.round(worst.gapMs / 1000);
     const finding: Finding = {
       scope: key,
@@ -316,6 +305,9 @@ export const rule: RuleDefinition<Params, Tally> = {
       summary:
         `${key} was used from ${worst.from.ip} (${fromName}${operatorName(worst.from)}) and ${simultaneous ? `${seconds} s` : `${gapMinutes} min`} later from ${worst.to.ip} (${toName}${operatorName(worst.to)}), ` +
         `${Math.round(worst.adjustedKm)} km apart after GeoIP accuracy: ${simultaneous ? 'in use in both places at once' : `${Math.round(worst.speedKmh)} km/h against a maximum of ${params.maxSpeedKmh}`} (${newToKey}); ` +
+        (oneOperator
+          ? `both addresses are AS${worst.to.geo.asn}'s, in ${countryOf(worst.to)}: a mobile carrier moving a device between its address pools, or a dual-stack client's IPv4 and IPv6, looks the same (GeoIP places such addresses far apart), so check whether the key's other requests come through that operator too; `
+          : '') +
         `confirm with the merchant that both locations are theirs, otherwise ${severity === 'critical' ? 'block the key and ' : ''}rotate its secret.`,
       evidence: {
         from: point(worst.from),
@@ -327,6 +319,7 @@ export const rule: RuleDefinition<Params, Tally> = {
         maxSpeedKmh: params.maxSpeedKmh,
         minDistanceKm: params.minDistanceKm,
         impossibleHops: hops.length,
+        ...(worst.from.geo.asn === undefined || worst.to.geo.asn === undefined ? {} : { sameOperator: oneOperator }),
         countries: [...countries].sort(),
         newCountries: [...newCountries].sort(),
         criticalCountries,
@@ -345,18 +338,13 @@ export const rule: RuleDefinition<Params, Tally> = {
     return [finding];
   },
   screen: {
-    create: () => ({ places: new Map(), last: undefined, unplaceable: 0, lastAdded: undefined, operatorMoveAt: -Infinity }),
+    create: () => ({ places: new Map(), last: undefined, unplaceable: 0 }),
     add(tally, event) {
       const geo = event.geo;
       if (!geo) return 0;
       if (Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) {
         tally.unplaceable++;
         return 0;
-      }
-      const previous = tally.lastAdded;
-      tally.lastAdded = event as WindowEvent & { geo: GeoPoint };
-      if (previous && !samePoint(previous.geo, geo) && sameOperator(previous, tally.lastAdded)) {
-        tally.operatorMoveAt = Math.max(tally.operatorMoveAt, event.timestamp);
       }
       let place = placeOf(tally, geo);
       if (!place) {
@@ -394,8 +382,6 @@ export const rule: RuleDefinition<Params, Tally> = {
       const windowStart = now - params.windowMinutes * MINUTE;
       const recentStart = now - params.recentMinutes * MINUTE;
       if (tally.unplaceable > 0 || !(recentStart >= windowStart)) return true;
-      // A move inside one operator vouches for nothing (evaluate), so a point seen before the recent part may be unknown.
-      if (tally.operatorMoveAt >= windowStart) return true;
       if (tally.places.size < 2) return false;
       let points = 0;
       for (const place of tally.places.values()) if (place.newest >= windowStart && ++points === 2) break;
@@ -426,21 +412,6 @@ function placeKey(geo: GeoPoint): string {
   return `${geo.latitude},${geo.longitude}`;
 }
 
-function isImpossible(hop: Hop, params: Params): boolean {
-  return hop.speedKmh > params.maxSpeedKmh && hop.adjustedKm > params.minDistanceKm;
-}
-
-/** A hop the exemption lets through: one operator's two addresses (sameOperator), at a speed that would otherwise be judged. */
-function operatorHop(from: Hop['from'], to: Hop['to'], params: Params): boolean {
-  return (
-    !samePoint(from.geo, to.geo) &&
-    from.network !== to.network &&
-    from.ip !== to.ip &&
-    sameOperator(from, to) &&
-    isImpossible(measure(from, to, params.defaultAccuracyKm), params)
-  );
-}
-
 function measure(from: Hop['from'], to: Hop['to'], defaultAccuracyKm: number): Hop {
   const distanceKm = haversineKm(from.geo, to.geo);
   const adjustedKm = Math.max(0, distanceKm - accuracy(from.geo, defaultAccuracyKm) - accuracy(to.geo, defaultAccuracyKm));
@@ -465,14 +436,11 @@ function samePoint(a: GeoPoint, b: GeoPoint): boolean {
   return a === b || (a.latitude === b.latitude && a.longitude === b.longitude);
 }
 
-/**
- * Both ends announced by one autonomous system, in one country: one operator's addresses, which it
- * moves between regions (and GeoIP places apart), not two pairs of hands.
- */
+/** Both ends announced by one autonomous system, in one country (GEOIP_ASN_DB). */
 function sameOperator(a: WindowEvent & { geo: GeoPoint }, b: WindowEvent & { geo: GeoPoint }): boolean {
   if (a.geo.asn === undefined || a.geo.asn !== b.geo.asn) return false;
-  const country = a.country ?? a.geo.country;
-  return country !== undefined && country === (b.country ?? b.geo.country);
+  const country = countryOf(a);
+  return country !== undefined && country === countryOf(b);
 }
 
 /** ", AS7922 Comcast Cable" when the point has an autonomous system (GEOIP_ASN_DB), else nothing. */
@@ -481,8 +449,12 @@ function operatorName(event: WindowEvent & { geo: GeoPoint }): string {
   return asn === undefined ? '' : `, AS${asn}${asOrganization ? ` ${asOrganization}` : ''}`;
 }
 
+function countryOf(event: WindowEvent & { geo: GeoPoint }): string | undefined {
+  return event.country ?? event.geo.country;
+}
+
 function placeName(event: WindowEvent & { geo: GeoPoint }): string {
-  const country = event.country ?? event.geo.country;
+  const country = countryOf(event);
   if (event.geo.city && country) return `${event.geo.city}, ${country}`;
   return event.geo.city ?? country ?? `${round(event.geo.latitude, 2)},${round(event.geo.longitude, 2)}`;
 }

@@ -138,6 +138,37 @@ describe('AlertService onCritical', () => {
   });
 });
 
+describe('AlertService onCritical with a duplicate from another replica', () => {
+  it('pages for the kept alert when ours, critical, is resolved as its duplicate before it was ever stored', async () => {
+    // Another replica opened the key's alert a moment later, high (it saw less of the attack).
+    const rule = RULES.find((r) => r.id === 'velocity_attack')!;
+    const theirs = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 + 1_000 });
+    const kept = theirs.apply('m_1', { id: rule.id, version: rule.version, actions: rule.actions }, finding('high', 'pk_a')).alert!;
+    const calls: string[] = [];
+    const saved: Alert[] = [];
+    const store = fake<AlertStore>({
+      save: async (alerts: Alert[]) => void saved.push(...alerts),
+      getMany: async () => [],
+      getStored: async () => undefined,
+      loadForDedup: async () => [],
+      changedSince: async () => [kept],
+    });
+    const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => T0 }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), {
+      now: () => T0,
+      onCritical: (alert, change) => calls.push(`${alert.id === kept.id ? 'kept' : 'ours'}:${alert.severity}:${alert.status}:${change}`),
+    });
+    await alerts.start();
+    // Ours is opened critical, and the sync that finds theirs comes before our first write.
+    alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding('critical', 'pk_a') }], ruleErrors: [] });
+    await alerts.syncWithStore();
+    await vi.waitFor(() => expect(saved.map((a) => a.status)).toContain('resolved'), { timeout: 2_000 });
+    await alerts.flush();
+    await alerts.stop();
+    expect(saved.map((a) => `${a.id === kept.id ? 'kept' : 'ours'}:${a.severity}:${a.status}`).sort()).toEqual(['kept:critical:open', 'ours:critical:resolved']);
+    expect(calls).toEqual(['kept:critical:open:escalated']);
+  });
+});
+
 describe('AlertService before the open alerts are loaded', () => {
   it('holds findings until start() has loaded the open alerts, then continues the open alert instead of opening a second', async () => {
     let open: Alert | undefined;

@@ -10,6 +10,8 @@ import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { rootCertificates } from 'node:tls';
+// The `maxmind` reader's own decoder, pinned in package.json to the version `maxmind` pins, so the
+// start-up check reads a database's metadata as the analysis thread's reader will.
 import { parseMetadata } from 'mmdb-lib/lib/metadata.js';
 import { z } from 'zod';
 import { RULES } from '../rules/index.ts';

@@ -229,11 +229,26 @@ describe('loadConfig: GEOIP_CITY_DB', () => {
     await expect(openGeoLookup({ asnDb })).resolves.toBeDefined();
   });
 
-  it('refuses the two databases swapped, by the type their metadata names', () => {
+  it('refuses the two databases swapped, or a kind without what the setting needs, by the type their metadata names', () => {
     expect(problemsOf({ GEOIP_ASN_DB: bundledDb, GEOIP_CITY_DB: asnDb })).toEqual([
       `GEOIP_CITY_DB: ${asnDb} is a "GeoLite2-ASN" database, not a city database`,
       `GEOIP_ASN_DB: ${bundledDb} is a "city ipv4" database, not an ASN database`,
     ]);
+    const ofType = (databaseType: string) => {
+      const path = join(dir, `${databaseType.replace(/\W+/g, '-')}.mmdb`);
+      writeFileSync(path, buildMmdb([], { databaseType, ipVersion: 6 }));
+      return path;
+    };
+    const country = ofType('GeoLite2-Country');
+    const anonymous = ofType('GeoIP2-Anonymous-IP');
+    expect(problemsOf({ GEOIP_CITY_DB: country, GEOIP_ASN_DB: anonymous })).toEqual([
+      `GEOIP_CITY_DB: ${country} is a "GeoLite2-Country" database, not a city database`,
+      `GEOIP_ASN_DB: ${anonymous} is a "GeoIP2-Anonymous-IP" database, not an ASN database`,
+    ]);
+    // Enterprise databases have both: coordinates, and the autonomous system under traits.
+    const enterprise = ofType('GeoIP2-Enterprise');
+    expect(problemsOf({ GEOIP_CITY_DB: enterprise, GEOIP_ASN_DB: enterprise })).toEqual([]);
+    expect(problemsOf({ GEOIP_CITY_DB: ofType('DBIP-Location-ISP (compat=Enterprise)'), GEOIP_ASN_DB: ofType('DBIP-ASN-Lite (compat=GeoLite2-ASN)') })).toEqual([]);
   });
 
   it('refuses a file whose metadata the reader could not read, as the analysis thread would fail on it', async () => {

@@ -114,14 +114,18 @@ const MMDB_METADATA_MARKER = Buffer.from('abcdef4d61784d696e642e636f6d', 'hex');
 const MMDB_METADATA_MAX_BYTES = 128 * 1024 + MMDB_METADATA_MARKER.length;
 
 /**
- * What each setting's database must not be: a city database given as the ASN one (its points would
- * carry no operator) or the reverse (no address would be placed: impossible travel blind). Judged by
- * the metadata's database_type, only when it plainly names the other kind ("GeoLite2-City",
- * "DBIP-ASN-Lite (compat=GeoLite2-ASN)", "asn ipv4"); a type that names neither passes.
+ * What each setting's database must not be: for GEOIP_CITY_DB, one without coordinates (an ASN,
+ * ISP, country, anonymous-IP, connection-type or domain database: no address would be placed, and
+ * impossible travel would be blind); for GEOIP_ASN_DB, one without autonomous systems (a city,
+ * country or such database: no point would carry an operator). Judged by the metadata's
+ * database_type, only when it plainly names such a kind ("GeoLite2-Country", "asn ipv4",
+ * "GeoIP2-Anonymous-IP") and not also one that has what is needed (City, Enterprise and DB-IP's
+ * Location databases have coordinates; ASN, ISP, Enterprise and IPinfo's, operators). A type that
+ * names neither passes.
  */
 const WRONG_KIND = {
-  city: (type: string) => /asn|isp/i.test(type) && !/city|enterprise/i.test(type),
-  asn: (type: string) => /city|country/i.test(type) && !/asn|isp|ipinfo/i.test(type),
+  city: (type: string) => /asn|isp|country|anonymous|connection|domain/i.test(type) && !/city|enterprise|location/i.test(type),
+  asn: (type: string) => /city|country|anonymous|connection|domain/i.test(type) && !/asn|isp|enterprise|ipinfo/i.test(type),
 };
 
 /**

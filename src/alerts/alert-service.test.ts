@@ -167,6 +167,33 @@ describe('AlertService onCritical with a duplicate from another replica', () => 
     expect(saved.map((a) => `${a.id === kept.id ? 'kept' : 'ours'}:${a.severity}:${a.status}`).sort()).toEqual(['kept:critical:open', 'ours:critical:resolved']);
     expect(calls).toEqual(['kept:critical:open:escalated']);
   });
+
+  it('pages for the kept alert when ours, stored high, escalates to critical and is resolved as its duplicate before that is written', async () => {
+    const { rows, store } = memoryStore();
+    const calls: string[] = [];
+    let oursId: string | undefined;
+    const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => T0 }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), {
+      now: () => T0,
+      onCritical: (alert, change) => calls.push(`${alert.id === oursId ? 'ours' : 'kept'}:${alert.severity}:${alert.status}:${change}`),
+    });
+    await alerts.start();
+    const apply = (severity: Severity) => alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: finding(severity, 'pk_a') }], ruleErrors: [] });
+    apply('high');
+    await alerts.flush();
+    oursId = [...rows.keys()][0];
+    // The other replica's, opened a moment later, becomes visible; ours escalates, and the sync comes before its write.
+    const rule = RULES.find((r) => r.id === 'velocity_attack')!;
+    const kept = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 + 1_000 }).apply('m_1', { id: rule.id, version: rule.version, actions: rule.actions }, makeFinding('high', T0 + 1_000, 'pk_a')).alert!;
+    rows.set(kept.id, kept);
+    store.changedSince = async () => [kept];
+    apply('critical');
+    await alerts.syncWithStore();
+    await vi.waitFor(() => expect(rows.get(oursId!)?.status).toBe('resolved'), { timeout: 2_000 });
+    await alerts.flush();
+    await alerts.stop();
+    expect([...rows.values()].map((a) => `${a.id === kept.id ? 'kept' : 'ours'}:${a.severity}:${a.status}`).sort()).toEqual(['kept:critical:open', 'ours:critical:resolved']);
+    expect(calls).toEqual(['kept:critical:open:escalated']);
+  });
 });
 
 describe('AlertService before the open alerts are loaded', () => {

@@ -222,15 +222,7 @@ export class AlertService {
     if (!pending) return false;
     const resolved = duplicateResolution(mergeCopies(pending, ours), kept, this.now());
     this.unsaved.set(ours.id, resolved);
-    // Ours is never stored open, so its news (it was created critical) is the kept alert's, which
-    // becomes critical by taking ours in: on-call hears of it once that is written.
-    const news = this.newsUnsaved.get(ours.id);
-    this.newsUnsaved.delete(ours.id);
-    const keptNow = this.manager.sync(resolved);
-    if (news !== undefined && keptNow.id !== ours.id && keptNow.severity !== 'critical' && resolved.severity === 'critical' && !this.newsUnsaved.has(keptNow.id)) {
-      this.newsUnsaved.set(keptNow.id, 'escalated');
-    }
-    this.carryInto(keptNow, resolved);
+    this.carryInto(this.manager.sync(resolved), resolved);
     this.metrics.duplicateAlertsResolved.inc({ type: ours.type });
     this.schedule(FLUSH_DELAY_MS);
     this.logger.info({ alertId: ours.id, keptAlertId: kept.id, merchantId: ours.merchantId, type: ours.type }, 'alert resolved as a duplicate of one another replica opened at the same time, before it was stored');
@@ -239,13 +231,19 @@ export class AlertService {
 
   /**
    * The alert kept takes what our duplicate of it saw (withDuplicateFindings: a critical duplicate's
-   * severity and score, which enforcement acts on, are not lost with it), written as a repair is. No
-   * one is notified here: on-call heard of a stored critical duplicate, and an unstored one's news
-   * passes to the kept alert (resolveUnstored).
+   * severity and score, which enforcement acts on, are not lost with it), written as a repair is.
+   * Our duplicate's critical news not yet told (it was created, escalated or reopened critical since
+   * its last write, which will store it resolved) passes to the kept alert when taking ours in makes
+   * that one critical: on-call hears of it once, when the kept alert is written.
    */
   private carryInto(kept: Alert, duplicate: Alert): void {
     if (kept.id === duplicate.id) return;
+    const news = this.newsUnsaved.get(duplicate.id);
+    this.newsUnsaved.delete(duplicate.id);
     const carried = withDuplicateFindings(kept, duplicate, this.now());
+    if (news !== undefined && carried.severity === 'critical' && kept.severity !== 'critical' && !this.newsUnsaved.has(kept.id)) {
+      this.newsUnsaved.set(kept.id, 'escalated');
+    }
     if (carried !== kept) this.repair(this.manager.sync(carried));
   }
 

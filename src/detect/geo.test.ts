@@ -37,6 +37,10 @@ describe('geo lookup with a city database of its own (GEOIP_CITY_DB)', () => {
       const geo = await openGeoLookup({ cityDb: path });
       expect(geo.lookup('32.1.72.96')).toEqual({ latitude: 37.4, longitude: -122.08, accuracyKm: 1000, country: 'US', city: 'Mountain View', asn: undefined, asOrganization: undefined });
       expect(geo.lookup('2001:4860:4860::8888')).toBeUndefined();
+      // A record whose coordinates are not numbers places nothing.
+      const odd = join(dir, 'odd.mmdb');
+      await writeMmdb(odd, [{ cidr: '32.0.0.0/8', record: { location: { latitude: 'north', longitude: -122 } } }], { databaseType: 'GeoLite2-City', ipVersion: 4 });
+      expect((await openGeoLookup({ cityDb: odd })).lookup('32.1.72.96')).toBeUndefined();
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
@@ -68,6 +72,11 @@ describe('geo lookup with an ASN database (GEOIP_ASN_DB)', () => {
       expect(point, ip).toMatchObject({ asn: 15169, asOrganization: 'GOOGLE' });
       expect(point?.latitude, ip).toBeTypeOf('number');
     }
+  });
+
+  it('reads an Enterprise database\'s layout (under traits)', async () => {
+    const geo = await lookupWith([{ cidr: '8.8.8.0/24', record: { traits: { autonomous_system_number: 15169, autonomous_system_organization: 'GOOGLE' } } }]);
+    expect(geo.lookup('8.8.8.8')).toMatchObject({ asn: 15169, asOrganization: 'GOOGLE' });
   });
 
   it('reads IPinfo\'s layout ("AS13335" and as_name)', async () => {

@@ -29,10 +29,14 @@ interface CityRecord {
   location?: { latitude?: number; longitude?: number; accuracy_radius?: number };
 }
 
-/** The fields read from an ASN database, of either layout: MaxMind's (also DB-IP's and ISP databases) or IPinfo's. */
+/**
+ * The fields read from an ASN database, of any of its layouts: MaxMind's ASN and ISP databases (also
+ * DB-IP's), MaxMind's Enterprise (under traits), or IPinfo's.
+ */
 interface AsnRecord {
   autonomous_system_number?: number;
   autonomous_system_organization?: string;
+  traits?: { autonomous_system_number?: number; autonomous_system_organization?: string };
   asn?: string;
   as_name?: string;
 }
@@ -121,23 +125,31 @@ function plainAddress(ip: string): string | undefined {
 function toGeoPoint(record: CityRecord, operator: AsnRecord | null): GeoPoint | undefined {
   const latitude = record.location?.latitude ?? record.latitude;
   const longitude = record.location?.longitude ?? record.longitude;
-  if (latitude === undefined || longitude === undefined) return undefined;
+  if (!Number.isFinite(latitude) || !Number.isFinite(longitude)) return undefined;
   const asn = operator ? asnOf(operator) : undefined;
   // One shape for every point, absent fields undefined: windows keep a point per distinct address,
   // and a copy with fields added (or left out) takes about three times the memory.
   return {
-    latitude,
-    longitude,
+    latitude: latitude!,
+    longitude: longitude!,
     accuracyKm: record.location?.accuracy_radius ?? DEFAULT_ACCURACY_KM,
     country: record.country?.iso_code || record.country_code || undefined,
     city: (typeof record.city === 'string' ? record.city : record.city?.names?.en) || undefined,
     asn,
-    asOrganization: asn === undefined ? undefined : operator!.autonomous_system_organization || operator!.as_name || undefined,
+    asOrganization: asn === undefined ? undefined : organizationOf(operator!),
   };
 }
 
 /** The autonomous system's number, when the record has a usable one (IPinfo writes "AS13335"; the others, the number). */
 function asnOf(record: AsnRecord): number | undefined {
-  const number = record.autonomous_system_number ?? (typeof record.asn === 'string' ? Number(/^AS(\d+)$/i.exec(record.asn)?.[1]) : undefined);
+  const number =
+    record.autonomous_system_number ??
+    record.traits?.autonomous_system_number ??
+    (typeof record.asn === 'string' ? Number(/^AS(\d+)$/i.exec(record.asn)?.[1]) : undefined);
   return Number.isSafeInteger(number) && number! > 0 ? number : undefined;
+}
+
+function organizationOf(record: AsnRecord): string | undefined {
+  const name = record.autonomous_system_organization ?? record.traits?.autonomous_system_organization ?? record.as_name;
+  return typeof name === 'string' && name !== '' ? name : undefined;
 }

@@ -8,8 +8,9 @@
  * Decisions are recorded as they change: each one that starts, changes action or ends is logged
  * and written to the history (in `shadow` mode too, where nothing is applied: that record is what
  * enforcing would have done); so is one whose alert changed severity while its action stayed (a
- * throttle whose alert escalated to critical under the block risk threshold), with its new reason. Every replica derives the same decisions, so every replica logs them;
- * the history collapses their identical writes. Writing the history never holds up the decisions:
+ * throttle whose alert escalated to critical under the block risk threshold), with its new reason.
+ * Every replica derives the same decisions, so every replica logs them; the history collapses their
+ * identical writes. Writing the history never holds up the decisions:
  * a failed write is kept (up to a bound) and tried again after the next read.
  */
 import type { DetectionConfig } from '../detect/detection-config.ts';
@@ -59,7 +60,7 @@ export class DecisionSource {
   /** Per key with a decision in force: the expiry its history last recorded (epoch ms). */
   private readonly recordedExpiry = new Map<string, number>();
   private unwritten: DecisionRecord[] = [];
-  /** The severity of each alert behind a decision as of the last read, by alert id. */
+  /** The severity of each alert of the last read (those behind decisions among them), by alert id. */
   private severities = new Map<string, EnforceableAlert['severity']>();
   private writing: Promise<void> | undefined;
   private historyFailing = false;
@@ -155,7 +156,7 @@ export class DecisionSource {
         const severity = severities.get(decision.alertId);
         const previousSeverity = this.severities.get(decision.alertId);
         if (severity !== previousSeverity) {
-          // The same action for a graver reason: the history's reason is the latest one recorded (anyLast).
+          // The same action for another reason: the history's reason is the one ClickHouse merged last (anyLast).
           logger.info({ mode, apiKeyId: decision.apiKeyId, merchantId: decision.merchantId, alertId: decision.alertId, action: decision.action, reason: decision.reason, severity, previousSeverity }, `enforcement decision kept: its alert is now ${severity}`);
           this.queue(decision, null);
           continue;

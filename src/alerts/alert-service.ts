@@ -493,20 +493,18 @@ export class AlertService {
       // The news of these copies: news that comes during the write is of later copies, for the next one.
       const news = new Map(this.newsUnsaved);
       this.newsUnsaved.clear();
-      let merged: Alert[];
       try {
-        let over: Map<string, number>;
-        ({ merged, over } = await this.withStoredLifecycle(batch));
+        const { merged, over } = await this.withStoredLifecycle(batch);
         // What the stored copies taught us (a dismissal made elsewhere) holds whether or not our write succeeds.
         for (const [i, alert] of merged.entries()) if (alert !== batch[i]) this.manager.sync(alert);
         await this.store.save(merged, over);
+        this.announce(news, merged); // never throws: a hook's error is logged
       } catch (error) {
         for (const alert of batch) if (!this.unsaved.has(alert.id)) this.unsaved.set(alert.id, alert);
         for (const [id, change] of news) if (!this.newsUnsaved.has(id)) this.newsUnsaved.set(id, change);
         this.schedule(RETRY_DELAY_MS);
         throw error;
       }
-      this.announce(news, merged);
     });
   }
 

@@ -196,6 +196,45 @@ describe('AlertService onCritical with a duplicate from another replica', () => 
   });
 });
 
+describe('AlertService onCritical across replicas of one alert', () => {
+  it('pages once when the key\'s previous and new owner each escalate the same alert before either syncs', async () => {
+    // Both replicas hold the key's alert, stored high (a rebalance moved the key between them).
+    const rule = RULES.find((r) => r.id === 'velocity_attack')!;
+    const high = new AlertManager({ suppressionMs: 3_600_000, now: () => T0 }).apply('m_1', { id: rule.id, version: rule.version, actions: rule.actions }, finding('high', 'pk_a')).alert!;
+    const { rows, store } = memoryStore(high);
+    const pages: string[] = [];
+    const replica = async (name: string, at: number) => {
+      const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => at }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), {
+        now: () => at,
+        onCritical: (alert, change) => pages.push(`${name}:${alert.id === high.id}:${change}`),
+      });
+      await alerts.start();
+      const escalate = () => alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: makeFinding('critical', at, 'pk_a') }], ruleErrors: [] });
+      return { alerts, escalate };
+    };
+    const previousOwner = await replica('previous', T0 + 1_000);
+    const newOwner = await replica('new', T0 + 2_000);
+    previousOwner.escalate();
+    await previousOwner.alerts.flush();
+    newOwner.escalate();
+    await newOwner.alerts.flush();
+    expect(rows.get(high.id)).toMatchObject({ severity: 'critical', status: 'open', lastSeenAt: new Date(T0 + 2_000).toISOString() });
+    expect(pages).toEqual(['previous:true:escalated']);
+    // Once resolved, the attack coming back is news again, whoever finds it.
+    const acknowledged = changeStatus(rows.get(high.id)!, 'acknowledged', 'admin@m_1', undefined, T0 + 3_000);
+    if (!acknowledged.ok) throw new Error(acknowledged.reason);
+    const resolved = changeStatus(acknowledged.alert, 'resolved', 'admin@m_1', 'keys rotated', T0 + 3_000);
+    if (!resolved.ok) throw new Error(resolved.reason);
+    rows.set(high.id, resolved.alert);
+    await newOwner.alerts.syncWithStore();
+    const later = await replica('new', T0 + 4_000);
+    later.escalate();
+    await later.alerts.flush();
+    expect(pages).toEqual(['previous:true:escalated', 'new:true:reopened']);
+    await Promise.all([previousOwner.alerts.stop(), newOwner.alerts.stop(), later.alerts.stop()]);
+  });
+});
+
 describe('AlertService before the open alerts are loaded', () => {
   it('holds findings until start() has loaded the open alerts, then continues the open alert instead of opening a second', async () => {
     let open: Alert | undefined;

@@ -40,7 +40,9 @@ export interface AlertServiceHooks {
    * critical (on-call wants to hear that the attack is back). Called once the alert so changed is
    * stored (a webhook never names an alert that a crash kept from storage), with the stored copy;
    * not when that copy is no longer critical and open or acknowledged (dismissed meanwhile through
-   * another replica). It must not block, and what it throws is logged, never passed on to detection.
+   * another replica), nor when the copy read before the write was critical and open or acknowledged
+   * already (another replica stored it so, and told). It must not block, and what it throws is
+   * logged, never passed on to detection.
    */
   onCritical?(alert: Alert, change: CriticalChange): void;
 }
@@ -292,11 +294,16 @@ export class AlertService {
     }
   }
 
-  /** Tells hooks.onCritical the news of alerts just stored (`stored`: their stored copies). */
-  private announce(news: ReadonlyMap<string, CriticalChange>, stored: readonly Alert[]): void {
+  /**
+   * Tells hooks.onCritical the news of alerts just stored (`stored`: their stored copies). Not of an
+   * alert whose copy read before the write was critical and open or acknowledged already: the replica
+   * that stored it so told on-call (the key's previous and new owner can each escalate their copy
+   * before either syncs), and one attack pages once.
+   */
+  private announce(news: ReadonlyMap<string, CriticalChange>, stored: readonly Alert[], toldBefore: ReadonlySet<string>): void {
     for (const alert of stored) {
       const change = news.get(alert.id);
-      if (change === undefined || alert.severity !== 'critical' || (alert.status !== 'open' && alert.status !== 'acknowledged')) continue;
+      if (change === undefined || !isCriticalNews(alert) || toldBefore.has(alert.id)) continue;
       try {
         this.hooks.onCritical?.(alert, change);
       } catch (error) {
@@ -471,13 +478,14 @@ export class AlertService {
    * fields, see the contract above), and the versions of those stored copies, which the write
    * replaces (AlertStore.save's `over`).
    */
-  private async withStoredLifecycle(batch: readonly Alert[]): Promise<{ merged: Alert[]; over: Map<string, number> }> {
+  private async withStoredLifecycle(batch: readonly Alert[]): Promise<{ merged: Alert[]; over: Map<string, number>; storedCritical: Set<string> }> {
     const stored = new Map((await this.store.getMany(batch.map((alert) => alert.id))).map((theirs) => [theirs.alert.id, theirs]));
     const merged = batch.map((alert) => {
       const theirs = stored.get(alert.id);
       return theirs ? this.manager.merge(alert, theirs.alert) : alert;
     });
-    return { merged, over: new Map([...stored].map(([id, theirs]) => [id, theirs.version])) };
+    const storedCritical = new Set([...stored.values()].filter((theirs) => isCriticalNews(theirs.alert)).map((theirs) => theirs.alert.id));
+    return { merged, over: new Map([...stored].map(([id, theirs]) => [id, theirs.version])), storedCritical };
   }
 
   /**
@@ -494,11 +502,11 @@ export class AlertService {
       const news = new Map(this.newsUnsaved);
       this.newsUnsaved.clear();
       try {
-        const { merged, over } = await this.withStoredLifecycle(batch);
+        const { merged, over, storedCritical } = await this.withStoredLifecycle(batch);
         // What the stored copies taught us (a dismissal made elsewhere) holds whether or not our write succeeds.
         for (const [i, alert] of merged.entries()) if (alert !== batch[i]) this.manager.sync(alert);
         await this.store.save(merged, over);
-        this.announce(news, merged); // never throws: a hook's error is logged
+        this.announce(news, merged, storedCritical); // never throws: a hook's error is logged
       } catch (error) {
         for (const alert of batch) if (!this.unsaved.has(alert.id)) this.unsaved.set(alert.id, alert);
         for (const [id, change] of news) if (!this.newsUnsaved.has(id)) this.newsUnsaved.set(id, change);
@@ -559,4 +567,9 @@ export class AlertService {
     }, delayMs);
     this.timer.unref();
   }
+}
+
+/** Whether a stored copy is one on-call hears of: critical, and open or acknowledged. */
+function isCriticalNews(alert: Alert): boolean {
+  return alert.severity === 'critical' && (alert.status === 'open' || alert.status === 'acknowledged');
 }

@@ -69,6 +69,20 @@ export const fixtures: Fixture[] = [
     },
   },
   {
+    name: 'attack tools by their default user agents: kiterunner, GoLismero, Vega',
+    kind: 'positive',
+    window: keyWindow([
+      ...ORDINARY,
+      ...[
+        'Chrome. Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/88.0.4324.96 Safari/537.36',
+        'Mozilla/5.0 (compatible, GoLismero/2.0 The Web Knife; +https://github.com/golismero/golismero)',
+        'Mozilla/4.0 (compatible; MSIE 8.0; Windows NT 6.1; Trident/4.0; SLCC2; .NET CLR 2.0.50727; .NET CLR 3.5.30729; Vega/1.0',
+      ].map((userAgent, i) => ({ at: T0 - (3 - i) * MINUTE, userAgent, status: 404 })),
+    ]),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { tools: { kiterunner: 1, GoLismero: 1, Vega: 1 }, requests: 3 } },
+  },
+  {
     name: 'HeadlessChrome walking 60 session ids is medium',
     kind: 'positive',
     window: keyWindow([...ORDINARY, ...walk(60, HEADLESS_CHROME)]),
@@ -145,7 +159,7 @@ export const fixtures: Fixture[] = [
     expect: { findings: 0 },
   },
   {
-    name: 'ordinary products whose names contain a tool\'s (BusinessUserSync, AcmeBusinessUsers, Burpple, Arachnid, NucleiCount) are not attack tools',
+    name: 'ordinary products whose names contain a tool\'s (BusinessUserSync, AcmeBusinessUsers, Burpple, Arachnid, NucleiCount, Vega) are not attack tools',
     kind: 'negative',
     window: keyWindow(
       [
@@ -154,6 +168,11 @@ export const fixtures: Fixture[] = [
         'Burpple/5.3.1 (iPhone; iOS 17.2; Scale/3.00)',
         'Arachnid/0.9 Go-http-client/1.1',
         'NucleiCount/3.1 okhttp/4.12.0',
+        // Vega only in its own form; kiterunner's prefix only at the start.
+        'vega/1.0',
+        'LyraVega/1.0 (Android 14)',
+        'Mozilla/5.0 (Linux; Android 13; Vega/1.02) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Mobile Safari/537.36',
+        'MyApp/2.0 Chrome. Mozilla/5.0 (X11; Linux x86_64)',
       ].flatMap((userAgent, k) => spread(20, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ userAgent, path: `/v1/verify/sessions/ses_${k}_${i}` }))),
     ),
     now: T0,

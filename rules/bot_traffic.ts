@@ -85,6 +85,13 @@ export const USER_AGENT_PATTERNS: readonly UserAgentPattern[] = [
   { name: 'Metasploit', pattern: token('metasploit'), category: 'attack_tool' },
   { name: 'Jorgee', pattern: token('jorgee'), category: 'attack_tool' },
   { name: 'WhatWeb', pattern: token('whatweb'), category: 'attack_tool' },
+  { name: 'GoLismero', pattern: token('golismero'), category: 'attack_tool' },
+  // kiterunner's default is a Chrome user agent with "Chrome. " put before it, which no browser sends.
+  { name: 'kiterunner', pattern: /^chrome\. mozilla\/5\.0 /i, category: 'attack_tool' },
+  // Vega's default ends an old Internet Explorer user agent with "; Vega/1.0" (unclosed); "vega" alone is a product's word.
+  { name: 'Vega', pattern: /; vega\/1\.0(?![0-9.])/i, category: 'attack_tool' },
+  // Not listed: tools whose default user agent is a browser's, fixed or picked at random (OWASP ZAP,
+  // dirsearch, Arjun, Jaeles, katana, x8, dalfox, XSStrike, gospider): no pattern can tell them apart.
   // Headless browsers: Puppeteer's and Playwright's default user agents say HeadlessChrome.
   { name: 'HeadlessChrome', pattern: /headlesschrome/i, category: 'headless' },
   { name: 'PhantomJS', pattern: /phantomjs/i, category: 'headless' },
@@ -143,7 +150,7 @@ const READ_MINUTES = 16;
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'bot_traffic',
-  version: '1.2.2',
+  version: '1.2.3',
   title: 'Bot traffic',
   description:
     'A key is used by an attack tool (scanner, fuzzer, brute forcer), or by a headless browser or scraper that ' +

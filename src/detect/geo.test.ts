@@ -106,6 +106,9 @@ describe('geo lookup with an ASN database (GEOIP_ASN_DB)', () => {
     const v6 = geo.lookup('2001:4860:4860::8888');
     expect(v6?.latitude).toBeTypeOf('number');
     expect(v6?.asn).toBeUndefined();
+    // Said, so that the thread can warn at start.
+    expect(geo.ipv4OnlyFiles).toEqual([expect.stringMatching(/asn-1-4-.*\.mmdb$/)]);
+    expect((await lookupWith([{ cidr: '32.0.0.0/8', record: { autonomous_system_number: 174 } }], 6)).ipv4OnlyFiles).toEqual([]);
   });
 
   it('reads an IPv4-mapped IPv6 address in any spelling as its IPv4 address', async () => {

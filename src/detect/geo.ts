@@ -17,6 +17,8 @@ export const DEFAULT_ACCURACY_KM = 50;
 
 export interface GeoLookup {
   lookup(ip: string): GeoPoint | undefined;
+  /** The operator's databases (GeoDatabases) that hold IPv4 addresses only: IPv6 addresses get nothing from them. */
+  readonly ipv4OnlyFiles?: readonly string[];
 }
 
 /** The fields read from either layout: DB-IP Lite (ip-location-db) or MaxMind City. */
@@ -50,7 +52,11 @@ export interface GeoDatabases {
 
 export async function openGeoLookup(databases: GeoDatabases = {}): Promise<GeoLookup> {
   const [[v4, v6], asn] = await Promise.all([openCityReaders(databases.cityDb), databases.asnDb ? open<AsnRecord & Response>(databases.asnDb) : undefined]);
-  return readerLookup(v4, v6, asn);
+  const ipv4OnlyFiles = [
+    ...(databases.cityDb !== undefined && v4.metadata.ipVersion === 4 ? [databases.cityDb] : []),
+    ...(databases.asnDb !== undefined && asn?.metadata.ipVersion === 4 ? [databases.asnDb] : []),
+  ];
+  return { ...readerLookup(v4, v6, asn), ipv4OnlyFiles };
 }
 
 async function openCityReaders(path: string | undefined): Promise<[CityReader, CityReader]> {

@@ -34,11 +34,15 @@ if (settings.detectionConfigFile) {
   });
 }
 
+const geo = settings.detection ? await openGeoLookup({ cityDb: settings.geoCityDb, asnDb: settings.geoAsnDb }) : undefined;
+for (const file of geo?.ipv4OnlyFiles ?? []) {
+  port.postMessage({ kind: 'log', level: 'warn', message: `${file} holds IPv4 addresses only: requests from IPv6 addresses get no place or operator from it; use a database that covers both` });
+}
 const engine = settings.detection
   ? new DetectionEngine({
       rules: RULES,
       entitledPlans: settings.entitledPlans,
-      geo: await openGeoLookup({ cityDb: settings.geoCityDb, asnDb: settings.geoAsnDb }),
+      geo,
       config: () => config,
       maxWindowEvents: settings.maxWindowEvents,
       // The clock `detect` caps its `now` with: events dated more than MAX_CLOCK_SKEW_MS ahead of it stay out of the windows.

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import { afterEach, describe, expect, it } from 'vitest';
+import { capturedLogs } from '../../test/support/logs.ts';
 import { writeMmdb } from '../../test/support/mmdb.ts';
 import type { RequestEvent } from '../events/request-event.ts';
 import { EVENT_TIME_RANGE } from '../events/request-event.ts';
@@ -70,6 +71,20 @@ describe('AnalysisThread', () => {
       expect(await travelFound(asnDb)).toEqual([
         expect.stringMatching(/\(Mountain View, US, AS64500 Example Carrier\) and .* \(New York, US, AS64500 Example Carrier\), .*both addresses are AS64500's, in US/),
       ]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('warns at start of an IPv4-only GeoIP database, naming the file', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'analysis-asn-'));
+    try {
+      const asnDb = join(dir, 'asn-ipv4.mmdb');
+      await writeMmdb(asnDb, [{ cidr: '8.8.8.0/24', record: { autonomous_system_number: 15169 } }], { databaseType: 'GeoLite2-ASN', ipVersion: 4 });
+      const { logger, lines } = capturedLogs<{ level: number; component?: string; msg: string }>();
+      analysis = new AnalysisThread({ dedupCacheSize: 1_000, eventTimes: EVENT_TIME_RANGE, detection: true, entitledPlans: ['business'], maxWindowEvents: 1_000_000, geoAsnDb: asnDb }, logger);
+      await analysis.ready;
+      expect(lines).toEqual([expect.objectContaining({ level: 40, component: 'analysis', msg: `${asnDb} holds IPv4 addresses only: requests from IPv6 addresses get no place or operator from it; use a database that covers both` })]);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

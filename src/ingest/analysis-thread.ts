@@ -99,7 +99,7 @@ export class AnalysisThread {
       this.rejectReady = reject;
     });
     this.ready.catch(() => undefined); // a caller that never awaits it is told through onFailure
-    this.worker.on('message', (message: AnalysisResponse | DeferredDetection | { kind: 'ready' } | { kind: 'log'; level: 'info' | 'error'; message: string }) => {
+    this.worker.on('message', (message: AnalysisResponse | DeferredDetection | { kind: 'ready' } | { kind: 'log'; level: 'info' | 'warn' | 'error'; message: string }) => {
       if ('kind' in message) {
         if (message.kind === 'ready') markReady();
         else if (message.kind === 'detection') this.onDeferredDetection?.(message.detection);

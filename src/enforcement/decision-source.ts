@@ -156,7 +156,7 @@ export class DecisionSource {
         const severity = severities.get(decision.alertId);
         const previousSeverity = this.severities.get(decision.alertId);
         if (severity !== previousSeverity) {
-          // The same action for another reason: the history's reason is the one ClickHouse merged last (anyLast).
+          // The same action for another reason: the history shows the reason of its latest record (the latest expiry).
           logger.info({ mode, apiKeyId: decision.apiKeyId, merchantId: decision.merchantId, alertId: decision.alertId, action: decision.action, reason: decision.reason, severity, previousSeverity }, `enforcement decision kept: its alert is now ${severity}`);
           this.queue(decision, null);
           continue;

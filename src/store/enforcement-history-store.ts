@@ -125,7 +125,8 @@ export class EnforcementHistoryStore {
    * alert, action and mode order), from after `filter.after` on. Decisions that start while an
    * admin pages sort before the first page, so paging neither repeats nor misses an entry; the rare
    * exception: a replica that writes an earlier start of a decision late moves its entry down, and
-   * the entry may then show twice.
+   * the entry may then show twice. The reason is its latest record's (by expiry, then end), not the
+   * one written last: a replica's retried write may bring an older reason after a newer one.
    */
   async list(filter: HistoryFilter): Promise<DecisionHistoryEntry[]> {
     const after = filter.after;
@@ -136,10 +137,10 @@ export class EnforcementHistoryStore {
                       NULL) AS ended_at,
               expires_at
          FROM (
-           SELECT merchant_id, api_key_id, toString(alert_id) AS alert_id, action, mode, anyLast(reason) AS reason,
+           SELECT merchant_id, api_key_id, toString(alert_id) AS alert_id, action, mode, argMax(reason, (records.expires_at, records.last_ended_at)) AS reason,
                   min(first_started_at) AS started_at, max(last_started_at) AS last_started,
                   max(last_ended_at) AS last_ended, max(expires_at) AS expires_at
-             FROM ${this.tables.enforcementHistory}
+             FROM ${this.tables.enforcementHistory} AS records
             WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
               AND ({apiKeyId:String} = '' OR api_key_id = {apiKeyId:String})
             GROUP BY merchant_id, api_key_id, alert_id, action, mode)

@@ -264,6 +264,16 @@ describe('enforcement decisions', () => {
       expect((await store.list({ ...wider, after: position(all[0]!) })).map((entry) => entry.apiKeyId)).toEqual(['pk_b', 'pk_c']);
       expect((await store.list({ ...wider, after: position(all[1]!) })).map((entry) => entry.apiKeyId)).toEqual(['pk_c']);
       expect(await store.list({ ...wider, after: position(all[2]!) })).toEqual([]);
+      // pk_d's alert escalated with the action kept, and the new reason's record (its expiry moved with the
+      // evidence) reached storage before a replica's late write of the first: the history shows the new one.
+      const d = randomUUID();
+      const escalated = { ...record('pk_d', d, T, null), reason: 'now critical', expiresAt: new Date(T + 40 * MINUTE).toISOString() };
+      await store.record([escalated]);
+      await store.record([{ ...record('pk_d', d, T, null), reason: 'was high' }]);
+      expect(await store.list({ ...range, apiKeyId: 'pk_d' })).toEqual([expect.objectContaining({ reason: 'now critical', expiresAt: new Date(T + 40 * MINUTE).toISOString() })]);
+      // Its end, recorded with the latest reason, keeps it.
+      await store.record([{ ...escalated, endedAt: T + 45 * MINUTE }]);
+      expect(await store.list({ ...range, apiKeyId: 'pk_d' })).toEqual([expect.objectContaining({ reason: 'now critical', endedAt: new Date(T + 45 * MINUTE).toISOString() })]);
     } finally {
       await db.close();
     }

@@ -183,6 +183,24 @@ describe('secrets written with escapes', () => {
     expect(flagged).toEqual([]);
   });
 
+  it('sees through URL escapes written again, as a URL encoded twice has them (`%` as `%25`)', () => {
+    for (const text of ['/v1/cb?next=%2Fhook%253Fkey%253Dsk_live_x', '/v1/keys/%2573k_live_x', '/v1/keys/%252573k%25255Flive_x', '/v1/keys/sk%255Flive_x', '{"path":"/v1/keys/\\u00252573k_live_x"}']) {
+      expect(containsSecret(text), text).toBe(true);
+    }
+    expect(redactSecrets('/v1/cb?next=%2Fhook%253Fkey%253Dsk_live_x&a=1')).toBe('/v1/cb?next=%2Fhook%253Fkey%253Dsk_[REDACTED]&a=1');
+    expect(redactSecrets('/v1/keys/%2573k_live_ab%2563def "next"')).toBe('/v1/keys/sk_[REDACTED] "next"');
+    // Still not a word that ends in "sk", nor the locale.
+    for (const text of ['/v1/ta%2573k_list', '{"userAgent":"FBLC/%2573k_SK;FBOP/5"}', '/v1/ri%252573k%255Fscore']) expect(containsSecret(text), text).toBe(false);
+    // The locale followed by a key character encoded twice is a key.
+    expect(containsSecret('FBLC/sk_SK%2541b')).toBe(true);
+  });
+
+  it('keeps the public part of a full key whose underscores are escaped, and removes the secret', () => {
+    expect(redactSecrets('/v1/keys/svc%5Flive_pk_abc.SECRETxyz123 end')).toBe('/v1/keys/svc%5Flive_pk_abc.[REDACTED] end');
+    expect(redactSecrets('{"path":"svc\\u005ftest\\u005fpk_1.s3cr3t"}')).toBe('{"path":"svc\\u005ftest\\u005fpk_1.[REDACTED]"}');
+    expect(redactSecrets('a=svc%255Flive%255Fpk_1%252Es3cr3t&b=1')).toBe('a=svc%255Flive%255Fpk_1.[REDACTED]&b=1');
+  });
+
   it('redacts key characters written with escapes, URL escapes written with JSON escapes too', () => {
     expect(redactSecrets('/v1/keys/sk_li%76e_%\\u00341b "next"')).toBe('/v1/keys/sk_[REDACTED] "next"');
     expect(redactSecrets('/v1/cb?next=%\\u0032Fsk_live_x&a=1')).toBe('/v1/cb?next=%\\u0032Fsk_[REDACTED]&a=1');
@@ -209,7 +227,7 @@ describe('secret scan cost', () => {
   // Benign text of the same size that the pre-check lets through too, so every regex scans it.
   const benign = 'Mozilla/5.0 (svc_live_a; FBLC/sk_SK) '.repeat(SIZE).slice(0, SIZE);
 
-  it.each(['svc_live_', 'svc_test_', 'svc_live_a'])('scans 16 KiB repeating %j in time linear in its length, as it does benign text', (unit) => {
+  it.each(['svc_live_', 'svc_test_', 'svc_live_a', 'svc%5Flive_', '%25', '%2525252525252525x', 'sk%2525252525252'])('scans 16 KiB repeating %j in time linear in its length, as it does benign text', (unit) => {
     const hostile = unit.repeat(SIZE).slice(0, SIZE);
     scanMs(benign); // compiled and warm, both
     const benignMs = scanMs(benign);

@@ -15,9 +15,11 @@
  *    escape is no word, though: `%3Dsk_…` in a URL (`=`), `\nsk_…` or `\u0020sk_…` in JSON text.
  *  - Escaped or not: any of its characters may be an escape, JSON's (`\u0073k_…`, `sk\u005f…`), a
  *    URL's in either case of hex (`%73k_…`, `s%6B_…`, `sk%5F…`), or a URL's written with JSON escapes
- *    (`\u002573k_…`, which JSON decoding turns into `%73k_…`). Whatever JSON decoding, URL decoding
- *    or both in turn read as `sk_…` is a secret; a search of the raw text sees through them all, and
- *    redaction takes the whole escaped token.
+ *    (`\u002573k_…`, which JSON decoding turns into `%73k_…`), or a URL's encoded again, its `%` as
+ *    `%25` (`key%253Dsk_…`, `%2573k_…`: a URL that a proxy or a client encoded twice). Whatever JSON
+ *    decoding, URL decoding (repeated) or both in turn read as `sk_…` is a secret; a search of the
+ *    raw text sees through them all, and redaction takes the whole escaped token. A full key's
+ *    prefix and dot may be escaped the same ways (`svc%5Flive_…`).
  */
 
 /**
@@ -27,7 +29,7 @@
  */
 function written(char: string): string {
   const [high, low] = hexDigits(char.charCodeAt(0));
-  return `(?:${inJson(char)}|${inJson('%')}${inJson(high!)}${inJson(low!)})`;
+  return `(?:${inJson(char)}|${URL_ESCAPE_START}${inJson(high!)}${inJson(low!)})`;
 }
 
 /** One of `chars` as JSON text may write it: itself, or a `\u00hh` escape in either case of hex. */
@@ -45,12 +47,17 @@ function eitherCase(chars: string): string {
   return chars.length === 1 ? chars : `[${chars}]`;
 }
 
+/**
+ * The `%` of a URL escape, itself escaped as `%25` any number of times (`%2573` is `s` URL-encoded
+ * twice, as a proxy that encodes a URL again writes it), each character also as a JSON escape.
+ */
+const URL_ESCAPE_START = `${inJson('%')}(?:${inJson('2')}${inJson('5')})*`;
 /** A hex digit, or a JSON escape of one (as in `%\u00373`). */
 const HEX_DIGIT = String.raw`(?:[0-9A-Fa-f]|\\u00(?:3[0-9]|[46][1-6]))`;
 /** A JSON escape of a character (`\u005f`), or a URL's (`%5F`, also with JSON escapes in it: `\u00255F`). */
-const CHARACTER_ESCAPE = String.raw`\\u[0-9A-Fa-f]{4}|(?:%|\\u0025)${HEX_DIGIT}{2}`;
+const CHARACTER_ESCAPE = String.raw`\\u[0-9A-Fa-f]{4}|${URL_ESCAPE_START}${HEX_DIGIT}{2}`;
 /** An escape that may stand for a key character (`+`, `-`, a digit, a letter, `_`), or start a URL escape of one. */
-const KEY_CHARACTER_ESCAPE = String.raw`(?:\\u00|%)(?:2[bBdD]|3[0-9]|4[1-9A-Fa-f]|5[0-9aAfF]|6[1-9A-Fa-f]|7[0-9aA])|\\u0025|%\\u`;
+const KEY_CHARACTER_ESCAPE = String.raw`(?:\\u00|%)(?:2[bBdD5]|3[0-9]|4[1-9A-Fa-f]|5[0-9aAfF]|6[1-9A-Fa-f]|7[0-9aA])|\\u0025|%\\u`;
 /**
  * What may stand before a secret: nothing, a character that is no letter or digit, or an escape
  * (which stands for a separator). Checked behind the lead, not in front of it: a look-behind tried at
@@ -81,9 +88,10 @@ function mayHoldSecret(text: string): boolean {
   return PLAIN_HINT.test(text) || text.includes('%') || text.includes('\\');
 }
 
-const KEY_PREFIX = 'svc_(?:test|live)_';
-/** The dot between a key's public part and its secret, also as a URL or JSON text may escape it (`%2E`, `\u002e`). */
-const KEY_DOT = String.raw`(?:\.|%2[eE]|\\u002[eE])`;
+/** A full key's prefix, its underscores also escaped (`svc%5Flive_`), as a lead's characters may be. */
+const KEY_PREFIX = `svc${written('_')}(?:test|live)${written('_')}`;
+/** The dot between a key's public part and its secret, also as a URL or JSON text may escape it (`%2E`, `%252E`, `\u002e`). */
+const KEY_DOT = String.raw`(?:\.|${URL_ESCAPE_START}2[eE]|\\u002[eE])`;
 /**
  * A whole key: keep the safe public part, drop what follows the dot (a secret's characters, escapes
  * included, as after a lead; but it starts with a key character, as a dot that ends a sentence is

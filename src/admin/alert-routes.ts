@@ -185,7 +185,8 @@ export function alertRoutes(deps: AlertRoutesDeps): AdminRoute[] {
         'lost to a conflicting change of the same alert made at the same time (through another replica): of two changes ' +
         'decided on the same stored alert, the first stored stands. ' +
         'Every change is recorded in the alert history with the caller and the note. The same move sent again by ' +
-        'the same caller while it is the latest (a retry after a lost answer or a 503) answers 200 with the alert and is not recorded twice.',
+        'the same caller with the same note while it is the latest (a retry after a lost answer or a 503) answers 200 with the alert ' +
+        'and is not recorded twice; with another note it is a move from the status the alert has, 409.',
       changes: true,
       params: alertIdParams,
       query: merchantQuery,

@@ -57,4 +57,14 @@ describe('AdminAuthenticator: the worker\'s own name', () => {
     const similar = await mintAdminToken({ secret: CURRENT, userId: 'system-admin', merchantId: 'm_1', role: 'admin', plan: 'business', ttlSeconds: 3600 });
     await expect(authenticator.authenticate(`Bearer ${similar}`)).resolves.toMatchObject({ userId: 'system-admin' });
   });
+
+  it('refuses a token whose sub or merchantId carries an API key secret: both are stored (alert histories, webhook endpoints)', async () => {
+    const authenticator = new AdminAuthenticator(CURRENT, PLANS);
+    for (const [userId, merchantId] of [['admin sk_live_SUBSECRET', 'm_1'], ['u_1', 'm_1%2Fsk_live_MSECRET']]) {
+      const token = await mintAdminToken({ secret: CURRENT, userId: userId!, merchantId: merchantId!, role: 'admin', plan: 'business', ttlSeconds: 3600 });
+      const failure = await failureOf(authenticator, token);
+      expect(failure).toMatchObject({ statusCode: 401 });
+      expect(failure.message).not.toMatch(/SECRET/);
+    }
+  });
 });

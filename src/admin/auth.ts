@@ -10,6 +10,7 @@ import type { FastifyRequest } from 'fastify';
 import { errors as joseErrors, jwtVerify, SignJWT } from 'jose';
 import { z } from 'zod';
 import { SYSTEM_ACTOR } from '../alerts/alert.ts';
+import { containsSecret } from '../events/secrets.ts';
 import { HttpError } from '../http/errors.ts';
 
 export const ADMIN_ROLES = ['viewer', 'admin', 'operator'] as const;
@@ -28,10 +29,11 @@ export interface AdminPrincipal {
   limitKey: string;
 }
 
+// sub and merchantId are stored (alert histories, webhook endpoints): neither may carry a secret.
 const claimsSchema = z.object({
-  sub: z.string().min(1).max(200),
+  sub: z.string().min(1).max(200).refine((sub) => !containsSecret(sub)),
   // As long as request events may carry it (1..128 characters).
-  merchantId: z.string().min(1).max(128),
+  merchantId: z.string().min(1).max(128).refine((merchantId) => !containsSecret(merchantId)),
   plan: z.string().min(1).max(50),
   role: z.string().min(1).max(50),
   exp: z.number(),

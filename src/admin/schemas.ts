@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { ALERT_STATUSES } from '../alerts/alert.ts';
 import { ACTIONS, ANOMALY_TYPES, SEVERITIES } from '../detect/types.ts';
+import { CARRIES_SECRET, containsSecret } from '../events/secrets.ts';
 import { validationError } from '../http/errors.ts';
 import { STORABLE_TIME_MS } from '../store/event-store.ts';
 
@@ -139,7 +140,7 @@ export const merchantQuery = z.strictObject({ merchantId: merchantIdParam });
 export const patchAlertBody = z.strictObject({
   status: z.enum(ALERT_STATUSES),
   // null is no note, as history entries show it.
-  note: z.string().trim().min(1, 'must not be empty').max(2000).nullish(),
+  note: z.string().trim().min(1, 'must not be empty').max(2000).refine((note) => !containsSecret(note), CARRIES_SECRET).nullish(),
 });
 
 /** Longest range metrics may cover: the rollups' retention. */

@@ -321,8 +321,8 @@ export class AlertService {
    * a conflicting change decided on the same copy through another replica stood first. Only then is
    * it remembered for dedup, though a dismissal silences the dedup key here while it is written. A
    * failed write or read-back rejects and leaves nothing behind, or the change was stored after all
-   * (its answer lost), so the caller's retry, the same move by the same actor, is accepted without
-   * recording it twice. Undefined when no such alert exists for that merchant.
+   * (its answer lost), so the caller's retry, the same move by the same actor with the same note, is
+   * accepted without recording it twice. Undefined when no such alert exists for that merchant.
    */
   async changeStatus(
     id: string,
@@ -333,7 +333,7 @@ export class AlertService {
       const stored = await this.store.getStored(id, merchantId);
       if (!stored) return undefined;
       const current = this.manager.current(stored.alert);
-      if (isRepeatedChange(current, change.to, change.actor)) {
+      if (isRepeatedChange(current, change.to, change.actor, change.note ?? null)) {
         // A retry: what this replica knows may lack the change (the first answer was lost); the stored
         // copy may too, if a racing write dropped it (then it is written again, as the read-back would).
         if (mergeLifecycle(stored.alert, current) !== stored.alert) await this.store.save([current], new Map([[id, stored.version]]));

@@ -126,15 +126,19 @@ describe('changeStatus', () => {
   it('takes a retry of the latest move by the same actor as a repeat, and nothing else', () => {
     const dismissed = changeStatus(base, 'dismissed', 'alice', 'our load test', later);
     if (!dismissed.ok) throw new Error('refused');
-    expect(isRepeatedChange(dismissed.alert, 'dismissed', 'alice')).toBe(true); // whatever the note
-    expect(isRepeatedChange(dismissed.alert, 'dismissed', 'bob')).toBe(false);
-    expect(isRepeatedChange(dismissed.alert, 'acknowledged', 'alice')).toBe(false);
-    expect(isRepeatedChange(base, 'open', 'system')).toBe(false); // creation is no admin's move
+    expect(isRepeatedChange(dismissed.alert, 'dismissed', 'alice', 'our load test')).toBe(true);
+    // Another note is another move, not a retry: answered as a repeat, the note would be lost.
+    expect(isRepeatedChange(dismissed.alert, 'dismissed', 'alice', 'a partner\'s load test')).toBe(false);
+    expect(isRepeatedChange(dismissed.alert, 'dismissed', 'bob', 'our load test')).toBe(false);
+    expect(isRepeatedChange(dismissed.alert, 'acknowledged', 'alice', 'our load test')).toBe(false);
+    expect(isRepeatedChange(base, 'open', 'system', 'created by detection')).toBe(false); // creation is no admin's move
     const acknowledged = changeStatus(base, 'acknowledged', 'alice', undefined, later);
     if (!acknowledged.ok) throw new Error('refused');
+    expect(isRepeatedChange(acknowledged.alert, 'acknowledged', 'alice', null)).toBe(true);
+    expect(isRepeatedChange(acknowledged.alert, 'acknowledged', 'alice', 'looking')).toBe(false);
     const resolved = changeStatus(acknowledged.alert, 'resolved', 'bob', undefined, later + 1);
     if (!resolved.ok) throw new Error('refused');
-    expect(isRepeatedChange(resolved.alert, 'acknowledged', 'alice')).toBe(false); // moved on since
+    expect(isRepeatedChange(resolved.alert, 'acknowledged', 'alice', null)).toBe(false); // moved on since
   });
 
   it('finds a conflicting move: one from the same status, unknown to our copy', () => {

@@ -215,13 +215,14 @@ export function changeStatus(alert: Alert, to: AlertStatus, actor: string, note:
 }
 
 /**
- * Is this change the latest move of the alert already, made by the same actor? Then it is a repeat
- * of that request (a retry after an answer that was lost), not a new move. A dismissal's note need
- * not match.
+ * Is this change the latest move of the alert already, made by the same actor with the same note
+ * (none is null)? Then it is a repeat of that request (a retry after an answer that was lost), not
+ * a new move. With another note it is a move from the status the alert has, refused as such: answered
+ * as a repeat, its note would be dropped without a word.
  */
-export function isRepeatedChange(alert: Alert, to: AlertStatus, actor: string): boolean {
+export function isRepeatedChange(alert: Alert, to: AlertStatus, actor: string, note: string | null): boolean {
   const latest = latestEntry(alert);
-  return alert.status === to && latest?.to === to && latest.actor === actor && latest.from !== null && isAllowedTransition(latest.from, to);
+  return alert.status === to && latest?.to === to && latest.actor === actor && latest.note === note && latest.from !== null && isAllowedTransition(latest.from, to);
 }
 
 /**

@@ -110,6 +110,9 @@ const FULL_KEY = new RegExp(
 
 export const REDACTED = '[REDACTED]';
 
+/** The error of a field that carries an API key secret (never quoting it): the field is refused, not stored. */
+export const CARRIES_SECRET = 'must not carry an API key secret (sk_…); name the key by its public id';
+
 /** True when the text carries something that looks like an API key secret. */
 export function containsSecret(text: string): boolean {
   if (!mayHoldSecret(text)) return false;

@@ -15,6 +15,7 @@ import { z } from 'zod';
 import { merchantScope, type AdminPrincipal } from '../admin/auth.ts';
 import { defineRoute, type AdminRoute } from '../admin/route.ts';
 import { cursorParam, DEFAULT_PAGE_SIZE, encodeCursor, identifier, limitParam } from '../admin/schemas.ts';
+import { CARRIES_SECRET, containsSecret } from '../events/secrets.ts';
 import { HttpError, validationError } from '../http/errors.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import { DESTINATIONS, MESSAGE_STATUSES, type WebhookEndpoint, type WebhookStore } from '../store/webhook-store.ts';
@@ -113,7 +114,8 @@ export function webhookRoutes(deps: WebhookRouteDeps): AdminRoute[] {
         'in this response only; deliveries are signed with it from now on.',
       changes: true,
       query: merchantQuery,
-      body: z.strictObject({ url: z.string().min(1).max(2048) }),
+      // A secret in the URL would be stored, shown and sent with every delivery's record.
+      body: z.strictObject({ url: z.string().min(1).max(2048).refine((url) => !containsSecret(url), CARRIES_SECRET) }),
       response: registeredView,
       async handle({ principal, query, body, reply }) {
         const merchantId = singleMerchant(principal, query.merchantId);

@@ -195,6 +195,11 @@ describe('admin API', () => {
     const noNote = await patch(another.id, { status: 'dismissed' });
     expect(noNote.status).toBe(400);
     expect(noNote.body).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path: ['body', 'note'] }] });
+    // A note that carries an API key secret is refused, naming the field and not quoting it: it would be stored and shown.
+    const secretNote = await patch(another.id, { status: 'dismissed', note: 'rotated svc_live_pk_1.sk_live_NOTESECRET123' });
+    expect(secretNote.status).toBe(400);
+    expect(secretNote.body).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path: ['body', 'note'], message: expect.stringContaining('API key secret') }] });
+    expect(JSON.stringify(secretNote.body)).not.toContain('NOTESECRET');
     const dismissed = await patch(another.id, { status: 'dismissed', note: 'our own load test' });
     expect(dismissed.status).toBe(200);
     expect(dismissed.body.data.history.at(-1)).toMatchObject({ from: 'open', to: 'dismissed', note: 'our own load test' });

@@ -293,11 +293,14 @@ describe('critical-alert webhooks', () => {
       [{ url: `${receiver.origin}/${'é'.repeat(400)}` }, ['body', 'url']],
       [{}, ['body', 'url']],
       [{ url: `${receiver.origin}/x`, secret: 'mine' }, ['body', 'secret']],
+      // It would be stored, shown and recorded with every delivery.
+      [{ url: `${receiver.origin}/hook?token=sk_live_URLSECRET123` }, ['body', 'url']],
     ];
     for (const [body, path] of cases) {
       const response = await call('PUT', '/webhook', 'admin', { body });
       expect(response.status).toBe(400);
       expect(response.json).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path }] });
+      expect(JSON.stringify(response.json)).not.toContain('URLSECRET');
     }
   });
 

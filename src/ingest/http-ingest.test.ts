@@ -243,6 +243,22 @@ describe('HTTP ingest: the request', () => {
     expect(twoLines.body.data).toMatchObject({ accepted: 2, rejected: 0 });
   });
 
+  it('reads NDJSON whose first line is a JSON array line by line, and refuses a malformed array whole', async () => {
+    const app = await server();
+    const body = `[${JSON.stringify(event(40))}]\n${JSON.stringify(event(41))}\n`;
+    const answer = await send(app, body, 'application/x-ndjson', `Bearer ${TOKEN}`);
+    expect(answer.status).toBe(202);
+    expect(answer.body.data).toMatchObject({ accepted: 1, rejected: 1, errors: [{ index: 0, reason: 'not_an_object' }] });
+    expect(app.stored.flat()).toHaveLength(1);
+    // A pretty-printed array cut short, or one line that is not JSON: one clear 400, not a rejection per line.
+    for (const cut of [JSON.stringify([event(42), event(43)], null, 2).slice(0, -10), `[${JSON.stringify(event(44))}\n${JSON.stringify(event(45))}`]) {
+      const refused = await send(app, cut, 'application/x-ndjson', `Bearer ${TOKEN}`);
+      expect(refused.status).toBe(400);
+      expect(JSON.stringify(refused.body)).toContain('body starts as a JSON array but is not valid JSON');
+    }
+    expect(app.stored.flat()).toHaveLength(1);
+  });
+
   it('reports an NDJSON line by its index in the body, blank lines counted', async () => {
     const app = await server();
     const body = `${JSON.stringify(event(30))}\n\n  \r\n{broken\r\n${JSON.stringify({ ...event(31), status: 'ok' })}\n\n`;

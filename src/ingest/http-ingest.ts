@@ -444,7 +444,7 @@ function parseBody(body: unknown, readAsJson: boolean, maxEvents: number, times:
  */
 function readAsJsonWhenItIs(text: string): unknown {
   const trimmed = text.trimStart();
-  if (trimmed.startsWith('[')) return parseJsonArray(trimmed);
+  if (trimmed.startsWith('[')) return parseJsonArray(trimmed) ?? text;
   // One line (with or without a final newline) is NDJSON's one event, read as such.
   if (trimmed.startsWith('{') && trimmed.trimEnd().includes('\n')) return parsedObject(trimmed) ?? text;
   return text;
@@ -471,12 +471,28 @@ function parseNdjson(text: string, maxEvents: number, times: TimeRange): BodyEve
   return lines.map(({ index, line }) => ({ index, result: parseRequestEventText(line, times) }));
 }
 
+/**
+ * The JSON the text is; undefined when it is NDJSON whose first line is a JSON document of its own
+ * (an array: that line is one event rejected, the others go on). A body that is neither, a cut or
+ * malformed array, is refused whole.
+ */
 function parseJsonArray(text: string): unknown {
   try {
     return JSON.parse(text);
   } catch {
+    const lineEnd = text.indexOf('\n');
+    if (lineEnd > 0 && text.slice(lineEnd).trim().length > 0 && isJson(text.slice(0, lineEnd))) return undefined;
     // Never quote the input: it may hold a secret (see request-event.ts).
     throw validationError([{ path: ['body'], message: 'body starts as a JSON array but is not valid JSON' }]);
+  }
+}
+
+function isJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
   }
 }
 

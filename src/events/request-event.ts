@@ -308,7 +308,7 @@ function isTooLarge(text: string): boolean {
   return text.length > MAX_EVENT_BYTES || (text.length > MAX_EVENT_BYTES / 3 && Buffer.byteLength(text) > MAX_EVENT_BYTES);
 }
 
-function tooLarge(): ParseResult {
+export function tooLarge(): ParseResult {
   return reject('too_large', [{ path: [], message: `event larger than ${MAX_EVENT_BYTES} bytes` }]);
 }
 

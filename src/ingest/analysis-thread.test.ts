@@ -9,6 +9,8 @@ import type { RequestEvent } from '../events/request-event.ts';
 import { EVENT_TIME_RANGE } from '../events/request-event.ts';
 import { createLogger } from '../logger.ts';
 import { AnalysisThread, type Detection } from './analysis-thread.ts';
+import { MAX_DEAD_LETTER_PAYLOAD, toDeadLetter } from './dead-letter.ts';
+import { MAX_COPIED_VALUE_BYTES } from './validate-batch.ts';
 
 function event(i: number, timestamp: number, status: number): RequestEvent {
   return {
@@ -88,6 +90,20 @@ describe('AnalysisThread', () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+
+  it('rejects a value over V8\'s longest string as too large, and goes on with the batch (a compressed batch can expand to one)', async () => {
+    analysis = new AnalysisThread({ dedupCacheSize: 1_000, eventTimes: EVENT_TIME_RANGE, detection: false, entitledPlans: ['business'], maxWindowEvents: 1_000_000 }, createLogger('silent'));
+    await analysis.ready;
+    const huge = Buffer.alloc(0x1fffffe8 + 1, 'A'); // one character more than a string may hold
+    const good = event(0, Date.now() - 1_000, 201);
+    const message = (value: Buffer, offset: number) => ({ key: Buffer.from(good.apiKeyId), value, offset: String(offset), timestamp: String(Date.now()), attributes: 0, headers: {} });
+    const result = await analysis.analyzeBatch('api.request-metadata', 0, [message(huge, 7), message(Buffer.from(JSON.stringify(good)), 8)]);
+    expect(result.rowCount).toBe(1);
+    expect(result.rejections).toEqual([expect.objectContaining({ index: 0, offset: '7', rejection: expect.objectContaining({ reason: 'too_large' }) })]);
+    // Only the head crossed to the thread: more than a dead letter keeps, so its letter says it was cut.
+    expect(result.rejections[0]!.text.length).toBe(MAX_COPIED_VALUE_BYTES);
+    expect(toDeadLetter(result.rejections[0]!.rejection, result.rejections[0]!.text, { topic: 'api.request-metadata', partition: 0, offset: '7' })).toMatchObject({ payloadTruncated: true, payload: 'A'.repeat(MAX_DEAD_LETTER_PAYLOAD) });
   });
 
   it('reports its own heap with each detection, against the limit it was given (DETECTION_MAX_HEAP_MB)', async () => {

@@ -13,7 +13,7 @@ import type { SprayedRequests } from '../detect/source-spray.ts';
 import type { NetworkSighting } from '../detect/key-history.ts';
 import type { RequestEvent, TimeRange } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
-import type { RawBatch, ValidatedBatch } from './validate-batch.ts';
+import { MAX_COPIED_VALUE_BYTES, type RawBatch, type ValidatedBatch } from './validate-batch.ts';
 
 export interface AnalysisSettings {
   dedupCacheSize: number;
@@ -198,7 +198,7 @@ function packBatch(topic: string, partition: number, messages: readonly KafkaMes
   let total = 0;
   let keysTotal = 0;
   for (const message of messages) {
-    total += message.value?.length ?? 0;
+    total += Math.min(message.value?.length ?? 0, MAX_COPIED_VALUE_BYTES);
     keysTotal += message.key?.length ?? 0;
   }
   const values = new Uint8Array(total);
@@ -211,8 +211,9 @@ function packBatch(topic: string, partition: number, messages: readonly KafkaMes
   let keyPosition = 0;
   messages.forEach((message, index) => {
     if (message.value) {
-      values.set(message.value, position);
-      position += message.value.length;
+      const copied = message.value.length > MAX_COPIED_VALUE_BYTES ? message.value.subarray(0, MAX_COPIED_VALUE_BYTES) : message.value;
+      values.set(copied, position);
+      position += copied.length;
     }
     if (message.key) {
       keys.set(message.key, keyPosition);

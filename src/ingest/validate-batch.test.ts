@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { REQUEST_EVENT_COLUMNS, storableEventTimes, tsvText } from '../store/event-store.ts';
 import { prng } from '../../test/support/random.ts';
 import { RecentEventIds } from './recent-event-ids.ts';
-import { validateBatch, type RawBatch } from './validate-batch.ts';
+import { MAX_COPIED_VALUE_BYTES, validateBatch, type RawBatch } from './validate-batch.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
 
@@ -118,6 +118,15 @@ describe('validateBatch and event times', () => {
 });
 
 describe('validateBatch on mangled messages', () => {
+  it('rejects a value over MAX_EVENT_BYTES as too large from its size, reading only its head', () => {
+    const huge = `{"eventId":"e_big","userAgent":"${'é'.repeat(200_000)}"}`;
+    const result = validateBatch(batchOf([huge, event(1)]), new RecentEventIds(10));
+    expect(result.rowCount).toBe(1);
+    expect(result.rejections).toEqual([expect.objectContaining({ index: 0, rejection: expect.objectContaining({ reason: 'too_large' }) })]);
+    // The head's bytes, 2 a character: half of MAX_COPIED_VALUE_BYTES characters.
+    expect(result.rejections[0]!.text).toBe(new TextDecoder().decode(new TextEncoder().encode(huge).subarray(0, MAX_COPIED_VALUE_BYTES)));
+  });
+
   it('accounts for every message (stored, duplicate or rejected), never throws, and keeps every row whole', () => {
     const random = prng(5);
     const pick = <T>(values: readonly T[]): T => values[Math.floor(random() * values.length)]!;

@@ -4,7 +4,7 @@
  * thread (analysis-thread-main.ts).
  */
 import { isAscii } from 'node:buffer';
-import { EVENT_TIME_RANGE, parseRequestEventText, timesAsOf, type Rejection, type RequestEvent, type TimeRange } from '../events/request-event.ts';
+import { EVENT_TIME_RANGE, MAX_EVENT_BYTES, parseRequestEventText, timesAsOf, tooLarge, type Rejection, type RequestEvent, type TimeRange } from '../events/request-event.ts';
 import { serializeEventRow } from '../store/event-store.ts';
 import type { RecentEventIds } from './recent-event-ids.ts';
 import { RowBuffer } from './row-buffer.ts';
@@ -56,6 +56,15 @@ export interface ValidatedBatch {
 const decoder = new TextDecoder();
 
 /**
+ * A value longer than an event may be (MAX_EVENT_BYTES) is too large whatever its bytes: it is copied
+ * for analysis cut to this many bytes (analysis-thread.ts), and only they are read and dead-lettered. Decoded whole, a value that a
+ * compressed batch expanded to hundreds of MiB would be a string over V8's limit (about 512 Mi
+ * characters), and the throw would stop the worker on every start. Cut to this, it still holds more
+ * characters than a dead letter keeps (MAX_DEAD_LETTER_PAYLOAD, 16 Ki), so the letter says it was cut.
+ */
+export const MAX_COPIED_VALUE_BYTES = MAX_EVENT_BYTES + 4;
+
+/**
  * `times`: the event times storage holds (storableEventTimes); others are rejected. Its bound that
  * moves with the clock (events older than the raw events are kept) is taken as of `now`, once a batch.
  */
@@ -72,8 +81,10 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
   for (let index = 0; index < batch.ends.length; index++) {
     const end = batch.ends[index]!;
     const keyEnd = batch.keyEnds[index]!;
-    const messageText = text(start, end);
-    const result = parseRequestEventText(messageText, storable);
+    // Its bytes alone say a value is too large; only its head is read (see MAX_COPIED_VALUE_BYTES).
+    const oversized = end - start > MAX_EVENT_BYTES;
+    const messageText = text(start, oversized ? start + MAX_COPIED_VALUE_BYTES : end);
+    const result = oversized ? tooLarge() : parseRequestEventText(messageText, storable);
     start = end;
     if (!result.ok) {
       rejections.push({ index, rejection: result.rejection, text: messageText, offset: String(batch.offsets[index]), timestamp: String(batch.timestamps[index]) });

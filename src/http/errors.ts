@@ -20,6 +20,7 @@ export type ErrorCode =
   | 'REQUEST_TIMEOUT'
   | 'HEADERS_TOO_LARGE'
   | 'NOT_IMPLEMENTED'
+  | 'EXPECTATION_FAILED'
   | 'INTERNAL_ERROR';
 
 export interface FieldIssue {

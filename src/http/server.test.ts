@@ -139,6 +139,15 @@ describe('the HTTP server with a client that does not finish, or leaves Host out
     expect(answered!.head).toMatch(/^http\/1\.1 200 /);
     expect(JSON.parse(answered!.body)).toMatchObject({ status: 'ok' });
   });
+
+  it('answers 417 EXPECTATION_FAILED in Format A, not Node\'s bare 417', async () => {
+    const port = await listening();
+    const socket = rawSocket(port);
+    socket.write('POST /v1/ingest/events HTTP/1.1\r\nHost: x\r\nExpect: nonsense\r\nContent-Length: 2\r\n\r\n[]');
+    const [answer] = await responses(socket, 1);
+    expect(answer!.head).toMatch(/^http\/1\.1 417 /);
+    expect(JSON.parse(answer!.body)).toEqual({ success: false, error: { code: 'EXPECTATION_FAILED', message: 'The only Expect header taken is 100-continue' } });
+  });
 });
 
 describe('the HTTP server while it closes', () => {

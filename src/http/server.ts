@@ -3,7 +3,7 @@
  * /metrics (Prometheus), and the routes that other parts register (ingest, admin).
  * Contract: every error goes through the one error handler (errors.ts); unknown paths are 404 in Format A.
  */
-import { STATUS_CODES, type IncomingMessage } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from '../logger.ts';
@@ -61,6 +61,8 @@ export function createHttpServer(options: ServerOptions): FastifyInstance {
     },
   });
   app.setErrorHandler(handleError);
+  // Node answers an Expect other than 100-continue itself, with a bare 417; in Format A here.
+  app.server.on('checkExpectation', answerUnmetExpectation);
   // Once close() has begun, a request arriving on a kept-alive connection is turned away at once, so
   // that its client retries elsewhere (a load balancer's other replicas) instead of waiting for the
   // drain; the requests already running finish.
@@ -133,6 +135,11 @@ const lastAnswered = new WeakMap<Socket, IncomingMessage>();
  * headers or URL over the size limit, a request too slow to arrive): answered in Format A, as every
  * other error, and the connection closed (what follows on it cannot be trusted).
  */
+function answerUnmetExpectation(_request: IncomingMessage, response: ServerResponse): void {
+  const body = JSON.stringify(renderError(new HttpError(417, 'EXPECTATION_FAILED', 'The only Expect header taken is 100-continue')));
+  response.writeHead(417, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body);
+}
+
 function answerClientError(error: Error & { code?: string }, socket: Socket): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
   const answered = lastAnswered.get(socket);

@@ -70,7 +70,7 @@ export interface HistoryFilter {
   limit: number;
 }
 
-const COLUMNS = ['merchant_id', 'api_key_id', 'alert_id', 'action', 'mode', 'reason', 'first_started_at', 'last_started_at', 'last_ended_at', 'expires_at'] as const;
+const COLUMNS = ['merchant_id', 'api_key_id', 'alert_id', 'action', 'mode', 'reason', 'latest_reason', 'first_started_at', 'last_started_at', 'last_ended_at', 'expires_at'] as const;
 
 /** last_ended_at of a row that records no end. */
 const NO_END = 0;
@@ -103,20 +103,23 @@ export class EnforcementHistoryStore {
 
   async record(records: readonly DecisionRecord[]): Promise<void> {
     if (records.length === 0) return;
-    const lines = records.map((record) =>
-      JSON.stringify({
+    const lines = records.map((record) => {
+      const lastEndedAt = toClickHouseTime(record.endedAt ?? NO_END);
+      const expiresAt = toClickHouseTime(Date.parse(record.expiresAt));
+      return JSON.stringify({
         merchant_id: record.merchantId,
         api_key_id: record.apiKeyId,
         alert_id: record.alertId,
         action: record.action,
         mode: record.mode,
         reason: record.reason,
+        latest_reason: [expiresAt, lastEndedAt, record.reason],
         first_started_at: toClickHouseTime(record.startedAt),
         last_started_at: toClickHouseTime(record.startedAt),
-        last_ended_at: toClickHouseTime(record.endedAt ?? NO_END),
-        expires_at: toClickHouseTime(Date.parse(record.expiresAt)),
-      }),
-    );
+        last_ended_at: lastEndedAt,
+        expires_at: expiresAt,
+      });
+    });
     await this.db.insert(this.tables.enforcementHistory, COLUMNS, Buffer.from(`${lines.join('\n')}\n`), 'JSONEachRow');
   }
 
@@ -125,8 +128,8 @@ export class EnforcementHistoryStore {
    * alert, action and mode order), from after `filter.after` on. Decisions that start while an
    * admin pages sort before the first page, so paging neither repeats nor misses an entry; the rare
    * exception: a replica that writes an earlier start of a decision late moves its entry down, and
-   * the entry may then show twice. The reason is its latest record's (by expiry, then end), not the
-   * one written last: a replica's retried write may bring an older reason after a newer one.
+   * the entry may then show twice. The reason is its latest record's (by expiry, then end: migration
+   * 019), not the one written last: a replica's retried write may bring an older reason after a newer one.
    */
   async list(filter: HistoryFilter): Promise<DecisionHistoryEntry[]> {
     const after = filter.after;
@@ -137,10 +140,10 @@ export class EnforcementHistoryStore {
                       NULL) AS ended_at,
               expires_at
          FROM (
-           SELECT merchant_id, api_key_id, toString(alert_id) AS alert_id, action, mode, argMax(reason, (records.expires_at, records.last_ended_at)) AS reason,
+           SELECT merchant_id, api_key_id, toString(alert_id) AS alert_id, action, mode, tupleElement(max(latest_reason), 3) AS reason,
                   min(first_started_at) AS started_at, max(last_started_at) AS last_started,
                   max(last_ended_at) AS last_ended, max(expires_at) AS expires_at
-             FROM ${this.tables.enforcementHistory} AS records
+             FROM ${this.tables.enforcementHistory}
             WHERE ({merchantId:String} = '' OR merchant_id = {merchantId:String})
               AND ({apiKeyId:String} = '' OR api_key_id = {apiKeyId:String})
             GROUP BY merchant_id, api_key_id, alert_id, action, mode)

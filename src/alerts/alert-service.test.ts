@@ -233,6 +233,25 @@ describe('AlertService onCritical across replicas of one alert', () => {
     expect(pages).toEqual(['previous:true:escalated', 'new:true:reopened']);
     await Promise.all([previousOwner.alerts.stop(), newOwner.alerts.stop(), later.alerts.stop()]);
   });
+
+  it('pages when its own write stored the critical alert though the write failed (its answer lost), at the retry', async () => {
+    const { rows, store, writes } = memoryStore();
+    const pages: string[] = [];
+    const alerts = new AlertService(new AlertManager({ suppressionMs: 3_600_000, now: () => T0 }), store, RULES, new WorkerMetrics({ defaultMetrics: false }), createLogger('silent'), {
+      now: () => T0,
+      onCritical: (alert, change) => pages.push(`${alert.severity}:${change}`),
+    });
+    await alerts.start();
+    alerts.handle({ findings: [{ merchantId: 'm_1', ruleId: 'velocity_attack', finding: makeFinding('critical', T0, 'pk_a') }], ruleErrors: [] });
+    writes.failingAfter = true;
+    await alerts.flush(); // fails (logged), and is retried
+    expect([...rows.values()].map((alert) => alert.severity)).toEqual(['critical']); // stored all the same
+    expect(pages).toEqual([]);
+    writes.failingAfter = false;
+    await alerts.flush();
+    expect(pages).toEqual(['critical:created']);
+    await alerts.stop();
+  });
 });
 
 describe('AlertService before the open alerts are loaded', () => {

@@ -41,7 +41,7 @@ export interface AlertServiceHooks {
    * stored (a webhook never names an alert that a crash kept from storage), with the stored copy;
    * not when that copy is no longer critical and open or acknowledged (dismissed meanwhile through
    * another replica), nor when the copy read before the write was critical and open or acknowledged
-   * already (another replica stored it so, and told). It must not block, and what it throws is
+   * already, stored so by another replica (which told). It must not block, and what it throws is
    * logged, never passed on to detection.
    */
   onCritical?(alert: Alert, change: CriticalChange): void;
@@ -78,6 +78,8 @@ export class AlertService {
   private readonly unsaved = new Map<string, Alert>();
   /** Critical news (hooks.onCritical) by alert id, waiting for the alert's next write. */
   private readonly newsUnsaved = new Map<string, CriticalChange>();
+  /** Alerts whose critical copy a failed write may have stored all the same (its answer lost), untold. */
+  private readonly newsMaybeStoredUntold = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
   private timerDueAt = Number.POSITIVE_INFINITY;
   /** The writes of this replica, one after the other (see serially); never rejects. */
@@ -296,9 +298,10 @@ export class AlertService {
 
   /**
    * Tells hooks.onCritical the news of alerts just stored (`stored`: their stored copies). Not of an
-   * alert whose copy read before the write was critical and open or acknowledged already: the replica
-   * that stored it so told on-call (the key's previous and new owner can each escalate their copy
-   * before either syncs), and one attack pages once.
+   * alert another replica had stored critical and open or acknowledged before the write (`toldBefore`):
+   * that replica told on-call (the key's previous and new owner can each escalate their copy before
+   * either syncs), and one attack pages once. Two such writes made at the same moment each read the
+   * copy before the other's, and both tell.
    */
   private announce(news: ReadonlyMap<string, CriticalChange>, stored: readonly Alert[], toldBefore: ReadonlySet<string>): void {
     for (const alert of stored) {
@@ -506,10 +509,17 @@ export class AlertService {
         // What the stored copies taught us (a dismissal made elsewhere) holds whether or not our write succeeds.
         for (const [i, alert] of merged.entries()) if (alert !== batch[i]) this.manager.sync(alert);
         await this.store.save(merged, over);
-        this.announce(news, merged, storedCritical); // never throws: a hook's error is logged
+        // A critical copy stored before is another replica's, which told on-call; or our own, from a
+        // write whose answer was lost, which told no one.
+        const toldBefore = new Set([...storedCritical].filter((id) => !this.newsMaybeStoredUntold.has(id)));
+        for (const id of news.keys()) this.newsMaybeStoredUntold.delete(id);
+        this.announce(news, merged, toldBefore); // never throws: a hook's error is logged
       } catch (error) {
         for (const alert of batch) if (!this.unsaved.has(alert.id)) this.unsaved.set(alert.id, alert);
-        for (const [id, change] of news) if (!this.newsUnsaved.has(id)) this.newsUnsaved.set(id, change);
+        for (const [id, change] of news) {
+          if (!this.newsUnsaved.has(id)) this.newsUnsaved.set(id, change);
+          this.newsMaybeStoredUntold.add(id);
+        }
         this.schedule(RETRY_DELAY_MS);
         throw error;
       }

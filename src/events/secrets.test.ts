@@ -190,7 +190,17 @@ describe('secrets written with escapes', () => {
     expect(redactSecrets('/v1/cb?next=%2Fhook%253Fkey%253Dsk_live_x&a=1')).toBe('/v1/cb?next=%2Fhook%253Fkey%253Dsk_[REDACTED]&a=1');
     expect(redactSecrets('/v1/keys/%2573k_live_ab%2563def "next"')).toBe('/v1/keys/sk_[REDACTED] "next"');
     // Still not a word that ends in "sk", nor the locale.
-    for (const text of ['/v1/ta%2573k_list', '{"userAgent":"FBLC/%2573k_SK;FBOP/5"}', '/v1/ri%252573k%255Fscore']) expect(containsSecret(text), text).toBe(false);
+    for (const text of [
+      '/v1/ta%2573k_list',
+      '{"userAgent":"FBLC/%2573k_SK;FBOP/5"}',
+      '/v1/ri%252573k%255Fscore',
+      // The locale before a separator encoded twice.
+      '/v1/login?next=%2Fhome%253Flocale%253Dsk_SK%2526tab%253D1',
+      'Mozilla/5.0 [FBAN/FBIOS;FBLC%252Fsk_SK%253BFBOP/5]',
+      'sk_SK%2520x',
+    ]) {
+      expect(containsSecret(text), text).toBe(false);
+    }
     // The locale followed by a key character encoded twice is a key.
     expect(containsSecret('FBLC/sk_SK%2541b')).toBe(true);
   });

@@ -57,7 +57,10 @@ const HEX_DIGIT = String.raw`(?:[0-9A-Fa-f]|\\u00(?:3[0-9]|[46][1-6]))`;
 /** A JSON escape of a character (`\u005f`), or a URL's (`%5F`, also with JSON escapes in it: `\u00255F`). */
 const CHARACTER_ESCAPE = String.raw`\\u[0-9A-Fa-f]{4}|${URL_ESCAPE_START}${HEX_DIGIT}{2}`;
 /** An escape that may stand for a key character (`+`, `-`, a digit, a letter, `_`), or start a URL escape of one. */
-const KEY_CHARACTER_ESCAPE = String.raw`(?:\\u00|%)(?:2[bBdD5]|3[0-9]|4[1-9A-Fa-f]|5[0-9aAfF]|6[1-9A-Fa-f]|7[0-9aA])|\\u0025|%\\u`;
+const KEY_CHARACTER_HEX = '(?:2[bBdD]|3[0-9]|4[1-9A-Fa-f]|5[0-9aAfF]|6[1-9A-Fa-f]|7[0-9aA])';
+// A URL escape encoded again counts only with a key character's hex after its `%25`s: `sk_SK%2526`
+// is the locale and a double-encoded `&`.
+const KEY_CHARACTER_ESCAPE = String.raw`(?:\\u00|%(?:25)*)${KEY_CHARACTER_HEX}|\\u0025|%\\u`;
 /**
  * What may stand before a secret: nothing, a character that is no letter or digit, or an escape
  * (which stands for a separator). Checked behind the lead, not in front of it: a look-behind tried at

@@ -171,7 +171,8 @@ export const fixtures: Fixture[] = [
         // Vega only in its own form; kiterunner's prefix only at the start.
         'vega/1.0',
         'LyraVega/1.0 (Android 14)',
-        'Mozilla/5.0 (Linux; Android 13; Vega/1.02) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Mobile Safari/537.36',
+        'Mozilla/5.0 (Linux; Android 13; Vega/1.0) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0 Mobile Safari/537.36',
+        'MyPlayer/3.2 (tvOS; Vega/1.0)',
         'MyApp/2.0 Chrome. Mozilla/5.0 (X11; Linux x86_64)',
       ].flatMap((userAgent, k) => spread(20, TEN_MINUTES_AGO, 10 * MINUTE, (i) => ({ userAgent, path: `/v1/verify/sessions/ses_${k}_${i}` }))),
     ),

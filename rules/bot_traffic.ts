@@ -88,8 +88,9 @@ export const USER_AGENT_PATTERNS: readonly UserAgentPattern[] = [
   { name: 'GoLismero', pattern: token('golismero'), category: 'attack_tool' },
   // kiterunner's default is a Chrome user agent with "Chrome. " put before it, which no browser sends.
   { name: 'kiterunner', pattern: /^chrome\. mozilla\/5\.0 /i, category: 'attack_tool' },
-  // Vega's default ends an old Internet Explorer user agent with "; Vega/1.0" (unclosed); "vega" alone is a product's word.
-  { name: 'Vega', pattern: /; vega\/1\.0(?![0-9.])/i, category: 'attack_tool' },
+  // Vega's default ends an old Internet Explorer user agent with "; Vega/1.0", its parenthesis left
+  // unclosed; "vega" alone is a product's word ("(tvOS; Vega/1.0)").
+  { name: 'Vega', pattern: /; vega\/1\.0$/i, category: 'attack_tool' },
   // Not listed: tools whose default user agent is a browser's, fixed or picked at random (OWASP ZAP,
   // dirsearch, Arjun, Jaeles, katana, x8, dalfox, XSStrike, gospider): no pattern can tell them apart.
   // Headless browsers: Puppeteer's and Playwright's default user agents say HeadlessChrome.

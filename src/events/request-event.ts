@@ -65,7 +65,9 @@ export const MAX_EVENT_BYTES = 64 * 1024;
 // The schema only checks; normalization happens after it, in plain code (normalizeEvent), because
 // zod transforms cost about half a microsecond each and this runs on every event. The timestamp's
 // range is checked after both (validateRequestEvent), on the normalized time, whatever its form.
-const identifier = z.string().min(1).max(128).refine(isDistinctText, 'must be well-formed text: a lone surrogate, or U+FFFD (what bytes that were not UTF-8 became), would be stored as the same id as another');
+/** The longest eventId, merchantId and apiKeyId, in characters. */
+export const MAX_ID_LENGTH = 128;
+const identifier = z.string().min(1).max(MAX_ID_LENGTH).refine(isDistinctText, 'must be well-formed text: a lone surrogate, or U+FFFD (what bytes that were not UTF-8 became), would be stored as the same id as another');
 
 export const requestEventSchema = z.object({
   eventId: identifier,

@@ -92,14 +92,16 @@ describe('AnalysisThread', () => {
     }
   });
 
-  it('rejects a value over V8\'s longest string as too large, and goes on with the batch (a compressed batch can expand to one)', async () => {
+  it('rejects a value over V8\'s longest string as too large, takes a key as long for no apiKeyId, and goes on with the batch (a compressed batch can expand to them)', async () => {
     analysis = new AnalysisThread({ dedupCacheSize: 1_000, eventTimes: EVENT_TIME_RANGE, detection: false, entitledPlans: ['business'], maxWindowEvents: 1_000_000 }, createLogger('silent'));
     await analysis.ready;
     const huge = Buffer.alloc(0x1fffffe8 + 1, 'A'); // one character more than a string may hold
     const good = event(0, Date.now() - 1_000, 201);
     const message = (value: Buffer, offset: number) => ({ key: Buffer.from(good.apiKeyId), value, offset: String(offset), timestamp: String(Date.now()), attributes: 0, headers: {} });
-    const result = await analysis.analyzeBatch('api.request-metadata', 0, [message(huge, 7), message(Buffer.from(JSON.stringify(good)), 8)]);
-    expect(result.rowCount).toBe(1);
+    // And a key as long, on a valid event: no apiKeyId could be it.
+    const hugeKey = { ...message(Buffer.from(JSON.stringify({ ...good, eventId: 'e_huge_key' })), 9), key: huge };
+    const result = await analysis.analyzeBatch('api.request-metadata', 0, [message(huge, 7), message(Buffer.from(JSON.stringify(good)), 8), hugeKey]);
+    expect({ rows: result.rowCount, misrouted: result.misrouted }).toEqual({ rows: 2, misrouted: 1 });
     expect(result.rejections).toEqual([expect.objectContaining({ index: 0, offset: '7', rejection: expect.objectContaining({ reason: 'too_large' }) })]);
     // Only the head crossed to the thread: more than a dead letter keeps, so its letter says it was cut.
     expect(result.rejections[0]!.text.length).toBe(MAX_COPIED_VALUE_BYTES);

@@ -13,7 +13,7 @@ import type { SprayedRequests } from '../detect/source-spray.ts';
 import type { NetworkSighting } from '../detect/key-history.ts';
 import type { RequestEvent, TimeRange } from '../events/request-event.ts';
 import type { Logger } from '../logger.ts';
-import { MAX_COPIED_VALUE_BYTES, type RawBatch, type ValidatedBatch } from './validate-batch.ts';
+import { MAX_COPIED_KEY_BYTES, MAX_COPIED_VALUE_BYTES, type RawBatch, type ValidatedBatch } from './validate-batch.ts';
 
 export interface AnalysisSettings {
   dedupCacheSize: number;
@@ -199,7 +199,7 @@ function packBatch(topic: string, partition: number, messages: readonly KafkaMes
   let keysTotal = 0;
   for (const message of messages) {
     total += Math.min(message.value?.length ?? 0, MAX_COPIED_VALUE_BYTES);
-    keysTotal += message.key?.length ?? 0;
+    keysTotal += Math.min(message.key?.length ?? 0, MAX_COPIED_KEY_BYTES);
   }
   const values = new Uint8Array(total);
   const ends = new Uint32Array(messages.length);
@@ -216,8 +216,9 @@ function packBatch(topic: string, partition: number, messages: readonly KafkaMes
       position += copied.length;
     }
     if (message.key) {
-      keys.set(message.key, keyPosition);
-      keyPosition += message.key.length;
+      const copied = message.key.length > MAX_COPIED_KEY_BYTES ? message.key.subarray(0, MAX_COPIED_KEY_BYTES) : message.key;
+      keys.set(copied, keyPosition);
+      keyPosition += copied.length;
     }
     ends[index] = position;
     keyEnds[index] = keyPosition;

@@ -1,8 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { REQUEST_EVENT_COLUMNS, storableEventTimes, tsvText } from '../store/event-store.ts';
+import { MAX_EVENT_BYTES } from '../events/request-event.ts';
 import { prng } from '../../test/support/random.ts';
 import { RecentEventIds } from './recent-event-ids.ts';
-import { MAX_COPIED_VALUE_BYTES, validateBatch, type RawBatch } from './validate-batch.ts';
+import { MAX_COPIED_KEY_BYTES, MAX_COPIED_VALUE_BYTES, validateBatch, type RawBatch } from './validate-batch.ts';
 
 const T0 = Date.UTC(2026, 10, 20, 12, 0, 0);
 
@@ -125,6 +126,14 @@ describe('validateBatch on mangled messages', () => {
     expect(result.rejections).toEqual([expect.objectContaining({ index: 0, rejection: expect.objectContaining({ reason: 'too_large' }) })]);
     // The head's bytes, 2 a character: half of MAX_COPIED_VALUE_BYTES characters.
     expect(result.rejections[0]!.text).toBe(new TextDecoder().decode(new TextEncoder().encode(huge).subarray(0, MAX_COPIED_VALUE_BYTES)));
+    // One byte over: its own bytes only, none of the next message's.
+    const justOver = 'x'.repeat(MAX_EVENT_BYTES + 1);
+    expect(validateBatch(batchOf([justOver, 'NEXT']), new RecentEventIds(10)).rejections.map((rejection) => rejection.text)).toEqual([justOver, 'NEXT']);
+  });
+
+  it('counts a message key longer than any apiKeyId could be as misrouted', () => {
+    const result = validateBatch(batchOf([event(1), event(2)], 0, ['é'.repeat(MAX_COPIED_KEY_BYTES), 'pk_live_a']), new RecentEventIds(10));
+    expect({ rows: result.rowCount, misrouted: result.misrouted }).toEqual({ rows: 2, misrouted: 1 });
   });
 
   it('accounts for every message (stored, duplicate or rejected), never throws, and keeps every row whole', () => {

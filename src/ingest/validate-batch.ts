@@ -4,7 +4,7 @@
  * thread (analysis-thread-main.ts).
  */
 import { isAscii } from 'node:buffer';
-import { EVENT_TIME_RANGE, MAX_EVENT_BYTES, parseRequestEventText, timesAsOf, tooLarge, type Rejection, type RequestEvent, type TimeRange } from '../events/request-event.ts';
+import { EVENT_TIME_RANGE, MAX_EVENT_BYTES, MAX_ID_LENGTH, parseRequestEventText, timesAsOf, tooLarge, type Rejection, type RequestEvent, type TimeRange } from '../events/request-event.ts';
 import { serializeEventRow } from '../store/event-store.ts';
 import type { RecentEventIds } from './recent-event-ids.ts';
 import { RowBuffer } from './row-buffer.ts';
@@ -65,6 +65,12 @@ const decoder = new TextDecoder();
 export const MAX_COPIED_VALUE_BYTES = MAX_EVENT_BYTES + 4;
 
 /**
+ * A message key longer than this (in bytes) is no apiKeyId (at most 128 characters, of up to 4 bytes
+ * each): it is copied cut to this, and counted misrouted without being decoded.
+ */
+export const MAX_COPIED_KEY_BYTES = 4 * MAX_ID_LENGTH + 1;
+
+/**
  * `times`: the event times storage holds (storableEventTimes); others are rejected. Its bound that
  * moves with the clock (events older than the raw events are kept) is taken as of `now`, once a batch.
  */
@@ -83,7 +89,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
     const keyEnd = batch.keyEnds[index]!;
     // Its bytes alone say a value is too large; only its head is read (see MAX_COPIED_VALUE_BYTES).
     const oversized = end - start > MAX_EVENT_BYTES;
-    const messageText = text(start, oversized ? start + MAX_COPIED_VALUE_BYTES : end);
+    const messageText = text(start, oversized ? Math.min(end, start + MAX_COPIED_VALUE_BYTES) : end);
     const result = oversized ? tooLarge() : parseRequestEventText(messageText, storable);
     start = end;
     if (!result.ok) {
@@ -102,6 +108,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
 
 /** Whether the key bytes [start, end) are `apiKeyId` in UTF-8: byte for byte when ASCII (nearly always), else decoded. */
 function isKeyedBy(keys: Uint8Array, start: number, end: number, apiKeyId: string): boolean {
+  if (end - start > 4 * apiKeyId.length) return false;
   if (end - start === apiKeyId.length) {
     let i = 0;
     while (i < apiKeyId.length && keys[start + i]! < 0x80 && keys[start + i] === apiKeyId.charCodeAt(i)) i++;

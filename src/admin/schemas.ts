@@ -82,7 +82,9 @@ export const limitParam = z
   .optional()
   .describe(`page size, 1..200 (default ${DEFAULT_PAGE_SIZE})`);
 
-const merchantIdParam = identifier.optional().describe('operators only: the merchant to act on');
+/** A merchant an operator names, which may be stored (as a webhook endpoint's): never with a secret in it. */
+export const namedMerchantId = identifier.refine((merchantId) => !containsSecret(merchantId), CARRIES_SECRET);
+const merchantIdParam = namedMerchantId.optional().describe('operators only: the merchant to act on');
 
 /**
  * from must not be after to. Zod runs an object's refinements even when a field failed, and then

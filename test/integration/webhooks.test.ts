@@ -245,6 +245,10 @@ describe('critical-alert webhooks', () => {
     const noMerchant = await call('PUT', '/webhook', 'operator', { merchantId: 'm_ops', body: { url } });
     expect(noMerchant.status).toBe(400);
     expect(noMerchant.json).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path: ['query', 'merchantId'] }] });
+    // The merchant named is stored with the endpoint: one that carries a secret is refused.
+    const secretMerchant = await call('PUT', '/webhook?merchantId=m_sk_live_MSECRET1', 'operator', { merchantId: 'm_ops', body: { url } });
+    expect(secretMerchant.status).toBe(400);
+    expect(secretMerchant.json).toMatchObject({ code: 'VALIDATION_ERROR', details: [{ path: ['query', 'merchantId'] }] });
     expect((await call('GET', `/webhook?merchantId=${merchantA}`, 'operator', { merchantId: 'm_ops' })).json.data.url).toBe(url);
 
     // Delete, then nothing is registered.
@@ -295,6 +299,7 @@ describe('critical-alert webhooks', () => {
       [{ url: `${receiver.origin}/x`, secret: 'mine' }, ['body', 'secret']],
       // It would be stored, shown and recorded with every delivery.
       [{ url: `${receiver.origin}/hook?token=sk_live_URLSECRET123` }, ['body', 'url']],
+      [{ url: `${receiver.origin}/hook?token=s\tk_live_URLSECRET123` }, ['body', 'url']], // the tab goes as it is parsed
     ];
     for (const [body, path] of cases) {
       const response = await call('PUT', '/webhook', 'admin', { body });

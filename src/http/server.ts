@@ -130,16 +130,17 @@ function answerNotFound(_request: FastifyRequest, reply: FastifyReply): void {
  */
 const lastAnswered = new WeakMap<Socket, IncomingMessage>();
 
-/**
- * A request Node's HTTP parser refuses before any route sees it (malformed request line or headers,
- * headers or URL over the size limit, a request too slow to arrive): answered in Format A, as every
- * other error, and the connection closed (what follows on it cannot be trusted).
- */
+/** A request with an Expect header other than 100-continue, which Node leaves to the server: 417 in Format A. */
 function answerUnmetExpectation(_request: IncomingMessage, response: ServerResponse): void {
   const body = JSON.stringify(renderError(new HttpError(417, 'EXPECTATION_FAILED', 'The only Expect header taken is 100-continue')));
   response.writeHead(417, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body);
 }
 
+/**
+ * A request Node's HTTP parser refuses before any route sees it (malformed request line or headers,
+ * headers or URL over the size limit, a request too slow to arrive): answered in Format A, as every
+ * other error, and the connection closed (what follows on it cannot be trusted).
+ */
 function answerClientError(error: Error & { code?: string }, socket: Socket): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
   const answered = lastAnswered.get(socket);

@@ -278,6 +278,31 @@ describe('AlertManager and requests answered 401', () => {
     advance(1_000);
     expect(alerts.apply('m_1', bot, seen('critical', null, T0 + 3_000)).alert).toMatchObject({ recommendedAction: 'block' });
   });
+
+  it('keeps when the holders last earned the action (actionSeenAt), which a stranger\'s repeat does not move', () => {
+    const { alerts, advance } = manager();
+    const iso = (ms: number) => new Date(ms).toISOString();
+    expect(alerts.apply('m_1', bot, seen('high', 'high')).alert).toMatchObject({ lastSeenAt: iso(T0), actionSeenAt: iso(T0) });
+    advance(600_000);
+    // Strangers' 401s go on: the alert is seen, its action is not earned again.
+    expect(alerts.apply('m_1', bot, seen('high', null, T0 + 600_000)).alert).toMatchObject({ lastSeenAt: iso(T0 + 600_000), actionSeenAt: iso(T0) });
+    advance(600_000);
+    expect(alerts.apply('m_1', bot, seen('high', 'high', T0 + 1_200_000)).alert).toMatchObject({ lastSeenAt: iso(T0 + 1_200_000), actionSeenAt: iso(T0 + 1_200_000) });
+    // An alert strangers opened has none until the holders earn one.
+    expect(alerts.apply('m_2', bot, seen('critical', null, T0 + 1_200_000)).alert!.actionSeenAt).toBeUndefined();
+    // An alert whose rule does not act on the key at this severity has none either.
+    expect(alerts.apply('m_3', bot, seen('medium', 'medium', T0 + 1_200_000)).alert!.actionSeenAt).toBeUndefined();
+  });
+
+  it('forgets the earlier episode\'s actionSeenAt when a resolved alert is reopened by a stranger\'s requests', () => {
+    const { alerts, advance } = manager();
+    const earned = alerts.apply('m_1', bot, seen('high', 'high')).alert!;
+    admin(alerts, earned, ['acknowledged', 'resolved'], T0 + 60_000);
+    advance(120_000);
+    const reopened = alerts.apply('m_1', bot, seen('high', null, T0 + 120_000));
+    expect(reopened).toMatchObject({ change: 'reopened', alert: { recommendedAction: 'investigate' } });
+    expect(reopened.alert!.actionSeenAt).toBeUndefined();
+  });
 });
 
 describe('AlertManager over days', () => {

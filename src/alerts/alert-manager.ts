@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { KEY_ACTIONS, type AnomalyType, type Finding, type RecommendedAction, type Severity } from '../detect/types.ts';
-import { episode, higherSeverity, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, sprayKeptOver, strongerAction, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
+import { episode, higherSeverity, laterTime, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, sprayKeptOver, strongerAction, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
 import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
@@ -268,6 +268,8 @@ export class AlertManager {
         evidence: describes ? finding.evidence : existing.evidence,
         ruleVersion: rule.version,
         lastSeenAt: new Date(Math.max(Date.parse(existing.lastSeenAt), finding.lastSeenAt)).toISOString(),
+        // Only the holders' own requests keep the key throttled or blocked (decisions.ts).
+        actionSeenAt: KEY_ACTIONS.has(findingAction) ? laterTime(existing.actionSeenAt, new Date(finding.lastSeenAt).toISOString()) : existing.actionSeenAt,
         // A sighting, or the same judged more severe; a better description of what was seen is not one.
         occurrences: existing.occurrences + (later || escalated ? 1 : 0),
         // Forward only, as an admin's change (changeStatus): this copy is newer than the one it was made
@@ -371,6 +373,8 @@ function describedBy(rule: RuleInfo, finding: Finding) {
     ruleVersion: rule.version,
     firstSeenAt: new Date(finding.firstSeenAt).toISOString(),
     lastSeenAt: new Date(finding.lastSeenAt).toISOString(),
+    // Set, or cleared (a reopened alert's earlier episode earned nothing now).
+    actionSeenAt: KEY_ACTIONS.has(action) ? new Date(finding.lastSeenAt).toISOString() : undefined,
   } satisfies Partial<Alert>;
 }
 

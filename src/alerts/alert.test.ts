@@ -235,6 +235,18 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
     expect(mergeDetection(byStrangers, throttled)).toMatchObject({ severity: 'critical', recommendedAction: 'rate_limit' });
   });
 
+  it('keeps the later time the key\'s holders earned the action (actionSeenAt), whichever copy describes the alert', () => {
+    const earnedEarly: Alert = { ...high, recommendedAction: 'rate_limit', actionSeenAt: '2026-11-20T12:01:00.000Z' };
+    const earnedLater: Alert = { ...high, recommendedAction: 'rate_limit', actionSeenAt: '2026-11-20T12:04:00.000Z' };
+    const byStrangers: Alert = { ...escalated, recommendedAction: 'investigate' };
+    expect(mergeDetection(earnedEarly, earnedLater).actionSeenAt).toBe('2026-11-20T12:04:00.000Z');
+    expect(mergeDetection(earnedLater, earnedEarly).actionSeenAt).toBe('2026-11-20T12:04:00.000Z');
+    // The stranger-raised copy describes the alert; the holders' time stays, in either order.
+    expect(mergeDetection(earnedEarly, byStrangers)).toMatchObject({ severity: 'critical', actionSeenAt: '2026-11-20T12:01:00.000Z' });
+    expect(mergeDetection(byStrangers, earnedEarly)).toMatchObject({ severity: 'critical', actionSeenAt: '2026-11-20T12:01:00.000Z' });
+    expect('actionSeenAt' in mergeDetection({ ...high, occurrences: 9 }, byStrangers)).toBe(false);
+  });
+
   it('keeps the risk score in the band of the severity kept', () => {
     // A high copy's score at the top of its band never carries over to a critical one, nor the reverse.
     const strongHigh: Alert = { ...high, riskScore: 0.899, occurrences: 9 };

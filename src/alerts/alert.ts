@@ -38,6 +38,15 @@ export interface Alert {
   ruleVersion: string;
   firstSeenAt: string;
   lastSeenAt: string;
+  /**
+   * When the key's holders were last seen doing what the alert's action answers: the end of the
+   * latest finding whose own action (recommendedActionFor: without the requests answered 401, which
+   * anyone who knows the key's id can cause) throttles or blocks. An enforcement decision lasts its
+   * TTL from then (decisions.ts), so strangers' 401s keep the alert seen but do not keep its key
+   * throttled or blocked. Absent while none came (and in alerts stored before it was kept: then
+   * lastSeenAt serves). Not part of the wire format.
+   */
+  actionSeenAt?: string;
   occurrences: number;
   createdAt: string;
   updatedAt: string;
@@ -183,7 +192,7 @@ export function duplicateResolution(alert: Alert, kept: Alert, now: number): Ale
  */
 export function withDuplicateFindings(kept: Alert, duplicate: Alert, now: number): Alert {
   if (!(kept.status === 'open' || kept.status === 'acknowledged') || episode(kept) > 0) return kept;
-  const asKept: Alert = { ...kept, ...detectionOf(duplicate), riskScore: duplicate.riskScore, lastSeenAt: kept.lastSeenAt };
+  const asKept: Alert = { ...kept, ...detectionOf(duplicate), riskScore: duplicate.riskScore, lastSeenAt: kept.lastSeenAt, actionSeenAt: kept.actionSeenAt };
   const merged = mergeDetection(kept, asKept);
   return { ...merged, occurrences: kept.occurrences + duplicate.occurrences, updatedAt: stampAfter(kept.updatedAt, now) };
 }
@@ -276,7 +285,7 @@ export function episode(alert: Alert): number {
  * is written back over: the higher severity with what describes it (title, summary, evidence,
  * recommendedAction, ruleVersion, insights; of two copies of one severity, the one seen later, or
  * for credential stuffing the one sprayKeptOver keeps), its highest riskScore (scores band by
- * severity, so the score always fits the severity kept), the latest lastSeenAt, the most occurrences (increments counted on two replicas at once cannot be
+ * severity, so the score always fits the severity kept), the latest lastSeenAt and actionSeenAt, the most occurrences (increments counted on two replicas at once cannot be
  * told apart, so they are not summed: the count never goes back, and may miss some) and the
  * earliest firstSeenAt. A copy of a later episode gives all of its detection fields; one of an
  * earlier episode, none (what was resolved does not come back). updatedAt is the later one's.
@@ -291,6 +300,7 @@ export function mergeDetection(ours: Alert, theirs: Alert): Alert {
   if (!changed) return ours;
   const merged: Alert = { ...ours, ...detection, updatedAt: ours.updatedAt > theirs.updatedAt ? ours.updatedAt : theirs.updatedAt };
   if (detection.aiInsights === undefined) delete merged.aiInsights;
+  if (detection.actionSeenAt === undefined) delete merged.actionSeenAt;
   return merged;
 }
 
@@ -306,6 +316,7 @@ function detectionOf(alert: Alert) {
     aiInsights: alert.aiInsights,
     firstSeenAt: alert.firstSeenAt,
     lastSeenAt: alert.lastSeenAt,
+    actionSeenAt: alert.actionSeenAt,
     occurrences: alert.occurrences,
   };
 }
@@ -332,8 +343,14 @@ function mergedDetection(ours: Alert, theirs: Alert) {
     riskScore,
     firstSeenAt: ours.firstSeenAt < theirs.firstSeenAt ? ours.firstSeenAt : theirs.firstSeenAt,
     lastSeenAt: ours.lastSeenAt > theirs.lastSeenAt ? ours.lastSeenAt : theirs.lastSeenAt,
+    actionSeenAt: laterTime(ours.actionSeenAt, theirs.actionSeenAt),
     occurrences: Math.max(ours.occurrences, theirs.occurrences),
   };
+}
+
+/** The later of two ISO times, either of them absent. */
+export function laterTime(a: string | undefined, b: string | undefined): string | undefined {
+  return a === undefined ? b : b === undefined || a >= b ? a : b;
 }
 
 /** Of two copies of one severity, the one whose description is kept (sprayKeptOver), else the one seen later. */
@@ -368,10 +385,10 @@ function compareEntries(a: HistoryEntry, b: HistoryEntry): number {
   return x < y ? -1 : x > y ? 1 : 0;
 }
 
-/** The alert as the wire format of contracts section 2 has it (the dedup scope is internal). */
-export type WireAlert = Omit<Alert, 'scope'>;
+/** The alert as the wire format of contracts section 2 has it (the dedup scope and actionSeenAt are internal). */
+export type WireAlert = Omit<Alert, 'scope' | 'actionSeenAt'>;
 
 export function toWireAlert(alert: Alert): WireAlert {
-  const { scope: _scope, ...wire } = alert;
+  const { scope: _scope, actionSeenAt: _actionSeenAt, ...wire } = alert;
   return wire;
 }

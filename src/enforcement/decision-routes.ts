@@ -93,7 +93,7 @@ const adminDecisionView = z.object({
   action: z.enum(ENFORCEMENT_ACTIONS),
   reason: z.string().describe('the alert behind it: type, severity, risk and title'),
   alertId: z.uuid().describe('resolve or dismiss this alert to end the decision'),
-  expiresAt: z.string().describe('when the decision lapses unless the alert is seen again'),
+  expiresAt: z.string().describe('when the decision lapses unless the key holders earn its action again'),
 });
 
 const adminEnforcementView = z.object({

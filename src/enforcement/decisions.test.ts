@@ -68,6 +68,10 @@ describe('decisionFor', () => {
     const lastSeenAt = (ms: number) => alert({ lastSeenAt: new Date(ms).toISOString() });
     expect(decisionFor(lastSeenAt(NOW - 60 * MINUTE + 1), POLICY, NO_ALLOWLISTS, NOW)).toBeDefined();
     expect(decisionFor(lastSeenAt(NOW - 60 * MINUTE), POLICY, NO_ALLOWLISTS, NOW)).toBeUndefined();
+    // Counted from when the key's holders last earned the action, when known: strangers' 401s since do not extend it.
+    const earnedAt = (ms: number) => alert({ lastSeenAt: new Date(NOW).toISOString(), actionSeenAt: new Date(ms).toISOString() });
+    expect(decisionFor(earnedAt(NOW - 60 * MINUTE + 1), POLICY, NO_ALLOWLISTS, NOW)?.expiresAt).toBe(new Date(NOW + 1).toISOString());
+    expect(decisionFor(earnedAt(NOW - 60 * MINUTE), POLICY, NO_ALLOWLISTS, NOW)).toBeUndefined();
   });
 
   it('never enforces an allowlisted key (global or the merchant\'s), and carries the merchant\'s allowlisted IPs', () => {

@@ -3,9 +3,11 @@
  * the allowlists and the time in; the decisions out.
  *
  * - Only a live alert decides: open or acknowledged (an admin looking into it does not lift it),
- *   about a key, and seen within the policy's TTL: the decision expires `ttlMs` after the alert's
- *   last evidence, so an attack that stops is let through again without anyone's action, and one
- *   that goes on keeps extending it. Resolving or dismissing the alert ends it at once.
+ *   about a key, and seen within the policy's TTL: the decision expires `ttlMs` after the key's
+ *   holders were last seen doing what the action answers (Alert.actionSeenAt; lastSeenAt in alerts
+ *   that predate it), so an attack that stops is let through again without anyone's action, one that
+ *   goes on keeps extending it, and strangers' requests answered 401 do not. Resolving or
+ *   dismissing the alert ends it at once.
  * - `rate_limit` throttles. `block` blocks only a critical alert whose risk score is at least
  *   `blockMinRisk`; below that it throttles (the softer of the two, as the rule asked for more).
  *   `monitor` and `investigate` enforce nothing.
@@ -40,18 +42,18 @@ export interface EnforcementDecision {
 export interface EnforcementPolicy {
   /** ENFORCEMENT_BLOCK_MIN_RISK: the lowest risk score of a critical alert that blocks. */
   blockMinRisk: number;
-  /** ENFORCEMENT_TTL_MINUTES: how long after the alert's last evidence its decision lasts. */
+  /** ENFORCEMENT_TTL_MINUTES: how long after the key holders' last evidence (Alert.actionSeenAt) its decision lasts. */
   ttlMs: number;
 }
 
 /** What a decision is derived from: an alert's fields that enforcement reads (AlertStore.enforceable). */
-export type EnforceableAlert = Pick<Alert, 'id' | 'merchantId' | 'apiKeyId' | 'type' | 'severity' | 'riskScore' | 'recommendedAction' | 'status' | 'title' | 'lastSeenAt'>;
+export type EnforceableAlert = Pick<Alert, 'id' | 'merchantId' | 'apiKeyId' | 'type' | 'severity' | 'riskScore' | 'recommendedAction' | 'status' | 'title' | 'lastSeenAt' | 'actionSeenAt'>;
 
 /** The alert's decision at `now`, or undefined when it enforces nothing. */
 export function decisionFor(alert: EnforceableAlert, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision | undefined {
   if (alert.status !== 'open' && alert.status !== 'acknowledged') return undefined;
   if (alert.apiKeyId === null || config.isKeyAllowlisted(alert.merchantId, alert.apiKeyId)) return undefined;
-  const expiresAt = Date.parse(alert.lastSeenAt) + policy.ttlMs;
+  const expiresAt = Date.parse(alert.actionSeenAt ?? alert.lastSeenAt) + policy.ttlMs;
   if (!(expiresAt > now)) return undefined;
   const action = actionFor(alert, policy);
   if (action === undefined) return undefined;

@@ -292,6 +292,24 @@ describe('AlertManager and requests answered 401', () => {
     expect(alerts.apply('m_2', bot, seen('critical', null, T0 + 1_200_000)).alert!.actionSeenAt).toBeUndefined();
     // An alert whose rule does not act on the key at this severity has none either.
     expect(alerts.apply('m_3', bot, seen('medium', 'medium', T0 + 1_200_000)).alert!.actionSeenAt).toBeUndefined();
+    // The holders' own requests end before the 401s after them (Finding.keyHolderLastSeenAt): those extend nothing.
+    advance(600_000);
+    const late401s = { ...seen('high', 'high', T0 + 1_800_000), keyHolderLastSeenAt: T0 + 1_500_000 };
+    expect(alerts.apply('m_1', bot, late401s).alert).toMatchObject({ lastSeenAt: iso(T0 + 1_800_000), actionSeenAt: iso(T0 + 1_500_000) });
+  });
+
+  it('holds an alert stored before actionSeenAt was kept, acting on the key, to its lastSeenAt as stored: strangers move only that', () => {
+    const { alerts, advance } = manager();
+    const iso = (ms: number) => new Date(ms).toISOString();
+    const { actionSeenAt: _none, ...stored } = alerts.apply('m_1', bot, seen('high', 'high')).alert!;
+    const { alerts: restarted } = manager();
+    restarted.load([stored]);
+    advance(600_000);
+    expect(restarted.apply('m_1', bot, seen('high', null, T0 + 600_000)).alert).toMatchObject({ lastSeenAt: iso(T0 + 600_000), actionSeenAt: iso(T0) });
+    // One that acts on nothing gets none from its lastSeenAt.
+    const { actionSeenAt: _neither, ...looked } = alerts.apply('m_2', bot, seen('medium', 'medium')).alert!;
+    restarted.load([looked]);
+    expect(restarted.apply('m_2', bot, seen('medium', null, T0 + 600_000)).alert!.actionSeenAt).toBeUndefined();
   });
 
   it('forgets the earlier episode\'s actionSeenAt when a resolved alert is reopened by a stranger\'s requests', () => {

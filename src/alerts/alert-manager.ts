@@ -269,7 +269,7 @@ export class AlertManager {
         ruleVersion: rule.version,
         lastSeenAt: new Date(Math.max(Date.parse(existing.lastSeenAt), finding.lastSeenAt)).toISOString(),
         // Only the holders' own requests keep the key throttled or blocked (decisions.ts).
-        actionSeenAt: KEY_ACTIONS.has(findingAction) ? laterTime(existing.actionSeenAt, new Date(finding.lastSeenAt).toISOString()) : existing.actionSeenAt,
+        actionSeenAt: KEY_ACTIONS.has(findingAction) ? laterTime(earnedBefore(existing), holdersSeenAt(finding)) : earnedBefore(existing),
         // A sighting, or the same judged more severe; a better description of what was seen is not one.
         occurrences: existing.occurrences + (later || escalated ? 1 : 0),
         // Forward only, as an admin's change (changeStatus): this copy is newer than the one it was made
@@ -360,6 +360,19 @@ function withoutActionNote(summary: string): string {
   return at < 0 ? summary : summary.slice(0, at);
 }
 
+/** When the finding's requests that passed authentication end (the 401s after them extend nothing). */
+function holdersSeenAt(finding: Finding): string {
+  return new Date(finding.keyHolderLastSeenAt ?? finding.lastSeenAt).toISOString();
+}
+
+/**
+ * When the alert's holders last earned its action: an alert stored before that was kept, acting on
+ * the key, has its lastSeenAt as it was stored (from then on, only the holders move it).
+ */
+function earnedBefore(alert: Alert): string | undefined {
+  return alert.actionSeenAt ?? (KEY_ACTIONS.has(alert.recommendedAction) ? alert.lastSeenAt : undefined);
+}
+
 /** What an alert made from this finding alone says: severity, risk, action, texts, evidence and span. */
 function describedBy(rule: RuleInfo, finding: Finding) {
   const action = recommendedActionFor(rule, finding);
@@ -374,7 +387,7 @@ function describedBy(rule: RuleInfo, finding: Finding) {
     firstSeenAt: new Date(finding.firstSeenAt).toISOString(),
     lastSeenAt: new Date(finding.lastSeenAt).toISOString(),
     // Set, or cleared (a reopened alert's earlier episode earned nothing now).
-    actionSeenAt: KEY_ACTIONS.has(action) ? new Date(finding.lastSeenAt).toISOString() : undefined,
+    actionSeenAt: KEY_ACTIONS.has(action) ? holdersSeenAt(finding) : undefined,
   } satisfies Partial<Alert>;
 }
 

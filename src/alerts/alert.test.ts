@@ -247,6 +247,17 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
     expect('actionSeenAt' in mergeDetection({ ...high, occurrences: 9 }, byStrangers)).toBe(false);
   });
 
+  it('gives the alert kept for a pattern the later time its duplicate\'s holders earned the action, within the kept alert\'s span', () => {
+    // Strangers opened the alert kept (investigate); the key's holders opened the duplicate (rate_limit).
+    const byStrangers: Alert = { ...high, id: 'kept', recommendedAction: 'investigate', lastSeenAt: '2026-11-20T12:10:00.000Z' };
+    const earned: Alert = { ...high, id: 'dup', recommendedAction: 'rate_limit', lastSeenAt: '2026-11-20T12:06:00.000Z', actionSeenAt: '2026-11-20T12:06:00.000Z' };
+    const now = Date.parse('2026-11-20T12:11:00.000Z');
+    expect(withDuplicateFindings(byStrangers, earned, now)).toMatchObject({ recommendedAction: 'rate_limit', actionSeenAt: '2026-11-20T12:06:00.000Z', lastSeenAt: '2026-11-20T12:10:00.000Z' });
+    // Never past the kept alert's lastSeenAt, which enforcement reads alerts by.
+    const earnedLater: Alert = { ...earned, lastSeenAt: '2026-11-20T12:12:00.000Z', actionSeenAt: '2026-11-20T12:12:00.000Z' };
+    expect(withDuplicateFindings(byStrangers, earnedLater, now).actionSeenAt).toBe('2026-11-20T12:10:00.000Z');
+  });
+
   it('keeps the risk score in the band of the severity kept', () => {
     // A high copy's score at the top of its band never carries over to a critical one, nor the reverse.
     const strongHigh: Alert = { ...high, riskScore: 0.899, occurrences: 9 };

@@ -192,7 +192,10 @@ export function duplicateResolution(alert: Alert, kept: Alert, now: number): Ale
  */
 export function withDuplicateFindings(kept: Alert, duplicate: Alert, now: number): Alert {
   if (!(kept.status === 'open' || kept.status === 'acknowledged') || episode(kept) > 0) return kept;
-  const asKept: Alert = { ...kept, ...detectionOf(duplicate), riskScore: duplicate.riskScore, lastSeenAt: kept.lastSeenAt, actionSeenAt: kept.actionSeenAt };
+  // The holders' later time, within the kept alert's span: enforcement reads alerts seen within its TTL by lastSeenAt.
+  const holdersSeen = laterTime(kept.actionSeenAt, duplicate.actionSeenAt);
+  const actionSeenAt = holdersSeen !== undefined && holdersSeen > kept.lastSeenAt ? kept.lastSeenAt : holdersSeen;
+  const asKept: Alert = { ...kept, ...detectionOf(duplicate), riskScore: duplicate.riskScore, lastSeenAt: kept.lastSeenAt, actionSeenAt };
   const merged = mergeDetection(kept, asKept);
   return { ...merged, occurrences: kept.occurrences + duplicate.occurrences, updatedAt: stampAfter(kept.updatedAt, now) };
 }

@@ -691,11 +691,13 @@ describe('DetectionEngine with the rules of rules/', () => {
       Array.from({ length: perMinute * minutes }, (_, i) =>
         event(0, { eventId: `${name}_${i}`, merchantId: 'm_9', apiKeyId: 'pk_live_v', timestamp: T0 - minutes * MINUTE + Math.floor((i * MINUTE) / perMinute), ...overrides }),
       );
-    const judged = (events: RequestEvent[], rule: string, detection = engineWith([...RULES])) =>
+    const judgedFindings = (events: RequestEvent[], rule: string, detection = engineWith([...RULES])) =>
       detection
         .process(events.sort((a, b) => a.timestamp - b.timestamp), T0)
         .filter((found) => found.ruleId === rule)
-        .map(({ finding }) => ({ severity: finding.severity, keyHolderSeverity: finding.keyHolderSeverity }));
+        .map(({ finding }) => finding);
+    const judged = (events: RequestEvent[], rule: string, detection?: DetectionEngine) =>
+      judgedFindings(events, rule, detection).map((finding) => ({ severity: finding.severity, keyHolderSeverity: finding.keyHolderSeverity }));
 
     it('gives a finding the severity of the requests that passed authentication alone, null when they show nothing', () => {
       const sqlmap = 'sqlmap/1.8.4#stable (https://sqlmap.org)';
@@ -708,6 +710,18 @@ describe('DetectionEngine with the rules of rules/', () => {
       expect(judged([...requests('thief', 300, 4, { status: 201, ip: '100.1.9.9' }), ...requests('guess', 5, 4, { status: 401, ip: '100.2.9.9' })], 'velocity_attack')).toEqual([
         { severity: 'high', keyHolderSeverity: 'high' },
       ]);
+    });
+
+    it('says when the holders\' own requests end, which 401s after them do not move', () => {
+      // The thief's sqlmap request passed authentication 5 minutes before T0; a stranger's sqlmap, answered 401, goes on up to T0.
+      const sqlmap = 'sqlmap/1.8.4#stable (https://sqlmap.org)';
+      const thief = requests('thief', 1, 5, { userAgent: sqlmap, status: 201, ip: '100.1.9.9' }).slice(0, 1);
+      const [found] = judgedFindings([...thief, ...requests('guess', 2, 4, { userAgent: sqlmap, status: 401, ip: '100.2.9.9' })], 'bot_traffic');
+      expect(found).toMatchObject({ severity: 'critical', keyHolderSeverity: 'critical', keyHolderLastSeenAt: T0 - 5 * MINUTE });
+      expect(found!.lastSeenAt).toBeGreaterThan(T0 - MINUTE);
+      // No holders' finding, no time.
+      const [refused] = judgedFindings(requests('tool', 1, 1, { userAgent: sqlmap, status: 401, ip: '100.0.9.9' }), 'bot_traffic');
+      expect(refused).not.toHaveProperty('keyHolderLastSeenAt');
     });
 
     it('leaves out the 401s the per-key cap dropped, counted by minute', () => {

@@ -1005,7 +1005,10 @@ export class DetectionEngine {
       }
     }
     for (const finding of findings) {
-      if (actsOnKey(finding)) finding.keyHolderSeverity = holderFindings.find((holder) => holder.scope === finding.scope)?.severity ?? null;
+      if (!actsOnKey(finding)) continue;
+      const holders = holderFindings.find((holder) => holder.scope === finding.scope);
+      finding.keyHolderSeverity = holders?.severity ?? null;
+      if (holders !== undefined) finding.keyHolderLastSeenAt = holders.lastSeenAt;
     }
   }
 

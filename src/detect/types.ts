@@ -166,6 +166,11 @@ export interface Finding {
    * passed authentication go (alert-manager.ts, recommendedActionFor). Undefined: no 401 in the window.
    */
   keyHolderSeverity?: Severity | null;
+  /**
+   * Set with a keyHolderSeverity that is a severity: the end of the holders' own finding (epoch ms),
+   * which the later 401s in the window do not move. What keeps a throttle or block going (Alert.actionSeenAt).
+   */
+  keyHolderLastSeenAt?: number;
 }
 
 /**

@@ -478,8 +478,9 @@ export class AlertService {
 
   /**
    * Our copies, each with its stored copy merged in (AlertManager.merge: lifecycle and detection
-   * fields, see the contract above), and the versions of those stored copies, which the write
-   * replaces (AlertStore.save's `over`).
+   * fields, see the contract above), the versions of those stored copies, which the write replaces
+   * (AlertStore.save's `over`), and the ids of those stored critical and open or acknowledged (their
+   * writer told on-call: see announce).
    */
   private async withStoredLifecycle(batch: readonly Alert[]): Promise<{ merged: Alert[]; over: Map<string, number>; storedCritical: Set<string> }> {
     const stored = new Map((await this.store.getMany(batch.map((alert) => alert.id))).map((theirs) => [theirs.alert.id, theirs]));

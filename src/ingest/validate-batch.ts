@@ -57,10 +57,11 @@ const decoder = new TextDecoder();
 
 /**
  * A value longer than an event may be (MAX_EVENT_BYTES) is too large whatever its bytes: it is copied
- * for analysis cut to this many bytes (analysis-thread.ts), and only they are read and dead-lettered. Decoded whole, a value that a
- * compressed batch expanded to hundreds of MiB would be a string over V8's limit (about 512 Mi
- * characters), and the throw would stop the worker on every start. Cut to this, it still holds more
- * characters than a dead letter keeps (MAX_DEAD_LETTER_PAYLOAD, 16 Ki), so the letter says it was cut.
+ * for analysis cut to this many bytes (analysis-thread.ts), and only they are read and dead-lettered.
+ * Decoded whole, a value that a compressed batch expanded to hundreds of MiB would be a string over
+ * V8's limit (about 512 Mi characters), and the throw would stop the worker on every start. Cut to
+ * this, it still holds more characters than a dead letter keeps (MAX_DEAD_LETTER_PAYLOAD, 16 Ki), so
+ * the letter says it was cut.
  */
 export const MAX_COPIED_VALUE_BYTES = MAX_EVENT_BYTES + 4;
 

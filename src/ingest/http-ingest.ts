@@ -452,11 +452,18 @@ function readAsJsonWhenItIs(text: string): unknown {
 
 /** The object the text is, or undefined when it is not one JSON object (NDJSON fails at its second line's start, so this is cheap). */
 function parsedObject(text: string): object | undefined {
+  const value = parsedJson(text);
+  return value !== null && typeof value === 'object' && !Array.isArray(value) ? value : undefined;
+}
+
+const NOT_JSON = Symbol('not JSON');
+
+/** The value the text is as JSON, or NOT_JSON. */
+function parsedJson(text: string): unknown {
   try {
-    const value: unknown = JSON.parse(text);
-    return value !== null && typeof value === 'object' && !Array.isArray(value) ? value : undefined;
+    return JSON.parse(text) as unknown;
   } catch {
-    return undefined;
+    return NOT_JSON;
   }
 }
 
@@ -481,18 +488,9 @@ function parseJsonArray(text: string): unknown {
     return JSON.parse(text);
   } catch {
     const lineEnd = text.indexOf('\n');
-    if (lineEnd > 0 && text.slice(lineEnd).trim().length > 0 && isJson(text.slice(0, lineEnd))) return undefined;
+    if (lineEnd > 0 && text.slice(lineEnd).trim().length > 0 && parsedJson(text.slice(0, lineEnd)) !== NOT_JSON) return undefined;
     // Never quote the input: it may hold a secret (see request-event.ts).
     throw validationError([{ path: ['body'], message: 'body starts as a JSON array but is not valid JSON' }]);
-  }
-}
-
-function isJson(text: string): boolean {
-  try {
-    JSON.parse(text);
-    return true;
-  } catch {
-    return false;
   }
 }
 

@@ -298,6 +298,27 @@ describe('AlertManager and requests answered 401', () => {
     expect(alerts.apply('m_1', bot, late401s).alert).toMatchObject({ lastSeenAt: iso(T0 + 1_800_000), actionSeenAt: iso(T0 + 1_500_000) });
   });
 
+  it('keeps when the holders last earned a block (blockSeenAt): their later requests that earn only a throttle do not move it', () => {
+    const { alerts, advance } = manager();
+    const iso = (ms: number) => new Date(ms).toISOString();
+    expect(alerts.apply('m_1', bot, seen('critical', 'critical')).alert).toMatchObject({ recommendedAction: 'block', actionSeenAt: iso(T0), blockSeenAt: iso(T0) });
+    advance(600_000);
+    // The holders go on at a throttle's worth: the alert still recommends block, and its block was earned at T0.
+    expect(alerts.apply('m_1', bot, seen('critical', 'high', T0 + 600_000)).alert).toMatchObject({ recommendedAction: 'block', actionSeenAt: iso(T0 + 600_000), blockSeenAt: iso(T0) });
+    advance(600_000);
+    expect(alerts.apply('m_1', bot, seen('critical', 'critical', T0 + 1_200_000)).alert).toMatchObject({ blockSeenAt: iso(T0 + 1_200_000) });
+    // A throttle earns none; the holders' own escalation to a block does.
+    expect(alerts.apply('m_2', bot, seen('high', 'high', T0 + 1_200_000)).alert!.blockSeenAt).toBeUndefined();
+    advance(60_000);
+    expect(alerts.apply('m_2', bot, seen('critical', 'critical', T0 + 1_260_000)).alert).toMatchObject({ recommendedAction: 'block', blockSeenAt: iso(T0 + 1_260_000) });
+    // An alert stored before blockSeenAt was kept, recommending block, was earned when its action last was.
+    const { blockSeenAt: _none, ...stored } = alerts.apply('m_3', bot, seen('critical', 'critical', T0 + 1_260_000)).alert!;
+    const { alerts: restarted } = manager();
+    restarted.load([stored]);
+    advance(60_000);
+    expect(restarted.apply('m_3', bot, seen('critical', 'high', T0 + 1_320_000)).alert).toMatchObject({ actionSeenAt: iso(T0 + 1_320_000), blockSeenAt: iso(T0 + 1_260_000) });
+  });
+
   it('holds an alert stored before actionSeenAt was kept, acting on the key, to its lastSeenAt as stored: strangers move only that', () => {
     const { alerts, advance } = manager();
     const iso = (ms: number) => new Date(ms).toISOString();

@@ -270,6 +270,8 @@ export class AlertManager {
         lastSeenAt: new Date(Math.max(Date.parse(existing.lastSeenAt), finding.lastSeenAt)).toISOString(),
         // Only the holders' own requests keep the key throttled or blocked (decisions.ts).
         actionSeenAt: KEY_ACTIONS.has(findingAction) ? laterTime(earnedBefore(existing), holdersSeenAt(finding)) : earnedBefore(existing),
+        // And only their requests that earn a block keep it a block; the others keep a throttle.
+        blockSeenAt: findingAction === 'block' ? laterTime(blockEarnedBefore(existing), holdersSeenAt(finding)) : blockEarnedBefore(existing),
         // A sighting, or the same judged more severe; a better description of what was seen is not one.
         occurrences: existing.occurrences + (later || escalated ? 1 : 0),
         // Forward only, as an admin's change (changeStatus): this copy is newer than the one it was made
@@ -373,6 +375,11 @@ function earnedBefore(alert: Alert): string | undefined {
   return alert.actionSeenAt ?? (KEY_ACTIONS.has(alert.recommendedAction) ? alert.lastSeenAt : undefined);
 }
 
+/** When the alert's holders last earned a block: as earnedBefore, for an alert that recommends one. */
+function blockEarnedBefore(alert: Alert): string | undefined {
+  return alert.blockSeenAt ?? (alert.recommendedAction === 'block' ? earnedBefore(alert) : undefined);
+}
+
 /** What an alert made from this finding alone says: severity, risk, action, texts, evidence and span. */
 function describedBy(rule: RuleInfo, finding: Finding) {
   const action = recommendedActionFor(rule, finding);
@@ -388,6 +395,7 @@ function describedBy(rule: RuleInfo, finding: Finding) {
     lastSeenAt: new Date(finding.lastSeenAt).toISOString(),
     // Set, or cleared (a reopened alert's earlier episode earned nothing now).
     actionSeenAt: KEY_ACTIONS.has(action) ? holdersSeenAt(finding) : undefined,
+    blockSeenAt: action === 'block' ? holdersSeenAt(finding) : undefined,
   } satisfies Partial<Alert>;
 }
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SEVERITIES } from '../detect/types.ts';
-import { changeStatus, conflictingMove, higherSeverity, isAllowedTransition, isRepeatedChange, mergeCopies, mergeDetection, mergeLifecycle, riskScore, sprayKeptOver, withDuplicateFindings, withoutEntry, type Alert } from './alert.ts';
+import { changeStatus, conflictingMove, higherSeverity, isAllowedTransition, isRepeatedChange, mergeCopies, mergeDetection, mergeLifecycle, riskScore, sprayKeptOver, toWireAlert, withDuplicateFindings, withoutEntry, type Alert } from './alert.ts';
 
 describe('riskScore', () => {
   it.each([
@@ -247,6 +247,17 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
     expect('actionSeenAt' in mergeDetection({ ...high, occurrences: 9 }, byStrangers)).toBe(false);
   });
 
+  it('keeps the later time the key\'s holders earned a block (blockSeenAt), and none when neither copy has one', () => {
+    const blocked: Alert = { ...escalated, recommendedAction: 'block', actionSeenAt: '2026-11-20T12:04:00.000Z', blockSeenAt: '2026-11-20T12:01:00.000Z' };
+    const blockedLater: Alert = { ...blocked, blockSeenAt: '2026-11-20T12:03:00.000Z' };
+    expect(mergeDetection(blocked, blockedLater).blockSeenAt).toBe('2026-11-20T12:03:00.000Z');
+    expect(mergeDetection(blockedLater, blocked).blockSeenAt).toBe('2026-11-20T12:03:00.000Z');
+    const throttled: Alert = { ...high, recommendedAction: 'rate_limit', actionSeenAt: '2026-11-20T12:05:00.000Z', occurrences: 9 };
+    expect(mergeDetection(throttled, blocked)).toMatchObject({ recommendedAction: 'block', actionSeenAt: '2026-11-20T12:05:00.000Z', blockSeenAt: '2026-11-20T12:01:00.000Z' });
+    expect('blockSeenAt' in mergeDetection(throttled, { ...throttled, occurrences: 10 })).toBe(false);
+    expect('blockSeenAt' in toWireAlert(blocked)).toBe(false);
+  });
+
   it('gives the alert kept for a pattern the later time its duplicate\'s holders earned the action, within the kept alert\'s span', () => {
     // Strangers opened the alert kept (investigate); the key's holders opened the duplicate (rate_limit).
     const byStrangers: Alert = { ...high, id: 'kept', recommendedAction: 'investigate', lastSeenAt: '2026-11-20T12:10:00.000Z' };
@@ -256,6 +267,10 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
     // Never past the kept alert's lastSeenAt, which enforcement reads alerts by.
     const earnedLater: Alert = { ...earned, lastSeenAt: '2026-11-20T12:12:00.000Z', actionSeenAt: '2026-11-20T12:12:00.000Z' };
     expect(withDuplicateFindings(byStrangers, earnedLater, now).actionSeenAt).toBe('2026-11-20T12:10:00.000Z');
+    // The same for the time a block was earned.
+    const blocked: Alert = { ...earnedLater, severity: 'critical', riskScore: 0.97, recommendedAction: 'block', blockSeenAt: '2026-11-20T12:11:00.000Z' };
+    expect(withDuplicateFindings(byStrangers, blocked, now)).toMatchObject({ recommendedAction: 'block', blockSeenAt: '2026-11-20T12:10:00.000Z' });
+    expect(withDuplicateFindings(byStrangers, { ...blocked, blockSeenAt: '2026-11-20T12:02:00.000Z' }, now).blockSeenAt).toBe('2026-11-20T12:02:00.000Z');
   });
 
   it('keeps the risk score in the band of the severity kept', () => {

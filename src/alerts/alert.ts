@@ -47,6 +47,13 @@ export interface Alert {
    * lastSeenAt serves). Not part of the wire format.
    */
   actionSeenAt?: string;
+  /**
+   * As actionSeenAt, for a block: the end of the latest finding whose own action blocks. A block
+   * lasts its TTL from then; the holders' later requests that earn only a throttle keep the key
+   * throttled, not blocked (decisions.ts). Absent while none came (and in alerts stored before it was
+   * kept: then actionSeenAt, else lastSeenAt, serves). Not part of the wire format.
+   */
+  blockSeenAt?: string;
   occurrences: number;
   createdAt: string;
   updatedAt: string;
@@ -193,9 +200,10 @@ export function duplicateResolution(alert: Alert, kept: Alert, now: number): Ale
 export function withDuplicateFindings(kept: Alert, duplicate: Alert, now: number): Alert {
   if (!(kept.status === 'open' || kept.status === 'acknowledged') || episode(kept) > 0) return kept;
   // The holders' later time, within the kept alert's span: enforcement reads alerts seen within its TTL by lastSeenAt.
-  const holdersSeen = laterTime(kept.actionSeenAt, duplicate.actionSeenAt);
-  const actionSeenAt = holdersSeen !== undefined && holdersSeen > kept.lastSeenAt ? kept.lastSeenAt : holdersSeen;
-  const asKept: Alert = { ...kept, ...detectionOf(duplicate), riskScore: duplicate.riskScore, lastSeenAt: kept.lastSeenAt, actionSeenAt };
+  const withinSpan = (holdersSeen: string | undefined) => (holdersSeen !== undefined && holdersSeen > kept.lastSeenAt ? kept.lastSeenAt : holdersSeen);
+  const actionSeenAt = withinSpan(laterTime(kept.actionSeenAt, duplicate.actionSeenAt));
+  const blockSeenAt = withinSpan(laterTime(kept.blockSeenAt, duplicate.blockSeenAt));
+  const asKept: Alert = { ...kept, ...detectionOf(duplicate), riskScore: duplicate.riskScore, lastSeenAt: kept.lastSeenAt, actionSeenAt, blockSeenAt };
   const merged = mergeDetection(kept, asKept);
   return { ...merged, occurrences: kept.occurrences + duplicate.occurrences, updatedAt: stampAfter(kept.updatedAt, now) };
 }
@@ -288,7 +296,7 @@ export function episode(alert: Alert): number {
  * is written back over: the higher severity with what describes it (title, summary, evidence,
  * recommendedAction, ruleVersion, insights; of two copies of one severity, the one seen later, or
  * for credential stuffing the one sprayKeptOver keeps), its highest riskScore (scores band by
- * severity, so the score always fits the severity kept), the latest lastSeenAt and actionSeenAt, the most occurrences (increments counted on two replicas at once cannot be
+ * severity, so the score always fits the severity kept), the latest lastSeenAt, actionSeenAt and blockSeenAt, the most occurrences (increments counted on two replicas at once cannot be
  * told apart, so they are not summed: the count never goes back, and may miss some) and the
  * earliest firstSeenAt. A copy of a later episode gives all of its detection fields; one of an
  * earlier episode, none (what was resolved does not come back). updatedAt is the later one's.
@@ -304,6 +312,7 @@ export function mergeDetection(ours: Alert, theirs: Alert): Alert {
   const merged: Alert = { ...ours, ...detection, updatedAt: ours.updatedAt > theirs.updatedAt ? ours.updatedAt : theirs.updatedAt };
   if (detection.aiInsights === undefined) delete merged.aiInsights;
   if (detection.actionSeenAt === undefined) delete merged.actionSeenAt;
+  if (detection.blockSeenAt === undefined) delete merged.blockSeenAt;
   return merged;
 }
 
@@ -320,6 +329,7 @@ function detectionOf(alert: Alert) {
     firstSeenAt: alert.firstSeenAt,
     lastSeenAt: alert.lastSeenAt,
     actionSeenAt: alert.actionSeenAt,
+    blockSeenAt: alert.blockSeenAt,
     occurrences: alert.occurrences,
   };
 }
@@ -347,6 +357,7 @@ function mergedDetection(ours: Alert, theirs: Alert) {
     firstSeenAt: ours.firstSeenAt < theirs.firstSeenAt ? ours.firstSeenAt : theirs.firstSeenAt,
     lastSeenAt: ours.lastSeenAt > theirs.lastSeenAt ? ours.lastSeenAt : theirs.lastSeenAt,
     actionSeenAt: laterTime(ours.actionSeenAt, theirs.actionSeenAt),
+    blockSeenAt: laterTime(ours.blockSeenAt, theirs.blockSeenAt),
     occurrences: Math.max(ours.occurrences, theirs.occurrences),
   };
 }
@@ -388,10 +399,10 @@ function compareEntries(a: HistoryEntry, b: HistoryEntry): number {
   return x < y ? -1 : x > y ? 1 : 0;
 }
 
-/** The alert as the wire format of contracts section 2 has it (the dedup scope and actionSeenAt are internal). */
-export type WireAlert = Omit<Alert, 'scope' | 'actionSeenAt'>;
+/** The alert as the wire format of contracts section 2 has it (the dedup scope, actionSeenAt and blockSeenAt are internal). */
+export type WireAlert = Omit<Alert, 'scope' | 'actionSeenAt' | 'blockSeenAt'>;
 
 export function toWireAlert(alert: Alert): WireAlert {
-  const { scope: _scope, actionSeenAt: _actionSeenAt, ...wire } = alert;
+  const { scope: _scope, actionSeenAt: _actionSeenAt, blockSeenAt: _blockSeenAt, ...wire } = alert;
   return wire;
 }

@@ -74,6 +74,28 @@ describe('decisionFor', () => {
     expect(decisionFor(earnedAt(NOW - 60 * MINUTE), POLICY, NO_ALLOWLISTS, NOW)).toBeUndefined();
   });
 
+  it('blocks until the TTL after the holders last earned a block, then throttles while what they earned since lasts', () => {
+    const iso = (ms: number) => new Date(ms).toISOString();
+    const blocked = (blockSeenAt: number, actionSeenAt: number) =>
+      alert({ severity: 'critical', riskScore: 0.97, recommendedAction: 'block', lastSeenAt: iso(NOW), actionSeenAt: iso(actionSeenAt), blockSeenAt: iso(blockSeenAt) });
+    const later = blocked(NOW - 50 * MINUTE, NOW - 5 * MINUTE);
+    expect(decisionFor(later, POLICY, NO_ALLOWLISTS, NOW)).toMatchObject({ action: 'block', expiresAt: iso(NOW + 10 * MINUTE) });
+    // Both are candidates: when the block lapses between two reads, the throttle takes its place (DecisionSource.current).
+    expect(alertDecisions([later], POLICY, NO_ALLOWLISTS, NOW).map(({ action, expiresAt }) => ({ action, expiresAt }))).toEqual([
+      { action: 'block', expiresAt: iso(NOW + 10 * MINUTE) },
+      { action: 'throttle', expiresAt: iso(NOW + 55 * MINUTE) },
+    ]);
+    const lapsed = decisionFor(blocked(NOW - 60 * MINUTE, NOW - 5 * MINUTE), POLICY, NO_ALLOWLISTS, NOW);
+    expect(lapsed).toMatchObject({ action: 'throttle', expiresAt: iso(NOW + 55 * MINUTE) });
+    expect(lapsed?.reason).toMatch(/\(block last earned at 2026-11-21T11:00:00.000Z; the key's requests that passed authentication since then earn a throttle, so throttled\)$/);
+    // Earned together: one block, nothing after it.
+    expect(alertDecisions([blocked(NOW - 5 * MINUTE, NOW - 5 * MINUTE)], POLICY, NO_ALLOWLISTS, NOW).map((decision) => decision.action)).toEqual(['block']);
+    expect(decisionFor(blocked(NOW - 60 * MINUTE, NOW - 60 * MINUTE), POLICY, NO_ALLOWLISTS, NOW)).toBeUndefined();
+    // An alert stored before blockSeenAt was kept blocks as long as its action was earned.
+    const { blockSeenAt: _none, ...stored } = later;
+    expect(decisionFor(stored, POLICY, NO_ALLOWLISTS, NOW)).toMatchObject({ action: 'block', expiresAt: iso(NOW + 55 * MINUTE) });
+  });
+
   it('never enforces an allowlisted key (global or the merchant\'s), and carries the merchant\'s allowlisted IPs', () => {
     const config = DetectionConfig.parse(
       JSON.stringify({

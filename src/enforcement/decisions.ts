@@ -6,7 +6,9 @@
  *   about a key, and seen within the policy's TTL: the decision expires `ttlMs` after the key's
  *   holders were last seen doing what the action answers (Alert.actionSeenAt; lastSeenAt in alerts
  *   that predate it), so an attack that stops is let through again without anyone's action, one that
- *   goes on keeps extending it, and strangers' requests answered 401 do not. Resolving or
+ *   goes on keeps extending it, and strangers' requests answered 401 do not. A block lasts its TTL
+ *   from the holders' last evidence that earned a block (Alert.blockSeenAt); their later evidence
+ *   that earns only a throttle keeps the key throttled after it, not blocked. Resolving or
  *   dismissing the alert ends it at once.
  * - `rate_limit` throttles. `block` blocks only a critical alert whose risk score is at least
  *   `blockMinRisk`; below that it throttles (the softer of the two, as the rule asked for more).
@@ -47,34 +49,49 @@ export interface EnforcementPolicy {
 }
 
 /** What a decision is derived from: an alert's fields that enforcement reads (AlertStore.enforceable). */
-export type EnforceableAlert = Pick<Alert, 'id' | 'merchantId' | 'apiKeyId' | 'type' | 'severity' | 'riskScore' | 'recommendedAction' | 'status' | 'title' | 'lastSeenAt' | 'actionSeenAt'>;
+export type EnforceableAlert = Pick<Alert, 'id' | 'merchantId' | 'apiKeyId' | 'type' | 'severity' | 'riskScore' | 'recommendedAction' | 'status' | 'title' | 'lastSeenAt' | 'actionSeenAt' | 'blockSeenAt'>;
 
-/** The alert's decision at `now`, or undefined when it enforces nothing. */
+/** The alert's decision at `now`, or undefined when it enforces nothing (the first of decisionsOf). */
 export function decisionFor(alert: EnforceableAlert, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision | undefined {
-  if (alert.status !== 'open' && alert.status !== 'acknowledged') return undefined;
-  if (alert.apiKeyId === null || config.isKeyAllowlisted(alert.merchantId, alert.apiKeyId)) return undefined;
-  const expiresAt = Date.parse(alert.actionSeenAt ?? alert.lastSeenAt) + policy.ttlMs;
-  if (!(expiresAt > now)) return undefined;
+  return decisionsOf(alert, policy, config, now)[0];
+}
+
+/**
+ * The alert's decisions at `now`, the one in force first: a block, then the throttle that follows it
+ * when the holders earned one since (lasting past the block); otherwise its one decision, or none.
+ */
+function decisionsOf(alert: EnforceableAlert, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision[] {
+  if (alert.status !== 'open' && alert.status !== 'acknowledged') return [];
+  const apiKeyId = alert.apiKeyId;
+  if (apiKeyId === null || config.isKeyAllowlisted(alert.merchantId, apiKeyId)) return [];
   const action = actionFor(alert, policy);
-  if (action === undefined) return undefined;
-  return {
-    apiKeyId: alert.apiKeyId,
+  if (action === undefined) return [];
+  const decision = (action: EnforcementAction, expiresAt: number, reason: string): EnforcementDecision => ({
+    apiKeyId,
     merchantId: alert.merchantId,
     action,
-    reason: reasonFor(alert, action),
+    reason,
     alertId: alert.id,
     expiresAt: new Date(expiresAt).toISOString(),
     exemptIps: config.allowlistedIps(alert.merchantId),
-  };
+  });
+  const actionSeenAt = alert.actionSeenAt ?? alert.lastSeenAt;
+  const actionExpires = Date.parse(actionSeenAt) + policy.ttlMs;
+  if (action !== 'block') return actionExpires > now ? [decision(action, actionExpires, reasonFor(alert, action))] : [];
+  const blockSeenAt = alert.blockSeenAt ?? actionSeenAt;
+  const blockExpires = Date.parse(blockSeenAt) + policy.ttlMs;
+  const decisions = blockExpires > now ? [decision('block', blockExpires, reasonFor(alert, 'block'))] : [];
+  if (actionExpires > Math.max(now, blockExpires)) {
+    const reason = `${reasonFor(alert, 'block')} (block last earned at ${blockSeenAt}; the key's requests that passed authentication since then earn a throttle, so throttled)`;
+    decisions.push(decision('throttle', actionExpires, reason));
+  }
+  return decisions;
 }
 
-/** Every alert's decision at `now` (a key may have several; strongestPerKey picks its one). */
+/** Every alert's decisions at `now` (a key may have several; strongestPerKey picks its one). */
 export function alertDecisions(alerts: Iterable<EnforceableAlert>, policy: EnforcementPolicy, config: DetectionConfig, now: number): EnforcementDecision[] {
   const decisions: EnforcementDecision[] = [];
-  for (const alert of alerts) {
-    const decision = decisionFor(alert, policy, config, now);
-    if (decision !== undefined) decisions.push(decision);
-  }
+  for (const alert of alerts) decisions.push(...decisionsOf(alert, policy, config, now));
   return decisions;
 }
 

@@ -17,7 +17,7 @@ import type { Tables } from './tables.ts';
 
 const COLUMNS = [
   'id', 'merchant_id', 'api_key_id', 'type', 'scope', 'severity', 'risk_score', 'recommended_action', 'status', 'title',
-  'summary', 'evidence', 'rule_id', 'rule_version', 'first_seen_at', 'last_seen_at', 'action_seen_at', 'occurrences', 'created_at',
+  'summary', 'evidence', 'rule_id', 'rule_version', 'first_seen_at', 'last_seen_at', 'action_seen_at', 'block_seen_at', 'occurrences', 'created_at',
   'updated_at', 'history', 'ai_insights', 'version',
 ] as const;
 
@@ -39,6 +39,7 @@ const alertRow = z.object({
   first_seen_at: z.string(),
   last_seen_at: z.string(),
   action_seen_at: z.string().nullable(),
+  block_seen_at: z.string().nullable(),
   occurrences: z.coerce.number(),
   created_at: z.string(),
   updated_at: z.string(),
@@ -68,6 +69,7 @@ const enforceableRow = alertRow.pick({
   title: true,
   last_seen_at: true,
   action_seen_at: true,
+  block_seen_at: true,
 });
 
 /** A stored history; entries stored before every entry carried its note read with `note: null`. */
@@ -89,6 +91,7 @@ function enforceableFromRow(row: z.output<typeof enforceableRow>): EnforceableAl
     title: row.title,
     lastSeenAt: clickHouseTimeToIso(row.last_seen_at),
     ...(row.action_seen_at === null ? {} : { actionSeenAt: clickHouseTimeToIso(row.action_seen_at) }),
+    ...(row.block_seen_at === null ? {} : { blockSeenAt: clickHouseTimeToIso(row.block_seen_at) }),
   };
 }
 
@@ -185,6 +188,7 @@ export class AlertStore {
       first_seen_at: toClickHouseTime(Date.parse(alert.firstSeenAt)),
       last_seen_at: toClickHouseTime(Date.parse(alert.lastSeenAt)),
       action_seen_at: alert.actionSeenAt === undefined ? null : toClickHouseTime(Date.parse(alert.actionSeenAt)),
+      block_seen_at: alert.blockSeenAt === undefined ? null : toClickHouseTime(Date.parse(alert.blockSeenAt)),
       occurrences: alert.occurrences,
       created_at: toClickHouseTime(Date.parse(alert.createdAt)),
       updated_at: toClickHouseTime(Date.parse(alert.updatedAt)),
@@ -213,9 +217,10 @@ export class AlertStore {
     // latest versions decide (one that moved on to resolved or monitor drops out here).
     const rows = await this.db.queryRows(
       `SELECT id, latest.1 AS merchant_id, latest.2 AS api_key_id, latest.3 AS type, latest.4 AS severity, latest.5 AS risk_score,
-              latest.6 AS recommended_action, latest.7 AS status, latest.8 AS title, latest.9 AS last_seen_at, latest.10 AS action_seen_at
+              latest.6 AS recommended_action, latest.7 AS status, latest.8 AS title, latest.9 AS last_seen_at, latest.10 AS action_seen_at,
+              latest.11 AS block_seen_at
          FROM (
-           SELECT id, argMax((merchant_id, api_key_id, type, severity, risk_score, recommended_action, status, title, last_seen_at, action_seen_at), version) AS latest
+           SELECT id, argMax((merchant_id, api_key_id, type, severity, risk_score, recommended_action, status, title, last_seen_at, action_seen_at, block_seen_at), version) AS latest
              FROM ${this.tables.alerts}
             WHERE id IN (SELECT id FROM ${this.tables.alerts}
                           WHERE last_seen_at >= {since:DateTime64(3, 'UTC')} AND recommended_action IN ('rate_limit', 'block'))

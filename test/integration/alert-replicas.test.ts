@@ -639,8 +639,9 @@ describe('alerts shared by replicas', () => {
       riskScore: 0.97,
       recommendedAction: 'block',
       title: 'escalated',
-      // The holders earned the block before strangers' 401s were last seen.
+      // The holders earned the block, then a throttle, before strangers' 401s were last seen.
       actionSeenAt: new Date(now - 120_000).toISOString(),
+      blockSeenAt: new Date(now - 180_000).toISOString(),
     });
     const calmed = versions(makeAlert(2, { ...live, apiKeyId: 'pk_calmed', recommendedAction: 'block' }), { recommendedAction: 'monitor' });
     const old = versions(makeAlert(3, { ...live, apiKeyId: 'pk_old', recommendedAction: 'rate_limit', lastSeenAt: new Date(now - 7_200_000).toISOString() }));
@@ -670,9 +671,11 @@ describe('alerts shared by replicas', () => {
         title: 'escalated',
         lastSeenAt: live.lastSeenAt,
         actionSeenAt: new Date(now - 120_000).toISOString(),
+        blockSeenAt: new Date(now - 180_000).toISOString(),
       });
-      // An alert stored without one is read without one (decisions then count from lastSeenAt).
+      // An alert stored without them is read without them (decisions then count from lastSeenAt).
       expect(enforceable.find((alert) => alert.apiKeyId === 'pk_acknowledged')).not.toHaveProperty('actionSeenAt');
+      expect(enforceable.find((alert) => alert.apiKeyId === 'pk_acknowledged')).not.toHaveProperty('blockSeenAt');
 
       const byId = (a: Alert, b: Alert) => a.id.localeCompare(b.id);
       const changed = (await store.changedSince(new Date(now - 60_000))).filter((alert) => alert.merchantId === merchantId);

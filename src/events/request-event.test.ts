@@ -260,6 +260,29 @@ describe('request event schema', () => {
     }
   });
 
+  it('keeps, for detection, the event with a secret redacted from what the caller sent (user agent, path), never one from an identity field', () => {
+    const judged = (event: Record<string, unknown>, text = JSON.stringify(event)) =>
+      [parseRequestEventText(text), parseRequestEventValue(event)].map((result) => (result.ok ? 'accepted' : { reason: result.rejection.reason, redactedEvent: result.rejection.redactedEvent }));
+    // Anyone may send `sk_1` in a user agent: rejected (the contract), yet still judged.
+    for (const result of judged({ ...valid, userAgent: 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_1' })) {
+      expect(result).toMatchObject({ reason: 'secret_in_event', redactedEvent: { eventId: valid.eventId, apiKeyId: valid.apiKeyId, userAgent: 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_[REDACTED]' } });
+    }
+    const escaped = { ...valid, path: '/v1/verify/sessions?key=sk_live_0123456789abcdef' };
+    for (const result of judged(escaped, JSON.stringify(escaped).replace('sk_live', 'sk\\u005flive'))) {
+      expect(result).toMatchObject({ reason: 'secret_in_event', redactedEvent: { path: '/v1/verify/sessions?key=sk_[REDACTED]' } });
+      expect(JSON.stringify(result)).not.toContain('0123456789abcdef');
+    }
+    // A secret in an id, or an event invalid beside its secret: nothing to judge.
+    for (const event of [
+      { ...valid, apiKeyId: 'svc_live_pk_abc.sk_live_0123456789abcdef' },
+      { ...valid, eventId: 'evt sk_live_0123456789abcdef' },
+      { ...valid, merchantId: 'm sk_live_0123456789abcdef' },
+      { ...valid, userAgent: 'sk_1', status: 'ok' },
+    ]) {
+      for (const result of judged(event)) expect(result).toEqual({ reason: 'secret_in_event', redactedEvent: undefined });
+    }
+  });
+
   it('accepts benign look-alikes: words ending in "sk", and the Slovak locale of in-app browsers', () => {
     const event = { ...valid, path: '/v1/task_list', userAgent: 'Mozilla/5.0 (iPhone) [FBAN/FBIOS;FBLC/sk_SK;FBOP/5]' };
     expect(parseRequestEventText(JSON.stringify(event)).ok).toBe(true);

@@ -268,6 +268,13 @@ export interface Rejection {
    * payload when an escape (`sk\u005f…`) hid a secret from a search of the raw text.
    */
   redactedPayload?: string;
+  /**
+   * A secret_in_event rejection's event with its secrets redacted, when that is a valid event whose
+   * secret was not in an identity field: what the key's caller sent (a user agent, a raw path) is
+   * theirs to fill, so detection still judges it (it is dead-lettered, not stored). Otherwise anyone
+   * could hide an attack by adding `sk_x` to their user agent.
+   */
+  redactedEvent?: RequestEvent;
 }
 
 export type ParseResult = { ok: true; event: RequestEvent } | { ok: false; rejection: Rejection };
@@ -286,18 +293,18 @@ export function parseRequestEventText(text: string, times: TimeRange = EVENT_TIM
   // secret already: its redacted serialization becomes the dead letter's payload, so that a second
   // secret that JSON escapes hide cannot ride along beside a plain one.
   if (text.includes('\\')) {
-    const refused = secretCheck(value);
+    const refused = secretCheck(value, times);
     if (refused) return refused;
   }
   // The secret check runs on the text only when the cheap pre-check inside containsSecret hits.
-  if (containsSecret(text)) return rejectSecret(value);
+  if (containsSecret(text)) return rejectSecret(value, times);
   return validateRequestEvent(value, times);
 }
 
 /** Validates an already-parsed value (HTTP JSON array items), dated within `times`; its size is that of its JSON. */
 export function parseRequestEventValue(value: unknown, times: TimeRange = EVENT_TIME_RANGE): ParseResult {
   if (value !== null && typeof value === 'object') {
-    const refused = secretCheck(value, { checkSize: true });
+    const refused = secretCheck(value, times, { checkSize: true });
     if (refused) return refused;
   }
   return validateRequestEvent(value, times);
@@ -319,7 +326,7 @@ export function tooLarge(): ParseResult {
  * value too deeply nested to serialize (it could not be an event anyway), and with `checkSize` one
  * whose JSON is over MAX_EVENT_BYTES.
  */
-function secretCheck(value: unknown, { checkSize = false } = {}): ParseResult | undefined {
+function secretCheck(value: unknown, times: TimeRange, { checkSize = false } = {}): ParseResult | undefined {
   let text: string;
   try {
     text = JSON.stringify(value) ?? '';
@@ -328,7 +335,7 @@ function secretCheck(value: unknown, { checkSize = false } = {}): ParseResult | 
   }
   if (checkSize && isTooLarge(text)) return tooLarge();
   if (!containsSecret(text)) return undefined;
-  const refused = rejectSecret(value);
+  const refused = rejectSecret(value, times);
   if (!refused.ok) refused.rejection.redactedPayload = redactSecrets(text);
   return refused;
 }
@@ -383,12 +390,27 @@ function timeOutside(ms: number, times: TimeRange): FieldError | undefined {
   return { path: ['timestamp'], message: why ? `${range}: ${why}` : range };
 }
 
-function rejectSecret(value: unknown): ParseResult {
-  return reject(
+function rejectSecret(value: unknown, times: TimeRange): ParseResult {
+  const refused = reject(
     'secret_in_event',
     [{ path: [], message: 'event carries an API key secret (sk_...); it was redacted and the event rejected' }],
     readEventId(value),
   );
+  const redactedEvent = judgeableWithoutSecrets(value, times);
+  if (!refused.ok && redactedEvent) refused.rejection.redactedEvent = redactedEvent;
+  return refused;
+}
+
+const IDENTITY_FIELDS = ['eventId', 'merchantId', 'apiKeyId'] as const;
+
+/** The value with every string field's secrets redacted, validated; undefined when that fails or an identity field held a secret. */
+function judgeableWithoutSecrets(value: unknown, times: TimeRange): RequestEvent | undefined {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return undefined;
+  // fromEntries defines each field as its own (a "__proto__" field stays a field, as JSON.parse made it).
+  const redacted: Record<string, unknown> = Object.fromEntries(Object.entries(value).map(([field, fieldValue]) => [field, typeof fieldValue === 'string' ? redactSecrets(fieldValue) : fieldValue]));
+  if (IDENTITY_FIELDS.some((field) => redacted[field] !== (value as Record<string, unknown>)[field])) return undefined;
+  const result = validateRequestEvent(redacted, times);
+  return result.ok ? result.event : undefined;
 }
 
 function reject(reason: RejectionReason, errors: FieldError[], eventId?: string): ParseResult {

@@ -297,6 +297,17 @@ describe('HTTP ingest: the request', () => {
     }
   });
 
+  it('rejects an event with a secret in its user agent, and hands its redacted copy to detection once, not to storage', async () => {
+    const app = await server();
+    const leaked = { ...event(60), userAgent: 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_1' };
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const answer = await app.post([leaked, leaked]);
+      expect(answer.body.data).toMatchObject({ accepted: 0, rejected: 2, errors: [{ reason: 'secret_in_event' }, { reason: 'secret_in_event' }] });
+    }
+    expect(app.stored).toEqual([]);
+    expect(app.detected.flat().map((e) => [e.eventId, e.userAgent])).toEqual([[leaked.eventId, 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_[REDACTED]']]);
+  });
+
   it('reads a JSON array after a byte-order mark whatever the content type says', async () => {
     const app = await server();
     for (const [i, contentType] of ['text/plain', 'application/x-ndjson', 'application/json'].entries()) {

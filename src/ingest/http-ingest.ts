@@ -107,6 +107,8 @@ interface Classified {
   accepted: RequestEvent[];
   /** The promises for events this post repeats that are not durable yet (see `storing`). */
   stillStoring: Set<Promise<void>>;
+  /** Rejected events detection still judges (Rejection.redactedEvent), not judged before. */
+  judgedOnly: RequestEvent[];
 }
 
 const NDJSON_TYPES = ['application/x-ndjson', 'application/ndjson', 'application/jsonl'];
@@ -218,7 +220,12 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
   }
 
   /** Without Kafka: stores the accepted events and waits, within the timeout, for them and for those still being stored that the post repeats. */
-  function storeAndWait({ accepted, stillStoring }: Classified): Promise<'done' | 'failed' | 'timeout'> | 'done' {
+  function storeAndWait({ accepted, stillStoring, judgedOnly }: Classified): Promise<'done' | 'failed' | 'timeout'> | 'done' {
+    if (judgedOnly.length > 0) {
+      // Judged once: a retry of the post finds them remembered.
+      options.onAccepted?.(judgedOnly);
+      for (const event of judgedOnly) recentIds.checkAndAdd(event.eventId);
+    }
     const waits = [...stillStoring];
     if (accepted.length > 0) waits.push(store(accepted));
     if (waits.length === 0) return 'done';
@@ -235,11 +242,16 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
     const accepted: RequestEvent[] = [];
     const stillStoring = new Set<Promise<void>>();
     const inRequest = new Set<string>();
+    const judgedOnly: RequestEvent[] = [];
     for (const { index, result } of events) {
       if (!result.ok) {
         report.rejected++;
-        const { reason, errors, eventId } = result.rejection;
+        const { reason, errors, eventId, redactedEvent } = result.rejection;
         report.errors.push({ index, ...(eventId === undefined ? {} : { eventId }), reason, details: errors });
+        if (redactedEvent !== undefined && !inRequest.has(redactedEvent.eventId) && !recentIds.has(redactedEvent.eventId) && !storing.has(redactedEvent.eventId)) {
+          inRequest.add(redactedEvent.eventId);
+          judgedOnly.push(redactedEvent);
+        }
         continue;
       }
       const { eventId } = result.event;
@@ -256,7 +268,7 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
         accepted.push(result.event);
       }
     }
-    return { report, accepted, stillStoring };
+    return { report, accepted, stillStoring, judgedOnly };
   }
 
   /** Without Kafka: whether `rows` more would take the rows waiting for the next flush past the buffer's limit. */

@@ -87,6 +87,19 @@ describe('validateBatch', () => {
   });
 });
 
+describe('validateBatch and secrets', () => {
+  it('dead-letters an event with a secret in its user agent, and hands its redacted copy to detection once, not to storage', () => {
+    const recentIds = new RecentEventIds(100);
+    const tool = 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_1';
+    const result = validateBatch(batchOf([event(1, tool), event(2), event(1, tool)]), recentIds);
+    expect(result.rowCount).toBe(1);
+    expect(result.rejections.map((r) => [r.index, r.rejection.reason, 'redactedEvent' in r.rejection])).toEqual([[0, 'secret_in_event', false], [2, 'secret_in_event', false]]);
+    expect(result.events.map((e) => [e.eventId, e.userAgent])).toEqual([['evt_1', 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_[REDACTED]'], ['evt_2', 'okhttp/4.12.0']]);
+    // Delivered again: dead-lettered again, judged no more.
+    expect(validateBatch(batchOf([event(1, tool)]), recentIds)).toMatchObject({ rowCount: 0, events: [], rejections: [{ rejection: { reason: 'secret_in_event' } }] });
+  });
+});
+
 describe('validateBatch and message keys', () => {
   it('counts the accepted events whose message key is not their apiKeyId, or that have none', () => {
     const texts = [event(1), event(2, undefined, 'pk_live_b'), event(3), event(4), event(5, undefined, 'pk_live_é'), event(6, undefined, 'pk_live_é'), event(1), 'not json'];

@@ -49,7 +49,7 @@ export interface ValidatedBatch {
   misrouted: number;
   /** Messages that cannot become events, in batch order. */
   rejections: BatchRejection[];
-  /** The accepted events, for detection (stays in the thread). */
+  /** The accepted events, and those dead-lettered only for a secret in what the caller sent (Rejection.redactedEvent), for detection (stays in the thread). */
   events: RequestEvent[];
 }
 
@@ -94,7 +94,10 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
     const result = oversized ? tooLarge() : parseRequestEventText(messageText, storable);
     start = end;
     if (!result.ok) {
-      rejections.push({ index, rejection: result.rejection, text: messageText, offset: String(batch.offsets[index]), timestamp: String(batch.timestamps[index]) });
+      const { redactedEvent, ...rejection } = result.rejection;
+      rejections.push({ index, rejection, text: messageText, offset: String(batch.offsets[index]), timestamp: String(batch.timestamps[index]) });
+      // Dead-lettered, yet judged (Rejection.redactedEvent), once like any event.
+      if (redactedEvent !== undefined && !recentIds.checkAndAdd(redactedEvent.eventId, batch.partition)) events.push(redactedEvent);
     } else if (recentIds.checkAndAdd(result.event.eventId, batch.partition)) {
       duplicates++;
     } else {

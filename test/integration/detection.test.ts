@@ -19,7 +19,7 @@ import type { ClickHouse } from '../../src/store/clickhouse.ts';
 import { networkOf } from '../../rules/network.ts';
 import { adminCall, ADMIN_ENV, token } from '../support/admin.ts';
 import { useEngines } from '../support/engines.ts';
-import { groupCaughtUp, produceAll } from '../support/kafka.ts';
+import { groupCaughtUp, produceAll, readTopic } from '../support/kafka.ts';
 import { metricTotal, scrapeMetric, TEST_INGEST_TOKEN, testConfig, testNames, waitFor, waitForPartitionsSplit } from '../support/worker.ts';
 
 const MINUTE = 60_000;
@@ -468,6 +468,25 @@ describe('detection end to end', () => {
       expect(alert.riskScore).toBeLessThan(0.4);
     }
     expect(byKey.get(key('kafka_live'))).toMatchObject({ type: 'bot_traffic', severity: 'critical', recommendedAction: 'block' });
+    await worker.stop();
+  });
+
+  it('alerts on an attack tool whose user agent carries a secret: the event is dead-lettered, not stored, and still judged', async () => {
+    const names = testNames('uasecret');
+    const key = `pk_live_${names.runId}_hidden`;
+    // Anyone can append `sk_1` to their user agent: the contract rejects the event, which must not blind detection.
+    const hidden = event(key, Date.now() - MINUTE, { userAgent: 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_1' });
+    await produceAll(engines.producer, names.topic, [{ key, value: JSON.stringify(hidden) }]);
+    const worker = await engines.startWorker(testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names }));
+    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker consumes the stream', 60_000);
+    await waitFor(async () => (await alertsOf(worker)).some((alert) => alert.apiKeyId === key), 'an alert for the key', 10_000);
+    const alert = (await alertsOf(worker)).find((alert) => alert.apiKeyId === key)!;
+    expect(alert).toMatchObject({ type: 'bot_traffic', severity: 'critical', recommendedAction: 'block' });
+    expect(JSON.stringify(alert)).toContain('sk_[REDACTED]');
+    const [letter] = await readTopic(kafka, names.dlqTopic, 1);
+    expect(JSON.parse(letter!)).toMatchObject({ reason: 'secret_in_event', eventId: hidden.eventId });
+    const [stored] = await worker.clickhouse.queryRows<{ n: string | number }>(`SELECT count() AS n FROM ${engines.clickhouse.database}.request_events WHERE api_key_id = {key:String}`, { key });
+    expect(Number(stored!.n)).toBe(0);
     await worker.stop();
   });
 

@@ -106,6 +106,39 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'high', evidence: { countries: ['DE', 'GB', 'US'], newCountries: ['DE', 'GB'], keyEstablished: true } },
   },
   {
+    name: 'an engineer\'s VPN exit moving Frankfurt -> Amsterdam -> London, a few requests at each, on a key established in us-east is high: one exit after another is one pair of hands',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...HOME,
+        ...spread(10, T0 - 10 * MINUTE, 10 * MINUTE, at('ashburn')),
+        ...spread(5, T0 - 9 * MINUTE, 100 * SECOND, { ...at('frankfurt'), userAgent: 'curl/8.5.0' }),
+        ...spread(5, T0 - 6 * MINUTE - 30 * SECOND, 100 * SECOND, { ...at('amsterdam'), userAgent: 'curl/8.5.0' }),
+        ...spread(5, T0 - 4 * MINUTE, 100 * SECOND, { ...at('london'), userAgent: 'curl/8.5.0' }),
+      ],
+      { history: ESTABLISHED_IN_ASHBURN },
+    ),
+    now: T0,
+    // Red-team round 44: three new countries made it critical, and blocked the production key.
+    expect: { findings: 1, severity: 'high', evidence: { newCountries: ['DE', 'GB', 'NL'], newCountriesAtOnce: 1, keyEstablished: true } },
+  },
+  {
+    name: 'thieves in Moscow, Tokyo and São Paulo using the key in the same minutes, a few requests each, are critical: three new countries at once',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...HOME,
+        ...spread(10, T0 - 10 * MINUTE, 10 * MINUTE, at('ashburn')),
+        ...spread(5, T0 - 9 * MINUTE, 5 * MINUTE, at('moscow')),
+        ...spread(5, T0 - 8 * MINUTE, 5 * MINUTE, at('tokyo')),
+        ...spread(5, T0 - 7 * MINUTE, 5 * MINUTE, at('saoPaulo')),
+      ],
+      { history: ESTABLISHED_IN_ASHBURN },
+    ),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { newCountries: ['BR', 'JP', 'RU'], newCountriesAtOnce: 3 } },
+  },
+  {
     name: 'the same VPN exits, and a new us-west region of the fleet in the same minutes, are high: a new place in the key\'s own country is not a third',
     kind: 'positive',
     window: keyWindow(

@@ -24,8 +24,10 @@
  * said, not acted on: a thief calling through the key owner's carrier or cloud looks the same.
  * Severity: medium up to highSpeedKmh (GeoIP error or a VPN exit is plausible), high above it,
  * critical when the places new to the key in the impossible hops are in at least criticalCountries
- * countries other than those it is established in, and in at least as many as it is established in
- * (a key at home in 11 countries through an edge deployment that launches in 3 more is high).
+ * countries other than those it is established in, in use at once (a country used for a while and
+ * then left for the next, as a VPN's exits are, is one pair of hands with it; one seen once counts
+ * on its own), and in at least as many as it is established in (a key at home in 11 countries
+ * through an edge deployment that launches in 3 more is high).
  * The known end's country does not count, nor a
  * new region in the key's own country: a key at home in the US whose engineer's VPN
  * exit moves London -> Frankfurt is two new countries, high (so is a thief with exits in two new
@@ -94,7 +96,7 @@ interface Tally {
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'impossible_travel',
-  version: '1.7.0',
+  version: '1.8.0',
   title: 'Impossible travel',
   description:
     'A key is used from two places farther apart than anyone could travel in the time between the requests: ' +
@@ -124,7 +126,8 @@ export const rule: RuleDefinition<Params, Tally> = {
     'Not avoided: a region used only while the key\'s other regions are idle (eu-west 06:00-12:00, us-east from 13:00) is reported at its first hop with them, once (high at most): a thief using the key while its owner is idle looks the same until then.',
     'Not avoided: a region the key never used in the last 7 days (a new region comes online) alerts once; dismiss it with a note, or allowlist the key\'s networks.',
     'A freshly rotated key deployed to a multi-region fleet alerts once, high at most (investigate, never block): until the key has a place established before its window, its first place is a guess.',
-    'An engineer\'s VPN exit moving between two countries (London, then Frankfurt) on an established key is high, not critical: the key\'s own country does not count towards criticalCountries.',
+    'An engineer\'s VPN exit moving between two countries (London, then Frankfurt) on an established key is high, not critical: the key\'s own country does not count towards criticalCountries. So is one moving through three (Frankfurt, Amsterdam, London) with a few requests at each: a country left for the next is not in use at once with it.',
+    'Not avoided: a VPN exit moving through three new countries with one request at each is critical, as a pool of thieves taking turns would be; a synthetic monitor started on a production key from three or more new countries at once is critical once (allowlist its published address ranges).',
     'A new key rolled out region by region (one region for hours, then the fleet\'s others at once) is high, not critical: a key first seen less than minKeyAgeMinutes (a day) before its window is never critical.',
     'An edge deployment or global fleet at home in many countries that starts serving from three new ones at once (a market launch through new edge locations) is high, not critical: critical needs as many new countries as the key is at home in, and at least criticalCountries.',
     'Not avoided: a fleet at home in one or two countries that moves to three new ones at once (a failover to standby regions abroad) is critical; allowlist the key for a drill, or dismiss the alert with a note.',
@@ -256,13 +259,14 @@ export const rule: RuleDefinition<Params, Tally> = {
         if (isNew && !homeCountries.has(country)) newCountries.add(country);
       }
     });
+    const newCountriesAtOnce = handsAmong(newCountries, events, first);
     // Critical (block) only for an established key seen for a day; otherwise what would be critical is high.
     // A key at home in many countries (an edge deployment, a global fleet) needs as many new ones:
     // three new countries are a market launch through new edge locations for it, more hands for a key
     // at home in one or two.
     const criticalCountries = Math.max(params.criticalCountries, homeCountries.size);
     const severity: Severity =
-      newCountries.size >= criticalCountries
+      newCountriesAtOnce >= criticalCountries
         ? blockable
           ? 'critical'
           : 'high'
@@ -322,6 +326,7 @@ export const rule: RuleDefinition<Params, Tally> = {
         ...(worst.from.geo.asn === undefined || worst.to.geo.asn === undefined ? {} : { sameOperator: oneOperator }),
         countries: [...countries].sort(),
         newCountries: [...newCountries].sort(),
+        newCountriesAtOnce,
         criticalCountries,
         keyEstablished,
         keyAgeMinutes,
@@ -481,4 +486,35 @@ function clamp01(x: number): number {
 function round(x: number, digits: number): number {
   const f = 10 ** digits;
   return Math.round(x * f) / f;
+}
+
+/**
+ * How many of the new countries are in use at once, from the key's events in them since `first`
+ * (the recent part): one VPN exit after another, each used for a while and then left for the next
+ * (Frankfurt, then Amsterdam, then London), is one pair of hands however many countries. A country
+ * seen once says nothing about how long it was in use: it counts as a pair of its own, as before.
+ */
+function handsAmong(newCountries: ReadonlySet<string>, events: readonly WindowEvent[], first: number): number {
+  if (newCountries.size < 2) return newCountries.size;
+  const spans = new Map<string, [number, number]>();
+  for (let i = first; i < events.length; i++) {
+    const event = events[i]!;
+    const country = event.geo ? countryOf(event as WindowEvent & { geo: GeoPoint }) : undefined;
+    if (country === undefined || !newCountries.has(country)) continue;
+    const span = spans.get(country);
+    if (span === undefined) spans.set(country, [event.timestamp, event.timestamp]);
+    else [span[0], span[1]] = [Math.min(span[0], event.timestamp), Math.max(span[1], event.timestamp)];
+  }
+  const stretches = [...spans.values()].filter(([from, to]) => to > from);
+  return newCountries.size - stretches.length + mostAtOnce(stretches);
+}
+
+/** The most spans (from, to; both ends included) that share an instant. */
+function mostAtOnce(spans: readonly (readonly [number, number])[]): number {
+  // Starts before ends at the same instant: spans that touch share it.
+  const edges = spans.flatMap(([from, to]) => [[from, 1], [to, -1]] as const).sort((a, b) => a[0] - b[0] || b[1] - a[1]);
+  let open = 0;
+  let most = 0;
+  for (const [, change] of edges) most = Math.max(most, (open += change));
+  return most;
 }

@@ -74,6 +74,26 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'high', evidence: { observedRequestsPerMinute: 200, minutesOver: 5 } },
   },
   {
+    name: 'a backfill fanned out to 600 workers, each waiting as Retry-After tells it (about one request a minute, 429 but for the 60 the limit lets through), is high, not critical: blocking would stop the merchant\'s own',
+    kind: 'positive',
+    window: keyWindow(
+      perMinute([660, 660, 660, 660, 660], FIVE_MINUTES_AGO).map((spec, i) => {
+        const worker = (i % 660) % 600;
+        return { ...spec, ip: `198.51.${100 + Math.floor(worker / 250)}.${worker % 250}`, status: i % 660 < 60 ? 201 : 429 };
+      }),
+    ),
+    now: NOW,
+    // Red-team round 44: critical, and "block the key", at 11x the limit.
+    expect: { findings: 1, severity: 'high', evidence: { sustainedRatio: 11, backingOffShare: 0.91 }, summary: /91% of it answered 429 to addresses that each send at most 2 a minute/ },
+  },
+  {
+    name: 'the same rate from 20 addresses sending 33 a minute each is critical: a flood, not clients backing off',
+    kind: 'positive',
+    window: keyWindow(perMinute([660, 660, 660, 660, 660], FIVE_MINUTES_AGO).map((spec, i) => ({ ...spec, ip: `203.0.113.${i % 20}`, status: i % 660 < 60 ? 201 : 429 }))),
+    now: NOW,
+    expect: { findings: 1, severity: 'critical', evidence: { sustainedRatio: 11, backingOffShare: 0 } },
+  },
+  {
     name: 'a flood partly answered 503 counts the rest: 300 requests/min, one in five failed by the API, is 240/min (high)',
     kind: 'positive',
     window: keyWindow(perMinute([300, 300, 300], T0 - 3 * MINUTE).map((spec, i) => ({ ...spec, status: i % 5 === 4 ? 503 : 401 }))),

@@ -22,7 +22,9 @@
  * (rateLimitPerMinute 0) leaves it to defaultLimitPerMinute, the plan's default unless overridden.
  * Requests answered 5xx are not counted: during our own outage, clients retrying failed calls
  * multiply their rate without anything about them changing (high_failure_rate leaves 5xx out too).
- * 429 counts: that is the rate limiter seeing the flood.
+ * 429 counts: that is the rate limiter seeing the flood. But a critical rate mostly answered 429 to
+ * addresses that each send at most patientPerMinute a minute (clients honouring Retry-After, hundreds
+ * of them) is high: held to the limit already, it is throttled, not blocked.
  */
 import { firstAtOrAfter } from '../src/detect/search.ts';
 import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
@@ -37,6 +39,8 @@ type Params = {
   thresholdRatio: number;
   highRatio: number;
   criticalRatio: number;
+  /** An address sending at most this many requests a minute, on average over the over minutes, is a client backing off (Retry-After) when answered 429. */
+  patientPerMinute: number;
   /** The limit of a minute whose events carry none (the fleet sends no RateLimit-Limit): the plan's default, 60, unless overridden per plan or merchant. */
   defaultLimitPerMinute: number;
 };
@@ -70,7 +74,7 @@ interface Over {
 
 export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'velocity_attack',
-  version: '1.4.2',
+  version: '1.5.0',
   title: 'Velocity attack',
   description:
     'A key sends well above its per-minute rate limit for several minutes: a script hammering the API, ' +
@@ -82,11 +86,13 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     thresholdRatio: 1.5,
     highRatio: 3,
     criticalRatio: 10,
+    patientPerMinute: 2,
     defaultLimitPerMinute: 60,
   },
   actions: { low: 'monitor', medium: 'rate_limit', high: 'rate_limit', critical: 'block' },
   falsePositives: [
     'A short legitimate burst (a batch job, a backfill) under limit × thresholdRatio: never over.',
+    'Hundreds of clients honouring Retry-After (a backfill fanned out to a worker per message, each waiting as told after its 429): most of a critical rate answered 429 to addresses sending at most patientPerMinute (2) a minute is high (throttle), not critical: the limiter holds it, and a block would stop the merchant\'s own. Below critical it counts as any excess does.',
     'A single spike minute: one minute over is not sustained (minMinutesOver = 2), nor is a spike of seconds that straddles a minute boundary (outside its busiest 60 seconds, nothing is over).',
     'A cron job bursting once every few minutes, quiet in between: its over minutes are not one stretch over the limit.',
     'A producer whose clock runs a few minutes fast: its events count in their own minutes, never piled into the current one.',
@@ -241,8 +247,14 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     const spanMinutes = stretch[stretch.length - 1]!.slot - stretch[0]!.slot + 1;
     const peak = stretch.reduce((top, o) => (o.ratio > top.ratio ? o : top));
     const sustainedRatio = best.sustained;
-    const severity: Severity =
-      sustainedRatio >= params.criticalRatio ? 'critical' : sustainedRatio >= params.highRatio ? 'high' : 'medium';
+    const byRate: Severity = sustainedRatio >= params.criticalRatio ? 'critical' : sustainedRatio >= params.highRatio ? 'high' : 'medium';
+    // The over minutes' events are runs of the window: read in place, not copied out.
+    const runs = stretch.map((o) => ({ start: starts[o.slot]!, end: ends[o.slot]! }));
+    // Most of a critical rate answered 429 to addresses that each wait between tries (Retry-After):
+    // many clients backing off (a backfill fanned out to hundreds of workers), held to the limit
+    // already; blocking the key would stop the merchant's own. High: throttled, not blocked.
+    const backingOff = byRate === 'critical' ? backingOffShare(events, runs, stretch.length, params.patientPerMinute) : 0;
+    const severity: Severity = backingOff > 0.5 ? 'high' : byRate;
     // Within the band, on a log scale; the critical band is read as 10x..30x the limit.
     const [low, high] =
       severity === 'critical'
@@ -255,8 +267,6 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     const confidence = round(clamp01(0.5 * clamp01(inBand) + 0.5 * clamp01(persistence)), 3);
 
     // Evidence: only the events of the over minutes.
-    // The over minutes' events are runs of the window: read in place, not copied out.
-    const runs = stretch.map((o) => ({ start: starts[o.slot]!, end: ends[o.slot]! }));
     const { ips, networks, countries, userAgents } = distinctValues(events, runs);
     const lastRun = runs[runs.length - 1]!;
     const threshold = Math.floor(peak.limit * params.thresholdRatio);
@@ -279,7 +289,9 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       summary:
         `${key} exceeded ${round(params.thresholdRatio, 2)}x its rate limit in ${where} ` +
         `(sustained ${round(sustainedRatio, 1)}x, peak ${peak.count} requests/min against a limit of ${peak.limit}) ` +
-        `from ${ips.count} IP(s) in ${networks.count} network(s); ${advice}.`,
+        `from ${ips.count} IP(s) in ${networks.count} network(s)` +
+        (backingOff > 0.5 ? `, ${Math.round(backingOff * 100)}% of it answered 429 to addresses that each send at most ${params.patientPerMinute} a minute (clients backing off, held to the limit already, so not blocked)` : '') +
+        `; ${advice}.`,
       evidence: {
         observedRequestsPerMinute: peak.count,
         limitPerMinute: peak.limit,
@@ -296,6 +308,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
         requestsInOverMinutes: stretch.reduce((sum, o) => sum + o.count, 0),
         // Of those, the requests counted from what the engine's per-key cap dropped (not in the samples).
         ...(dropped ? { requestsDroppedByCap: stretch.reduce((sum, o) => sum + droppedIn(o.slot), 0) } : {}),
+        ...(byRate === 'critical' ? { backingOffShare: round(backingOff, 2) } : {}),
         distinctIps: ips.count,
         ips: ips.values,
         distinctNetworks: networks.count,
@@ -461,6 +474,29 @@ function distinctValues(events: readonly WindowEvent[], runs: readonly Run[]): R
     }
   }
   return { ips: ips.result(), networks: networks.result(), countries: countries.result(), userAgents: userAgents.result() };
+}
+
+/**
+ * The share of the runs' counted events answered 429 to addresses that sent at most `patientPerMinute`
+ * a minute on average over the runs' `minutes`: clients honouring Retry-After.
+ */
+function backingOffShare(events: readonly WindowEvent[], runs: readonly Run[], minutes: number, patientPerMinute: number): number {
+  const perIp = new Map<string, { requests: number; limited: number }>();
+  let total = 0;
+  for (const run of runs) {
+    for (let i = run.start; i < run.end; i++) {
+      const event = events[i]!;
+      if (!counted(event)) continue;
+      total++;
+      let tally = perIp.get(event.ip);
+      if (tally === undefined) perIp.set(event.ip, (tally = { requests: 0, limited: 0 }));
+      tally.requests++;
+      if (event.status === 429) tally.limited++;
+    }
+  }
+  let patientLimited = 0;
+  for (const tally of perIp.values()) if (tally.requests <= patientPerMinute * minutes) patientLimited += tally.limited;
+  return total === 0 ? 0 : patientLimited / total;
 }
 
 /** The ids of the last `count` counted events of the runs, oldest first. */

@@ -48,6 +48,25 @@ describe('KeyHistory', () => {
     expect(history.knowsNetwork(`net${count - MAX_SIGHTINGS * 1.25 - 1}`, Infinity)).toBe(false);
   });
 
+  it('keeps when the key was first seen through its networks\' churn, and starts it again after HISTORY_MS idle', () => {
+    const history = new KeyHistory();
+    // Two days ago from one network; then hundreds of others (a serverless fleet's egress, or an attacker's /64s), each once.
+    history.saw('home', dublin, T0 - 48 * HOUR);
+    for (let n = 0; n < MAX_SIGHTINGS * 3; n++) history.saw(`net${n}`, undefined, T0 + n);
+    expect(history.knowsNetwork('home', Infinity)).toBe(false);
+    expect(history.firstSeen).toBe(T0 - 48 * HOUR);
+    // An event from before, arriving late, moves it back.
+    history.saw('home', dublin, T0 - 50 * HOUR);
+    expect(history.firstSeen).toBe(T0 - 50 * HOUR);
+    // Idle for longer than the history keeps: the key starts again at its next request.
+    const back = T0 + MAX_SIGHTINGS * 3 + HISTORY_MS + 1;
+    history.saw('home', dublin, back);
+    expect(history.firstSeen).toBe(back);
+    // And forgotten whole, it remembers no first time.
+    history.expire(back + HISTORY_MS + HOUR);
+    expect(history.firstSeen).toBe(Infinity);
+  });
+
   it('forgets what was last seen more than HISTORY_MS ago, looking at most once an hour', () => {
     const history = new KeyHistory();
     history.recalled('old', dublin, T0, T0);

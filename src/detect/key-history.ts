@@ -136,6 +136,12 @@ export class KeyHistory implements KeyHistoryView {
   private lastNetworkFirst = Infinity;
   private lastNetworkLast = -Infinity;
   private latest = -Infinity;
+  /**
+   * When the key was first seen since it was last idle for HISTORY_MS: kept apart from the sightings'
+   * times, which let the ones seen longest ago go (MAX_SIGHTINGS), so a key whose networks churn, or
+   * one an attacker floods with networks, does not look young (impossible_travel's minKeyAgeMinutes).
+   */
+  private firstSeenAt = Infinity;
   private expiredAt = -Infinity;
   /** Sightings recalled from storage are coming in: their runs are no hops, and vouch for nothing. */
   private recalling = false;
@@ -145,6 +151,8 @@ export class KeyHistory implements KeyHistoryView {
   constructor(private count: HistoryEntryCount = { entries: 0 }) {}
 
   saw(network: string, geo: GeoPoint | undefined, timestamp: number): void {
+    // After HISTORY_MS idle, the key starts again, as its forgotten sightings would have it.
+    if (timestamp < this.firstSeenAt || timestamp - this.newest > HISTORY_MS) this.firstSeenAt = timestamp;
     if (network !== this.runNetwork || geo !== this.runGeo) this.startRun(network, geo, timestamp);
     if (timestamp < this.runFirst) this.runFirst = timestamp;
     if (timestamp > this.runLast) this.runLast = timestamp;
@@ -152,9 +160,7 @@ export class KeyHistory implements KeyHistoryView {
   }
 
   get firstSeen(): number {
-    let first = this.runFirst;
-    for (const sighting of this.networks.values()) if (sighting.first < first) first = sighting.first;
-    return first;
+    return this.firstSeenAt;
   }
 
   /** The latest time the key was seen anywhere. */
@@ -230,6 +236,7 @@ export class KeyHistory implements KeyHistoryView {
       }
     }
     if (this.size < before) this.findEarliest();
+    if (this.size === 0) this.firstSeenAt = Infinity;
   }
 
   /** Networks and places remembered (the current run's included). */

@@ -89,7 +89,7 @@ export interface KeyHistoryView {
    * A single request (a thief's while the key was idle) is not.
    */
   establishedPlacesBefore(before: number): GeoPoint[];
-  /** The earliest time the key was seen, within the remembered days; Infinity when it remembers nothing. */
+  /** The earliest time the key was seen since it was last idle for the remembered days (7), however many sightings it let go since; Infinity when it remembers nothing. */
   readonly firstSeen: number;
 }
 

@@ -20,6 +20,19 @@ export function networkOf(ip: string): string {
   return `${hextets.slice(0, end).map((h) => h.toString(16)).join(':')}::/64`;
 }
 
+/**
+ * The network credential stuffing is counted by (source-spray.ts): an IPv4 /24 as it is, an IPv6 /64
+ * widened to its /48 ("2001:db8:1::/48"). A /48 is one site's (a provider hands one out per
+ * customer, a tunnel broker for free), and holds 65,536 /64s: counted by /64, a spray that takes a
+ * new /64 for every key would never fail for two keys from one network.
+ */
+export function sprayNetworkOf(network: string): string {
+  if (!network.endsWith('::/64')) return network;
+  const groups = network.slice(0, -'::/64'.length).split(':').slice(0, 3);
+  while (groups.length > 0 && (groups[groups.length - 1] === '0' || groups[groups.length - 1] === '')) groups.pop();
+  return `${groups.join(':')}::/48`;
+}
+
 function stripZone(ip: string): string {
   const zone = ip.indexOf('%');
   return zone === -1 ? ip : ip.slice(0, zone);

@@ -10,7 +10,7 @@ import { ACTIONS, ANOMALY_TYPES, SEVERITIES, type Finding, type KeyWindow, type 
 import { keyWindow, MINUTE, spread, T0, type EventSpec, type RuleFixture } from './fixtures.ts';
 import { RULES } from './index.ts';
 import { DetectionConfig } from '../src/detect/detection-config.ts';
-import { networkOf } from './network.ts';
+import { networkOf, sprayNetworkOf } from './network.ts';
 import { rule as credentialSharing } from './credential_sharing.ts';
 import { rule as highFailureRate } from './high_failure_rate.ts';
 import { prng } from '../test/support/random.ts';
@@ -179,6 +179,20 @@ describe('networkOf', () => {
     ['not an ip', 'not an ip'],
   ])('%s is in %s', (ip, network) => {
     expect(networkOf(ip)).toBe(network);
+  });
+});
+
+describe('sprayNetworkOf', () => {
+  it.each([
+    ['203.0.113.0/24', '203.0.113.0/24'],
+    ['2001:db8:1:2::/64', '2001:db8:1::/48'],
+    ['2001:db8:0:5::/64', '2001:db8::/48'],
+    ['2001:db8::/64', '2001:db8::/48'],
+    ['0:0:0:7::/64', '::/48'],
+    ['::/64', '::/48'],
+    ['not an ip', 'not an ip'],
+  ])('%s is counted in %s', (network, spray) => {
+    expect(sprayNetworkOf(network)).toBe(spray);
   });
 });
 

@@ -12,6 +12,7 @@
  * enter and leave it, so judging a key is usually a few counter checks; a rule reads the window
  * (evaluate) only when its screen says it may fire.
  */
+import { sprayNetworkOf } from '../../rules/network.ts';
 import type { Plan, RequestEvent } from '../events/request-event.ts';
 import { Admission, MAX_CLOCK_SKEW_MS, type AdmittedBatch } from './admission.ts';
 import type { DetectionConfig } from './detection-config.ts';
@@ -784,7 +785,7 @@ export class DetectionEngine {
     const since = state.window.newestTime - SPRAY_WINDOW_MS;
     const networks = new Set<string>();
     state.window.forEachSince(since, (event) => {
-      if (event.status === 401) networks.add(event.network);
+      if (event.status === 401) networks.add(sprayNetworkOf(event.network));
     });
     for (const network of networks) this.spray.keepVerdict(network, state.merchantId, state.apiKeyId, this.failedFrom(state, network, since));
   }
@@ -793,7 +794,7 @@ export class DetectionEngine {
     let failed = 0;
     let judged = 0;
     state.window.forEachSince(since, (event) => {
-      if (event.network !== network || event.status === 403 || event.status === 429 || event.status >= 500) return;
+      if (event.status === 403 || event.status === 429 || event.status >= 500 || sprayNetworkOf(event.network) !== network) return;
       judged++;
       if (event.status === 401) failed++;
     });

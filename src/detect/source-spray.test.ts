@@ -70,6 +70,18 @@ describe('credential stuffing across keys', () => {
     }
   });
 
+  it('counts an IPv6 spray by its /48: a new /64 for every key is still one network, and a /64 alone is reported as its /48', () => {
+    const rotating = spray(20, 2, T0).map((event, k) => ({ ...event, ip: `2001:db8:7:${k.toString(16)}::9` }));
+    const findings = networkFindings(engine(), rotating);
+    expect(findings.map((f) => [f.merchantId, f.finding.scope, f.finding.evidence.distinctKeys])).toEqual([
+      ['m_0', 'network:2001:db8:7::/48', 20],
+      ['m_1', 'network:2001:db8:7::/48', 20],
+    ]);
+    expect(networkFindings(engine(), spray(20, 1, T0, '2001:db8:8:1::9')).map((f) => f.finding.scope)).toEqual(['network:2001:db8:8::/48']);
+    // Two /48s, 10 keys each: two networks, neither a spray.
+    expect(networkFindings(engine(), spray(20, 1, T0).map((event, k) => ({ ...event, ip: `2001:db8:${k % 2}:${k}::9` })))).toEqual([]);
+  });
+
   it('counts two merchants\' keys that share an id as two keys, each in its own merchant\'s report', () => {
     // 19 keys of m_0, and one key of m_1 whose id is one of m_0's: 20 keys, across two merchants.
     const events = [...spray(19, 1, T0), request(1, 0, T0 + 30 * SECOND, { ip: STUFFER, status: 401, apiKeyId: 'pk_live_m0_k0' })];

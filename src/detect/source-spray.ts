@@ -1,5 +1,5 @@
 /**
- * Credential stuffing across keys: one network (/24, /64) answered 401 for many distinct keys within
+ * Credential stuffing across keys: one network (an IPv4 /24, an IPv6 /48: sprayNetworkOf) answered 401 for many distinct keys within
  * a few minutes, someone trying a list of stolen or guessed keys from one place. Every rule judges
  * one key's window, where such a spray is a failure or two per key, far below any key's own bar;
  * this tally follows the 401s of every network across all the keys this replica owns (Kafka
@@ -35,6 +35,7 @@
  * networks that began failing longest ago go first); pairs leave as the window passes them, every
  * network's at least once a minute.
  */
+import { sprayNetworkOf } from '../../rules/network.ts';
 import type { Plan, RequestEvent } from '../events/request-event.ts';
 import type { EngineFinding } from './engine.ts';
 import { testKeyFinding } from './test-keys.ts';
@@ -265,7 +266,7 @@ export class SourceSpray {
    */
   add(event: RequestEvent, windowEvent: WindowEvent, partition: number, environment: RequestEvent['environment'] = event.environment): void {
     if (windowEvent.status !== 401) return;
-    const { network } = windowEvent;
+    const network = sprayNetworkOf(windowEvent.network);
     let spray = this.networks.get(network);
     if (spray === undefined) {
       spray = { network, keys: new Map(), reportedAt: -Infinity, reportedSeverity: undefined, checkedAt: -Infinity, checkedBound: undefined };

@@ -12,7 +12,7 @@ import { isIP } from 'node:net';
 import type { VouchedNetwork } from '../detect/engine.ts';
 import type { NetworkSighting } from '../detect/key-history.ts';
 import type { SprayedRequests } from '../detect/source-spray.ts';
-import { networkOf } from '../../rules/network.ts';
+import { networkOf, sprayNetworkOf } from '../../rules/network.ts';
 import type { ClickHouse } from './clickhouse.ts';
 import { settingsClause } from './settings-clause.ts';
 import type { Tables } from './tables.ts';
@@ -304,8 +304,8 @@ const sprayedRequestsRow = z.object({
   key_live: z.coerce.number(),
 });
 
-/** The network (/24 or /64, as network_auth_failures_1m and key_networks_1d hold it) of a stored address `ip`. */
-const NETWORK_OF_IP = "IPv6CIDRToRange(ip, if(ip BETWEEN toIPv6('::ffff:0.0.0.0') AND toIPv6('::ffff:255.255.255.255'), 120, 64)).1";
+/** The network credential stuffing is counted by (rules/network.ts sprayNetworkOf) of a stored address or network `column`: a /24 as it is, a /64 widened to its /48. */
+const SPRAY_NETWORK_OF = (column: string) => `IPv6CIDRToRange(${column}, if(${column} BETWEEN toIPv6('::ffff:0.0.0.0') AND toIPv6('::ffff:255.255.255.255'), 120, 48)).1`;
 
 const VOUCHED_COLUMNS = ['source_topic', 'source_partition', 'day', 'merchant_id', 'api_key_id', 'network', 'vouched_at'] as const;
 
@@ -849,22 +849,22 @@ export class EventStore {
                 AND last_failure <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}) AS as_of,
             least(as_of, {clock:DateTime64(3, 'UTC')}) - toIntervalMillisecond({windowMs:UInt32}) AS since,
        failing AS (
-         SELECT network, merchant_id, api_key_id, source_partition AS partition, max(last_failure) AS newest_at
+         SELECT ${SPRAY_NETWORK_OF('network')} AS spray_network, merchant_id, api_key_id, source_partition AS partition, max(last_failure) AS newest_at
            FROM ${this.tables.networkAuthFailures1m}
           WHERE as_of >= {notBefore:DateTime64(3, 'UTC')}
             AND minute >= toStartOfMinute(since) AND minute <= {until:DateTime64(3, 'UTC')}
             AND source_topic = {topic:String}
             AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
-          GROUP BY network, merchant_id, api_key_id, partition
+          GROUP BY spray_network, merchant_id, api_key_id, partition
          HAVING newest_at >= since AND min(first_failure) <= {until:DateTime64(3, 'UTC')}
        ),
        sprayed AS (
-         SELECT network, merchant_id, api_key_id FROM failing
-          WHERE network IN (
-            SELECT network FROM failing GROUP BY network
+         SELECT spray_network, merchant_id, api_key_id FROM failing
+          WHERE spray_network IN (
+            SELECT spray_network FROM failing GROUP BY spray_network
             HAVING uniqExact(merchant_id, api_key_id) >= {minKeys:UInt32} AND countIf(NOT has({owned:Array(Int32)}, partition)) > 0)
-          ORDER BY newest_at DESC, network, merchant_id, api_key_id
-          LIMIT {keysPerNetwork:UInt32} BY network
+          ORDER BY newest_at DESC, spray_network, merchant_id, api_key_id
+          LIMIT {keysPerNetwork:UInt32} BY spray_network
           LIMIT {maxKeys:UInt32}
        ),
        -- Live keys, by any of their requests in the window from any network (as detection holds a key live once an event says so).
@@ -873,7 +873,7 @@ export class EventStore {
           WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM sprayed)
             AND ts >= since AND ts <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String} AND environment = 'live'
        )
-       SELECT merchant_id, api_key_id, source_partition AS partition, ${NETWORK_OF_IP} AS network, toString(ip) AS address, user_agent,
+       SELECT merchant_id, api_key_id, source_partition AS partition, ${SPRAY_NETWORK_OF('ip')} AS spray_network, toString(ip) AS address, user_agent,
               countIf(status = 401) AS failures, countIf(status NOT IN (403, 429) AND status < 500) AS judged,
               toUnixTimestamp64Milli(minIf(ts, status = 401)) AS first, toUnixTimestamp64Milli(maxIf(ts, status = 401)) AS newest,
               argMaxIf(event_id, ts, status = 401) AS event_id, argMaxIf(toString(country), ts, status = 401) AS country,
@@ -884,11 +884,11 @@ export class EventStore {
         WHERE (merchant_id, api_key_id) IN (SELECT merchant_id, api_key_id FROM sprayed)
           AND ts >= since AND ts <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}
           AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
-          AND (network, merchant_id, api_key_id) IN (SELECT network, merchant_id, api_key_id FROM sprayed)
+          AND (spray_network, merchant_id, api_key_id) IN (SELECT spray_network, merchant_id, api_key_id FROM sprayed)
         GROUP BY merchant_id, api_key_id, source_partition, ip, user_agent
-       WINDOW key AS (PARTITION BY merchant_id, api_key_id, network)
-        ORDER BY merchant_id, api_key_id, network, newest DESC, judged DESC, address, user_agent
-        LIMIT {rowsPerKey:UInt32} BY merchant_id, api_key_id, network`,
+       WINDOW key AS (PARTITION BY merchant_id, api_key_id, spray_network)
+        ORDER BY merchant_id, api_key_id, spray_network, newest DESC, judged DESC, address, user_agent
+        LIMIT {rowsPerKey:UInt32} BY merchant_id, api_key_id, spray_network`,
       {
         notBefore: toClickHouseTime(query.notBefore.getTime()),
         clock: toClickHouseTime(query.clock.getTime()),
@@ -907,7 +907,7 @@ export class EventStore {
       const row = sprayedRequestsRow.parse(raw);
       const ip = fromStoredIp(row.address);
       return {
-        network: networkOf(ip),
+        network: sprayNetworkOf(networkOf(ip)),
         merchantId: row.merchant_id,
         apiKeyId: row.api_key_id,
         partition: row.partition,

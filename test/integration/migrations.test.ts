@@ -402,6 +402,17 @@ describe('migrations', () => {
     ];
     await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(ahead.map((line) => line.replace(`\t${topic}\t`, `\t${aheadTopic}\t`)).join('')), 'TabSeparated', {});
     expect((await store.sprayedRequests({ ...lateQuery, topic: aheadTopic })).map((r) => r.network)).toEqual(Array.from({ length: 20 }, () => '192.0.2.0/24'));
+    // IPv6 by the /48 (sprayNetworkOf): a new /64 for every key is one network; a key's 200 from another /64 of it counts in its totals.
+    const v6Topic = 'api.spray.v6';
+    const v6 = [
+      ...Array.from({ length: 20 }, (_, k) => row(key(500 + k), k % 4, now - 5 * 60_000 + k * 1_000, { ip: `2001:db8:7:${k.toString(16)}::9`, status: 401 })),
+      row(key(500), 0, now - 4 * 60_000, { ip: '2001:db8:7:ff::1', status: 200 }),
+    ];
+    await db.insert(tables.requestEvents, REQUEST_EVENT_COLUMNS, Buffer.from(v6.map((line) => line.replace(`\t${topic}\t`, `\t${v6Topic}\t`)).join('')), 'TabSeparated', {});
+    const v6Read = await store.sprayedRequests({ ...lateQuery, topic: v6Topic });
+    expect(new Set(v6Read.map((r) => r.network))).toEqual(new Set(['2001:db8:7::/48']));
+    expect(new Set(v6Read.map((r) => r.apiKeyId)).size).toBe(20);
+    expect(v6Read.find((r) => r.ip === '2001:db8:7:ff::1')).toMatchObject({ apiKeyId: key(500), keyRows: 2, keyFailures: 1, keyJudged: 2 });
   });
 
   it('hands back a partition\'s newest events once each, oldest first, across queries: ties of time in eventId order, a repeat not merged yet collapsed', async () => {

@@ -320,4 +320,19 @@ export const fixtures: Fixture[] = [
     now: T0,
     expect: { findings: 1, severity: 'critical', evidence: { judgedBy: 'key', authFailures: 1200 } },
   },
+  {
+    name: 'a deleted key still set in its owner\'s pods (1,000 × 401 from the key\'s own network, nothing succeeding) is high, not critical: no stranger, nothing to page on-call for',
+    kind: 'positive',
+    window: keyWindow(spread(1000, TEN_MINUTES_AGO, 10 * MINUTE, { status: 401 }), { history: USUAL }),
+    now: T0,
+    // Red-team round 44: critical, paging on-call, for the merchant's own stale deployment.
+    expect: { findings: 1, severity: 'high', evidence: { judgedBy: 'key', authFailures: 1000 } },
+  },
+  {
+    name: 'the same 1,000 × 401 from a network new to the key is critical',
+    kind: 'positive',
+    window: keyWindow(spread(1000, TEN_MINUTES_AGO, 10 * MINUTE, { status: 401, ip: '192.0.2.66' }), { history: USUAL }),
+    now: T0,
+    expect: { findings: 1, severity: 'critical', evidence: { authFailures: 1000 } },
+  },
 ];

@@ -23,8 +23,10 @@
  *     for a network whose newest 15 minutes are whole).
  * Severity grows with share and volume: medium from thresholdShare (50%); high at highShare (80%)
  * with at least highFailures signal failures; critical at criticalShare (90%) with criticalFailures,
- * of which at least criticalFailures are 401s or 404s from strangers' networks (new to the key, and not
- * in a place the key is established at): 404s alone from the key's own networks or places (its own job
+ * of which at least criticalFailures are strangers': 401s from networks new to the key, or from its
+ * own networks while its own requests there still succeed (a deleted key still set in its owner's
+ * deployment, every request failing, stops at high), and 404s from networks new to the key and not in
+ * a place the key is established at: 404s alone from the key's own networks or places (its own job
  * looking up ids it lacks, also from a fresh egress /24 of its city or cloud region) stop at high
  * (rate_limit), since critical means block.
  */
@@ -96,7 +98,7 @@ const SEVERITY_RANK: Record<Severity, number> = { low: 0, medium: 1, high: 2, cr
 
 export const rule: RuleDefinition<Params, Tally> = {
   id: 'high_failure_rate',
-  version: '1.4.1',
+  version: '1.5.0',
   title: 'High failure rate',
   description:
     'Most of a key\'s requests are refused (401: credential guessing or a revoked key) or hit resources ' +
@@ -123,7 +125,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     'A key past its monthly live quota (403 QUOTA_EXCEEDED) or a test key on a live-only endpoint (403 ENVIRONMENT_MISMATCH): 403 is the API\'s policy, not a wrong secret, and is excluded from both numerator and denominator.',
     'A handful of failures (3 of 5): no share is judged below minRequests judged requests.',
     'Validation errors (400, 422) are the integration\'s bugs, not abuse: they count as judged requests, not as failures.',
-    'An old deployment still calling with a key deleted after a rotation (spec: create new, deploy, verify, delete old) fails 100% with 401 at its usual rate: it is reported because the merchant must fix it (medium, high at volume, and critical from 1,000 in 10 minutes: 401s from the key\'s own network are not told from a brute force there, and blocking a deleted key stops nothing that works); dismiss it once fixed.',
+    'An old deployment still calling with a key deleted after a rotation (spec: create new, deploy, verify, delete old) fails 100% with 401 at its usual rate: it is reported because the merchant must fix it (medium, high at volume), never critical from the key\'s own networks while none of its requests there succeed: no stranger, nothing to page on-call for; dismiss it once fixed. From networks new to the key, or beside its own requests that still succeed there (a stranger behind the same cloud NAT), 401s at volume are critical.',
     'A second site of the merchant whose lookups mostly miss (404), among the key\'s successes: a network the key used before the last hour is judged with the key, not on its own.',
     'The merchant\'s own job looking up ids it does not have (404) from the key\'s usual networks, or from a fresh /24 in a place the key is established at: at most high (rate_limit), never critical (block).',
     'The key\'s end users arriving from many new networks (a mobile app, a browser integration): their networks are judged together only at thresholdShare, so a few missing lookups among their successes stay quiet.',
@@ -152,9 +154,8 @@ export const rule: RuleDefinition<Params, Tally> = {
     };
     const atOwnPlace = ownPlaces(window.history, longStart);
     /** The failures of a population's short window that may make it critical (asked only when the rest of the bar is met). */
-    const strong = (population: Population, counts: Counts) => () =>
-      strongFailures(events, first, shortStart, counts, memberOf(population, isNew), isNew, atOwnPlace);
-    consider(judge(short, params, false, strong(KEY, short), KEY, short, params.windowMinutes));
+    const strong = (population: Population) => () => strongFailures(events, first, shortStart, memberOf(population, isNew), isNew, atOwnPlace);
+    consider(judge(short, params, false, strong(KEY), KEY, short, params.windowMinutes));
     if (best?.severity !== 'critical') {
       // Networks new to the key, on their own: only when the key has the failures one of them would need.
       const networkMin = perNetworkMinimum(params);
@@ -167,9 +168,9 @@ export const rule: RuleDefinition<Params, Tally> = {
       // At equal severity the key's short window first, then a network's, then the new networks', then the hour's.
       for (const [network, counts] of fresh?.failing ?? []) {
         const population: Population = { kind: 'network', network };
-        consider(judge(counts.short, params, false, strong(population, counts.short), population, short, params.windowMinutes));
+        consider(judge(counts.short, params, false, strong(population), population, short, params.windowMinutes));
       }
-      if (together) consider(judge(fresh!.all.short, params, false, strong(together, fresh!.all.short), together, short, params.windowMinutes));
+      if (together) consider(judge(fresh!.all.short, params, false, strong(together), together, short, params.windowMinutes));
       if (!best) consider(judge(long, params, true, () => failuresOf(long), KEY, long, params.longWindowMinutes));
       if (!best) {
         for (const [network, counts] of fresh?.failing ?? []) {
@@ -293,26 +294,37 @@ function judge(
 }
 
 /**
- * A population's 401s in the short window (`counts`), and its 404s from strangers: from a network new
- * to the key that is not in a place the key is established at (a fresh egress /24 of its own city or
- * cloud region is its own, as credential_sharing takes it).
+ * A population's failures in the short window that strangers make: 401s from a network new to the key,
+ * or from its own networks while its own requests there still succeed (a stranger behind the same
+ * cloud NAT); not while every one of them fails, as when a deleted or rotated key is still set in its
+ * owner's deployment. And 404s from a network new to the key that is not in a place the key is
+ * established at either (a fresh egress /24 of its own city or cloud region is its own, as
+ * credential_sharing takes it).
  */
 function strongFailures(
   events: readonly WindowEvent[],
   first: number,
   since: number,
-  counts: Counts,
   inPopulation: (event: WindowEvent) => boolean,
   isNew: (network: string) => boolean,
   atOwnPlace: (geo: GeoPoint | undefined) => boolean,
 ): number {
-  let strong = counts.auth;
-  if (counts.notFound === 0) return strong;
+  let strong = 0;
+  let ownAuthFailures = 0;
+  let ownSuccesses = false;
   for (let i = first; i < events.length; i++) {
     const event = events[i]!;
-    if (event.status === 404 && event.timestamp >= since && inPopulation(event) && isNew(event.network) && !atOwnPlace(event.geo)) strong++;
+    if (event.timestamp < since || !inPopulation(event)) continue;
+    const { status } = event;
+    if (isNew(event.network)) {
+      if (status === 401 || (status === 404 && !atOwnPlace(event.geo))) strong++;
+    } else if (status === 401) {
+      ownAuthFailures++;
+    } else if (status !== 404 && isJudged(status)) {
+      ownSuccesses = true;
+    }
   }
-  return strong;
+  return ownSuccesses ? strong + ownAuthFailures : strong;
 }
 
 /** Whether an event is one of a population's. */

@@ -273,7 +273,8 @@ export const fixtures: Fixture[] = [
       history: USUAL,
     }),
     now: T0,
-    expect: { findings: 1, severity: 'high', evidence: { judgedBy: 'key', notFound: 1100, judgedRequests: 1200 } },
+    // Its summary does not accuse anyone: the key's own networks send them (red-team round 44: "someone is enumerating").
+    expect: { findings: 1, severity: 'high', evidence: { judgedBy: 'key', notFound: 1100, judgedRequests: 1200 }, summary: /most come from the key's own networks: its integration asking for ids that no longer exist/ },
   },
   {
     name: 'the same 1,100 × 404 of 1,200 from a network new to the key is critical',
@@ -283,7 +284,7 @@ export const fixtures: Fixture[] = [
       { history: USUAL },
     ),
     now: T0,
-    expect: { findings: 1, severity: 'critical', evidence: { notFound: 1100, judgedRequests: 1200 } },
+    expect: { findings: 1, severity: 'critical', evidence: { notFound: 1100, judgedRequests: 1200 }, summary: /someone is enumerating resources with this key/ },
   },
   {
     // A fresh egress /24 in the key's own city (a new NAT gateway, a new cloud address) is the key's, as in credential_sharing.
@@ -311,7 +312,7 @@ export const fixtures: Fixture[] = [
       { history: [...USUAL, { at: T0 - 2 * 60 * MINUTE, ...LOOKUP, status: 404, ...at('moscow', '192.0.20.10') }] },
     ),
     now: T0,
-    expect: { findings: 1, severity: 'critical', evidence: { notFound: 1100, judgedRequests: 1200 } },
+    expect: { findings: 1, severity: 'critical', evidence: { notFound: 1100, judgedRequests: 1200 }, summary: /someone is enumerating resources with this key/ },
   },
   {
     name: 'a brute force at volume from the key\'s own network (1,200 × 401 of 1,250) is still critical',

@@ -439,10 +439,14 @@ function finding(window: KeyWindow, params: Params, now: number, verdict: Verdic
   const key = window.apiKeyId;
   const percent = Math.round(share * 100);
   const minutes = verdict.minutes;
+  // 404s mostly from the key's own networks are as likely its own integration asking for ids that are gone.
+  const ownNotFound = auth >= notFound ? 0 : failing.filter((e) => e.status === 404 && !isNew(e.network)).length;
   const advice =
     auth >= notFound
       ? 'check whether the merchant rotated or revoked this key; if not, someone is guessing its secret: rotate it'
-      : 'someone is enumerating resources with this key: check the paths and the source IPs with the merchant';
+      : ownNotFound * 2 > notFound
+        ? "most come from the key's own networks: its integration asking for ids that no longer exist (purged sessions, a stale reference), or someone there enumerating resources; check the paths with the merchant"
+        : 'someone is enumerating resources with this key: check the paths and the source IPs with the merchant';
   const keyFailures = failuresOf(verdict.key);
   const source =
     population.kind === 'key' ? '' : population.kind === 'network' ? ` from ${population.network}` : ` from ${population.networks} networks new to the key`;

@@ -10,6 +10,7 @@ import { ACTIONS, ANOMALY_TYPES, SEVERITIES, type Finding, type KeyWindow, type 
 import { keyWindow, MINUTE, spread, T0, type EventSpec, type RuleFixture } from './fixtures.ts';
 import { RULES } from './index.ts';
 import { DetectionConfig } from '../src/detect/detection-config.ts';
+import { defaultsFor } from '../src/detect/engine.ts';
 import { networkOf, sprayNetworkOf } from './network.ts';
 import { rule as credentialSharing } from './credential_sharing.ts';
 import { rule as highFailureRate } from './high_failure_rate.ts';
@@ -56,7 +57,7 @@ function cloneWindow(window: KeyWindow): KeyWindow {
 function evaluateAt(rule: AnyRule, window: KeyWindow, fixture: RuleFixture, wallClock: number): Finding[] {
   vi.useFakeTimers({ toFake: ['Date'], now: wallClock });
   try {
-    return rule.evaluate(window, { ...rule.defaults, ...fixture.params } as AnyRule['defaults'], fixture.now);
+    return rule.evaluate(window, { ...defaultsFor(rule, window.plan), ...fixture.params } as AnyRule['defaults'], fixture.now);
   } finally {
     vi.useRealTimers();
   }
@@ -226,7 +227,7 @@ describe('rule screens', () => {
   // The contract: mayFire is false only when evaluate finds nothing. Checked on every fixture, with the
   // window's events arriving in order and out of order, and after older events have come and gone.
   it.each(screened)('$label: the screen lets every finding through', ({ rule, fixture, screen }) => {
-    const params = { ...rule.defaults, ...fixture.params } as AnyRule['defaults'];
+    const params = { ...defaultsFor(rule, fixture.window.plan), ...fixture.params } as AnyRule['defaults'];
     const findings = rule.evaluate(fixture.window, params, fixture.now);
     const { events } = fixture.window;
     const verdicts = [tallyOf(screen, events), tallyOf(screen, shuffled(events)), tallyOf(screen, events, earlier(events))].map((tally) =>

@@ -16,6 +16,21 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'critical', evidence: { observedRequestsPerMinute: 840, limitPerMinute: 60, minutesOver: 5, sustainedRatio: 14 } },
   },
   {
+    name: 'an enterprise key at 600 requests/min whose events carry no limit is not judged: enterprise limits are custom, not 60',
+    kind: 'negative',
+    window: keyWindow(perMinute([600, 600, 600, 600, 600], FIVE_MINUTES_AGO).map((spec) => ({ ...spec, rateLimitPerMinute: 0 })), { plan: 'enterprise' }),
+    now: NOW,
+    // Red-team round 44: critical, and a block of the enterprise production key, against the 60 of the other plans.
+    expect: { findings: 0 },
+  },
+  {
+    name: 'an enterprise key flooding past the limit its events carry (1,000 a minute on 100) is critical',
+    kind: 'positive',
+    window: keyWindow(perMinute([1000, 1000, 1000, 1000, 1000], FIVE_MINUTES_AGO, { rateLimitPerMinute: 100 }), { plan: 'enterprise' }),
+    now: NOW,
+    expect: { findings: 1, severity: 'critical', evidence: { limitPerMinute: 100 } },
+  },
+  {
     name: 'two minutes at twice the limit is medium',
     kind: 'positive',
     window: keyWindow(perMinute([40, 45, 120, 120, 40], FIVE_MINUTES_AGO)),
@@ -274,7 +289,7 @@ export const fixtures: Fixture[] = [
   {
     name: 'without a RateLimit-Limit, 200 requests/min for three minutes is judged against the plan\'s 60: high',
     kind: 'positive',
-    window: keyWindow(perMinute([200, 200, 200], T0 - 3 * MINUTE, { rateLimitPerMinute: 0 }), { plan: 'enterprise' }),
+    window: keyWindow(perMinute([200, 200, 200], T0 - 3 * MINUTE, { rateLimitPerMinute: 0 }), { plan: 'business' }),
     now: NOW,
     expect: { findings: 1, severity: 'high', evidence: { limitPerMinute: 60, minutesOver: 3 } },
   },

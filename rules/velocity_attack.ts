@@ -41,7 +41,7 @@ type Params = {
   criticalRatio: number;
   /** An address sending at most this many requests a minute, on average over the over minutes, is a client backing off (Retry-After) when answered 429. */
   patientPerMinute: number;
-  /** The limit of a minute whose events carry none (the fleet sends no RateLimit-Limit): the plan's default, 60, unless overridden per plan or merchant. */
+  /** The limit of a minute whose events carry none (the fleet sends no RateLimit-Limit): the plan's default, 60, unless overridden per plan or merchant; 0 leaves such a minute unjudged (enterprise by default: its limits are custom). */
   defaultLimitPerMinute: number;
 };
 
@@ -74,7 +74,7 @@ interface Over {
 
 export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'velocity_attack',
-  version: '1.5.0',
+  version: '1.6.0',
   title: 'Velocity attack',
   description:
     'A key sends well above its per-minute rate limit for several minutes: a script hammering the API, ' +
@@ -89,6 +89,9 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     patientPerMinute: 2,
     defaultLimitPerMinute: 60,
   },
+  // The spec's enterprise limits are custom: its minutes whose events carry no limit (RateLimit-Limit)
+  // are not judged against 60, which would block an enterprise key at its own contracted rate.
+  planDefaults: { enterprise: { defaultLimitPerMinute: 0 } },
   actions: { low: 'monitor', medium: 'rate_limit', high: 'rate_limit', critical: 'block' },
   falsePositives: [
     'A short legitimate burst (a batch job, a backfill) under limit × thresholdRatio: never over.',
@@ -97,7 +100,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     'A cron job bursting once every few minutes, quiet in between: its over minutes are not one stretch over the limit.',
     'A producer whose clock runs a few minutes fast: its events count in their own minutes, never piled into the current one.',
     'A raised limit (plan upgrade, custom RateLimit-Limit): each minute is judged against the highest limit its events carry.',
-    'A fleet that sends no RateLimit-Limit for a plan whose real limit is higher: set defaultLimitPerMinute for that plan or merchant.',
+    'A fleet that sends no RateLimit-Limit for a plan whose real limit is higher: set defaultLimitPerMinute for that plan or merchant. Enterprise limits are custom (the spec): its minutes without a carried limit are not judged unless a default is set for it.',
     'Retries during our own outage (a client retrying each 503 three times): requests answered 5xx are not counted.',
     'A nightly batch deliberately above the limit is still reported; allowlist the key or raise its limit.',
   ],
@@ -158,7 +161,8 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       }
       return most;
     };
-    const limitOf = (slot: number) => (limits[slot]! > 0 ? limits[slot]! : params.defaultLimitPerMinute);
+    // No limit carried and none by default (0: the plan's is custom): the minute is not judged.
+    const limitOf = (slot: number) => (limits[slot]! > 0 ? limits[slot]! : params.defaultLimitPerMinute > 0 ? params.defaultLimitPerMinute : Infinity);
 
     const over: Over[] = [];
     for (let slot = 0; slot < slots; slot++) {
@@ -350,7 +354,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       const firstMinute = currentMinute - minutes;
       const lastMinute = Math.min(Math.max(currentMinute, ring.newestMinute), currentMinute + FUTURE_MINUTES);
       if (lastMinute - firstMinute >= ring.size || !(params.thresholdRatio >= 0)) return true;
-      const fallback = params.defaultLimitPerMinute;
+      const fallback = params.defaultLimitPerMinute > 0 ? params.defaultLimitPerMinute : Infinity;
       let over = 0;
       for (let minute = firstMinute; minute <= lastMinute; minute++) {
         const at = ring.find(minute);

@@ -733,7 +733,8 @@ describe('DetectionEngine with the rules of rules/', () => {
 
   // An operator whose fleet sends no RateLimit-Limit for enterprise keys, whose limit is 600, says so
   // with defaultLimitPerMinute; events that carried no limit are judged against it, and a limit an
-  // event carried still wins, the plan's 60 too.
+  // event carried still wins, the plan's 60 too. Without it, enterprise limits are custom: not judged.
+  // The engine merges the rule's plan defaults (RuleDefinition.planDefaults) under the config's.
   describe('velocity_attack\'s defaultLimitPerMinute, for events without a RateLimit-Limit', () => {
     const MINUTE = 60_000;
     const withConfig = (json: unknown) =>
@@ -750,11 +751,13 @@ describe('DetectionEngine with the rules of rules/', () => {
     const velocity = (detection: DetectionEngine, events: RequestEvent[]) =>
       events.flatMap((e) => detection.processBatch([e], WALL_CLOCK())).filter((finding) => finding.ruleId === 'velocity_attack');
 
-    it('judges 200/min against the plan\'s 60 by default, and against the override when set', () => {
-      expect(velocity(withConfig({}), flood('pk_live_default', T0, 3)).length).toBeGreaterThan(0);
+    it('judges 200/min against the override when set; an enterprise key without one is not judged, another plan\'s against its 60', () => {
+      expect(velocity(withConfig({}), flood('pk_live_default', T0, 3))).toEqual([]);
       expect(velocity(withConfig(ENTERPRISE_AT_600), flood('pk_live_ent', T0, 3))).toEqual([]);
+      expect(velocity(withConfig({ plans: { enterprise: { rules: { velocity_attack: { defaultLimitPerMinute: 100 } } } } }), flood('pk_live_ent100', T0, 3)).length).toBeGreaterThan(0);
       // Other plans keep the default.
       expect(velocity(withConfig(ENTERPRISE_AT_600), flood('pk_live_biz', T0, 3, { plan: 'business' })).length).toBeGreaterThan(0);
+      expect(velocity(withConfig({}), flood('pk_live_biz2', T0, 3, { plan: 'business' })).length).toBeGreaterThan(0);
     });
 
     it('takes a carried limit as the key\'s, the plan\'s 60 too, over the override', () => {

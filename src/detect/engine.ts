@@ -1070,7 +1070,7 @@ export class DetectionEngine {
   private refreshParams(state: KeyState): void {
     const config = this.options.config();
     if (state.paramsConfig === config && state.paramsPlan === state.plan) return;
-    state.params = this.rules.map((rule) => config.parameters(rule.id, rule.defaults, state.plan, state.merchantId));
+    state.params = this.rules.map((rule) => config.parameters(rule.id, defaultsFor(rule, state.plan), state.plan, state.merchantId));
     state.testKeyMaxSeverity = config.testKeyMaxSeverity(state.plan, state.merchantId);
     state.paramsConfig = config;
     state.paramsPlan = state.plan;
@@ -1105,3 +1105,9 @@ export function capWithin(sizes: readonly number[], room: number, ceiling: numbe
 
 /** A request that named the key without its secret (a wrong, revoked or deleted one). */
 const refusedAuthentication = (event: WindowEvent) => event.status === 401;
+
+/** A rule's defaults for a plan: its defaults, with the plan's own (RuleDefinition.planDefaults) over them. */
+export function defaultsFor<P extends Record<string, number | string | boolean | readonly string[]>>(rule: Pick<RuleDefinition<P>, 'defaults' | 'planDefaults'>, plan: Plan): P {
+  const planDefaults = rule.planDefaults?.[plan];
+  return planDefaults ? { ...rule.defaults, ...planDefaults } : rule.defaults;
+}

@@ -225,6 +225,8 @@ export interface RuleDefinition<P extends Record<string, number | string | boole
   detailMs?: number;
   /** Tunable parameters with their defaults; the engine merges plan and merchant overrides on top. */
   defaults: P;
+  /** Defaults of a plan that differ from `defaults` (the spec's enterprise limits are custom); the configuration's overrides go on top. */
+  planDefaults?: Partial<Record<Plan, Partial<P>>>;
   /** The recommended action for each severity. */
   actions: Record<Severity, RecommendedAction>;
   /** Known benign look-alikes and how the rule avoids them. */

@@ -156,7 +156,7 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'high', evidence: { newCountries: ['DE', 'GB'], keyEstablished: true } },
   },
   {
-    name: 'an edge key at home in five countries that starts serving from three new ones at once (a market launch) is high, not critical',
+    name: 'an edge key at home in five countries that starts serving from three new ones at once (a market launch) is low, not critical',
     kind: 'positive',
     window: keyWindow(
       [
@@ -166,8 +166,8 @@ export const fixtures: Fixture[] = [
       { history: edgeTraffic(180, T0 - 2 * DAY, 60 * MINUTE) },
     ),
     now: T0,
-    // Red-team round 31: critical, risk 1.0, and a block of the merchant's production key.
-    expect: { findings: 1, severity: 'high', evidence: { newCountries: ['AU', 'BR', 'MX'], criticalCountries: 5, keyEstablished: true } },
+    // Red-team round 31: critical, risk 1.0, and a block of the merchant's production key; round 44: high, reopened at every new edge location.
+    expect: { findings: 1, severity: 'low', evidence: { newCountries: ['AU', 'BR', 'MX'], criticalCountries: 5, homeCountries: 5, keyEstablished: true } },
   },
   {
     name: 'the same edge key used from five new countries at once is critical: as many as it is at home in',

@@ -1,7 +1,12 @@
-import { keyWindow, MINUTE, perMinute, SECOND, spread, T0, type RuleFixture } from './fixtures.ts';
+import { at, keyWindow, MINUTE, perMinute, SECOND, spread, T0, type RuleFixture } from './fixtures.ts';
 import type { rule } from './velocity_attack.ts';
 
 type Fixture = RuleFixture<(typeof rule)['defaults']>;
+
+/** A merchant's worker `n` of 600, on three /24s of its own. */
+const WORKER_IP = (n: number) => `198.51.${100 + Math.floor(n / 250)}.${n % 250}`;
+/** Yesterday's requests from those three networks: the key's own. */
+const WORKER_NETWORKS_YESTERDAY = spread(60, T0 - 24 * 60 * MINUTE, 60 * MINUTE, (i) => ({ ip: WORKER_IP(250 * (i % 3)) }));
 
 // `now` is 30 s into the minute that starts at T0; the five full minutes before it start at T0 - 5 min.
 const NOW = T0 + 30 * SECOND;
@@ -89,17 +94,26 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'high', evidence: { observedRequestsPerMinute: 200, minutesOver: 5 } },
   },
   {
-    name: 'a backfill fanned out to 600 workers, each waiting as Retry-After tells it (about one request a minute, 429 but for the 60 the limit lets through), is high, not critical: blocking would stop the merchant\'s own',
+    name: 'a backfill fanned out to 600 workers on the key\'s own networks, each waiting as Retry-After tells it (about one request a minute, 429 but for the 60 the limit lets through), is high, not critical: blocking would stop the merchant\'s own',
     kind: 'positive',
     window: keyWindow(
-      perMinute([660, 660, 660, 660, 660], FIVE_MINUTES_AGO).map((spec, i) => {
-        const worker = (i % 660) % 600;
-        return { ...spec, ip: `198.51.${100 + Math.floor(worker / 250)}.${worker % 250}`, status: i % 660 < 60 ? 201 : 429 };
-      }),
+      perMinute([660, 660, 660, 660, 660], FIVE_MINUTES_AGO).map((spec, i) => ({ ...spec, ip: WORKER_IP((i % 660) % 600), status: i % 660 < 60 ? 201 : 429 })),
+      { history: WORKER_NETWORKS_YESTERDAY },
     ),
     now: NOW,
     // Red-team round 44: critical, and "block the key", at 11x the limit.
     expect: { findings: 1, severity: 'high', evidence: { sustainedRatio: 11, backingOffShare: 0.91 }, summary: /91% of it answered 429 to addresses that each send at most 2 a minute/ },
+  },
+  {
+    name: 'the same from a new address per request, on a network and in a place new to the key (an IPv6 /64 abroad, a proxy pool), is critical: only the key\'s own clients back off',
+    kind: 'positive',
+    window: keyWindow(
+      perMinute([660, 660, 660, 660, 660], FIVE_MINUTES_AGO).map((spec, i) => ({ ...spec, ...at('frankfurt', `2001:db8:66:1::${i.toString(16)}`), status: i % 660 < 60 ? 201 : 429 })),
+      { history: WORKER_NETWORKS_YESTERDAY },
+    ),
+    now: NOW,
+    // Review round 44: every flood rotating addresses was taken for clients backing off.
+    expect: { findings: 1, severity: 'critical', evidence: { sustainedRatio: 11, backingOffShare: 0 } },
   },
   {
     name: 'the same rate from 20 addresses sending 33 a minute each is critical: a flood, not clients backing off',

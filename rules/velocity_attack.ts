@@ -28,7 +28,8 @@
  */
 import { firstAtOrAfter } from '../src/detect/search.ts';
 import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
-import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
+import type { Finding, KeyHistoryView, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
+import { cellOf, nearCells } from './network.ts';
 
 type Params = {
   /** Full clock minutes looked at, before the current one. */
@@ -95,7 +96,8 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
   actions: { low: 'monitor', medium: 'rate_limit', high: 'rate_limit', critical: 'block' },
   falsePositives: [
     'A short legitimate burst (a batch job, a backfill) under limit × thresholdRatio: never over.',
-    'Hundreds of clients honouring Retry-After (a backfill fanned out to a worker per message, each waiting as told after its 429): most of a critical rate answered 429 to addresses sending at most patientPerMinute (2) a minute is high (throttle), not critical: the limiter holds it, and a block would stop the merchant\'s own. Below critical it counts as any excess does.',
+    'Hundreds of clients honouring Retry-After (a backfill fanned out to a worker per message, each waiting as told after its 429): most of a critical rate answered 429 to addresses of the key\'s own networks or places sending at most patientPerMinute (2) a minute is high (throttle), not critical: the limiter holds it, and a block would stop the merchant\'s own. Below critical it counts as any excess does.',
+    'Accepted: a flood from a new address per request (an IPv6 /64, a proxy pool) in the key\'s own city or cloud region looks like its clients backing off, and is high (throttled), not critical (blocked); from anywhere else it is critical.',
     'A single spike minute: one minute over is not sustained (minMinutesOver = 2), nor is a spike of seconds that straddles a minute boundary (outside its busiest 60 seconds, nothing is over).',
     'A cron job bursting once every few minutes, quiet in between: its over minutes are not one stretch over the limit.',
     'A producer whose clock runs a few minutes fast: its events count in their own minutes, never piled into the current one.',
@@ -254,10 +256,13 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     const byRate: Severity = sustainedRatio >= params.criticalRatio ? 'critical' : sustainedRatio >= params.highRatio ? 'high' : 'medium';
     // The over minutes' events are runs of the window: read in place, not copied out.
     const runs = stretch.map((o) => ({ start: starts[o.slot]!, end: ends[o.slot]! }));
-    // Most of a critical rate answered 429 to addresses that each wait between tries (Retry-After):
-    // many clients backing off (a backfill fanned out to hundreds of workers), held to the limit
-    // already; blocking the key would stop the merchant's own. High: throttled, not blocked.
-    const backingOff = byRate === 'critical' ? backingOffShare(events, runs, stretch.length, params.patientPerMinute) : 0;
+    // Most of a critical rate answered 429 to addresses of the key's own networks or places that each
+    // wait between tries (Retry-After): many clients backing off (a backfill fanned out to hundreds of
+    // workers), held to the limit already; blocking the key would stop the merchant's own. High:
+    // throttled, not blocked. Not from elsewhere: a flood from a new address per request (an IPv6
+    // /64, a proxy pool) would look patient too.
+    const ownSource = ownSources(window.history, (firstMinute + stretch[0]!.slot) * MINUTE);
+    const backingOff = byRate === 'critical' ? backingOffShare(events, runs, stretch.length, params.patientPerMinute, ownSource) : 0;
     const severity: Severity = backingOff > 0.5 ? 'high' : byRate;
     // Within the band, on a log scale; the critical band is read as 10x..30x the limit.
     const [low, high] =
@@ -481,10 +486,29 @@ function distinctValues(events: readonly WindowEvent[], runs: readonly Run[]): R
 }
 
 /**
- * The share of the runs' counted events answered 429 to addresses that sent at most `patientPerMinute`
- * a minute on average over the runs' `minutes`: clients honouring Retry-After.
+ * Whether an event comes from the key's own: a network its history knew before `before`, or a place
+ * it was established at by then (its one-degree cell or one next to it). Without a history, nothing is.
  */
-function backingOffShare(events: readonly WindowEvent[], runs: readonly Run[], minutes: number, patientPerMinute: number): number {
+function ownSources(history: KeyHistoryView | undefined, before: number): (event: WindowEvent) => boolean {
+  const known = new Map<string, boolean>();
+  let cells: Set<number> | undefined;
+  return (event) => {
+    if (!history) return false;
+    let own = known.get(event.network);
+    if (own === undefined) known.set(event.network, (own = history.knowsNetwork(event.network, before)));
+    if (own) return true;
+    const geo = event.geo;
+    if (!geo || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return false;
+    cells ??= new Set(history.establishedPlacesBefore(before).map(cellOf));
+    return nearCells(cells, geo);
+  };
+}
+
+/**
+ * The share of the runs' counted events answered 429 to addresses of the key's own (`isOwn`) that
+ * sent at most `patientPerMinute` a minute on average over the runs' `minutes`: its clients honouring Retry-After.
+ */
+function backingOffShare(events: readonly WindowEvent[], runs: readonly Run[], minutes: number, patientPerMinute: number, isOwn: (event: WindowEvent) => boolean): number {
   const perIp = new Map<string, { requests: number; limited: number }>();
   let total = 0;
   for (const run of runs) {
@@ -492,6 +516,7 @@ function backingOffShare(events: readonly WindowEvent[], runs: readonly Run[], m
       const event = events[i]!;
       if (!counted(event)) continue;
       total++;
+      if (!isOwn(event)) continue;
       let tally = perIp.get(event.ip);
       if (tally === undefined) perIp.set(event.ip, (tally = { requests: 0, limited: 0 }));
       tally.requests++;

@@ -272,6 +272,12 @@ describe('request event schema', () => {
       expect(result).toMatchObject({ reason: 'secret_in_event', redactedEvent: { path: '/v1/verify/sessions?key=sk_[REDACTED]' } });
       expect(JSON.stringify(result)).not.toContain('0123456789abcdef');
     }
+    // A path padded with secrets is cut to its bound once they are redacted, still judged; an escape
+    // written out in a user agent (six characters: `\\u0073`) is redacted as the check reads it.
+    for (const result of judged({ ...valid, path: `/v1/x?${'&sk_1'.repeat(150)}` })) expect(result).toMatchObject({ redactedEvent: { path: expect.stringMatching(/^\/v1\/x\?&sk_\[REDACTED\]/) } });
+    for (const result of judged({ ...valid, userAgent: 'x\\u0073k_live_ABCDEF123456 sk_1' })) {
+      expect(result).toMatchObject({ reason: 'secret_in_event', redactedEvent: { userAgent: 'xsk_[REDACTED] sk_[REDACTED]' } });
+    }
     // A secret in an id, or an event invalid beside its secret: nothing to judge.
     for (const event of [
       { ...valid, apiKeyId: 'svc_live_pk_abc.sk_live_0123456789abcdef' },

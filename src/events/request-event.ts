@@ -5,7 +5,7 @@
  * rejection only ever holds redacted text.
  */
 import { z } from 'zod';
-import { containsSecret, redactSecrets } from './secrets.ts';
+import { containsSecret, REDACTED, redactSecrets } from './secrets.ts';
 
 export const PLANS = ['free', 'pro', 'business', 'enterprise'] as const;
 export type Plan = (typeof PLANS)[number];
@@ -65,6 +65,7 @@ export const MAX_EVENT_BYTES = 64 * 1024;
 // The schema only checks; normalization happens after it, in plain code (normalizeEvent), because
 // zod transforms cost about half a microsecond each and this runs on every event. The timestamp's
 // range is checked after both (validateRequestEvent), on the normalized time, whatever its form.
+const MAX_PATH_LENGTH = 2048;
 /** The longest eventId, merchantId and apiKeyId, in characters. */
 export const MAX_ID_LENGTH = 128;
 const identifier = z.string().min(1).max(MAX_ID_LENGTH).refine(isDistinctText, 'must be well-formed text: a lone surrogate, or U+FFFD (what bytes that were not UTF-8 became), would be stored as the same id as another');
@@ -81,7 +82,7 @@ export const requestEventSchema = z.object({
   // Long user agents are a bot signal, not an error: normalizeEvent keeps the head.
   userAgent: z.string(),
   method: z.string().regex(/^[A-Za-z]{1,16}$/, 'must be an HTTP method'),
-  path: z.string().min(1).max(2048),
+  path: z.string().min(1).max(MAX_PATH_LENGTH),
   status: z.number().int().min(100).max(599),
   responseTimeMs: z.number().min(0).max(86_400_000),
   // Optional fields may also be null, as many producers' JSON writers send an absent value.
@@ -403,14 +404,40 @@ function rejectSecret(value: unknown, times: TimeRange): ParseResult {
 
 const IDENTITY_FIELDS = ['eventId', 'merchantId', 'apiKeyId'] as const;
 
-/** The value with every string field's secrets redacted, validated; undefined when that fails or an identity field held a secret. */
+/**
+ * The value with every string field's secrets redacted, validated; undefined when that fails, an
+ * identity field held a secret, or what is left still reads as one to the check that refused it.
+ */
 function judgeableWithoutSecrets(value: unknown, times: TimeRange): RequestEvent | undefined {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return undefined;
   // fromEntries defines each field as its own (a "__proto__" field stays a field, as JSON.parse made it).
-  const redacted: Record<string, unknown> = Object.fromEntries(Object.entries(value).map(([field, fieldValue]) => [field, typeof fieldValue === 'string' ? redactSecrets(fieldValue) : fieldValue]));
+  const redacted: Record<string, unknown> = Object.fromEntries(Object.entries(value).map(([field, fieldValue]) => [field, typeof fieldValue === 'string' ? redactedField(fieldValue) : fieldValue]));
   if (IDENTITY_FIELDS.some((field) => redacted[field] !== (value as Record<string, unknown>)[field])) return undefined;
+  // Each `sk_1` becomes the longer `sk_[REDACTED]`: a path padded with them would pass its bound.
+  if (typeof redacted.path === 'string' && redacted.path.length > MAX_PATH_LENGTH) redacted.path = redacted.path.slice(0, MAX_PATH_LENGTH);
   const result = validateRequestEvent(redacted, times);
-  return result.ok ? result.event : undefined;
+  return result.ok && !containsSecret(JSON.stringify(result.event)) ? result.event : undefined;
+}
+
+/**
+ * A field's text redacted as the check that refused it reads it: in its JSON form, where an escape
+ * written out in the text (`\u0073k_…` as six characters) reads as one too.
+ */
+function redactedField(text: string): string {
+  const json = JSON.stringify(text);
+  const redacted = redactSecrets(json);
+  if (redacted === json) return redactSecrets(text);
+  // A secret that began inside an escape (`\\u0073k_…`: an escaped backslash, then `u0073k_…`) leaves
+  // that escape's backslash before the marker, which JSON does not read: it goes. Else the whole field does.
+  for (const candidate of [redacted, redacted.replace(/\\+(?=sk_\[REDACTED\])/g, '')]) {
+    try {
+      const parsed: unknown = JSON.parse(candidate);
+      if (typeof parsed === 'string') return parsed;
+    } catch {
+      // the next candidate
+    }
+  }
+  return REDACTED;
 }
 
 function reject(reason: RejectionReason, errors: FieldError[], eventId?: string): ParseResult {

@@ -297,15 +297,23 @@ describe('HTTP ingest: the request', () => {
     }
   });
 
-  it('rejects an event with a secret in its user agent, and hands its redacted copy to detection once, not to storage', async () => {
+  it('rejects an event with a secret in its user agent, and hands its redacted copy to detection with the post\'s accepted ones, not to storage', async () => {
     const app = await server();
     const leaked = { ...event(60), userAgent: 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_1' };
-    for (let attempt = 0; attempt < 2; attempt++) {
-      const answer = await app.post([leaked, leaked]);
-      expect(answer.body.data).toMatchObject({ accepted: 0, rejected: 2, errors: [{ reason: 'secret_in_event' }, { reason: 'secret_in_event' }] });
-    }
-    expect(app.stored).toEqual([]);
-    expect(app.detected.flat().map((e) => [e.eventId, e.userAgent])).toEqual([[leaked.eventId, 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_[REDACTED]']]);
+    const answer = await app.post([leaked, event(61)]);
+    expect(answer.body.data).toMatchObject({ accepted: 1, rejected: 1, errors: [{ index: 0, reason: 'secret_in_event' }] });
+    expect(app.stored.flat()).toHaveLength(1);
+    expect(app.detected.map((batch) => batch.map((e) => [e.eventId, e.userAgent]))).toEqual([
+      [
+        [event(61).eventId, event(61).userAgent],
+        [leaked.eventId, 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_[REDACTED]'],
+      ],
+    ]);
+    // Alone in a post, too; and its id is not taken: the copy without the secret is stored.
+    expect((await app.post([leaked])).body.data).toMatchObject({ accepted: 0, rejected: 1 });
+    expect(app.detected).toHaveLength(2);
+    expect((await app.post([{ ...leaked, userAgent: 'sqlmap/1.8.2#stable (https://sqlmap.org)' }])).body.data).toMatchObject({ accepted: 1, duplicates: 0 });
+    expect(app.stored.flat()).toHaveLength(2);
   });
 
   it('reads a JSON array after a byte-order mark whatever the content type says', async () => {

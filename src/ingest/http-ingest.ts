@@ -60,7 +60,7 @@ export interface HttpIngestOptions {
    * (STORE_FLUSH_INTERVAL_MS). That wait is by design: a post's time for storage starts after it.
    */
   flushWaitMs?: number;
-  /** Receives the accepted events (for detection), before the response waits for storage; not called with `publish`. */
+  /** Receives the accepted events (for detection), and the rejected ones detection still judges (Rejection.redactedEvent), before the response waits for storage; not called with `publish`. */
   onAccepted?(events: RequestEvent[]): void;
   /**
    * Settles once `recentIds` holds the ids stored before this process started (see
@@ -195,8 +195,8 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
    * after a 503 the rows stay buffered, and a retry waits for them instead of being stored again.
    * Runs in the same synchronous stretch as `classify`: two concurrent posts of an event cannot both take it.
    */
-  function store(events: RequestEvent[]): Promise<void> {
-    options.onAccepted?.(events);
+  function store(events: RequestEvent[], judgedOnly: readonly RequestEvent[] = []): Promise<void> {
+    options.onAccepted?.(judgedOnly.length > 0 ? [...events, ...judgedOnly] : events);
     const durable = buffer.add({ lines: events.map((event) => serializeEventRow(event, HTTP_SOURCE)) });
     holdUntilDurable(events, durable);
     return durable;
@@ -221,13 +221,9 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
 
   /** Without Kafka: stores the accepted events and waits, within the timeout, for them and for those still being stored that the post repeats. */
   function storeAndWait({ accepted, stillStoring, judgedOnly }: Classified): Promise<'done' | 'failed' | 'timeout'> | 'done' {
-    if (judgedOnly.length > 0) {
-      // Judged once: a retry of the post finds them remembered.
-      options.onAccepted?.(judgedOnly);
-      for (const event of judgedOnly) recentIds.checkAndAdd(event.eventId);
-    }
     const waits = [...stillStoring];
-    if (accepted.length > 0) waits.push(store(accepted));
+    if (accepted.length > 0) waits.push(store(accepted, judgedOnly));
+    else if (judgedOnly.length > 0) options.onAccepted?.(judgedOnly);
     if (waits.length === 0) return 'done';
     return settleWithin(
       Promise.all(waits).then(() => undefined),
@@ -248,10 +244,8 @@ export function registerHttpIngest(app: FastifyInstance, options: HttpIngestOpti
         report.rejected++;
         const { reason, errors, eventId, redactedEvent } = result.rejection;
         report.errors.push({ index, ...(eventId === undefined ? {} : { eventId }), reason, details: errors });
-        if (redactedEvent !== undefined && !inRequest.has(redactedEvent.eventId) && !recentIds.has(redactedEvent.eventId) && !storing.has(redactedEvent.eventId)) {
-          inRequest.add(redactedEvent.eventId);
-          judgedOnly.push(redactedEvent);
-        }
+        // Judged, not stored (detection counts a repeat once); its id is not taken: a copy without the secret is stored.
+        if (redactedEvent !== undefined) judgedOnly.push(redactedEvent);
         continue;
       }
       const { eventId } = result.event;

@@ -96,8 +96,9 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
     if (!result.ok) {
       const { redactedEvent, ...rejection } = result.rejection;
       rejections.push({ index, rejection, text: messageText, offset: String(batch.offsets[index]), timestamp: String(batch.timestamps[index]) });
-      // Dead-lettered, yet judged (Rejection.redactedEvent), once like any event.
-      if (redactedEvent !== undefined && !recentIds.checkAndAdd(redactedEvent.eventId, batch.partition)) events.push(redactedEvent);
+      // Dead-lettered, yet judged (Rejection.redactedEvent). Its id is not remembered as stored: a copy
+      // the fleet sends again without the secret is stored; detection counts a redelivery once.
+      if (redactedEvent !== undefined) events.push(redactedEvent);
     } else if (recentIds.checkAndAdd(result.event.eventId, batch.partition)) {
       duplicates++;
     } else {

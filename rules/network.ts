@@ -28,9 +28,19 @@ export function networkOf(ip: string): string {
  */
 export function sprayNetworkOf(network: string): string {
   if (!network.endsWith('::/64')) return network;
-  const groups = network.slice(0, -'::/64'.length).split(':').slice(0, 3);
-  while (groups.length > 0 && (groups[groups.length - 1] === '0' || groups[groups.length - 1] === '')) groups.pop();
-  return `${groups.join(':')}::/48`;
+  // The first three of the /64's groups ("a:b:c:d::/64" as networkOf writes it), without the zero
+  // groups that end them (RFC 5952 writes those as the "::"). Read without splitting: it runs per event.
+  const groups = network.length - '::/64'.length;
+  let cut = groups;
+  for (let i = 0, colons = 0; i < groups; i++) {
+    if (network.charCodeAt(i) === 58 && ++colons === 3) {
+      cut = i;
+      break;
+    }
+  }
+  let head = network.slice(0, cut);
+  while (head.endsWith(':0')) head = head.slice(0, -2);
+  return `${head === '0' ? '' : head}::/48`;
 }
 
 function stripZone(ip: string): string {

@@ -784,8 +784,9 @@ export class DetectionEngine {
   private keepSprayVerdicts(state: KeyState): void {
     const since = state.window.newestTime - SPRAY_WINDOW_MS;
     const networks = new Set<string>();
+    const sprayNetwork = sprayNetworkMemo();
     state.window.forEachSince(since, (event) => {
-      if (event.status === 401) networks.add(sprayNetworkOf(event.network));
+      if (event.status === 401) networks.add(sprayNetwork(event.network));
     });
     for (const network of networks) this.spray.keepVerdict(network, state.merchantId, state.apiKeyId, this.failedFrom(state, network, since));
   }
@@ -793,8 +794,9 @@ export class DetectionEngine {
   private failedFrom(state: KeyState, network: string, since: number): boolean {
     let failed = 0;
     let judged = 0;
+    const sprayNetwork = sprayNetworkMemo();
     state.window.forEachSince(since, (event) => {
-      if (event.status === 403 || event.status === 429 || event.status >= 500 || sprayNetworkOf(event.network) !== network) return;
+      if (event.status === 403 || event.status === 429 || event.status >= 500 || sprayNetwork(event.network) !== network) return;
       judged++;
       if (event.status === 401) failed++;
     });
@@ -1110,4 +1112,17 @@ const refusedAuthentication = (event: WindowEvent) => event.status === 401;
 export function defaultsFor<P extends Record<string, number | string | boolean | readonly string[]>>(rule: Pick<RuleDefinition<P>, 'defaults' | 'planDefaults'>, plan: Plan): P {
   const planDefaults = rule.planDefaults?.[plan];
   return planDefaults ? { ...rule.defaults, ...planDefaults } : rule.defaults;
+}
+
+/** sprayNetworkOf, remembering its last answer: a window's events mostly come in runs from one network. */
+function sprayNetworkMemo(): (network: string) => string {
+  let last: string | undefined;
+  let answer = '';
+  return (network) => {
+    if (network !== last) {
+      last = network;
+      answer = sprayNetworkOf(network);
+    }
+    return answer;
+  };
 }

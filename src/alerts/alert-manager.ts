@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { KEY_ACTIONS, type AnomalyType, type Finding, type RecommendedAction, type Severity } from '../detect/types.ts';
-import { episode, higherSeverity, laterTime, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, sprayKeptOver, strongerAction, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
+import { blockEarned, episode, higherSeverity, laterTime, latestEntry, mergeCopies, resolvedAsDuplicate, riskScore, severityRank, stampAfter, sprayKeptOver, strongerAction, SYSTEM_ACTOR, withoutEntry, type Alert, type AlertStatus, type HistoryEntry } from './alert.ts';
 import { alertInsights, withoutInsights } from './insights.ts';
 
 export interface RuleInfo {
@@ -271,7 +271,7 @@ export class AlertManager {
         // Only the holders' own requests keep the key throttled or blocked (decisions.ts).
         actionSeenAt: KEY_ACTIONS.has(findingAction) ? laterTime(earnedBefore(existing), holdersSeenAt(finding)) : earnedBefore(existing),
         // And only their requests that earn a block keep it a block; the others keep a throttle.
-        blockSeenAt: findingAction === 'block' ? laterTime(blockEarnedBefore(existing), holdersSeenAt(finding)) : blockEarnedBefore(existing),
+        blockSeenAt: findingAction === 'block' ? laterTime(blockEarned(existing), holdersSeenAt(finding)) : blockEarned(existing),
         // A sighting, or the same judged more severe; a better description of what was seen is not one.
         occurrences: existing.occurrences + (later || escalated ? 1 : 0),
         // Forward only, as an admin's change (changeStatus): this copy is newer than the one it was made
@@ -373,11 +373,6 @@ function holdersSeenAt(finding: Finding): string {
  */
 function earnedBefore(alert: Alert): string | undefined {
   return alert.actionSeenAt ?? (KEY_ACTIONS.has(alert.recommendedAction) ? alert.lastSeenAt : undefined);
-}
-
-/** When the alert's holders last earned a block: as earnedBefore, for an alert that recommends one. */
-function blockEarnedBefore(alert: Alert): string | undefined {
-  return alert.blockSeenAt ?? (alert.recommendedAction === 'block' ? earnedBefore(alert) : undefined);
 }
 
 /** What an alert made from this finding alone says: severity, risk, action, texts, evidence and span. */

@@ -256,6 +256,12 @@ describe('mergeDetection (two replicas\' copies of one alert, their detection fi
     expect(mergeDetection(throttled, blocked)).toMatchObject({ recommendedAction: 'block', actionSeenAt: '2026-11-20T12:05:00.000Z', blockSeenAt: '2026-11-20T12:01:00.000Z' });
     expect('blockSeenAt' in mergeDetection(throttled, { ...throttled, occurrences: 10 })).toBe(false);
     expect('blockSeenAt' in toWireAlert(blocked)).toBe(false);
+    // During a rolling deploy: a copy of a replica still on the code before blockSeenAt gives when its block was earned (its actionSeenAt).
+    const { blockSeenAt: _none, ...oldReplica } = { ...blocked, actionSeenAt: '2026-11-20T12:06:00.000Z' };
+    expect(mergeDetection(blocked, oldReplica).blockSeenAt).toBe('2026-11-20T12:06:00.000Z');
+    expect(mergeDetection(oldReplica, blocked).blockSeenAt).toBe('2026-11-20T12:06:00.000Z');
+    // Two copies of the code before it stay without one.
+    expect('blockSeenAt' in mergeDetection(oldReplica, { ...oldReplica, occurrences: 20 })).toBe(false);
   });
 
   it('gives the alert kept for a pattern the later time its duplicate\'s holders earned the action, within the kept alert\'s span', () => {

@@ -202,7 +202,7 @@ export function withDuplicateFindings(kept: Alert, duplicate: Alert, now: number
   // The holders' later time, within the kept alert's span: enforcement reads alerts seen within its TTL by lastSeenAt.
   const withinSpan = (holdersSeen: string | undefined) => (holdersSeen !== undefined && holdersSeen > kept.lastSeenAt ? kept.lastSeenAt : holdersSeen);
   const actionSeenAt = withinSpan(laterTime(kept.actionSeenAt, duplicate.actionSeenAt));
-  const blockSeenAt = withinSpan(laterTime(kept.blockSeenAt, duplicate.blockSeenAt));
+  const blockSeenAt = kept.blockSeenAt === undefined && duplicate.blockSeenAt === undefined ? undefined : withinSpan(laterTime(blockEarned(kept), blockEarned(duplicate)));
   const asKept: Alert = { ...kept, ...detectionOf(duplicate), riskScore: duplicate.riskScore, lastSeenAt: kept.lastSeenAt, actionSeenAt, blockSeenAt };
   const merged = mergeDetection(kept, asKept);
   return { ...merged, occurrences: kept.occurrences + duplicate.occurrences, updatedAt: stampAfter(kept.updatedAt, now) };
@@ -357,9 +357,18 @@ function mergedDetection(ours: Alert, theirs: Alert) {
     firstSeenAt: ours.firstSeenAt < theirs.firstSeenAt ? ours.firstSeenAt : theirs.firstSeenAt,
     lastSeenAt: ours.lastSeenAt > theirs.lastSeenAt ? ours.lastSeenAt : theirs.lastSeenAt,
     actionSeenAt: laterTime(ours.actionSeenAt, theirs.actionSeenAt),
-    blockSeenAt: laterTime(ours.blockSeenAt, theirs.blockSeenAt),
+    // Beside a copy that has one, a copy written before blockSeenAt was kept (a replica still on the code before it) gives its fallback.
+    blockSeenAt: ours.blockSeenAt === undefined && theirs.blockSeenAt === undefined ? undefined : laterTime(blockEarned(ours), blockEarned(theirs)),
     occurrences: Math.max(ours.occurrences, theirs.occurrences),
   };
+}
+
+/**
+ * When the alert's holders last earned a block: its blockSeenAt; for one stored before that was kept
+ * that recommends block, when its action was earned (actionSeenAt, else lastSeenAt), as decisions.ts reads it.
+ */
+export function blockEarned(alert: Pick<Alert, 'blockSeenAt' | 'actionSeenAt' | 'lastSeenAt' | 'recommendedAction'>): string | undefined {
+  return alert.blockSeenAt ?? (alert.recommendedAction === 'block' ? (alert.actionSeenAt ?? alert.lastSeenAt) : undefined);
 }
 
 /** The later of two ISO times, either of them absent. */

@@ -68,6 +68,20 @@ describe('DecisionSource', () => {
     expect(decisions.current()?.decisions).toEqual([expect.objectContaining({ action: 'throttle', alertId: throttle.id })]);
   });
 
+  it('serves, when one alert\'s block lapses before the next read, the throttle its holders earned since, and records the change', async () => {
+    const { state, decisions, history } = source();
+    const iso = (ms: number) => new Date(ms).toISOString();
+    // Block earned 29 min 50 s ago (TTL 30 min); throttle-level evidence of the holders until a minute ago.
+    const blocked = attack('pk_live_a', { severity: 'critical', riskScore: 0.97, recommendedAction: 'block', lastSeenAt: iso(T0), actionSeenAt: iso(T0 - MINUTE), blockSeenAt: iso(T0 - 30 * MINUTE + 10_000) });
+    state.alerts = [blocked];
+    await decisions.refresh();
+    expect(decisions.current()?.decisions).toEqual([expect.objectContaining({ action: 'block', alertId: blocked.id, expiresAt: iso(T0 + 10_000) })]);
+    state.now = T0 + 10_001;
+    expect(decisions.current()?.decisions).toEqual([expect.objectContaining({ action: 'throttle', alertId: blocked.id, expiresAt: iso(T0 + 29 * MINUTE) })]);
+    await decisions.refresh();
+    expect(history.map(({ action, endedAt }) => [action, endedAt])).toEqual([['block', null], ['block', T0 + 10_000], ['throttle', null]]);
+  });
+
   it('keeps serving while reads fail, until the answer is stale: then none (the fleet lets traffic through)', async () => {
     const { state, decisions, lines } = source();
     state.alerts = [attack('pk_live_a')];

@@ -774,6 +774,9 @@ export class DetectionEngine {
    * is judged by what its window said then (keepSprayVerdicts); a key without a verdict is not
    * counted, nor one whose window holds none of its requests from the network (the cap cut them):
    * nothing says they failed, and an integration platform's keys, failing now and then, would count.
+   * Requests from the key's own networks (/24, /64) there, known to its history before `since`, are
+   * left out: a key deleted but still set where it worked, failing from a shared egress, is no
+   * stranger's try; nor do the owner's successes there hide a stranger's 401s from the rest of a /48.
    */
   private failedMostly(key: SprayedKey, network: string, since: number): boolean {
     const state = this.trackedState(key.merchantId, key.apiKeyId);
@@ -795,8 +798,14 @@ export class DetectionEngine {
     let failed = 0;
     let judged = 0;
     const sprayNetwork = sprayNetworkMemo();
+    const own = new Map<string, boolean>();
+    const isOwn = (keyNetwork: string) => {
+      let known = own.get(keyNetwork);
+      if (known === undefined) own.set(keyNetwork, (known = state.history.knowsNetwork(keyNetwork, since)));
+      return known;
+    };
     state.window.forEachSince(since, (event) => {
-      if (event.status === 403 || event.status === 429 || event.status >= 500 || sprayNetwork(event.network) !== network) return;
+      if (event.status === 403 || event.status === 429 || event.status >= 500 || sprayNetwork(event.network) !== network || isOwn(event.network)) return;
       judged++;
       if (event.status === 401) failed++;
     });

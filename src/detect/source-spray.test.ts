@@ -82,6 +82,20 @@ describe('credential stuffing across keys', () => {
     expect(networkFindings(engine(), spray(20, 1, T0).map((event, k) => ({ ...event, ip: `2001:db8:${k % 2}:${k}::9` })))).toEqual([]);
   });
 
+  it('does not count a key failing from a network of its own: 20 deleted keys still set in deployments behind one shared egress', () => {
+    // Each key worked from the shared /24 until yesterday (its rotation); the deployments kept the old key.
+    const worked = Array.from({ length: 20 }, (_, k) => request(k % 4, k, T0 - 18 * 60 * MINUTE + k * SECOND, { ip: '203.0.113.40' }));
+    const detection = engine();
+    detection.process(worked, worked.at(-1)!.timestamp);
+    expect(networkFindings(detection, spray(20, 4, T0))).toEqual([]);
+    // A stranger trying the same keys from another /64 of a /48 where their owners work is still counted: their successes there hide nothing.
+    const owners = Array.from({ length: 20 }, (_, k) => request(k % 4, k, T0 - 18 * 60 * MINUTE + k * SECOND, { ip: '2001:db8:9:1::5' }));
+    const other = engine();
+    other.process(owners, owners.at(-1)!.timestamp);
+    other.process(owners.map((event) => ({ ...event, eventId: `${event.eventId}_now`, timestamp: event.timestamp + 18 * 60 * MINUTE - 30 * SECOND })), T0 - SECOND);
+    expect(networkFindings(other, spray(20, 4, T0, '2001:db8:9:2::66')).map((f) => f.finding.scope)).toEqual(Array.from({ length: 4 }, () => 'network:2001:db8:9::/48'));
+  });
+
   it('counts two merchants\' keys that share an id as two keys, each in its own merchant\'s report', () => {
     // 19 keys of m_0, and one key of m_1 whose id is one of m_0's: 20 keys, across two merchants.
     const events = [...spray(19, 1, T0), request(1, 0, T0 + 30 * SECOND, { ip: STUFFER, status: 401, apiKeyId: 'pk_live_m0_k0' })];

@@ -304,6 +304,9 @@ const sprayedRequestsRow = z.object({
   key_live: z.coerce.number(),
 });
 
+/** The network (/24 or /64, as network_auth_failures_1m and key_vouched_networks_1d hold it) of a stored address `column`. */
+const KEY_NETWORK_OF = (column: string) => `IPv6CIDRToRange(${column}, if(${column} BETWEEN toIPv6('::ffff:0.0.0.0') AND toIPv6('::ffff:255.255.255.255'), 120, 64)).1`;
+
 /** The network credential stuffing is counted by (rules/network.ts sprayNetworkOf) of a stored address or network `column`: a /24 as it is, a /64 widened to its /48. */
 const SPRAY_NETWORK_OF = (column: string) => `IPv6CIDRToRange(${column}, if(${column} BETWEEN toIPv6('::ffff:0.0.0.0') AND toIPv6('::ffff:255.255.255.255'), 120, 48)).1`;
 
@@ -828,7 +831,8 @@ export class EventStore {
    * judges the rest as its windows would (sprayedKeysOf). Of each network the `keysPerNetwork` keys
    * that failed last, `maxKeys` in all; of each key and network the `rowsPerKey` rows with the newest
    * 401s, then the most requests (an attacker's addresses and user agents could make many), each row
-   * with the totals of all of them.
+   * with the totals of all of them. A key's requests from a network of its own (vouched for before
+   * the window, key_vouched_networks_1d) are left out, as the engine's failedFrom leaves them out.
    */
   async sprayedRequests(query: {
     notBefore: Date;
@@ -848,6 +852,14 @@ export class EventStore {
               WHERE minute >= toStartOfMinute({notBefore:DateTime64(3, 'UTC')}) AND minute <= {until:DateTime64(3, 'UTC')}
                 AND last_failure <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}) AS as_of,
             least(as_of, {clock:DateTime64(3, 'UTC')}) - toIntervalMillisecond({windowMs:UInt32}) AS since,
+       -- Each key's own networks (/24, /64) detection vouched for before the window: its requests from
+       -- them are left out, as the engine's failedFrom leaves them out (a deleted key still set where it worked).
+       own_networks AS (
+         SELECT network, merchant_id, api_key_id FROM ${this.tables.keyVouchedNetworks1d}
+          WHERE day >= toDate(since) - 8 AND source_topic = {topic:String}
+          GROUP BY network, merchant_id, api_key_id
+         HAVING min(vouched_at) < since
+       ),
        failing AS (
          SELECT ${SPRAY_NETWORK_OF('network')} AS spray_network, merchant_id, api_key_id, source_partition AS partition, max(last_failure) AS newest_at
            FROM ${this.tables.networkAuthFailures1m}
@@ -855,6 +867,7 @@ export class EventStore {
             AND minute >= toStartOfMinute(since) AND minute <= {until:DateTime64(3, 'UTC')}
             AND source_topic = {topic:String}
             AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
+            AND (network, merchant_id, api_key_id) NOT IN (SELECT network, merchant_id, api_key_id FROM own_networks)
           GROUP BY spray_network, merchant_id, api_key_id, partition
          HAVING newest_at >= since AND min(first_failure) <= {until:DateTime64(3, 'UTC')}
        ),
@@ -885,6 +898,7 @@ export class EventStore {
           AND ts >= since AND ts <= {until:DateTime64(3, 'UTC')} AND source_topic = {topic:String}
           AND (empty({plans:Array(String)}) OR has({plans:Array(String)}, toString(plan)))
           AND (spray_network, merchant_id, api_key_id) IN (SELECT spray_network, merchant_id, api_key_id FROM sprayed)
+          AND (${KEY_NETWORK_OF('ip')}, merchant_id, api_key_id) NOT IN (SELECT network, merchant_id, api_key_id FROM own_networks)
         GROUP BY merchant_id, api_key_id, source_partition, ip, user_agent
        WINDOW key AS (PARTITION BY merchant_id, api_key_id, spray_network)
         ORDER BY merchant_id, api_key_id, spray_network, newest DESC, judged DESC, address, user_agent

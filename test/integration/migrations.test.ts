@@ -413,6 +413,13 @@ describe('migrations', () => {
     expect(new Set(v6Read.map((r) => r.network))).toEqual(new Set(['2001:db8:7::/48']));
     expect(new Set(v6Read.map((r) => r.apiKeyId)).size).toBe(20);
     expect(v6Read.find((r) => r.ip === '2001:db8:7:ff::1')).toMatchObject({ apiKeyId: key(500), keyRows: 2, keyFailures: 1, keyJudged: 2 });
+    // A key's requests from a network of its own (vouched for before the window) are left out, as the engine's failedFrom
+    // leaves them out: key 0, deleted but still set where it worked, is no stranger's try; key 500's 200 from its own /64 goes.
+    await store.insertVouchedNetworks(topic, [{ merchantId: 'm_spray_0', apiKeyId: key(0), partition: 0, network: '203.0.113.0/24', at: now - 24 * 3_600_000 }]);
+    await store.insertVouchedNetworks(v6Topic, [{ merchantId: 'm_spray_0', apiKeyId: key(500), partition: 0, network: '2001:db8:7:ff::/64', at: now - 24 * 3_600_000 }]);
+    expect(await read(20, [0, 1])).toEqual([]);
+    expect(new Set((await read(19, [0, 1])).map((r) => r.apiKeyId)).has(key(0))).toBe(false);
+    expect((await store.sprayedRequests({ ...lateQuery, topic: v6Topic })).filter((r) => r.apiKeyId === key(500))).toMatchObject([{ ip: '2001:db8:7::9', keyRows: 1, keyJudged: 1 }]);
   });
 
   it('hands back a partition\'s newest events once each, oldest first, across queries: ties of time in eventId order, a repeat not merged yet collapsed', async () => {

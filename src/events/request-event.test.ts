@@ -278,6 +278,12 @@ describe('request event schema', () => {
     for (const result of judged({ ...valid, userAgent: 'x\\u0073k_live_ABCDEF123456 sk_1' })) {
       expect(result).toMatchObject({ reason: 'secret_in_event', redactedEvent: { userAgent: 'xsk_[REDACTED] sk_[REDACTED]' } });
     }
+    // A cut that leaves `sk_S` of the locale `sk_SK` at the end: the path goes whole, the event is still judged (review round 44: it was dropped).
+    const padding = 'sk_1.'.repeat(100);
+    const cutInLocale = `/v1/x?a=${padding}${'a'.repeat(2048 - '/v1/x?a='.length - 14 * 100 - 5)}-sk_SK/`;
+    for (const result of judged({ ...valid, userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)', path: cutInLocale })) {
+      expect(result).toMatchObject({ reason: 'secret_in_event', redactedEvent: { path: '[REDACTED]', userAgent: 'sqlmap/1.7.2#stable (https://sqlmap.org)' } });
+    }
     // A secret in an id, or an event invalid beside its secret: nothing to judge.
     for (const event of [
       { ...valid, apiKeyId: 'svc_live_pk_abc.sk_live_0123456789abcdef' },

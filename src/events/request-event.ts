@@ -415,9 +415,17 @@ function judgeableWithoutSecrets(value: unknown, times: TimeRange): RequestEvent
   if (IDENTITY_FIELDS.some((field) => redacted[field] !== (value as Record<string, unknown>)[field])) return undefined;
   // Each `sk_1` becomes the longer `sk_[REDACTED]`: a path padded with them would pass its bound.
   if (typeof redacted.path === 'string' && redacted.path.length > MAX_PATH_LENGTH) redacted.path = redacted.path.slice(0, MAX_PATH_LENGTH);
+  // A field that still reads as a secret (the cut made `sk_SK` into `sk_S`) goes whole, not the event:
+  // dropping it would let a crafted path hide the request from detection.
+  for (const field of CALLER_FIELDS) {
+    if (typeof redacted[field] === 'string' && containsSecret(JSON.stringify(redacted[field]))) redacted[field] = REDACTED;
+  }
   const result = validateRequestEvent(redacted, times);
   return result.ok && !containsSecret(JSON.stringify(result.event)) ? result.event : undefined;
 }
+
+/** The fields whose text the key's caller chooses. */
+const CALLER_FIELDS = ['userAgent', 'path'] as const;
 
 /**
  * A field's text redacted as the check that refused it reads it: in its JSON form, where an escape

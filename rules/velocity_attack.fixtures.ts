@@ -116,6 +116,20 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'critical', evidence: { sustainedRatio: 11, backingOffShare: 0 } },
   },
   {
+    name: 'the same from New York, primed by one request there three minutes before, beside the key\'s own traffic, is critical: a place is its own only from an hour before',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        { at: FIVE_MINUTES_AGO - 3 * MINUTE, ...at('newYork', '2001:db8:66:1::ffff') },
+        ...perMinute([660, 660, 660, 660, 660], FIVE_MINUTES_AGO).map((spec, i) => ({ ...spec, ...at('newYork', `2001:db8:66:1::${i.toString(16)}`), status: i % 660 < 60 ? 201 : 429 })),
+      ],
+      { history: [...WORKER_NETWORKS_YESTERDAY, ...spread(30, T0 - 40 * MINUTE, 30 * MINUTE), { at: FIVE_MINUTES_AGO - 3 * MINUTE, ...at('newYork', '2001:db8:66:1::ffff') }] },
+    ),
+    now: NOW,
+    // Review round 44 (second): high, with backingOffShare 0.91.
+    expect: { findings: 1, severity: 'critical', evidence: { backingOffShare: 0 } },
+  },
+  {
     name: 'the same rate from 20 addresses sending 33 a minute each is critical: a flood, not clients backing off',
     kind: 'positive',
     window: keyWindow(perMinute([660, 660, 660, 660, 660], FIVE_MINUTES_AGO).map((spec, i) => ({ ...spec, ip: `203.0.113.${i % 20}`, status: i % 660 < 60 ? 201 : 429 }))),

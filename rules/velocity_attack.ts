@@ -48,6 +48,8 @@ type Params = {
 
 const MINUTE = 60_000;
 const MAX_SAMPLES = 10;
+/** How long before the window a place must have been the key's for its clients to count as backing off. */
+const OWN_PLACE_LEAD_MS = 60 * MINUTE;
 /**
  * Minutes after the current one that are judged, each on its own: admission takes events dated up
  * to 5 minutes ahead of the clock (MAX_CLOCK_SKEW_MS), and a batch is judged as of its newest event,
@@ -97,7 +99,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
   falsePositives: [
     'A short legitimate burst (a batch job, a backfill) under limit × thresholdRatio: never over.',
     'Hundreds of clients honouring Retry-After (a backfill fanned out to a worker per message, each waiting as told after its 429): most of a critical rate answered 429 to addresses of the key\'s own networks or places sending at most patientPerMinute (2) a minute is high (throttle), not critical: the limiter holds it, and a block would stop the merchant\'s own. Below critical it counts as any excess does.',
-    'Accepted: a flood from a new address per request (an IPv6 /64, a proxy pool) in the key\'s own city or cloud region looks like its clients backing off, and is high (throttled), not critical (blocked); from anywhere else it is critical.',
+    'Accepted: a flood from a new address per request (an IPv6 /64, a proxy pool) in a city or cloud region the key was established at an hour before looks like its clients backing off, and is high (throttled), not critical (blocked); so is one from a place primed there over an hour before. From anywhere else it is critical.',
     'A single spike minute: one minute over is not sustained (minMinutesOver = 2), nor is a spike of seconds that straddles a minute boundary (outside its busiest 60 seconds, nothing is over).',
     'A cron job bursting once every few minutes, quiet in between: its over minutes are not one stretch over the limit.',
     'A producer whose clock runs a few minutes fast: its events count in their own minutes, never piled into the current one.',
@@ -261,7 +263,9 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     // workers), held to the limit already; blocking the key would stop the merchant's own. High:
     // throttled, not blocked. Not from elsewhere: a flood from a new address per request (an IPv6
     // /64, a proxy pool) would look patient too.
-    const ownSource = ownSources(window.history, (firstMinute + stretch[0]!.slot) * MINUTE);
+    // Established an hour before the window: a place primed by one request beside the key's own traffic
+    // just before a flood (established by being near the key's places in time) does not count.
+    const ownSource = ownSources(window.history, windowStart - OWN_PLACE_LEAD_MS);
     const backingOff = byRate === 'critical' ? backingOffShare(events, runs, stretch.length, params.patientPerMinute, ownSource) : 0;
     const severity: Severity = backingOff > 0.5 ? 'high' : byRate;
     // Within the band, on a log scale; the critical band is read as 10x..30x the limit.
@@ -486,19 +490,16 @@ function distinctValues(events: readonly WindowEvent[], runs: readonly Run[]): R
 }
 
 /**
- * Whether an event comes from the key's own: a network its history knew before `before`, or a place
- * it was established at by then (its one-degree cell or one next to it). Without a history, nothing is.
+ * Whether an event comes from a place the key was established at before `before` (its one-degree cell
+ * or one next to it): used there for half an hour, or on two days, or beside its own places. Not a
+ * network merely seen before: one request a few minutes ahead of a flood would make that the key's.
+ * Without a history, nothing is.
  */
 function ownSources(history: KeyHistoryView | undefined, before: number): (event: WindowEvent) => boolean {
-  const known = new Map<string, boolean>();
   let cells: Set<number> | undefined;
   return (event) => {
-    if (!history) return false;
-    let own = known.get(event.network);
-    if (own === undefined) known.set(event.network, (own = history.knowsNetwork(event.network, before)));
-    if (own) return true;
     const geo = event.geo;
-    if (!geo || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return false;
+    if (!history || !geo || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return false;
     cells ??= new Set(history.establishedPlacesBefore(before).map(cellOf));
     return nearCells(cells, geo);
   };

@@ -170,6 +170,20 @@ export const fixtures: Fixture[] = [
     expect: { findings: 1, severity: 'low', evidence: { newCountries: ['AU', 'BR', 'MX'], criticalCountries: 5, homeCountries: 5, keyEstablished: true } },
   },
   {
+    name: 'a key at home in five European countries, none 3,000 km apart, is not global: a thief in Moscow beside it is high, not low',
+    kind: 'positive',
+    window: keyWindow(
+      [
+        ...spread(150, T0 - 60 * MINUTE, 50 * MINUTE, (i) => at((['frankfurt', 'amsterdam', 'london', 'dublin', 'madrid'] as const)[i % 5]!)),
+        ...spread(30, T0 - 10 * MINUTE, 10 * MINUTE, (i) => at((['frankfurt', 'moscow'] as const)[i % 2]!)),
+      ],
+      { history: spread(180, T0 - 2 * DAY, 60 * MINUTE, (i) => at((['frankfurt', 'amsterdam', 'london', 'dublin', 'madrid'] as const)[i % 5]!)) },
+    ),
+    now: T0,
+    // Review round 44: five neighbours, a request each, made a key "global", and a thief low.
+    expect: { findings: 1, severity: 'high', evidence: { newCountries: ['RU'], homeCountries: 5 } },
+  },
+  {
     name: 'the same edge key used from five new countries at once is critical: as many as it is at home in',
     kind: 'positive',
     window: keyWindow(

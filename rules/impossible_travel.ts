@@ -54,8 +54,10 @@ type Params = {
   highSpeedKmh: number;
   /** Distinct countries of the places new to the key, across the impossible hops, that make it critical (an established key only). */
   criticalCountries: number;
-  /** A key established in this many countries or more is global (edge, worldwide fleet): short of critical, its hops are low. */
+  /** A key established in this many countries or more, globalSpanKm apart, is global (edge, worldwide fleet): short of critical, its hops are low. */
   globalCountries: number;
+  /** How far apart (km) two of a global key's places must be. */
+  globalSpanKm: number;
   /**
    * Critical also only for a key first seen at least this long before the window (as far as its
    * memory of 7 days goes): a new key rolled out region by region over a day is high at most.
@@ -115,6 +117,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     highSpeedKmh: 2000,
     criticalCountries: 3,
     globalCountries: 5,
+    globalSpanKm: 3000,
     minKeyAgeMinutes: 24 * 60,
     defaultAccuracyKm: 50,
   },
@@ -132,7 +135,7 @@ export const rule: RuleDefinition<Params, Tally> = {
     'An engineer\'s VPN exit moving between two countries (London, then Frankfurt) on an established key is high, not critical: the key\'s own country does not count towards criticalCountries. So is one moving through three (Frankfurt, Amsterdam, London) with a few requests at each: a country left for the next is not in use at once with it.',
     'Not avoided: a VPN exit moving through three new countries with one request at each is critical, as a pool of thieves taking turns would be; a synthetic monitor started on a production key from three or more new countries at once is critical once (allowlist its published address ranges).',
     'A new key rolled out region by region (one region for hours, then the fleet\'s others at once) is high, not critical: a key first seen less than minKeyAgeMinutes (a day) before its window is never critical.',
-    'An edge deployment or global fleet at home in many countries that starts serving from three new ones at once (a market launch through new edge locations) is low, not critical: critical needs as many new countries as the key is at home in, and at least criticalCountries; and a key at home in globalCountries (5) countries or more is in far-apart places at once by design, so its hops short of that are low (monitor): one shopper arriving through a new edge location is how it grows. Accepted: so is a thief in fewer new countries than the key is at home in.',
+    'An edge deployment or global fleet at home in many countries that starts serving from three new ones at once (a market launch through new edge locations) is low, not critical: critical needs as many new countries as the key is at home in, and at least criticalCountries; and a key at home in globalCountries (5) countries or more, at least globalSpanKm (3,000) apart, is in far-apart places at once by design, so its hops short of that are low (monitor): one shopper arriving through a new edge location is how it grows. Accepted: so is a thief in fewer new countries than the key is at home in.',
     'Not avoided: a fleet at home in one or two countries that moves to three new ones at once (a failover to standby regions abroad) is critical; allowlist the key for a drill, or dismiss the alert with a note.',
     'Accepted: a thief with exits in only two new countries, or in fewer new countries than the key is at home in (three for a key used in five), or a key stolen in its first day of use (or after 7 idle days), is high (investigate), not critical (block).',
     'Not avoided: a region the key used only briefly before (a job of a few minutes, on one day) is not established yet: its next hop with the key\'s other sites alerts again, once; from its second day it is known.',
@@ -184,7 +187,8 @@ export const rule: RuleDefinition<Params, Tally> = {
     const known = new Set<number>();
     /** The countries the key is established in: a new place there (a new region of its fleet) is no sign of more hands. */
     const homeCountries = new Set<string>();
-    for (const geo of window.history?.establishedPlacesBefore(windowStart) ?? []) {
+    const homePlaces = window.history?.establishedPlacesBefore(windowStart) ?? [];
+    for (const geo of homePlaces) {
       known.add(cellOf(geo));
       if (geo.country) homeCountries.add(geo.country);
     }
@@ -268,9 +272,11 @@ export const rule: RuleDefinition<Params, Tally> = {
     // three new countries are a market launch through new edge locations for it, more hands for a key
     // at home in one or two.
     const criticalCountries = Math.max(params.criticalCountries, homeCountries.size);
-    // A key at home in globalCountries countries or more is in far-apart places at once by design (an
-    // edge deployment, a global fleet): a hop into one more country is how it grows. Low (monitor), short of critical.
-    const global = homeCountries.size >= params.globalCountries;
+    // A key at home in globalCountries countries or more, globalSpanKm apart, is in far-apart places at
+    // once by design (an edge deployment, a global fleet): a hop into one more country is how it grows.
+    // Low (monitor), short of critical. Five neighbours (Germany and the four beside it) are not: a thief
+    // could make them the key's with a request each, too near to be travel.
+    const global = homeCountries.size >= params.globalCountries && spansAtLeast(homePlaces, params.globalSpanKm);
     const severity: Severity =
       newCountriesAtOnce >= criticalCountries
         ? blockable
@@ -495,6 +501,12 @@ function clamp01(x: number): number {
 function round(x: number, digits: number): number {
   const f = 10 ** digits;
   return Math.round(x * f) / f;
+}
+
+/** Whether two of the places are at least `km` apart. */
+function spansAtLeast(places: readonly GeoPoint[], km: number): boolean {
+  for (let i = 0; i < places.length; i++) for (let j = i + 1; j < places.length; j++) if (haversineKm(places[i]!, places[j]!) >= km) return true;
+  return false;
 }
 
 /**

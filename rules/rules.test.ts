@@ -156,6 +156,8 @@ describe('rule catalogue', () => {
     const asOverride = (params: object) => () => DetectionConfig.parse(JSON.stringify({ plans: { business: { rules: { [id]: params } } } }), RULES);
     // The detection config checks an override's range by its name (…Share, …Minutes): the defaults must pass it too.
     expect(asOverride(rule.defaults)).not.toThrow();
+    // And a plan's own defaults, which the engine merges under the config's overrides.
+    for (const planDefaults of Object.values(rule.planDefaults ?? {})) expect(asOverride(planDefaults)).not.toThrow();
     for (const fixture of fixturesByRule.get(id) ?? []) {
       for (const name of Object.keys(fixture.params ?? {})) expect(Object.keys(rule.defaults), fixture.name).toContain(name);
       expect(asOverride(fixture.params ?? {}), fixture.name).not.toThrow();

@@ -102,7 +102,7 @@ export const fixtures: Fixture[] = [
     ),
     now: NOW,
     // Red-team round 44: critical, and "block the key", at 11x the limit.
-    expect: { findings: 1, severity: 'high', evidence: { sustainedRatio: 11, backingOffShare: 0.91 }, summary: /91% of it answered 429 to addresses that each send at most 2 a minute/ },
+    expect: { findings: 1, severity: 'high', evidence: { sustainedRatio: 11, backingOffShare: 0.91 }, summary: /91% of it answered 429 to addresses in the key's own places that each send at most 2 a minute/ },
   },
   {
     name: 'the same from a new address per request, on a network and in a place new to the key (an IPv6 /64 abroad, a proxy pool), is critical: only the key\'s own clients back off',

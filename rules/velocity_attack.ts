@@ -23,8 +23,9 @@
  * Requests answered 5xx are not counted: during our own outage, clients retrying failed calls
  * multiply their rate without anything about them changing (high_failure_rate leaves 5xx out too).
  * 429 counts: that is the rate limiter seeing the flood. But a critical rate mostly answered 429 to
- * addresses that each send at most patientPerMinute a minute (clients honouring Retry-After, hundreds
- * of them) is high: held to the limit already, it is throttled, not blocked.
+ * addresses in the key's own places (established an hour before the window) that each send at most
+ * patientPerMinute a minute (clients honouring Retry-After, hundreds of them) is high: held to the
+ * limit already, it is throttled, not blocked.
  */
 import { firstAtOrAfter } from '../src/detect/search.ts';
 import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
@@ -98,7 +99,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
   actions: { low: 'monitor', medium: 'rate_limit', high: 'rate_limit', critical: 'block' },
   falsePositives: [
     'A short legitimate burst (a batch job, a backfill) under limit × thresholdRatio: never over.',
-    'Hundreds of clients honouring Retry-After (a backfill fanned out to a worker per message, each waiting as told after its 429): most of a critical rate answered 429 to addresses of the key\'s own networks or places sending at most patientPerMinute (2) a minute is high (throttle), not critical: the limiter holds it, and a block would stop the merchant\'s own. Below critical it counts as any excess does.',
+    'Hundreds of clients honouring Retry-After (a backfill fanned out to a worker per message, each waiting as told after its 429): most of a critical rate answered 429 to addresses in places the key was established at an hour before the window, sending at most patientPerMinute (2) a minute is high (throttle), not critical: the limiter holds it, and a block would stop the merchant\'s own. Below critical it counts as any excess does.',
     'Accepted: a flood from a new address per request (an IPv6 /64, a proxy pool) in a city or cloud region the key was established at an hour before looks like its clients backing off, and is high (throttled), not critical (blocked); so is one from a place primed there over an hour before. From anywhere else it is critical.',
     'A single spike minute: one minute over is not sustained (minMinutesOver = 2), nor is a spike of seconds that straddles a minute boundary (outside its busiest 60 seconds, nothing is over).',
     'A cron job bursting once every few minutes, quiet in between: its over minutes are not one stretch over the limit.',
@@ -258,8 +259,8 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     const byRate: Severity = sustainedRatio >= params.criticalRatio ? 'critical' : sustainedRatio >= params.highRatio ? 'high' : 'medium';
     // The over minutes' events are runs of the window: read in place, not copied out.
     const runs = stretch.map((o) => ({ start: starts[o.slot]!, end: ends[o.slot]! }));
-    // Most of a critical rate answered 429 to addresses of the key's own networks or places that each
-    // wait between tries (Retry-After): many clients backing off (a backfill fanned out to hundreds of
+    // Most of a critical rate answered 429 to addresses in the key's own places that each wait between
+    // tries (Retry-After): many clients backing off (a backfill fanned out to hundreds of
     // workers), held to the limit already; blocking the key would stop the merchant's own. High:
     // throttled, not blocked. Not from elsewhere: a flood from a new address per request (an IPv6
     // /64, a proxy pool) would look patient too.
@@ -303,7 +304,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
         `${key} exceeded ${round(params.thresholdRatio, 2)}x its rate limit in ${where} ` +
         `(sustained ${round(sustainedRatio, 1)}x, peak ${peak.count} requests/min against a limit of ${peak.limit}) ` +
         `from ${ips.count} IP(s) in ${networks.count} network(s)` +
-        (backingOff > 0.5 ? `, ${Math.round(backingOff * 100)}% of it answered 429 to addresses that each send at most ${params.patientPerMinute} a minute (clients backing off, held to the limit already, so not blocked)` : '') +
+        (backingOff > 0.5 ? `, ${Math.round(backingOff * 100)}% of it answered 429 to addresses in the key's own places that each send at most ${params.patientPerMinute} a minute (clients backing off, held to the limit already, so not blocked)` : '') +
         `; ${advice}.`,
       evidence: {
         observedRequestsPerMinute: peak.count,

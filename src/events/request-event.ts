@@ -65,6 +65,7 @@ export const MAX_EVENT_BYTES = 64 * 1024;
 // The schema only checks; normalization happens after it, in plain code (normalizeEvent), because
 // zod transforms cost about half a microsecond each and this runs on every event. The timestamp's
 // range is checked after both (validateRequestEvent), on the normalized time, whatever its form.
+/** The longest path, in characters. */
 const MAX_PATH_LENGTH = 2048;
 /** The longest eventId, merchantId and apiKeyId, in characters. */
 export const MAX_ID_LENGTH = 128;

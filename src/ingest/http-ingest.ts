@@ -107,7 +107,7 @@ interface Classified {
   accepted: RequestEvent[];
   /** The promises for events this post repeats that are not durable yet (see `storing`). */
   stillStoring: Set<Promise<void>>;
-  /** Rejected events detection still judges (Rejection.redactedEvent), not judged before. */
+  /** Rejected events detection still judges (Rejection.redactedEvent); it counts a repeat of one once. */
   judgedOnly: RequestEvent[];
 }
 

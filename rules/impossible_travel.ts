@@ -26,8 +26,10 @@
  * critical when the places new to the key in the impossible hops are in at least criticalCountries
  * countries other than those it is established in, in use at once (a country used for a while and
  * then left for the next, as a VPN's exits are, is one pair of hands with it; one seen once counts
- * on its own), and in at least as many as it is established in (a key at home in 11 countries
- * through an edge deployment that launches in 3 more is high).
+ * on its own), and in at least as many as it is established in. A key at home in globalCountries
+ * countries, two of its places globalSpanKm apart (an edge deployment, a global fleet), is in
+ * far-apart places at once by design: short of critical its hops are low (one that launches in 3
+ * more countries of its 11 is low).
  * The known end's country does not count, nor a
  * new region in the key's own country: a key at home in the US whose engineer's VPN
  * exit moves London -> Frankfurt is two new countries, high (so is a thief with exits in two new

@@ -105,6 +105,8 @@ function generate(): Generated {
       timestamp: START + Math.floor((i * 1000) / RATE),
       merchantId: `m_${key % 500}`,
       plan: (['business', 'enterprise', 'pro', 'free'] as const)[key % 4],
+      // Enterprise limits are custom: the fleet sends them (velocity_attack does not judge an enterprise minute without one).
+      ...(key % 4 === 1 ? { rateLimitPerMinute: 60 } : {}),
       apiKeyId: keyNames[key]!,
       environment: 'live',
       ip,

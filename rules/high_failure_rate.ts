@@ -32,7 +32,7 @@
  */
 import { addToMinutes, DistinctValues, entryAdded, entryRemoved, FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS, removeFromMinutes } from '../src/detect/tallies.ts';
 import type { Finding, GeoPoint, KeyHistoryView, KeyWindow, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
-import { cellOf, nearCells } from './network.ts';
+import { ownPlaces } from './network.ts';
 
 type Params = {
   windowMinutes: number;
@@ -333,20 +333,6 @@ function memberOf(population: Population, isNew: (network: string) => boolean): 
   if (population.kind === 'key') return () => true;
   if (population.kind === 'network') return (event) => event.network === population.network;
   return (event) => isNew(event.network);
-}
-
-/**
- * Whether a point is at a place the key was established at before `since` (its one-degree cell or
- * one next to it). Established, not merely seen: a stranger's lone earlier request does not make his
- * place the key's. Without a history (a unit test) no place is the key's.
- */
-function ownPlaces(history: KeyHistoryView | undefined, since: number): (geo: GeoPoint | undefined) => boolean {
-  let cells: Set<number> | undefined;
-  return (geo) => {
-    if (!history || !geo || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return false;
-    cells ??= new Set(history.establishedPlacesBefore(since).map(cellOf));
-    return nearCells(cells, geo);
-  };
 }
 
 interface Horizons {

@@ -1,3 +1,5 @@
+import type { GeoPoint, KeyHistoryView } from '../src/detect/types.ts';
+
 /**
  * The network of a client address, as the rules count it: the /24 for IPv4 ("203.0.113.0/24") and
  * the /64 for IPv6 ("2001:db8:1:2::/64", in RFC 5952 form). Address churn inside one
@@ -100,4 +102,18 @@ export function nearCells(cells: ReadonlySet<number>, point: { latitude: number;
     }
   }
   return false;
+}
+
+/**
+ * Whether a point is at a place the key was established at before `since` (its one-degree cell or
+ * one next to it). Established, not merely seen: a stranger's lone earlier request does not make his
+ * place the key's. Without a history (a unit test) no place is the key's.
+ */
+export function ownPlaces(history: KeyHistoryView | undefined, since: number): (geo: GeoPoint | undefined) => boolean {
+  let cells: Set<number> | undefined;
+  return (geo) => {
+    if (!history || !geo || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return false;
+    cells ??= new Set(history.establishedPlacesBefore(since).map(cellOf));
+    return nearCells(cells, geo);
+  };
 }

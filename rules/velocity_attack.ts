@@ -29,8 +29,8 @@
  */
 import { firstAtOrAfter } from '../src/detect/search.ts';
 import { FORGOTTEN, MinuteRing, minuteOf, NO_EVENTS } from '../src/detect/tallies.ts';
-import type { Finding, KeyHistoryView, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
-import { cellOf, nearCells } from './network.ts';
+import type { Finding, RuleDefinition, Severity, WindowEvent } from '../src/detect/types.ts';
+import { ownPlaces } from './network.ts';
 
 type Params = {
   /** Full clock minutes looked at, before the current one. */
@@ -266,8 +266,8 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
     // /64, a proxy pool) would look patient too.
     // Established an hour before the window: a place primed by one request beside the key's own traffic
     // just before a flood (established by being near the key's places in time) does not count.
-    const ownSource = ownSources(window.history, windowStart - OWN_PLACE_LEAD_MS);
-    const backingOff = byRate === 'critical' ? backingOffShare(events, runs, stretch.length, params.patientPerMinute, ownSource) : 0;
+    const atOwnPlace = ownPlaces(window.history, windowStart - OWN_PLACE_LEAD_MS);
+    const backingOff = byRate === 'critical' ? backingOffShare(events, runs, stretch.length, params.patientPerMinute, (event) => atOwnPlace(event.geo)) : 0;
     const severity: Severity = backingOff > 0.5 ? 'high' : byRate;
     // Within the band, on a log scale; the critical band is read as 10x..30x the limit.
     const [low, high] =
@@ -488,22 +488,6 @@ function distinctValues(events: readonly WindowEvent[], runs: readonly Run[]): R
     }
   }
   return { ips: ips.result(), networks: networks.result(), countries: countries.result(), userAgents: userAgents.result() };
-}
-
-/**
- * Whether an event comes from a place the key was established at before `before` (its one-degree cell
- * or one next to it): used there for half an hour, or on two days, or beside its own places. Not a
- * network merely seen before: one request a few minutes ahead of a flood would make that the key's.
- * Without a history, nothing is.
- */
-function ownSources(history: KeyHistoryView | undefined, before: number): (event: WindowEvent) => boolean {
-  let cells: Set<number> | undefined;
-  return (event) => {
-    const geo = event.geo;
-    if (!history || !geo || Number.isNaN(geo.latitude) || Number.isNaN(geo.longitude)) return false;
-    cells ??= new Set(history.establishedPlacesBefore(before).map(cellOf));
-    return nearCells(cells, geo);
-  };
 }
 
 /**

@@ -95,6 +95,25 @@ describe('EventBuffer', () => {
     expect(events).toEqual(['stored', 'committed']);
   });
 
+  it('reuses the memory of a stored flush for the flush after next, holding only the new rows', async () => {
+    const bodies: Buffer[] = [];
+    const texts: string[] = [];
+    const { eventBuffer } = buffer({
+      flushRows: 2,
+      failures: 1, // the first flush is stored at its second attempt
+      storeRows: async (body) => {
+        bodies.push(body);
+        texts.push(body.toString('utf8'));
+      },
+    });
+    for (let flush = 0; flush < 4; flush++) await eventBuffer.add({ lines: [`{"f":${flush},"r":1}`, `{"f":${flush},"r":2}`] });
+    expect(texts).toEqual([0, 1, 2, 3].map((flush) => `{"f":${flush},"r":1}\n{"f":${flush},"r":2}\n`));
+    // A flush's successor is made as the flush is taken for storing, so the memory alternates between two.
+    expect(bodies[2]!.buffer).toBe(bodies[0]!.buffer);
+    expect(bodies[3]!.buffer).toBe(bodies[1]!.buffer);
+    expect(bodies[1]!.buffer).not.toBe(bodies[0]!.buffer);
+  });
+
   it('flushes on age when few rows wait', async () => {
     const { eventBuffer, stored } = buffer({ flushRows: 1000, flushIntervalMs: 20 });
     const started = Date.now();

@@ -10,8 +10,14 @@ describe('RowBuffer', () => {
     expect(buffer.bytes().toString('utf8')).toBe(rows.map((row) => `${row}\n`).join(''));
   });
 
-  it('is empty until a row is appended', () => {
+  it('is empty until a row is appended, and again once cleared', () => {
     expect(new RowBuffer().bytes().length).toBe(0);
+    const buffer = new RowBuffer(8);
+    buffer.append('a row');
+    buffer.clear();
+    expect([buffer.rows, buffer.byteLength, buffer.bytes().length]).toEqual([0, 0, 0]);
+    buffer.append('b');
+    expect(buffer.bytes().toString('utf8')).toBe('b\n');
   });
 
   it('removes rows by byte range and keeps the others in order', () => {

@@ -35,6 +35,17 @@ export class RowBuffer {
     this.count++;
   }
 
+  /**
+   * Appends one row that `write` puts into `target` from `at` on, returning where it ends (without its
+   * newline), at most `maxBytes` long.
+   */
+  appendRow(maxBytes: number, write: (target: Buffer, at: number) => number): void {
+    if (this.length + maxBytes + 1 > this.buffer.length) this.grow(this.length + maxBytes + 1);
+    this.length = write(this.buffer, this.length);
+    this.buffer[this.length++] = 0x0a;
+    this.count++;
+  }
+
   /** Appends rows that are already encoded (newline-terminated rows). */
   appendEncoded(bytes: Uint8Array, rowCount: number): void {
     if (this.length + bytes.length > this.buffer.length) this.grow(this.length + bytes.length);
@@ -58,6 +69,12 @@ export class RowBuffer {
       this.count -= range.rows;
     });
     this.length -= removedBytes;
+  }
+
+  /** Forgets every row, keeping the memory (already paged in) for the next rows. */
+  clear(): void {
+    this.length = 0;
+    this.count = 0;
   }
 
   /** The rows written so far, newline-terminated. A view: do not append after taking it. */

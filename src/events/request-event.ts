@@ -216,7 +216,8 @@ function canonicalUtcTime(text: string): number | undefined {
   return Date.UTC(year, month - 1, day, hour, minute, second, millisecond);
 }
 
-function daysIn(year: number, month: number): number {
+/** Days in the month (1-12) of the year, by the Gregorian calendar. */
+export function daysIn(year: number, month: number): number {
   if (month !== 2) return month === 4 || month === 6 || month === 9 || month === 11 ? 30 : 31;
   return year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28;
 }

@@ -124,7 +124,7 @@ port.on('message', (request: AnalysisRequest) => {
   try {
     switch (request.kind) {
       case 'batch': {
-        const { events, ...result } = validateBatch(request.batch, recentIds, settings.eventTimes);
+        const { events, ...result } = validateBatch(request.batch, recentIds, settings.eventTimes, Date.now(), settings.detection);
         const findings = detect(events, request.batch.partition);
         response = { id: request.id, result: { ...result, findings, ruleErrors: ruleErrors.splice(0), load: engine?.load, heap: heap(), vouched: engine?.takeVouched() } };
         port.postMessage(response, [result.rows.buffer as ArrayBuffer]);

@@ -9,6 +9,16 @@ describe('RecentEventIds', () => {
     expect(ids.checkAndAdd('a')).toBe(true);
   });
 
+  it('knows an id recorded as text when it comes as ASCII bytes, and the other way round', () => {
+    const ids = new RecentEventIds(100);
+    const bytes = new TextEncoder().encode('..evt_42..evt_43..');
+    expect(ids.checkAndAdd('evt_42')).toBe(false);
+    expect(ids.checkAndAddAscii(bytes, 2, 8)).toBe(true);
+    expect(ids.checkAndAddAscii(bytes, 10, 16)).toBe(false);
+    expect(ids.checkAndAdd('evt_43')).toBe(true);
+    expect(ids.checkAndAddAscii(bytes, 2, 7)).toBe(false); // evt_4
+  });
+
   it('remembers at least half its capacity of the most recent ids, and never more than its capacity', () => {
     const ids = new RecentEventIds(4);
     for (const id of ['a', 'b', 'c', 'd', 'e']) ids.checkAndAdd(id);

@@ -34,6 +34,17 @@ export class RecentEventIds {
   checkAndAdd(eventId: string, partition = -1): boolean {
     if (this.generationSize === 0) return false;
     const [high, low] = fingerprint(eventId);
+    return this.checkAndAddFingerprint(high, low, partition);
+  }
+
+  /** checkAndAdd for an id in ASCII bytes[start, end), without making it a string (the same fingerprint as the id's). */
+  checkAndAddAscii(bytes: Uint8Array, start: number, end: number, partition = -1): boolean {
+    if (this.generationSize === 0) return false;
+    const [high, low] = asciiFingerprint(bytes, start, end);
+    return this.checkAndAddFingerprint(high, low, partition);
+  }
+
+  private checkAndAddFingerprint(high: number, low: number, partition: number): boolean {
     if (this.current.has(high, low) || this.previous.has(high, low)) return true;
     if (this.current.size >= this.generationSize) {
       const dropped = this.previous;
@@ -133,6 +144,23 @@ function fingerprint(id: string): [number, number] {
     b = Math.imul(b ^ unit, 0x5bd1e995);
     b ^= b >>> 15;
   }
+  return finished(a, b);
+}
+
+/** fingerprint() of the id whose characters are the ASCII bytes[start, end): a byte is its UTF-16 unit. */
+function asciiFingerprint(bytes: Uint8Array, start: number, end: number): [number, number] {
+  let a = 0x811c9dc5;
+  let b = 0x9747b28c ^ (end - start);
+  for (let i = start; i < end; i++) {
+    const unit = bytes[i]!;
+    a = Math.imul(a ^ unit, 0x01000193);
+    b = Math.imul(b ^ unit, 0x5bd1e995);
+    b ^= b >>> 15;
+  }
+  return finished(a, b);
+}
+
+function finished(a: number, b: number): [number, number] {
   pair[0] = avalanche(a);
   pair[1] = avalanche(b) | 1;
   return pair;

@@ -1,0 +1,447 @@
+/**
+ * Validation's fast path for a Kafka message holding an event in its common form (validate-batch.ts):
+ * reads the message's bytes once, checks them by the rules commonEvent applies (request-event.ts),
+ * and writes the event's stored row (serializeEventRow's line) straight from them: no JSON.parse, no
+ * row string to build, flatten and encode (together about half of the analysis thread's time at
+ * full intake without detection).
+ * It takes only ASCII JSON without escapes: one object whose values are strings, numbers, true,
+ * false or null, no field of the event given twice, integers where the event has whole numbers, a
+ * timestamp in epoch ms or toISOString's form, an IPv4 address, no text that may hold a secret
+ * (mayHoldSecret's hint: `sk_`, `svc_`, `%`), and every check of commonEvent and of the time range
+ * passed. Whatever it does not take, valid or not, it declines, and the slow path
+ * (parseRequestEventText) decides, accepts or words the rejection. A differential test holds the
+ * two to the same verdict and the same row (event-scanner.test.ts).
+ */
+import { daysIn, PLANS, type Plan, type RequestEvent, type TimeRange } from '../events/request-event.ts';
+import { toClickHouseTime } from '../store/event-store.ts';
+import type { RowBuffer } from './row-buffer.ts';
+
+/** The event's fields, by index. */
+const FIELDS = [
+  'eventId',
+  'timestamp',
+  'merchantId',
+  'plan',
+  'apiKeyId',
+  'environment',
+  'ip',
+  'userAgent',
+  'method',
+  'path',
+  'status',
+  'responseTimeMs',
+  'rateLimitPerMinute',
+  'country',
+] as const;
+const [EVENT_ID, TIMESTAMP, MERCHANT_ID, PLAN, API_KEY_ID, ENVIRONMENT, IP, USER_AGENT, METHOD, PATH, STATUS, RESPONSE_TIME, RATE_LIMIT, COUNTRY] = FIELDS.map((_, i) => i) as number[] as [
+  number, number, number, number, number, number, number, number, number, number, number, number, number, number,
+];
+
+/** What a field's value is (ABSENT: not in the message). NUMBER_WHOLE: digits alone, no sign, fraction or exponent. */
+const ABSENT = 0;
+const STRING = 1;
+const NUMBER_WHOLE = 2;
+const NUMBER_OTHER = 3;
+const NULL = 4;
+const BOOLEAN = 5;
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const COMMA = 0x2c;
+const COLON = 0x3a;
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+const MINUS = 0x2d;
+const PLUS = 0x2b;
+const DOT = 0x2e;
+const PERCENT = 0x25;
+const UNDERSCORE = 0x5f;
+const TAB = 0x09;
+const NEWLINE = 0x0a;
+const SPACE = 0x20;
+
+const ascii = (text: string): Uint8Array => Uint8Array.from(text, (char) => char.charCodeAt(0));
+const FIELD_NAMES = FIELDS.map(ascii);
+const PLAN_NAMES = PLANS.map(ascii);
+const ENVIRONMENTS = [ascii('test'), ascii('live')];
+const ENVIRONMENT_NAMES = ['test', 'live'] as const;
+const LITERALS = { null: ascii('null'), true: ascii('true'), false: ascii('false') };
+
+/** The longest eventId, merchantId and apiKeyId (MAX_ID_LENGTH), user agent kept whole (MAX_USER_AGENT_LENGTH), path, method. */
+const MAX_NAME = 128;
+const MAX_USER_AGENT = 512;
+const MAX_PATH = 2048;
+const MAX_METHOD = 16;
+/** A Date's limit, as the schema's; 16 digits at most. */
+const MAX_EPOCH_MS = 8.64e15;
+/** Bytes a row may add to its message's: the time, plan and environment, `0` for no limit, partition and offset, the tabs, the newline. */
+const ROW_SLACK = 128;
+
+export class EventScanner {
+  private bytes: Uint8Array = new Uint8Array(0);
+  private readonly kinds = new Uint8Array(FIELDS.length);
+  private readonly starts = new Int32Array(FIELDS.length);
+  private readonly ends = new Int32Array(FIELDS.length);
+  /** The event's time in epoch ms, and its plan and environment, as read by the last read(). */
+  private timestamp = 0;
+  private plan = 0;
+  private environment = 0;
+  private responseTimeMs = 0;
+  private messageBytes = 0;
+
+  /**
+   * Reads the message bytes[start, end); true when it holds an event in the common form dated within
+   * `times` (resolved: timesAsOf), which writeRow, event and the other reads then describe.
+   */
+  read(bytes: Uint8Array, start: number, end: number, times: TimeRange): boolean {
+    this.bytes = bytes;
+    this.messageBytes = end - start;
+    this.kinds.fill(ABSENT);
+    let i = skipSpace(bytes, start, end);
+    if (bytes[i] !== OPEN_BRACE || i >= end) return false;
+    i = skipSpace(bytes, i + 1, end);
+    for (;;) {
+      if (i >= end || bytes[i] !== QUOTE) return false;
+      const nameEnd = stringEnd(bytes, i + 1, end);
+      if (nameEnd < 0) return false;
+      const field = fieldOf(bytes, i + 1, nameEnd);
+      i = skipSpace(bytes, nameEnd + 1, end);
+      if (i >= end || bytes[i] !== COLON) return false;
+      i = skipSpace(bytes, i + 1, end);
+      if (i >= end) return false;
+      let kind: number;
+      let valueStart = i;
+      let valueEnd: number;
+      const first = bytes[i]!;
+      if (first === QUOTE) {
+        kind = STRING;
+        valueStart = i + 1;
+        valueEnd = stringEnd(bytes, valueStart, end);
+        if (valueEnd < 0) return false;
+        i = valueEnd + 1;
+      } else if (first === MINUS || isDigit(first)) {
+        valueEnd = numberEnd(bytes, i, end);
+        if (valueEnd < 0) return false;
+        kind = isWhole(bytes, i, valueEnd) ? NUMBER_WHOLE : NUMBER_OTHER;
+        i = valueEnd;
+      } else if (startsWith(bytes, i, end, LITERALS.null)) {
+        kind = NULL;
+        i = valueEnd = i + 4;
+      } else if (startsWith(bytes, i, end, LITERALS.true) || startsWith(bytes, i, end, LITERALS.false)) {
+        kind = BOOLEAN;
+        i = valueEnd = i + (first === 0x74 ? 4 : 5);
+      } else {
+        return false; // an object, an array, or not JSON
+      }
+      if (field >= 0) {
+        if (this.kinds[field] !== ABSENT) return false; // given twice: JSON.parse keeps the last
+        this.kinds[field] = kind;
+        this.starts[field] = valueStart;
+        this.ends[field] = valueEnd;
+      }
+      i = skipSpace(bytes, i, end);
+      if (i >= end) return false;
+      if (bytes[i] === COMMA) {
+        i = skipSpace(bytes, i + 1, end);
+        continue;
+      }
+      if (bytes[i] !== CLOSE_BRACE) return false;
+      if (skipSpace(bytes, i + 1, end) !== end) return false;
+      return this.check(times);
+    }
+  }
+
+  /** The event's rules, those of commonEvent, on the fields read. */
+  private check(times: TimeRange): boolean {
+    if (!this.isString(EVENT_ID, 1, MAX_NAME) || !this.isString(MERCHANT_ID, 1, MAX_NAME) || !this.isString(API_KEY_ID, 1, MAX_NAME)) return false;
+    const timestamp = this.epochMs();
+    if (!(timestamp >= times.min && timestamp <= times.max)) return false;
+    this.timestamp = timestamp;
+    this.plan = this.oneOf(PLAN, PLAN_NAMES);
+    this.environment = this.oneOf(ENVIRONMENT, ENVIRONMENTS);
+    if (this.plan < 0 || this.environment < 0) return false;
+    if (this.kinds[IP] !== STRING || !isIpv4(this.bytes, this.starts[IP]!, this.ends[IP]!)) return false;
+    if (!this.isString(USER_AGENT, 0, MAX_USER_AGENT) || !this.isString(PATH, 1, MAX_PATH)) return false;
+    if (!this.isString(METHOD, 1, MAX_METHOD) || !this.isLetters(METHOD)) return false;
+    const status = this.whole(STATUS);
+    if (!(status >= 100 && status <= 599)) return false;
+    this.responseTimeMs = this.kinds[RESPONSE_TIME] === NUMBER_WHOLE ? this.whole(RESPONSE_TIME) : this.fraction(RESPONSE_TIME);
+    if (!(this.responseTimeMs >= 0 && this.responseTimeMs <= 86_400_000)) return false;
+    if (this.isGiven(RATE_LIMIT)) {
+      const limit = this.whole(RATE_LIMIT);
+      if (!(limit >= 1 && limit <= 100_000_000)) return false;
+    }
+    if (this.isGiven(COUNTRY) && (!this.isString(COUNTRY, 2, 2) || !this.isLetters(COUNTRY))) return false;
+    return true;
+  }
+
+  /** Writes the event's stored row (serializeEventRow's line and its newline); `topicText` is the topic as the row holds it (tsvText). */
+  writeRow(rows: RowBuffer, topicText: string, partition: number, offset: number): void {
+    const { bytes, starts, ends } = this;
+    const time = this.kinds[TIMESTAMP] === STRING ? undefined : toClickHouseTime(this.timestamp);
+    const responseTime = this.kinds[RESPONSE_TIME] === NUMBER_WHOLE ? undefined : String(this.responseTimeMs);
+    // Every field's bytes are the message's, written once at most: the message bounds them.
+    const size = this.messageBytes + ROW_SLACK + topicText.length + (responseTime?.length ?? 0);
+    rows.appendRow(size, (target, at) => {
+      at = copy(bytes, starts[EVENT_ID]!, ends[EVENT_ID]!, target, at);
+      target[at++] = TAB;
+      if (time === undefined) {
+        // toISOString's form, "2026-11-20T12:00:00.000Z": the row's is "2026-11-20 12:00:00.000".
+        const start = starts[TIMESTAMP]!;
+        at = copy(bytes, start, start + 10, target, at);
+        target[at++] = SPACE;
+        at = copy(bytes, start + 11, start + 23, target, at);
+      } else {
+        at = writeAscii(time, target, at);
+      }
+      target[at++] = TAB;
+      at = copy(bytes, starts[MERCHANT_ID]!, ends[MERCHANT_ID]!, target, at);
+      target[at++] = TAB;
+      at = copy(PLAN_NAMES[this.plan]!, 0, PLAN_NAMES[this.plan]!.length, target, at);
+      target[at++] = TAB;
+      at = copy(bytes, starts[API_KEY_ID]!, ends[API_KEY_ID]!, target, at);
+      target[at++] = TAB;
+      at = copy(ENVIRONMENTS[this.environment]!, 0, 4, target, at);
+      target[at++] = TAB;
+      at = copy(bytes, starts[IP]!, ends[IP]!, target, at);
+      target[at++] = TAB;
+      at = copy(bytes, starts[USER_AGENT]!, ends[USER_AGENT]!, target, at);
+      target[at++] = TAB;
+      at = copyUpperCase(bytes, starts[METHOD]!, ends[METHOD]!, target, at);
+      target[at++] = TAB;
+      at = copy(bytes, starts[PATH]!, ends[PATH]!, target, at);
+      target[at++] = TAB;
+      at = copy(bytes, starts[STATUS]!, ends[STATUS]!, target, at);
+      target[at++] = TAB;
+      at = responseTime === undefined ? copy(bytes, starts[RESPONSE_TIME]!, ends[RESPONSE_TIME]!, target, at) : writeAscii(responseTime, target, at);
+      target[at++] = TAB;
+      if (this.isGiven(RATE_LIMIT)) at = copy(bytes, starts[RATE_LIMIT]!, ends[RATE_LIMIT]!, target, at);
+      else target[at++] = 0x30; // 0: the event carried no limit
+      target[at++] = TAB;
+      if (this.isGiven(COUNTRY)) at = copyUpperCase(bytes, starts[COUNTRY]!, ends[COUNTRY]!, target, at);
+      target[at++] = TAB;
+      at = writeAscii(topicText, target, at);
+      target[at++] = TAB;
+      at = writeAscii(String(partition), target, at);
+      target[at++] = TAB;
+      return writeAscii(String(offset), target, at);
+    });
+  }
+
+  /** The event read, as commonEvent makes it (for detection); `text` reads a range of the message's bytes as text. */
+  event(text: (start: number, end: number) => string): RequestEvent {
+    const { starts, ends } = this;
+    const field = (index: number) => text(starts[index]!, ends[index]!);
+    const event = {
+      eventId: field(EVENT_ID),
+      timestamp: this.timestamp,
+      merchantId: field(MERCHANT_ID),
+      plan: PLANS[this.plan] as Plan,
+      apiKeyId: field(API_KEY_ID),
+      environment: ENVIRONMENT_NAMES[this.environment]!,
+      ip: field(IP),
+      userAgent: field(USER_AGENT),
+      method: field(METHOD).toUpperCase(),
+      path: field(PATH),
+      status: this.whole(STATUS),
+      responseTimeMs: this.responseTimeMs,
+    } as RequestEvent;
+    if (this.isGiven(RATE_LIMIT)) event.rateLimitPerMinute = this.whole(RATE_LIMIT);
+    if (this.isGiven(COUNTRY)) event.country = field(COUNTRY).toUpperCase();
+    return event;
+  }
+
+  /** Where the eventId's characters are in the message. */
+  get eventIdRange(): [start: number, end: number] {
+    return [this.starts[EVENT_ID]!, this.ends[EVENT_ID]!];
+  }
+
+  /** Whether the bytes keys[start, end) are the event's apiKeyId (an ASCII id is its own UTF-8). */
+  isKeyedBy(keys: Uint8Array, start: number, end: number): boolean {
+    const idStart = this.starts[API_KEY_ID]!;
+    if (end - start !== this.ends[API_KEY_ID]! - idStart) return false;
+    for (let i = 0; i < end - start; i++) if (keys[start + i] !== this.bytes[idStart + i]) return false;
+    return true;
+  }
+
+  private isGiven(field: number): boolean {
+    return this.kinds[field] !== ABSENT && this.kinds[field] !== NULL;
+  }
+
+  private isString(field: number, min: number, max: number): boolean {
+    const length = this.ends[field]! - this.starts[field]!;
+    return this.kinds[field] === STRING && length >= min && length <= max;
+  }
+
+  private isLetters(field: number): boolean {
+    for (let i = this.starts[field]!; i < this.ends[field]!; i++) if (!isLetter(this.bytes[i]!)) return false;
+    return true;
+  }
+
+  /** The index in `names` of the field's string value; -1 when none. */
+  private oneOf(field: number, names: readonly Uint8Array[]): number {
+    if (this.kinds[field] !== STRING) return -1;
+    const start = this.starts[field]!;
+    const length = this.ends[field]! - start;
+    return names.findIndex((name) => name.length === length && name.every((byte, i) => this.bytes[start + i] === byte));
+  }
+
+  /** A whole number field's value (at most 16 digits); NaN for any other value. */
+  private whole(field: number): number {
+    if (this.kinds[field] !== NUMBER_WHOLE || this.ends[field]! - this.starts[field]! > 16) return NaN;
+    let value = 0;
+    for (let i = this.starts[field]!; i < this.ends[field]!; i++) value = value * 10 + this.bytes[i]! - 0x30;
+    return value;
+  }
+
+  /** A number field with a fraction, without sign or exponent, as JSON.parse reads it; NaN for any other value. */
+  private fraction(field: number): number {
+    if (this.kinds[field] !== NUMBER_OTHER) return NaN;
+    for (let i = this.starts[field]!; i < this.ends[field]!; i++) if (!isDigit(this.bytes[i]!) && this.bytes[i] !== DOT) return NaN;
+    return Number(String.fromCharCode(...this.bytes.subarray(this.starts[field], this.ends[field])));
+  }
+
+  /** The timestamp in epoch ms: whole epoch ms, or toISOString's form from year 1000 on; NaN for any other. */
+  private epochMs(): number {
+    if (this.kinds[TIMESTAMP] === NUMBER_WHOLE) {
+      const ms = this.whole(TIMESTAMP);
+      return ms <= MAX_EPOCH_MS ? ms : NaN;
+    }
+    if (!this.isString(TIMESTAMP, 24, 24)) return NaN;
+    const b = this.bytes;
+    const s = this.starts[TIMESTAMP]!;
+    if (b[s + 4] !== MINUS || b[s + 7] !== MINUS || b[s + 10] !== 0x54 || b[s + 13] !== COLON || b[s + 16] !== COLON || b[s + 19] !== DOT || b[s + 23] !== 0x5a) return NaN;
+    const year = digits(b, s, 4);
+    const month = digits(b, s + 5, 2);
+    const day = digits(b, s + 8, 2);
+    const hour = digits(b, s + 11, 2);
+    const minute = digits(b, s + 14, 2);
+    const second = digits(b, s + 17, 2);
+    const millisecond = digits(b, s + 20, 3);
+    if (!(year >= 1000 && month >= 1 && month <= 12 && day >= 1 && day <= daysIn(year, month) && hour <= 23 && minute <= 59 && second <= 59 && millisecond >= 0)) return NaN;
+    return Date.UTC(year, month - 1, day, hour, minute, second, millisecond);
+  }
+}
+
+/** The number written by `length` decimal digits from `start`; NaN when one is not a digit. */
+function digits(bytes: Uint8Array, start: number, length: number): number {
+  let value = 0;
+  for (let i = start; i < start + length; i++) {
+    const digit = bytes[i]! - 0x30;
+    if (digit < 0 || digit > 9) return NaN;
+    value = value * 10 + digit;
+  }
+  return value;
+}
+
+function isDigit(byte: number): boolean {
+  return byte >= 0x30 && byte <= 0x39;
+}
+
+function isLetter(byte: number): boolean {
+  return (byte >= 0x41 && byte <= 0x5a) || (byte >= 0x61 && byte <= 0x7a);
+}
+
+/** JSON's whitespace. */
+function skipSpace(bytes: Uint8Array, i: number, end: number): number {
+  while (i < end && (bytes[i] === SPACE || bytes[i] === NEWLINE || bytes[i] === TAB || bytes[i] === 0x0d)) i++;
+  return i;
+}
+
+/**
+ * Where the string whose characters start at `i` ends (its closing quote); -1 when it runs past `end`,
+ * or holds what the fast path leaves to the slow one: an escape, a control character (not JSON), a
+ * byte past ASCII, or a hint of a secret (mayHoldSecret: `%`, `sk_`, `svc_`).
+ */
+function stringEnd(bytes: Uint8Array, i: number, end: number): number {
+  for (; i < end; i++) {
+    const byte = bytes[i]!;
+    if (byte === QUOTE) return i;
+    if (byte < SPACE || byte >= 0x7f || byte === BACKSLASH || byte === PERCENT) return -1;
+    if (byte === UNDERSCORE && ((bytes[i - 1] === 0x6b && bytes[i - 2] === 0x73) || (bytes[i - 1] === 0x63 && bytes[i - 2] === 0x76 && bytes[i - 3] === 0x73))) return -1;
+  }
+  return -1;
+}
+
+/** Where the JSON number starting at `i` ends; -1 when it is not one. */
+function numberEnd(bytes: Uint8Array, i: number, end: number): number {
+  if (bytes[i] === MINUS) i++;
+  if (i >= end || !isDigit(bytes[i]!)) return -1;
+  if (bytes[i] === 0x30) i++;
+  else while (i < end && isDigit(bytes[i]!)) i++;
+  if (i < end && bytes[i] === DOT) {
+    i++;
+    if (i >= end || !isDigit(bytes[i]!)) return -1;
+    while (i < end && isDigit(bytes[i]!)) i++;
+  }
+  if (i < end && (bytes[i] === 0x65 || bytes[i] === 0x45)) {
+    i++;
+    if (i < end && (bytes[i] === PLUS || bytes[i] === MINUS)) i++;
+    if (i >= end || !isDigit(bytes[i]!)) return -1;
+    while (i < end && isDigit(bytes[i]!)) i++;
+  }
+  return i;
+}
+
+/**
+ * Whether bytes[start, end) is a dotted-quad IPv4 address as the schema's pattern (zod's ipv4) has it:
+ * four numbers from 0 to 255, without leading zeros.
+ */
+function isIpv4(bytes: Uint8Array, start: number, end: number): boolean {
+  let i = start;
+  for (let part = 0; part < 4; part++) {
+    if (part > 0) {
+      if (bytes[i] !== DOT || i >= end) return false;
+      i++;
+    }
+    const first = i;
+    let value = 0;
+    while (i < end && i - first < 3 && isDigit(bytes[i]!)) value = value * 10 + bytes[i++]! - 0x30;
+    const length = i - first;
+    if (length === 0 || (length > 1 && bytes[first] === 0x30) || value > 255) return false;
+  }
+  return i === end;
+}
+
+function isWhole(bytes: Uint8Array, start: number, end: number): boolean {
+  for (let i = start; i < end; i++) if (!isDigit(bytes[i]!)) return false;
+  return true;
+}
+
+function startsWith(bytes: Uint8Array, i: number, end: number, word: Uint8Array): boolean {
+  if (end - i < word.length) return false;
+  for (let j = 0; j < word.length; j++) if (bytes[i + j] !== word[j]) return false;
+  return true;
+}
+
+/** The index of the event field named by bytes[start, end); -1 for another name. */
+function fieldOf(bytes: Uint8Array, start: number, end: number): number {
+  const length = end - start;
+  for (let field = 0; field < FIELD_NAMES.length; field++) {
+    const name = FIELD_NAMES[field]!;
+    if (name.length !== length || name[0] !== bytes[start]) continue;
+    let j = 1;
+    while (j < length && name[j] === bytes[start + j]) j++;
+    if (j === length) return field;
+  }
+  return -1;
+}
+
+function copy(source: Uint8Array, start: number, end: number, target: Uint8Array, at: number): number {
+  for (let i = start; i < end; i++) target[at++] = source[i]!;
+  return at;
+}
+
+function copyUpperCase(source: Uint8Array, start: number, end: number, target: Uint8Array, at: number): number {
+  for (let i = start; i < end; i++) {
+    const byte = source[i]!;
+    target[at++] = byte >= 0x61 && byte <= 0x7a ? byte - 0x20 : byte;
+  }
+  return at;
+}
+
+/** Writes ASCII text a byte per character. */
+function writeAscii(text: string, target: Uint8Array, at: number): number {
+  for (let i = 0; i < text.length; i++) target[at++] = text.charCodeAt(i);
+  return at;
+}

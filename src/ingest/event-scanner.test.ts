@@ -81,6 +81,7 @@ describe('EventScanner', () => {
     ['an IPv6 address', JSON.stringify(event({ ip: '2001:db8::1' }))],
     ['a long user agent', JSON.stringify(event({ userAgent: 'x'.repeat(600) }))],
     ['non-ASCII text', JSON.stringify(event({ userAgent: 'Café' }))],
+    ['a response time in more digits than a number needs', JSON.stringify(event()).replace('"responseTimeMs":12', `"responseTimeMs":12.${'0'.repeat(60_000)}`)],
   ])('declines what the slow path must decide (%s)', (_, text) => {
     expect(fast(text)).toBeUndefined();
   });

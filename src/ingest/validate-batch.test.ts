@@ -109,6 +109,20 @@ describe('validateBatch and message keys', () => {
     expect(result.misrouted).toBe(3);
     expect(result.rowCount).toBe(6);
   });
+
+  it('counts a key with a byte-order mark before the apiKeyId as misrouted (its bytes are partitioned as they are), whether the batch is ASCII or not', () => {
+    const keys = ['\ufeffpk_live_a', 'pk_live_a', 'pk_live_a'];
+    const ascii = validateBatch(batchOf([event(1), event(2), event(3)], 0, keys), new RecentEventIds(100));
+    const notAscii = validateBatch(batchOf([event(1), event(2), event(3, 'Café')], 0, keys), new RecentEventIds(100));
+    expect([ascii.misrouted, notAscii.misrouted]).toEqual([1, 1]);
+    expect([ascii.rowCount, notAscii.rowCount]).toEqual([3, 3]);
+  });
+
+  it('stores a topic name that is not ASCII in UTF-8 (Kafka allows none; a row must still be right)', () => {
+    const result = validateBatch({ ...batchOf([event(1)]), topic: 'tøpic' }, new RecentEventIds(100));
+    const row = new TextDecoder().decode(result.rows).trimEnd().split('\t');
+    expect(row[REQUEST_EVENT_COLUMNS.indexOf('source_topic')]).toBe('tøpic');
+  });
 });
 
 describe('validateBatch and event times', () => {

@@ -55,6 +55,11 @@ export interface ValidatedBatch {
 }
 
 const decoder = new TextDecoder();
+/**
+ * Message keys are compared as they are, a byte-order mark included: a key with one is not the
+ * apiKeyId's bytes, and is partitioned by its own (EventScanner.isKeyedBy compares bytes too).
+ */
+const keyDecoder = new TextDecoder('utf-8', { ignoreBOM: true });
 
 /**
  * A value longer than an event may be (MAX_EVENT_BYTES) is too large whatever its bytes: it is copied
@@ -90,6 +95,8 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
   const ascii = isAscii(batch.values);
   const text = messageTexts(batch.values, ascii);
   const topicText = tsvText(batch.topic);
+  // The fast path writes the topic a byte per character (Kafka's topic names are ASCII).
+  const fastPath = ascii && /^[\x20-\x7e]*$/.test(topicText);
   let duplicates = 0;
   let misrouted = 0;
   let start = 0;
@@ -99,7 +106,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
     const keyEnd = batch.keyEnds[index]!;
     // Its bytes alone say a value is too large; only its head is read (see MAX_COPIED_VALUE_BYTES).
     const oversized = end - start > MAX_EVENT_BYTES;
-    if (ascii && !oversized && scanner.read(batch.values, start, end, storable)) {
+    if (fastPath && !oversized && scanner.read(batch.values, start, end, storable)) {
       const [idStart, idEnd] = scanner.eventIdRange;
       if (recentIds.checkAndAddAscii(batch.values, idStart, idEnd, batch.partition)) {
         duplicates++;
@@ -141,7 +148,7 @@ function isKeyedBy(keys: Uint8Array, start: number, end: number, apiKeyId: strin
     while (i < apiKeyId.length && keys[start + i]! < 0x80 && keys[start + i] === apiKeyId.charCodeAt(i)) i++;
     if (i === apiKeyId.length) return true;
   }
-  return decoder.decode(keys.subarray(start, end)) === apiKeyId;
+  return keyDecoder.decode(keys.subarray(start, end)) === apiKeyId;
 }
 
 /**

@@ -38,8 +38,7 @@ function fast(text: string, times: TimeRange = EVENT_TIME_RANGE) {
   if (!scanner.read(bytes, before.length, before.length + message.length, times)) return undefined;
   const rows = new RowBuffer(16);
   scanner.writeRow(rows, tsvText(SOURCE.topic), SOURCE.partition, SOURCE.offset);
-  const decoded = Buffer.from(bytes);
-  return { row: rows.bytes().toString('utf8'), event: scanner.event((start, end) => decoded.toString('latin1', start, end)) };
+  return { row: rows.bytes().toString('utf8'), event: scanner.event(Buffer.from(bytes)) };
 }
 
 /** The slow path's verdict on `text`, and the row it stores. */

@@ -183,83 +183,91 @@ export class EventScanner {
 
   /** Writes the event's stored row (serializeEventRow's line and its newline); `topicText` is the topic as the row holds it (tsvText). */
   writeRow(rows: RowBuffer, topicText: string, partition: number, offset: number): void {
-    const { bytes, starts, ends } = this;
     const time = this.kinds[TIMESTAMP] === STRING ? undefined : toClickHouseTime(this.timestamp);
     const responseTime = this.kinds[RESPONSE_TIME] === NUMBER_WHOLE ? undefined : String(this.responseTimeMs);
     // Every field's bytes are the message's, written once at most: the message bounds them.
-    const size = this.messageBytes + ROW_SLACK + topicText.length + (responseTime?.length ?? 0);
-    rows.appendRow(size, (target, at) => {
-      at = copy(bytes, starts[EVENT_ID]!, ends[EVENT_ID]!, target, at);
-      target[at++] = TAB;
-      if (time === undefined) {
-        // toISOString's form, "2026-11-20T12:00:00.000Z": the row's is "2026-11-20 12:00:00.000".
-        const start = starts[TIMESTAMP]!;
-        at = copy(bytes, start, start + 10, target, at);
-        target[at++] = SPACE;
-        at = copy(bytes, start + 11, start + 23, target, at);
-      } else {
-        at = writeAscii(time, target, at);
-      }
-      target[at++] = TAB;
-      at = copy(bytes, starts[MERCHANT_ID]!, ends[MERCHANT_ID]!, target, at);
-      target[at++] = TAB;
-      at = copy(PLAN_NAMES[this.plan]!, 0, PLAN_NAMES[this.plan]!.length, target, at);
-      target[at++] = TAB;
-      at = copy(bytes, starts[API_KEY_ID]!, ends[API_KEY_ID]!, target, at);
-      target[at++] = TAB;
-      at = copy(ENVIRONMENTS[this.environment]!, 0, 4, target, at);
-      target[at++] = TAB;
-      at = copy(bytes, starts[IP]!, ends[IP]!, target, at);
-      target[at++] = TAB;
-      at = copy(bytes, starts[USER_AGENT]!, ends[USER_AGENT]!, target, at);
-      target[at++] = TAB;
-      at = copyUpperCase(bytes, starts[METHOD]!, ends[METHOD]!, target, at);
-      target[at++] = TAB;
-      at = copy(bytes, starts[PATH]!, ends[PATH]!, target, at);
-      target[at++] = TAB;
-      at = copy(bytes, starts[STATUS]!, ends[STATUS]!, target, at);
-      target[at++] = TAB;
-      at = responseTime === undefined ? copy(bytes, starts[RESPONSE_TIME]!, ends[RESPONSE_TIME]!, target, at) : writeAscii(responseTime, target, at);
-      target[at++] = TAB;
-      if (this.isGiven(RATE_LIMIT)) at = copy(bytes, starts[RATE_LIMIT]!, ends[RATE_LIMIT]!, target, at);
-      else target[at++] = 0x30; // 0: the event carried no limit
-      target[at++] = TAB;
-      if (this.isGiven(COUNTRY)) at = copyUpperCase(bytes, starts[COUNTRY]!, ends[COUNTRY]!, target, at);
-      target[at++] = TAB;
-      at = writeAscii(topicText, target, at);
-      target[at++] = TAB;
-      at = writeAscii(String(partition), target, at);
-      target[at++] = TAB;
-      return writeAscii(String(offset), target, at);
-    });
+    const at = rows.reserveRow(this.messageBytes + ROW_SLACK + topicText.length + (responseTime?.length ?? 0));
+    rows.commitRow(this.writeRowInto(rows.target, at, time, responseTime, topicText, partition, offset));
   }
 
-  /** The event read, as commonEvent makes it (for detection); `text` reads a range of the message's bytes as text. */
-  event(text: (start: number, end: number) => string): RequestEvent {
-    const { starts, ends } = this;
-    const field = (index: number) => text(starts[index]!, ends[index]!);
+  private writeRowInto(target: Uint8Array, at: number, time: string | undefined, responseTime: string | undefined, topicText: string, partition: number, offset: number): number {
+    const { bytes, starts, ends } = this;
+    at = copy(bytes, starts[EVENT_ID]!, ends[EVENT_ID]!, target, at);
+    target[at++] = TAB;
+    if (time === undefined) {
+      // toISOString's form, "2026-11-20T12:00:00.000Z": the row's is "2026-11-20 12:00:00.000".
+      const start = starts[TIMESTAMP]!;
+      at = copy(bytes, start, start + 10, target, at);
+      target[at++] = SPACE;
+      at = copy(bytes, start + 11, start + 23, target, at);
+    } else {
+      at = writeAscii(time, target, at);
+    }
+    target[at++] = TAB;
+    at = copy(bytes, starts[MERCHANT_ID]!, ends[MERCHANT_ID]!, target, at);
+    target[at++] = TAB;
+    at = writeAscii(PLANS[this.plan]!, target, at);
+    target[at++] = TAB;
+    at = copy(bytes, starts[API_KEY_ID]!, ends[API_KEY_ID]!, target, at);
+    target[at++] = TAB;
+    at = writeAscii(ENVIRONMENT_NAMES[this.environment]!, target, at);
+    target[at++] = TAB;
+    at = copy(bytes, starts[IP]!, ends[IP]!, target, at);
+    target[at++] = TAB;
+    at = copy(bytes, starts[USER_AGENT]!, ends[USER_AGENT]!, target, at);
+    target[at++] = TAB;
+    at = copyUpperCase(bytes, starts[METHOD]!, ends[METHOD]!, target, at);
+    target[at++] = TAB;
+    at = copy(bytes, starts[PATH]!, ends[PATH]!, target, at);
+    target[at++] = TAB;
+    at = copy(bytes, starts[STATUS]!, ends[STATUS]!, target, at);
+    target[at++] = TAB;
+    at = responseTime === undefined ? copy(bytes, starts[RESPONSE_TIME]!, ends[RESPONSE_TIME]!, target, at) : writeAscii(responseTime, target, at);
+    target[at++] = TAB;
+    if (this.isGiven(RATE_LIMIT)) at = copy(bytes, starts[RATE_LIMIT]!, ends[RATE_LIMIT]!, target, at);
+    else target[at++] = 0x30; // 0: the event carried no limit
+    target[at++] = TAB;
+    if (this.isGiven(COUNTRY)) at = copyUpperCase(bytes, starts[COUNTRY]!, ends[COUNTRY]!, target, at);
+    target[at++] = TAB;
+    at = writeAscii(topicText, target, at);
+    target[at++] = TAB;
+    at = writeAscii(String(partition), target, at);
+    target[at++] = TAB;
+    return writeAscii(String(offset), target, at);
+  }
+
+  /** The event read, as commonEvent makes it (for detection); `message` is the bytes given to read(), as a Buffer. */
+  event(message: Buffer): RequestEvent {
     const event = {
-      eventId: field(EVENT_ID),
+      eventId: this.text(message, EVENT_ID),
       timestamp: this.timestamp,
-      merchantId: field(MERCHANT_ID),
+      merchantId: this.text(message, MERCHANT_ID),
       plan: PLANS[this.plan] as Plan,
-      apiKeyId: field(API_KEY_ID),
+      apiKeyId: this.text(message, API_KEY_ID),
       environment: ENVIRONMENT_NAMES[this.environment]!,
-      ip: field(IP),
-      userAgent: field(USER_AGENT),
-      method: field(METHOD).toUpperCase(),
-      path: field(PATH),
+      ip: this.text(message, IP),
+      userAgent: this.text(message, USER_AGENT),
+      method: this.text(message, METHOD).toUpperCase(),
+      path: this.text(message, PATH),
       status: this.whole(STATUS),
       responseTimeMs: this.responseTimeMs,
     } as RequestEvent;
     if (this.isGiven(RATE_LIMIT)) event.rateLimitPerMinute = this.whole(RATE_LIMIT);
-    if (this.isGiven(COUNTRY)) event.country = field(COUNTRY).toUpperCase();
+    if (this.isGiven(COUNTRY)) event.country = this.text(message, COUNTRY).toUpperCase();
     return event;
   }
 
-  /** Where the eventId's characters are in the message. */
-  get eventIdRange(): [start: number, end: number] {
-    return [this.starts[EVENT_ID]!, this.ends[EVENT_ID]!];
+  private text(message: Buffer, field: number): string {
+    return message.toString('latin1', this.starts[field], this.ends[field]);
+  }
+
+  /** Where the eventId's characters start and end in the message. */
+  get eventIdStart(): number {
+    return this.starts[EVENT_ID]!;
+  }
+
+  get eventIdEnd(): number {
+    return this.ends[EVENT_ID]!;
   }
 
   /** Whether the bytes keys[start, end) are the event's apiKeyId (an ASCII id is its own UTF-8). */
@@ -289,7 +297,14 @@ export class EventScanner {
     if (this.kinds[field] !== STRING) return -1;
     const start = this.starts[field]!;
     const length = this.ends[field]! - start;
-    return names.findIndex((name) => name.length === length && name.every((byte, i) => this.bytes[start + i] === byte));
+    for (let index = 0; index < names.length; index++) {
+      const name = names[index]!;
+      if (name.length !== length) continue;
+      let i = 0;
+      while (i < length && name[i] === this.bytes[start + i]) i++;
+      if (i === length) return index;
+    }
+    return -1;
   }
 
   /** A whole number field's value (at most 16 digits); NaN for any other value. */

@@ -36,12 +36,22 @@ export class RowBuffer {
   }
 
   /**
-   * Appends one row that `write` puts into `target` from `at` on, returning where it ends (without its
-   * newline), at most `maxBytes` long.
+   * Makes room for a row of at most `maxBytes` that the caller writes into `target` from the position
+   * returned, then ends with commitRow (no other append in between).
    */
-  appendRow(maxBytes: number, write: (target: Buffer, at: number) => number): void {
+  reserveRow(maxBytes: number): number {
     if (this.length + maxBytes + 1 > this.buffer.length) this.grow(this.length + maxBytes + 1);
-    this.length = write(this.buffer, this.length);
+    return this.length;
+  }
+
+  /** Where reserveRow's caller writes. */
+  get target(): Buffer {
+    return this.buffer;
+  }
+
+  /** Ends the row written from reserveRow's position up to `end` (newline added). */
+  commitRow(end: number): void {
+    this.length = end;
     this.buffer[this.length++] = 0x0a;
     this.count++;
   }

@@ -93,7 +93,8 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
   const rejections: ValidatedBatch['rejections'] = [];
   const events: RequestEvent[] = [];
   const ascii = isAscii(batch.values);
-  const text = messageTexts(batch.values, ascii);
+  const valuesBuffer = Buffer.from(batch.values.buffer, batch.values.byteOffset, batch.values.byteLength);
+  const text = messageTexts(valuesBuffer, ascii);
   const topicText = tsvText(batch.topic);
   // The fast path writes the topic a byte per character (Kafka's topic names are ASCII).
   const fastPath = ascii && /^[\x20-\x7e]*$/.test(topicText);
@@ -107,13 +108,12 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
     // Its bytes alone say a value is too large; only its head is read (see MAX_COPIED_VALUE_BYTES).
     const oversized = end - start > MAX_EVENT_BYTES;
     if (fastPath && !oversized && scanner.read(batch.values, start, end, storable)) {
-      const [idStart, idEnd] = scanner.eventIdRange;
-      if (recentIds.checkAndAddAscii(batch.values, idStart, idEnd, batch.partition)) {
+      if (recentIds.checkAndAddAscii(batch.values, scanner.eventIdStart, scanner.eventIdEnd, batch.partition)) {
         duplicates++;
       } else {
         if (!scanner.isKeyedBy(batch.keys, keyStart, keyEnd)) misrouted++;
         scanner.writeRow(rows, topicText, batch.partition, batch.offsets[index]!);
-        if (wantEvents) events.push(scanner.event(text));
+        if (wantEvents) events.push(scanner.event(valuesBuffer));
       }
       start = end;
       keyStart = keyEnd;
@@ -156,8 +156,7 @@ function isKeyedBy(keys: Uint8Array, start: number, end: number, apiKeyId: strin
  * character, and Buffer's latin1 decoding is the cheapest (faster than a decoder call per message,
  * and than slicing one string of the whole batch, which JSON.parse then reads more slowly).
  */
-function messageTexts(values: Uint8Array, ascii: boolean): (start: number, end: number) => string {
+function messageTexts(values: Buffer, ascii: boolean): (start: number, end: number) => string {
   if (!ascii) return (start, end) => decoder.decode(values.subarray(start, end));
-  const bytes = Buffer.from(values.buffer, values.byteOffset, values.byteLength);
-  return (start, end) => bytes.toString('latin1', start, end);
+  return (start, end) => values.toString('latin1', start, end);
 }

@@ -11,9 +11,8 @@
  * mock broker (or KAFKA_BROKERS) and the embedded engine (or CLICKHOUSE_URL).
  * Env: BENCH_EVENTS (default 500000); BENCH_PLANS (a comma list the keys' plans cycle through, default
  * all four, half of the keys entitled to detection; `pro` leaves detection nothing to judge, which
- * measures the path without it: the worker's whole cost of detection is the difference);
- * BENCH_DETECTION (the worker's FEATURE_ANOMALY_DETECTION, default true; false measures consume,
- * validate, store and commit alone, where validation makes no event objects for detection).
+ * measures the path without it: the worker's whole cost of detection is the difference; validation
+ * then makes no event objects either, UnjudgedEvent).
  */
 import { Kafka, logLevel } from 'kafkajs';
 import { loadConfig } from '../src/config.ts';
@@ -95,7 +94,7 @@ async function main(): Promise<void> {
     bodies.clear();
 
     // 3. The worker's full path, in this process, on the same engine.
-    const env = testEnv({ brokers: kafkaService.brokers, clickhouse, names, extra: { LOG_LEVEL: 'warn', FEATURE_ANOMALY_DETECTION: process.env.BENCH_DETECTION ?? 'true', STORE_FLUSH_INTERVAL_MS: process.env.STORE_FLUSH_INTERVAL_MS ?? '1000', STORE_FLUSH_ROWS: process.env.STORE_FLUSH_ROWS ?? '50000' } });
+    const env = testEnv({ brokers: kafkaService.brokers, clickhouse, names, extra: { LOG_LEVEL: 'warn', STORE_FLUSH_INTERVAL_MS: process.env.STORE_FLUSH_INTERVAL_MS ?? '1000', STORE_FLUSH_ROWS: process.env.STORE_FLUSH_ROWS ?? '50000' } });
     const worker = await startWorker(loadConfig(env), { logger: createLogger('warn') });
     await worker.ready;
     let firstConsumedAt = 0;

@@ -6,7 +6,7 @@
  * Stateless apart from bounded memories of addresses and user agents, and a count of the events
  * dated ahead.
  */
-import type { RequestEvent } from '../events/request-event.ts';
+import type { BatchEvent, RequestEvent } from '../events/request-event.ts';
 import { networkOf } from '../../rules/network.ts';
 import type { DetectionConfig } from './detection-config.ts';
 import type { GeoLookup } from './geo.ts';
@@ -73,12 +73,12 @@ export class Admission {
     this.entitled = new Set(entitledPlans);
   }
 
-  admit(events: readonly RequestEvent[]): AdmittedBatch {
+  admit(events: readonly BatchEvent[]): AdmittedBatch {
     const config = this.config();
     const latest = this.clock() + MAX_CLOCK_SKEW_MS;
     const batch: AdmittedBatch = { events: [], windowEvents: [] };
     for (const event of events) {
-      if (!this.entitled.has(event.plan)) continue;
+      if (!this.entitled.has(event.plan) || 'unjudged' in event) continue;
       if (config.isAllowlisted(event.merchantId, event.apiKeyId, event.ip, event.userAgent)) continue;
       if (event.timestamp > latest) {
         this.futureEvents++;

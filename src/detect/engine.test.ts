@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { RequestEvent } from '../events/request-event.ts';
+import type { BatchEvent, RequestEvent, UnjudgedEvent } from '../events/request-event.ts';
 import { RULES } from '../../rules/index.ts';
 import { prng } from '../../test/support/random.ts';
 import { PLACES } from '../../rules/fixtures.ts';
@@ -260,6 +260,21 @@ describe('DetectionEngine', () => {
       expect(countOf(later)).toEqual([4]);
       // Judged once: the next batch does not report it again.
       expect(countOf(at(detection, 300 + REJUDGE_MS, 'pk_live_b'))).toEqual([]);
+    });
+
+    it("judges it so on a batch of events of a plan not judged, handed as UnjudgedEvents (validation's stand-ins) or whole", () => {
+      const after = (last: BatchEvent) => {
+        const { detection } = engine();
+        for (const ms of [0, 100, 200, 300]) at(detection, ms);
+        return countOf(detection.processBatch([last], WALL_CLOCK(), 0));
+      };
+      const timestamp = T0 + 200 + REJUDGE_MS;
+      const whole = event(9, { plan: 'pro', apiKeyId: 'pk_live_pro', timestamp });
+      const standIn: UnjudgedEvent = { plan: 'pro', timestamp, unjudged: true };
+      expect(after(whole)).toEqual([4]);
+      expect(after(standIn)).toEqual([4]);
+      // Of an entitled plan (validation makes none), it still enters no window.
+      expect(after({ ...standIn, plan: 'business', timestamp: T0 + 400 })).toEqual([]);
     });
 
     it('judges what arrived during the wait once it is over when no batch comes at all (judgeDue), as of the wait\'s end', () => {

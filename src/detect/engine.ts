@@ -13,7 +13,7 @@
  * (evaluate) only when its screen says it may fire.
  */
 import { sprayNetworkOf } from '../../rules/network.ts';
-import type { Plan, RequestEvent } from '../events/request-event.ts';
+import type { BatchEvent, Plan, RequestEvent } from '../events/request-event.ts';
 import { Admission, MAX_CLOCK_SKEW_MS, type AdmittedBatch } from './admission.ts';
 import type { DetectionConfig } from './detection-config.ts';
 import { EventIdHashes, eventIdHash } from './event-id-hashes.ts';
@@ -376,7 +376,7 @@ export class DetectionEngine {
   }
 
   /** Adds events to their windows and evaluates every key they touched, as of `now`. */
-  process(events: readonly RequestEvent[], now: number, partition = -1): EngineFinding[] {
+  process(events: readonly BatchEvent[], now: number, partition = -1): EngineFinding[] {
     return this.detect(this.admit(events), now, partition);
   }
 
@@ -388,7 +388,7 @@ export class DetectionEngine {
    * event: judged once as of the newest, an attack early in it would already be outside the rules'
    * windows (velocity looks 6 minutes back) and never be judged at all.
    */
-  processBatch(events: readonly RequestEvent[], clock: number, partition = -1): EngineFinding[] {
+  processBatch(events: readonly BatchEvent[], clock: number, partition = -1): EngineFinding[] {
     if (events.length === 0) return [];
     let oldest = Infinity;
     let newest = -Infinity;
@@ -408,7 +408,7 @@ export class DetectionEngine {
   }
 
   /** process() in two steps: admission and enrichment (admission.ts), ... */
-  admit(events: readonly RequestEvent[]): AdmittedBatch {
+  admit(events: readonly BatchEvent[]): AdmittedBatch {
     return this.admission.admit(events);
   }
 

@@ -110,6 +110,20 @@ export interface RequestEvent {
 }
 
 /**
+ * An accepted event of a plan detection does not judge, as validation hands it to detection: only
+ * its time counts there (a batch is judged as of its newest event, DetectionEngine.processBatch), so
+ * no event object is made for it.
+ */
+export interface UnjudgedEvent {
+  plan: Plan;
+  timestamp: number;
+  unjudged: true;
+}
+
+/** What validation hands to detection for an event. */
+export type BatchEvent = RequestEvent | UnjudgedEvent;
+
+/**
  * A user agent cut to MAX_USER_AGENT_LENGTH characters, never inside a surrogate pair. A cut can make
  * a benign token look like a secret (the Slovak locale `sk_SK` cut to `sk_S`): the event would then
  * be refused wherever it is read again (from the topic, with Kafka). The cut token goes instead.

@@ -10,7 +10,7 @@ import { RULES } from '../../rules/index.ts';
 import { DetectionConfig, followDetectionConfig } from '../detect/detection-config.ts';
 import { DetectionEngine, ENGINE_ERROR, REJUDGE_MS, type EngineFinding } from '../detect/engine.ts';
 import { openGeoLookup } from '../detect/geo.ts';
-import type { RequestEvent } from '../events/request-event.ts';
+import type { BatchEvent, RequestEvent } from '../events/request-event.ts';
 import type { AnalysisRequest, AnalysisResponse, AnalysisSettings, DeferredDetection } from './analysis-thread.ts';
 import { RecentEventIds } from './recent-event-ids.ts';
 import { validateBatch } from './validate-batch.ts';
@@ -50,6 +50,8 @@ const engine = settings.detection
       onRuleError: (ruleId, error) => ruleErrors.push({ ruleId, message: error instanceof Error ? error.message : String(error) }),
     })
   : undefined;
+/** Plans whose events detection judges: validation makes event objects for these alone (UnjudgedEvent). */
+const judgedPlans: ReadonlySet<string> = new Set(engine ? settings.entitledPlans : []);
 
 /**
  * A key a rule found something for waits REJUDGE_MS before that rule judges it again, and a batch
@@ -104,7 +106,7 @@ function judgeDeferredKeys(): void {
  * event dated far ahead does not move `now` past the clock, and the engine keeps it out of the
  * windows (admission.ts).
  */
-function detect(events: readonly RequestEvent[], partition: number): EngineFinding[] {
+function detect(events: readonly BatchEvent[], partition: number): EngineFinding[] {
   if (!engine || events.length === 0) return [];
   lastBatchAt.set(partition, Date.now());
   try {
@@ -124,7 +126,7 @@ port.on('message', (request: AnalysisRequest) => {
   try {
     switch (request.kind) {
       case 'batch': {
-        const { events, ...result } = validateBatch(request.batch, recentIds, settings.eventTimes, Date.now(), settings.detection);
+        const { events, ...result } = validateBatch(request.batch, recentIds, settings.eventTimes, Date.now(), judgedPlans);
         const findings = detect(events, request.batch.partition);
         response = { id: request.id, result: { ...result, findings, ruleErrors: ruleErrors.splice(0), load: engine?.load, heap: heap(), vouched: engine?.takeVouched() } };
         port.postMessage(response, [result.rows.buffer as ArrayBuffer]);

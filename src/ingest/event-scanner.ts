@@ -88,9 +88,9 @@ export class EventScanner {
   private readonly kinds = new Uint8Array(FIELDS.length);
   private readonly starts = new Int32Array(FIELDS.length);
   private readonly ends = new Int32Array(FIELDS.length);
-  /** The event's time in epoch ms, and its plan and environment, as read by the last read(). */
-  private timestamp = 0;
-  private plan = 0;
+  /** The event's time in epoch ms, and its plan and environment (by index), as read by the last read(). */
+  private time = 0;
+  private planIndex = 0;
   private environment = 0;
   private responseTimeMs = 0;
   private messageBytes = 0;
@@ -162,10 +162,10 @@ export class EventScanner {
     if (!this.isString(EVENT_ID, 1, MAX_NAME) || !this.isString(MERCHANT_ID, 1, MAX_NAME) || !this.isString(API_KEY_ID, 1, MAX_NAME)) return false;
     const timestamp = this.epochMs();
     if (!(timestamp >= times.min && timestamp <= times.max)) return false;
-    this.timestamp = timestamp;
-    this.plan = this.oneOf(PLAN, PLAN_NAMES);
+    this.time = timestamp;
+    this.planIndex = this.oneOf(PLAN, PLAN_NAMES);
     this.environment = this.oneOf(ENVIRONMENT, ENVIRONMENTS);
-    if (this.plan < 0 || this.environment < 0) return false;
+    if (this.planIndex < 0 || this.environment < 0) return false;
     if (this.kinds[IP] !== STRING || !isIpv4(this.bytes, this.starts[IP]!, this.ends[IP]!)) return false;
     if (!this.isString(USER_AGENT, 0, MAX_USER_AGENT) || !this.isString(PATH, 1, MAX_PATH)) return false;
     if (!this.isString(METHOD, 1, MAX_METHOD) || !this.isLetters(METHOD)) return false;
@@ -183,7 +183,7 @@ export class EventScanner {
 
   /** Writes the event's stored row (serializeEventRow's line and its newline); `topicText` is the topic as the row holds it (tsvText). */
   writeRow(rows: RowBuffer, topicText: string, partition: number, offset: number): void {
-    const time = this.kinds[TIMESTAMP] === STRING ? undefined : toClickHouseTime(this.timestamp);
+    const time = this.kinds[TIMESTAMP] === STRING ? undefined : toClickHouseTime(this.time);
     const responseTime = this.kinds[RESPONSE_TIME] === NUMBER_WHOLE ? undefined : String(this.responseTimeMs);
     // Every field's bytes are the message's, written once at most: the message bounds them.
     const at = rows.reserveRow(this.messageBytes + ROW_SLACK + topicText.length + (responseTime?.length ?? 0));
@@ -206,7 +206,7 @@ export class EventScanner {
     target[at++] = TAB;
     at = copy(bytes, starts[MERCHANT_ID]!, ends[MERCHANT_ID]!, target, at);
     target[at++] = TAB;
-    at = writeAscii(PLANS[this.plan]!, target, at);
+    at = writeAscii(PLANS[this.planIndex]!, target, at);
     target[at++] = TAB;
     at = copy(bytes, starts[API_KEY_ID]!, ends[API_KEY_ID]!, target, at);
     target[at++] = TAB;
@@ -240,9 +240,9 @@ export class EventScanner {
   event(message: Buffer): RequestEvent {
     const event = {
       eventId: this.text(message, EVENT_ID),
-      timestamp: this.timestamp,
+      timestamp: this.time,
       merchantId: this.text(message, MERCHANT_ID),
-      plan: PLANS[this.plan] as Plan,
+      plan: this.plan,
       apiKeyId: this.text(message, API_KEY_ID),
       environment: ENVIRONMENT_NAMES[this.environment]!,
       ip: this.text(message, IP),
@@ -259,6 +259,15 @@ export class EventScanner {
 
   private text(message: Buffer, field: number): string {
     return message.toString('latin1', this.starts[field], this.ends[field]);
+  }
+
+  /** The event's plan and time (epoch ms). */
+  get plan(): Plan {
+    return PLANS[this.planIndex]!;
+  }
+
+  get timestamp(): number {
+    return this.time;
   }
 
   /** Where the eventId's characters start and end in the message. */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { REQUEST_EVENT_COLUMNS, storableEventTimes, tsvText } from '../store/event-store.ts';
-import { MAX_EVENT_BYTES } from '../events/request-event.ts';
+import { MAX_EVENT_BYTES, type BatchEvent, type RequestEvent } from '../events/request-event.ts';
 import { prng } from '../../test/support/random.ts';
 import { RecentEventIds } from './recent-event-ids.ts';
 import { MAX_COPIED_KEY_BYTES, MAX_COPIED_VALUE_BYTES, validateBatch, type RawBatch } from './validate-batch.ts';
@@ -53,6 +53,14 @@ function batchOf(texts: string[], partition = 0, keys: readonly string[] = texts
   };
 }
 
+/** The events, every one whole (none an UnjudgedEvent). */
+function whole(events: readonly BatchEvent[]): RequestEvent[] {
+  return events.map((e) => {
+    if ('unjudged' in e) throw new Error(`an UnjudgedEvent of ${e.plan}`);
+    return e;
+  });
+}
+
 describe('validateBatch', () => {
   it('takes a lost partition\'s messages, delivered again when it comes back, for new events', () => {
     const recentIds = new RecentEventIds(100);
@@ -75,8 +83,8 @@ describe('validateBatch', () => {
     ['escapes', 'tab\there, back\\slash'],
   ])('reads each message of a batch (%s): accepted, duplicate, rejected', (_, userAgent) => {
     const result = validateBatch(batchOf([event(1, userAgent), event(2), event(1, userAgent), '{"eventId":"evt_3", trunc', event(4)]), new RecentEventIds(100));
-    expect(result.events.map((e) => e.eventId)).toEqual(['evt_1', 'evt_2', 'evt_4']);
-    expect(result.events[0]!.userAgent).toBe(userAgent);
+    expect(whole(result.events).map((e) => e.eventId)).toEqual(['evt_1', 'evt_2', 'evt_4']);
+    expect(whole(result.events)[0]!.userAgent).toBe(userAgent);
     expect(result.rowCount).toBe(3);
     expect(result.duplicates).toBe(1);
     expect(result.rejections.map((r) => [r.index, r.rejection.reason, r.text, r.offset, r.timestamp])).toEqual([[3, 'invalid_json', '{"eventId":"evt_3", trunc', '103', String(T0 + 3)]]);
@@ -94,7 +102,7 @@ describe('validateBatch and secrets', () => {
     const result = validateBatch(batchOf([event(1, tool), event(2)]), recentIds);
     expect(result.rowCount).toBe(1);
     expect(result.rejections.map((r) => [r.index, r.rejection.reason, 'redactedEvent' in r.rejection])).toEqual([[0, 'secret_in_event', false]]);
-    expect(result.events.map((e) => [e.eventId, e.userAgent])).toEqual([['evt_1', 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_[REDACTED]'], ['evt_2', 'okhttp/4.12.0']]);
+    expect(whole(result.events).map((e) => [e.eventId, e.userAgent])).toEqual([['evt_1', 'sqlmap/1.8.2#stable (https://sqlmap.org) sk_[REDACTED]'], ['evt_2', 'okhttp/4.12.0']]);
     // Its id is not taken: the fleet's copy without the secret is stored (detection counts the two as one).
     expect(validateBatch(batchOf([event(1, 'sqlmap/1.8.2#stable (https://sqlmap.org)')]), recentIds)).toMatchObject({ rowCount: 1, duplicates: 0, rejections: [] });
   });

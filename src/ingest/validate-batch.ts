@@ -4,7 +4,7 @@
  * thread (analysis-thread-main.ts).
  */
 import { isAscii } from 'node:buffer';
-import { EVENT_TIME_RANGE, MAX_EVENT_BYTES, MAX_ID_LENGTH, parseRequestEventText, timesAsOf, tooLarge, type Rejection, type RequestEvent, type TimeRange } from '../events/request-event.ts';
+import { EVENT_TIME_RANGE, MAX_EVENT_BYTES, MAX_ID_LENGTH, parseRequestEventText, PLANS, timesAsOf, tooLarge, type BatchEvent, type Rejection, type TimeRange } from '../events/request-event.ts';
 import { serializeEventRow, tsvText } from '../store/event-store.ts';
 import { EventScanner } from './event-scanner.ts';
 import type { RecentEventIds } from './recent-event-ids.ts';
@@ -50,8 +50,11 @@ export interface ValidatedBatch {
   misrouted: number;
   /** Messages that cannot become events, in batch order. */
   rejections: BatchRejection[];
-  /** The accepted events, and those dead-lettered only for a secret in what the caller sent (Rejection.redactedEvent), for detection (stays in the thread). */
-  events: RequestEvent[];
+  /**
+   * The accepted events, and those dead-lettered only for a secret in what the caller sent
+   * (Rejection.redactedEvent), for detection (stays in the thread); those of plans not judged may be UnjudgedEvents.
+   */
+  events: BatchEvent[];
 }
 
 const decoder = new TextDecoder();
@@ -82,16 +85,17 @@ export const MAX_COPIED_KEY_BYTES = 4 * MAX_ID_LENGTH + 1;
  * moves with the clock (events older than the raw events are kept) is taken as of `now`, once a batch.
  */
 const scanner = new EventScanner();
+const ALL_PLANS: ReadonlySet<string> = new Set(PLANS);
 
 /**
- * `wantEvents`: false when nothing judges the accepted events (detection off): `events` then holds
- * only those the fast path (EventScanner) did not read.
+ * `judgedPlans`: the plans detection judges (ENTITLED_PLANS); an event of another plan goes to
+ * `events` as an UnjudgedEvent when the fast path read it (no event object is made for it).
  */
-export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times: TimeRange = EVENT_TIME_RANGE, now = Date.now(), wantEvents = true): ValidatedBatch {
+export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times: TimeRange = EVENT_TIME_RANGE, now = Date.now(), judgedPlans: ReadonlySet<string> = ALL_PLANS): ValidatedBatch {
   const storable = timesAsOf(times, now);
   const rows = new RowBuffer(Math.max(1024, batch.values.length * 2));
   const rejections: ValidatedBatch['rejections'] = [];
-  const events: RequestEvent[] = [];
+  const events: BatchEvent[] = [];
   const ascii = isAscii(batch.values);
   const valuesBuffer = Buffer.from(batch.values.buffer, batch.values.byteOffset, batch.values.byteLength);
   const text = messageTexts(valuesBuffer, ascii);
@@ -113,7 +117,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
       } else {
         if (!scanner.isKeyedBy(batch.keys, keyStart, keyEnd)) misrouted++;
         scanner.writeRow(rows, topicText, batch.partition, batch.offsets[index]!);
-        if (wantEvents) events.push(scanner.event(valuesBuffer));
+        events.push(judgedPlans.has(scanner.plan) ? scanner.event(valuesBuffer) : { plan: scanner.plan, timestamp: scanner.timestamp, unjudged: true });
       }
       start = end;
       keyStart = keyEnd;

@@ -11,8 +11,8 @@
  * mock broker (or KAFKA_BROKERS) and the embedded engine (or CLICKHOUSE_URL).
  * Env: BENCH_EVENTS (default 500000); BENCH_PLANS (a comma list the keys' plans cycle through, default
  * all four, half of the keys entitled to detection; `pro` leaves detection nothing to judge, which
- * measures the path without it: the worker's whole cost of detection is the difference; validation
- * then makes no event objects either, UnjudgedEvent).
+ * measures the path without it: the worker's whole cost of detection is the difference; the fast path
+ * of validation then makes no event objects either, UnjudgedEvent).
  */
 import { Kafka, logLevel } from 'kafkajs';
 import { loadConfig } from '../src/config.ts';

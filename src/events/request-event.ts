@@ -58,7 +58,7 @@ export function timesAsOf(times: TimeRange, nowMs: number): TimeRange {
 export const MAX_USER_AGENT_LENGTH = 512;
 const TIMESTAMP_FORMS = 'must be an ISO 8601 time (2026-11-20T12:00:00.000Z) or epoch milliseconds';
 /** The largest epoch ms a timestamp may be written as (a Date's own limit); the time range narrows it further. */
-const MAX_EPOCH_MS = 8.64e15;
+export const MAX_EPOCH_MS = 8.64e15;
 /** Larger values are not request metadata; they are dead-lettered without being parsed. */
 export const MAX_EVENT_BYTES = 64 * 1024;
 
@@ -66,7 +66,7 @@ export const MAX_EVENT_BYTES = 64 * 1024;
 // zod transforms cost about half a microsecond each and this runs on every event. The timestamp's
 // range is checked after both (validateRequestEvent), on the normalized time, whatever its form.
 /** The longest path, in characters. */
-const MAX_PATH_LENGTH = 2048;
+export const MAX_PATH_LENGTH = 2048;
 /** The longest eventId, merchantId and apiKeyId, in characters. */
 export const MAX_ID_LENGTH = 128;
 const identifier = z.string().min(1).max(MAX_ID_LENGTH).refine(isDistinctText, 'must be well-formed text: a lone surrogate, or U+FFFD (what bytes that were not UTF-8 became), would be stored as the same id as another');

@@ -50,7 +50,7 @@ const engine = settings.detection
       onRuleError: (ruleId, error) => ruleErrors.push({ ruleId, message: error instanceof Error ? error.message : String(error) }),
     })
   : undefined;
-/** Plans whose events detection judges: validation makes event objects for these alone (UnjudgedEvent). */
+/** Plans whose events detection judges: validation's fast path makes event objects for these alone (UnjudgedEvent). */
 const judgedPlans: ReadonlySet<string> = new Set(engine ? settings.entitledPlans : []);
 
 /**

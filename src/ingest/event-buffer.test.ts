@@ -114,6 +114,16 @@ describe('EventBuffer', () => {
     expect(bodies[1]!.buffer).not.toBe(bodies[0]!.buffer);
   });
 
+  it('lets go of the memory of a flush over two full ones (an outage\'s backlog) rather than reuse it', async () => {
+    const bodies: Buffer[] = [];
+    const { eventBuffer } = buffer({ flushRows: 2, storeRows: async (body) => void bodies.push(body) });
+    await eventBuffer.add({ lines: ['1', '2', '3', '4', '5'] }); // 5 rows: more than two full flushes
+    await eventBuffer.add({ lines: ['6', '7'] });
+    await eventBuffer.add({ lines: ['8', '9'] });
+    expect(bodies.map((body) => body.toString('utf8'))).toEqual(['1\n2\n3\n4\n5\n', '6\n7\n', '8\n9\n']);
+    expect(bodies[2]!.buffer).not.toBe(bodies[0]!.buffer);
+  });
+
   it('flushes on age when few rows wait', async () => {
     const { eventBuffer, stored } = buffer({ flushRows: 1000, flushIntervalMs: 20 });
     const started = Date.now();

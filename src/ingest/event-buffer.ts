@@ -185,8 +185,8 @@ export class EventBuffer {
    * The row memory of the last flush stored, cleared, for the flush after next: a flush's rows
    * (about 40 MB at 100k rows) grow by doubling into fresh memory, and copying them there, with the
    * kernel paging that memory in, cost the main thread about a tenth of its time at full intake.
-   * Taken back only from a flush that was stored: one given up at the stop deadline may still be
-   * read by its insert.
+   * Taken back only from a flush that was stored (one given up at the stop deadline may still be
+   * read by its insert), and of at most two full flushes' rows.
    */
   private spareRows: RowBuffer | undefined;
   /** The flush being stored, if any. */
@@ -400,8 +400,11 @@ export class EventBuffer {
       try {
         await this.flushWithRetry(flush);
         flush.resolve();
-        flush.rows.clear();
-        this.spareRows = flush.rows;
+        // One much larger than a full flush (an outage's backlog) is let go rather than held for good.
+        if (flush.rows.rows <= 2 * this.options.flushRows) {
+          flush.rows.clear();
+          this.spareRows = flush.rows;
+        }
       } catch (error) {
         flush.reject(error as Error);
         return;

@@ -12,7 +12,7 @@
  * (parseRequestEventText) decides, accepts or words the rejection. A differential test holds the
  * two to the same verdict and the same row (event-scanner.test.ts).
  */
-import { daysIn, PLANS, type Plan, type RequestEvent, type TimeRange } from '../events/request-event.ts';
+import { daysIn, MAX_EPOCH_MS, MAX_ID_LENGTH, MAX_PATH_LENGTH, MAX_USER_AGENT_LENGTH, PLANS, type Plan, type RequestEvent, type TimeRange } from '../events/request-event.ts';
 import { toClickHouseTime } from '../store/event-store.ts';
 import type { RowBuffer } from './row-buffer.ts';
 
@@ -67,17 +67,12 @@ const ENVIRONMENTS = [ascii('test'), ascii('live')];
 const ENVIRONMENT_NAMES = ['test', 'live'] as const;
 const LITERALS = { null: ascii('null'), true: ascii('true'), false: ascii('false') };
 
-/** The longest eventId, merchantId and apiKeyId (MAX_ID_LENGTH), user agent kept whole (MAX_USER_AGENT_LENGTH), path, method. */
-const MAX_NAME = 128;
-const MAX_USER_AGENT = 512;
-const MAX_PATH = 2048;
+/** The longest method, as the schema's pattern has it (1 to 16 letters). */
 const MAX_METHOD = 16;
-/** A Date's limit, as the schema's; 16 digits at most. */
-const MAX_EPOCH_MS = 8.64e15;
 /**
  * Bytes a row may add to its message's (whose fields it copies once at most), with room to spare: a
- * time from epoch ms (23), the plan (10) and environment (4), `0` for no limit (1), the partition (11)
- * and offset (25), and the tabs (16); the topic and a fraction's digits are counted apart.
+ * time from epoch ms (23, where the message may hold one digit), `0` for no limit (1), the partition
+ * (11) and offset (25), and the tabs (16); the topic and a fraction's digits are counted apart.
  */
 const ROW_SLACK = 128;
 /** A longer fraction (a response time in 64 KiB of digits) goes the slow way, whose reading of it is the same. */
@@ -88,10 +83,10 @@ export class EventScanner {
   private readonly kinds = new Uint8Array(FIELDS.length);
   private readonly starts = new Int32Array(FIELDS.length);
   private readonly ends = new Int32Array(FIELDS.length);
-  /** The event's time in epoch ms, and its plan and environment (by index), as read by the last read(). */
+  /** What the last read() took of the event: its time in epoch ms, plan and environment (by index), response time, and the message's length. */
   private time = 0;
   private planIndex = 0;
-  private environment = 0;
+  private environmentIndex = 0;
   private responseTimeMs = 0;
   private messageBytes = 0;
 
@@ -104,7 +99,7 @@ export class EventScanner {
     this.messageBytes = end - start;
     this.kinds.fill(ABSENT);
     let i = skipSpace(bytes, start, end);
-    if (bytes[i] !== OPEN_BRACE || i >= end) return false;
+    if (i >= end || bytes[i] !== OPEN_BRACE) return false;
     i = skipSpace(bytes, i + 1, end);
     for (;;) {
       if (i >= end || bytes[i] !== QUOTE) return false;
@@ -159,15 +154,15 @@ export class EventScanner {
 
   /** The event's rules, those of commonEvent, on the fields read. */
   private check(times: TimeRange): boolean {
-    if (!this.isString(EVENT_ID, 1, MAX_NAME) || !this.isString(MERCHANT_ID, 1, MAX_NAME) || !this.isString(API_KEY_ID, 1, MAX_NAME)) return false;
+    if (!this.isString(EVENT_ID, 1, MAX_ID_LENGTH) || !this.isString(MERCHANT_ID, 1, MAX_ID_LENGTH) || !this.isString(API_KEY_ID, 1, MAX_ID_LENGTH)) return false;
     const timestamp = this.epochMs();
     if (!(timestamp >= times.min && timestamp <= times.max)) return false;
     this.time = timestamp;
     this.planIndex = this.oneOf(PLAN, PLAN_NAMES);
-    this.environment = this.oneOf(ENVIRONMENT, ENVIRONMENTS);
-    if (this.planIndex < 0 || this.environment < 0) return false;
+    this.environmentIndex = this.oneOf(ENVIRONMENT, ENVIRONMENTS);
+    if (this.planIndex < 0 || this.environmentIndex < 0) return false;
     if (this.kinds[IP] !== STRING || !isIpv4(this.bytes, this.starts[IP]!, this.ends[IP]!)) return false;
-    if (!this.isString(USER_AGENT, 0, MAX_USER_AGENT) || !this.isString(PATH, 1, MAX_PATH)) return false;
+    if (!this.isString(USER_AGENT, 0, MAX_USER_AGENT_LENGTH) || !this.isString(PATH, 1, MAX_PATH_LENGTH)) return false;
     if (!this.isString(METHOD, 1, MAX_METHOD) || !this.isLetters(METHOD)) return false;
     const status = this.whole(STATUS);
     if (!(status >= 100 && status <= 599)) return false;
@@ -210,7 +205,7 @@ export class EventScanner {
     target[at++] = TAB;
     at = copy(bytes, starts[API_KEY_ID]!, ends[API_KEY_ID]!, target, at);
     target[at++] = TAB;
-    at = writeAscii(ENVIRONMENT_NAMES[this.environment]!, target, at);
+    at = writeAscii(ENVIRONMENT_NAMES[this.environmentIndex]!, target, at);
     target[at++] = TAB;
     at = copy(bytes, starts[IP]!, ends[IP]!, target, at);
     target[at++] = TAB;
@@ -236,36 +231,37 @@ export class EventScanner {
     return writeAscii(String(offset), target, at);
   }
 
-  /** The event read, as commonEvent makes it (for detection); `message` is the bytes given to read(), as a Buffer. */
-  event(message: Buffer): RequestEvent {
+  /** The event read, as commonEvent makes it (for detection); `values` are the bytes given to read(), as a Buffer. */
+  event(values: Buffer): RequestEvent {
     const event = {
-      eventId: this.text(message, EVENT_ID),
+      eventId: this.text(values, EVENT_ID),
       timestamp: this.time,
-      merchantId: this.text(message, MERCHANT_ID),
+      merchantId: this.text(values, MERCHANT_ID),
       plan: this.plan,
-      apiKeyId: this.text(message, API_KEY_ID),
-      environment: ENVIRONMENT_NAMES[this.environment]!,
-      ip: this.text(message, IP),
-      userAgent: this.text(message, USER_AGENT),
-      method: this.text(message, METHOD).toUpperCase(),
-      path: this.text(message, PATH),
+      apiKeyId: this.text(values, API_KEY_ID),
+      environment: ENVIRONMENT_NAMES[this.environmentIndex]!,
+      ip: this.text(values, IP),
+      userAgent: this.text(values, USER_AGENT),
+      method: this.text(values, METHOD).toUpperCase(),
+      path: this.text(values, PATH),
       status: this.whole(STATUS),
       responseTimeMs: this.responseTimeMs,
     } as RequestEvent;
     if (this.isGiven(RATE_LIMIT)) event.rateLimitPerMinute = this.whole(RATE_LIMIT);
-    if (this.isGiven(COUNTRY)) event.country = this.text(message, COUNTRY).toUpperCase();
+    if (this.isGiven(COUNTRY)) event.country = this.text(values, COUNTRY).toUpperCase();
     return event;
   }
 
-  private text(message: Buffer, field: number): string {
-    return message.toString('latin1', this.starts[field], this.ends[field]);
+  private text(values: Buffer, field: number): string {
+    return values.toString('latin1', this.starts[field], this.ends[field]);
   }
 
-  /** The event's plan and time (epoch ms). */
+  /** The event's plan. */
   get plan(): Plan {
     return PLANS[this.planIndex]!;
   }
 
+  /** The event's time, epoch ms. */
   get timestamp(): number {
     return this.time;
   }
@@ -424,7 +420,7 @@ function isIpv4(bytes: Uint8Array, start: number, end: number): boolean {
   let i = start;
   for (let part = 0; part < 4; part++) {
     if (part > 0) {
-      if (bytes[i] !== DOT || i >= end) return false;
+      if (i >= end || bytes[i] !== DOT) return false;
       i++;
     }
     const first = i;

@@ -20,6 +20,17 @@ describe('RowBuffer', () => {
     expect(buffer.bytes().toString('utf8')).toBe('b\n');
   });
 
+  it('takes a row written into its reservation, and refuses one that ran past it', () => {
+    const buffer = new RowBuffer(4);
+    let at = buffer.reserveRow(10);
+    buffer.target.write('0123456789', at, 'latin1');
+    buffer.commitRow(at + 10);
+    at = buffer.reserveRow(3);
+    expect(() => buffer.commitRow(at + 4)).toThrow(/outside its reservation/);
+    expect(buffer.bytes().toString('latin1')).toBe('0123456789\n');
+    expect(buffer.rows).toBe(1);
+  });
+
   it('removes rows by byte range and keeps the others in order', () => {
     const buffer = new RowBuffer(8);
     const ranges = ['a1', 'b22', 'c333', 'd4444', 'e55555'].map((row) => {

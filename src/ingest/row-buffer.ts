@@ -17,6 +17,7 @@ export class RowBuffer {
   private buffer: Buffer;
   private length = 0;
   private count = 0;
+  private reservedEnd = 0;
 
   constructor(initialBytes = 1 << 20) {
     this.buffer = Buffer.allocUnsafeSlow(initialBytes);
@@ -36,11 +37,13 @@ export class RowBuffer {
   }
 
   /**
-   * Makes room for a row of at most `maxBytes` that the caller writes into `target` from the position
-   * returned, then ends with commitRow (no other append in between).
+   * Makes room for a row of at most `maxBytes`, which the caller writes into `target` (read after this
+   * call: making room may replace it) from the position returned, then ends with commitRow, with no
+   * other append in between.
    */
   reserveRow(maxBytes: number): number {
     if (this.length + maxBytes + 1 > this.buffer.length) this.grow(this.length + maxBytes + 1);
+    this.reservedEnd = this.length + maxBytes;
     return this.length;
   }
 
@@ -51,6 +54,8 @@ export class RowBuffer {
 
   /** Ends the row written from reserveRow's position up to `end` (newline added). */
   commitRow(end: number): void {
+    // Past the reservation, the writes beyond the buffer's end were dropped: a bug, not a row to store.
+    if (end > this.reservedEnd || end < this.length) throw new Error(`row of ${end - this.length} bytes outside its reservation of ${this.reservedEnd - this.length}`);
     this.length = end;
     this.buffer[this.length++] = 0x0a;
     this.count++;
@@ -81,7 +86,7 @@ export class RowBuffer {
     this.length -= removedBytes;
   }
 
-  /** Forgets every row, keeping the memory (already paged in) for the next rows. */
+  /** Forgets every row, keeping the memory (already paged in) for the next rows: views taken before (bytes()) will show them. */
   clear(): void {
     this.length = 0;
     this.count = 0;

@@ -80,16 +80,15 @@ export const MAX_COPIED_VALUE_BYTES = MAX_EVENT_BYTES + 4;
  */
 export const MAX_COPIED_KEY_BYTES = 4 * MAX_ID_LENGTH + 1;
 
-/**
- * `times`: the event times storage holds (storableEventTimes); others are rejected. Its bound that
- * moves with the clock (events older than the raw events are kept) is taken as of `now`, once a batch.
- */
+/** The fast path's reader, one for the thread (validateBatch is synchronous). */
 const scanner = new EventScanner();
 const ALL_PLANS: ReadonlySet<string> = new Set(PLANS);
 
 /**
- * `judgedPlans`: the plans detection judges (ENTITLED_PLANS); an event of another plan goes to
- * `events` as an UnjudgedEvent when the fast path read it (no event object is made for it).
+ * `times`: the event times storage holds (storableEventTimes); others are rejected. Its bound that
+ * moves with the clock (events older than the raw events are kept) is taken as of `now`, once a batch.
+ * `judgedPlans`: the plans detection judges (ENTITLED_PLANS); an event of another plan that the fast
+ * path read goes to `events` as an UnjudgedEvent (no event object is made for it).
  */
 export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times: TimeRange = EVENT_TIME_RANGE, now = Date.now(), judgedPlans: ReadonlySet<string> = ALL_PLANS): ValidatedBatch {
   const storable = timesAsOf(times, now);

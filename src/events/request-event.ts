@@ -176,7 +176,7 @@ export function commonEvent(value: Record<string, unknown>): RequestEvent | unde
   if (timestamp === undefined) return undefined;
   if (!PLAN_NAMES.has(plan) || (environment !== 'live' && environment !== 'test')) return undefined;
   if (typeof ip !== 'string' || !IPV4.test(ip) || typeof userAgent !== 'string') return undefined;
-  if (typeof method !== 'string' || !METHOD.test(method) || typeof path !== 'string' || path.length < 1 || path.length > 2048) return undefined;
+  if (typeof method !== 'string' || !METHOD.test(method) || typeof path !== 'string' || path.length < 1 || path.length > MAX_PATH_LENGTH) return undefined;
   if (!isIntegerIn(status, 100, 599) || typeof responseTimeMs !== 'number' || !(responseTimeMs >= 0 && responseTimeMs <= 86_400_000)) return undefined;
   if (rateLimitPerMinute != null && !isIntegerIn(rateLimitPerMinute, 1, 100_000_000)) return undefined;
   if (country != null && (typeof country !== 'string' || !COUNTRY.test(country))) return undefined;
@@ -248,7 +248,7 @@ function digits(text: string, start: number, length: number): number {
 }
 
 function isName(value: unknown): value is string {
-  return typeof value === 'string' && value.length >= 1 && value.length <= 128 && isDistinctText(value);
+  return typeof value === 'string' && value.length >= 1 && value.length <= MAX_ID_LENGTH && isDistinctText(value);
 }
 
 const MAYBE_INDISTINCT = /[\uD800-\uDFFF\uFFFD]/;

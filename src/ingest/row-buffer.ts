@@ -17,7 +17,8 @@ export class RowBuffer {
   private buffer: Buffer;
   private length = 0;
   private count = 0;
-  private reservedEnd = 0;
+  /** Where reserveRow's room ends; -1 when no row is reserved. */
+  private reservedEnd = -1;
 
   constructor(initialBytes = 1 << 20) {
     this.buffer = Buffer.allocUnsafeSlow(initialBytes);
@@ -54,11 +55,12 @@ export class RowBuffer {
 
   /** Ends the row written from reserveRow's position up to `end` (newline added). */
   commitRow(end: number): void {
-    // Past the reservation, the writes beyond the buffer's end were dropped: a bug, not a row to store.
+    // Past the reservation, writes beyond the buffer's end may have been dropped: a bug, not a row to store.
     if (end > this.reservedEnd || end < this.length) throw new Error(`row of ${end - this.length} bytes outside its reservation of ${this.reservedEnd - this.length}`);
     this.length = end;
     this.buffer[this.length++] = 0x0a;
     this.count++;
+    this.reservedEnd = -1;
   }
 
   /** Appends rows that are already encoded (newline-terminated rows). */
@@ -86,10 +88,11 @@ export class RowBuffer {
     this.length -= removedBytes;
   }
 
-  /** Forgets every row, keeping the memory (already paged in) for the next rows: views taken before (bytes()) will show them. */
+  /** Forgets every row, keeping the memory (already paged in) for the next rows: views taken before (bytes()) may show them. */
   clear(): void {
     this.length = 0;
     this.count = 0;
+    this.reservedEnd = -1;
   }
 
   /** The rows written so far, newline-terminated. A view: do not append after taking it. */

@@ -95,6 +95,27 @@ describe('validateBatch', () => {
   });
 });
 
+describe('validateBatch and its fast path', () => {
+  it('hands detection an UnjudgedEvent, its plan and time, for an event of a plan it does not judge, and stores it the same', () => {
+    const pro = event(2).replace('"plan":"business"', '"plan":"pro"');
+    const judged = validateBatch(batchOf([event(1), pro]), new RecentEventIds(100), undefined, T0, new Set(['business']));
+    const all = validateBatch(batchOf([event(1), pro]), new RecentEventIds(100), undefined, T0);
+    expect(judged.events).toEqual([all.events[0], { plan: 'pro', timestamp: T0 + 2, unjudged: true }]);
+    expect(whole(all.events).map((e) => e.plan)).toEqual(['business', 'pro']);
+    expect(Buffer.from(judged.rows).equals(Buffer.from(all.rows))).toBe(true);
+  });
+
+  it('stores in UTF-8, and hands whole to detection, an event that is ASCII on the wire but not once its escapes are read', () => {
+    const escaped = event(1, 'Caf\u00e9 \u2713').replace('\u00e9', '\\u00e9').replace('\u2713', '\\u2713');
+    expect(escaped).toMatch(/^[\x00-\x7f]*$/);
+    const result = validateBatch(batchOf([escaped, event(2)]), new RecentEventIds(100), undefined, T0, new Set());
+    const userAgents = new TextDecoder().decode(result.rows).trimEnd().split('\n').map((row) => row.split('\t')[REQUEST_EVENT_COLUMNS.indexOf('user_agent')]);
+    expect(userAgents).toEqual(['Caf\u00e9 \u2713', 'okhttp/4.12.0']);
+    // The slow path read it: a whole event, though its plan is not judged; the other one a stand-in.
+    expect(result.events.map((e) => 'unjudged' in e)).toEqual([false, true]);
+  });
+});
+
 describe('validateBatch and secrets', () => {
   it('dead-letters an event with a secret in its user agent, and hands its redacted copy to detection, not to storage', () => {
     const recentIds = new RecentEventIds(100);

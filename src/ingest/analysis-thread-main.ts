@@ -10,7 +10,7 @@ import { RULES } from '../../rules/index.ts';
 import { DetectionConfig, followDetectionConfig } from '../detect/detection-config.ts';
 import { DetectionEngine, ENGINE_ERROR, REJUDGE_MS, type EngineFinding } from '../detect/engine.ts';
 import { openGeoLookup } from '../detect/geo.ts';
-import type { BatchEvent, RequestEvent } from '../events/request-event.ts';
+import type { BatchEvent } from '../events/request-event.ts';
 import type { AnalysisRequest, AnalysisResponse, AnalysisSettings, DeferredDetection } from './analysis-thread.ts';
 import { RecentEventIds } from './recent-event-ids.ts';
 import { validateBatch } from './validate-batch.ts';

@@ -1,7 +1,8 @@
 /**
  * Turns one batch of raw Kafka values into event rows (TabSeparated): parse, validate, drop re-published
- * eventIds, serialize. Pure apart from the RecentEventIds it is given; runs inside the analysis
- * thread (analysis-thread-main.ts).
+ * eventIds, serialize; an event in its common form is read from its bytes into its row by the fast
+ * path (event-scanner.ts), any other parsed and validated by the schema. Pure apart from the
+ * RecentEventIds it is given; runs inside the analysis thread (analysis-thread-main.ts).
  */
 import { isAscii } from 'node:buffer';
 import { EVENT_TIME_RANGE, MAX_EVENT_BYTES, MAX_ID_LENGTH, parseRequestEventText, PLANS, timesAsOf, tooLarge, type BatchEvent, type Rejection, type TimeRange } from '../events/request-event.ts';

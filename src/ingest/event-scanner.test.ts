@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { EVENT_TIME_RANGE, parseRequestEventText, type TimeRange } from '../events/request-event.ts';
+import { containsSecret } from '../events/secrets.ts';
 import { serializeEventRow, tsvText } from '../store/event-store.ts';
 import { prng } from '../../test/support/random.ts';
 import { EventScanner } from './event-scanner.ts';
@@ -36,6 +37,8 @@ function fast(text: string, times: TimeRange = EVENT_TIME_RANGE) {
   const message = encoder.encode(text);
   const bytes = new Uint8Array([...before, ...message, ...encoder.encode('"x"}')]);
   if (!scanner.read(bytes, before.length, before.length + message.length, times)) return undefined;
+  // As validateBatch: a hint of a secret is searched for in the text, and a secret found goes the slow way.
+  if (scanner.mayHoldSecret && containsSecret(text)) return undefined;
   const rows = new RowBuffer(16);
   scanner.writeRow(rows, tsvText(SOURCE.topic), SOURCE.partition, SOURCE.offset);
   return { row: rows.bytes().toString('utf8'), event: scanner.event(Buffer.from(bytes)) };
@@ -56,6 +59,8 @@ describe('EventScanner', () => {
     ['a fractional response time', event({ responseTimeMs: 12.5 })],
     ['fields the event does not have', event({ traceId: 'abc', retries: 2, cached: false, parent: null })],
     ['an empty user agent', event({ userAgent: '' })],
+    ['a percent-encoded path', event({ path: '/v1/search?q=a%20b' })],
+    ['hints of a secret that are none', event({ userAgent: 'FBLC/sk_SK/FBAV svc_live_a', path: '/v1/desk_lamp' })],
   ])('reads an event in the common form (%s) as the slow path does, and writes the same row', (_, value) => {
     const text = JSON.stringify(value);
     const read = fast(text);
@@ -73,8 +78,8 @@ describe('EventScanner', () => {
   it.each([
     ['an escape', JSON.stringify(event({ userAgent: 'tab\there' }))],
     ['a secret hint', JSON.stringify(event({ path: '/v1/keys/sk_live_abc' }))],
-    ['a service key hint', JSON.stringify(event({ userAgent: 'svc_live_a' }))],
-    ['a percent escape', JSON.stringify(event({ path: '/v1/a%20b' }))],
+    ['a service key', JSON.stringify(event({ userAgent: 'svc_live_a.b1c2' }))],
+    ['a percent-encoded secret', JSON.stringify(event({ path: '/v1/a?key=sk%5Flive_abc' }))],
     ['a field given twice', JSON.stringify(event()).replace('{', '{"status":500,')],
     ['a nested value', JSON.stringify(event({ extra: { a: 1 } }))],
     ['an IPv6 address', JSON.stringify(event({ ip: '2001:db8::1' }))],
@@ -106,9 +111,9 @@ describe('EventScanner', () => {
       apiKeyId: ['', 'pk_test_b', 1],
       environment: ['test', 'live', 'LIVE', 'prod'],
       ip: ['1.2.3.4', '0.0.0.0', '255.255.255.255', '256.1.1.1', '01.2.3.4', '1.2.3', '1.2.3.4.5', '1.2.3.04', ' 1.2.3.4', '::1', '1..2.3', 12],
-      userAgent: ['', 'x'.repeat(512), 'x'.repeat(513), 'curl/8.5.0', 5, null],
+      userAgent: ['', 'x'.repeat(512), 'x'.repeat(513), 'curl/8.5.0', 'sk_live_abc', 'FBLC/sk_SK', 'a%41b', 'svc_live_k.s3cr3t', 'desk_lamp svc_x', 5, null],
       method: ['GET', 'post', 'PaTcH', '', 'G3T', 'x'.repeat(16), 'x'.repeat(17), 'GET '],
-      path: ['', '/', 'x'.repeat(2048), 'x'.repeat(2049), '/v1/a?b=c', null],
+      path: ['', '/', 'x'.repeat(2048), 'x'.repeat(2049), '/v1/a?b=c', '/v1/a%2Fb', '/v1/key/sk_test_1', '/v1/a?k=sk%5Ftest_1', null],
       status: [100, 599, 99, 600, 200.5, -200, '200', 2e2, null],
       responseTimeMs: [0, 86_400_000, 86_400_001, 0.25, 1e-7, -0, -1, 1e3, '5', null, 12.0],
       rateLimitPerMinute: [1, 100_000_000, 100_000_001, 0, -5, 1.5, 6e1, null, '60', undefined],

@@ -6,11 +6,11 @@
  * full intake without detection).
  * It takes only ASCII JSON without escapes: one object whose values are strings, numbers, true,
  * false or null, no field of the event given twice, integers where the event has whole numbers, a
- * timestamp in epoch ms or toISOString's form, an IPv4 address, no text that may hold a secret
- * (mayHoldSecret's hint: `sk_`, `svc_`, `%`), and every check of commonEvent and of the time range
- * passed. Whatever it does not take, valid or not, it declines, and the slow path
- * (parseRequestEventText) decides, accepts or words the rejection. A differential test holds the
- * two to the same verdict and the same row (event-scanner.test.ts).
+ * timestamp in epoch ms or toISOString's form, an IPv4 address, and every check of commonEvent
+ * and of the time range passed. A message with a hint of a secret (`sk_`, `svc_`, `%`) is its
+ * caller's to search (mayHoldSecret). Whatever it does not take, valid or not, it declines, and the
+ * slow path (parseRequestEventText) decides, accepts or words the rejection. A differential test
+ * holds the two to the same verdict and the same row (event-scanner.test.ts).
  */
 import { daysIn, MAX_EPOCH_MS, MAX_ID_LENGTH, MAX_PATH_LENGTH, MAX_USER_AGENT_LENGTH, PLANS, type Plan, type RequestEvent, type TimeRange } from '../events/request-event.ts';
 import { toClickHouseTime } from '../store/event-store.ts';
@@ -89,6 +89,7 @@ export class EventScanner {
   private environmentIndex = 0;
   private responseTimeMs = 0;
   private messageBytes = 0;
+  private secretHint = false;
 
   /**
    * Reads the message bytes[start, end); true when it holds an event in the common form dated within
@@ -97,13 +98,14 @@ export class EventScanner {
   read(bytes: Uint8Array, start: number, end: number, times: TimeRange): boolean {
     this.bytes = bytes;
     this.messageBytes = end - start;
+    this.secretHint = false;
     this.kinds.fill(ABSENT);
     let i = skipSpace(bytes, start, end);
     if (i >= end || bytes[i] !== OPEN_BRACE) return false;
     i = skipSpace(bytes, i + 1, end);
     for (;;) {
       if (i >= end || bytes[i] !== QUOTE) return false;
-      const nameEnd = stringEnd(bytes, i + 1, end);
+      const nameEnd = this.stringEnd(i + 1, end);
       if (nameEnd < 0) return false;
       const field = fieldOf(bytes, i + 1, nameEnd);
       i = skipSpace(bytes, nameEnd + 1, end);
@@ -117,7 +119,7 @@ export class EventScanner {
       if (first === QUOTE) {
         kind = STRING;
         valueStart = i + 1;
-        valueEnd = stringEnd(bytes, valueStart, end);
+        valueEnd = this.stringEnd(valueStart, end);
         if (valueEnd < 0) return false;
         i = valueEnd + 1;
       } else if (first === MINUS || isDigit(first)) {
@@ -150,6 +152,33 @@ export class EventScanner {
       if (skipSpace(bytes, i + 1, end) !== end) return false;
       return this.check(times);
     }
+  }
+
+  /**
+   * Whether the message read holds a hint of a secret (secrets.ts mayHoldSecret, in text without
+   * escapes: `%`, `sk_`, `svc_`): it is taken only if the text holds none (containsSecret), as the
+   * slow path refuses it otherwise.
+   */
+  get mayHoldSecret(): boolean {
+    return this.secretHint;
+  }
+
+  /**
+   * Where the string whose characters start at `i` ends (its closing quote); -1 when it runs past
+   * `end`, or holds what the fast path leaves to the slow one: an escape, a control character (not
+   * JSON), or a byte past ASCII. Notes a hint of a secret (mayHoldSecret).
+   */
+  private stringEnd(i: number, end: number): number {
+    const bytes = this.bytes;
+    for (; i < end; i++) {
+      const byte = bytes[i]!;
+      if (byte === QUOTE) return i;
+      if (byte < SPACE || byte >= 0x7f || byte === BACKSLASH) return -1;
+      if (byte === PERCENT || (byte === UNDERSCORE && ((bytes[i - 1] === 0x6b && bytes[i - 2] === 0x73) || (bytes[i - 1] === 0x63 && bytes[i - 2] === 0x76 && bytes[i - 3] === 0x73)))) {
+        this.secretHint = true;
+      }
+    }
+    return -1;
   }
 
   /** The event's rules, those of commonEvent, on the fields read. */
@@ -377,20 +406,6 @@ function skipSpace(bytes: Uint8Array, i: number, end: number): number {
   return i;
 }
 
-/**
- * Where the string whose characters start at `i` ends (its closing quote); -1 when it runs past `end`,
- * or holds what the fast path leaves to the slow one: an escape, a control character (not JSON), a
- * byte past ASCII, or a hint of a secret (mayHoldSecret: `%`, `sk_`, `svc_`).
- */
-function stringEnd(bytes: Uint8Array, i: number, end: number): number {
-  for (; i < end; i++) {
-    const byte = bytes[i]!;
-    if (byte === QUOTE) return i;
-    if (byte < SPACE || byte >= 0x7f || byte === BACKSLASH || byte === PERCENT) return -1;
-    if (byte === UNDERSCORE && ((bytes[i - 1] === 0x6b && bytes[i - 2] === 0x73) || (bytes[i - 1] === 0x63 && bytes[i - 2] === 0x76 && bytes[i - 3] === 0x73))) return -1;
-  }
-  return -1;
-}
 
 /** Where the JSON number starting at `i` ends; -1 when it is not one. */
 function numberEnd(bytes: Uint8Array, i: number, end: number): number {

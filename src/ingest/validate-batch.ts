@@ -6,6 +6,7 @@
  */
 import { isAscii } from 'node:buffer';
 import { EVENT_TIME_RANGE, MAX_EVENT_BYTES, MAX_ID_LENGTH, parseRequestEventText, PLANS, timesAsOf, tooLarge, type BatchEvent, type Rejection, type TimeRange } from '../events/request-event.ts';
+import { containsSecret } from '../events/secrets.ts';
 import { serializeEventRow, tsvText } from '../store/event-store.ts';
 import { EventScanner } from './event-scanner.ts';
 import type { RecentEventIds } from './recent-event-ids.ts';
@@ -111,7 +112,8 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
     const keyEnd = batch.keyEnds[index]!;
     // Its bytes alone say a value is too large; only its head is read (see MAX_COPIED_VALUE_BYTES).
     const oversized = end - start > MAX_EVENT_BYTES;
-    if (fastPath && !oversized && scanner.read(batch.values, start, end, storable)) {
+    // A hint of a secret is searched as the slow path searches it; one found goes the slow way, which refuses it.
+    if (fastPath && !oversized && scanner.read(batch.values, start, end, storable) && !(scanner.mayHoldSecret && containsSecret(text(start, end)))) {
       if (recentIds.checkAndAddAscii(batch.values, scanner.eventIdStart, scanner.eventIdEnd, batch.partition)) {
         duplicates++;
       } else {

@@ -33,9 +33,20 @@ const FIELDS = [
   'rateLimitPerMinute',
   'country',
 ] as const;
-const [EVENT_ID, TIMESTAMP, MERCHANT_ID, PLAN, API_KEY_ID, ENVIRONMENT, IP, USER_AGENT, METHOD, PATH, STATUS, RESPONSE_TIME, RATE_LIMIT, COUNTRY] = FIELDS.map((_, i) => i) as number[] as [
-  number, number, number, number, number, number, number, number, number, number, number, number, number, number,
-];
+const EVENT_ID = FIELDS.indexOf('eventId');
+const TIMESTAMP = FIELDS.indexOf('timestamp');
+const MERCHANT_ID = FIELDS.indexOf('merchantId');
+const PLAN = FIELDS.indexOf('plan');
+const API_KEY_ID = FIELDS.indexOf('apiKeyId');
+const ENVIRONMENT = FIELDS.indexOf('environment');
+const IP = FIELDS.indexOf('ip');
+const USER_AGENT = FIELDS.indexOf('userAgent');
+const METHOD = FIELDS.indexOf('method');
+const PATH = FIELDS.indexOf('path');
+const STATUS = FIELDS.indexOf('status');
+const RESPONSE_TIME = FIELDS.indexOf('responseTimeMs');
+const RATE_LIMIT = FIELDS.indexOf('rateLimitPerMinute');
+const COUNTRY = FIELDS.indexOf('country');
 
 /** What a field's value is (ABSENT: not in the message). NUMBER_WHOLE: digits alone, no sign, fraction or exponent. */
 const ABSENT = 0;
@@ -63,8 +74,8 @@ const SPACE = 0x20;
 const ascii = (text: string): Uint8Array => Uint8Array.from(text, (char) => char.charCodeAt(0));
 const FIELD_NAMES = FIELDS.map(ascii);
 const PLAN_NAMES = PLANS.map(ascii);
-const ENVIRONMENTS = [ascii('test'), ascii('live')];
 const ENVIRONMENT_NAMES = ['test', 'live'] as const;
+const ENVIRONMENTS = ENVIRONMENT_NAMES.map(ascii);
 const LITERALS = { null: ascii('null'), true: ascii('true'), false: ascii('false') };
 
 /** The longest method, as the schema's pattern has it (1 to 16 letters). */

@@ -67,7 +67,7 @@ const SPRAY_READING = { windowMs: SPRAY_WINDOW_MS, minKeys: SPRAY_MIN_KEYS, keys
 const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
 /** Inserts serialized event rows; the signal aborts the insert at the buffer's stop deadline (event-buffer.ts). */
-type StoreRows = (body: Buffer, signal?: AbortSignal, dedupToken?: string) => Promise<void>;
+type StoreRows = (body: readonly Uint8Array[], signal?: AbortSignal, dedupToken?: string) => Promise<void>;
 
 export interface WorkerDeps {
   logger?: Logger;

@@ -4,13 +4,18 @@ import { WorkerMetrics } from '../metrics.ts';
 import type { DeadLetter } from './dead-letter.ts';
 import { EventBuffer, type OffsetMark } from './event-buffer.ts';
 
+/** A body's rows as text. */
+function text(body: readonly Uint8Array[]): string {
+  return Buffer.concat(body).toString('utf8');
+}
+
 interface BufferTestOptions {
   flushRows?: number;
   flushIntervalMs?: number;
   failures?: number;
   storeGate?: Promise<void>;
   /** Replaces the store (after the gate and the counted failures). */
-  storeRows?: (body: Buffer, signal: AbortSignal, dedupToken: string) => Promise<void>;
+  storeRows?: (body: readonly Uint8Array[], signal: AbortSignal, dedupToken: string) => Promise<void>;
   /** Dead letters fail to be produced while this says so. */
   deadLettersFail?: () => boolean;
   deadLetterTopic?: string;
@@ -41,7 +46,7 @@ function buffer(options: BufferTestOptions = {}) {
       }
       if (options.storeRows) return options.storeRows(body, signal, dedupToken);
       events.push('stored');
-      stored.push(body.toString('utf8').trim().split('\n'));
+      stored.push(text(body).trim().split('\n'));
     },
     sendDeadLetters: async (records) => {
       if (options.deadLettersFail?.()) {
@@ -95,162 +100,15 @@ describe('EventBuffer', () => {
     expect(events).toEqual(['stored', 'committed']);
   });
 
-  it('reuses the memory of a stored flush for the flush after next, holding only the new rows', async () => {
-    const bodies: Buffer[] = [];
-    const texts: string[] = [];
-    const { eventBuffer } = buffer({
-      flushRows: 2,
-      failures: 1, // the first flush is stored at its second attempt
-      storeRows: async (body) => {
-        bodies.push(body);
-        texts.push(body.toString('utf8'));
-      },
-    });
-    for (let flush = 0; flush < 4; flush++) await eventBuffer.add({ lines: [`{"f":${flush},"r":1}`, `{"f":${flush},"r":2}`] });
-    expect(texts).toEqual([0, 1, 2, 3].map((flush) => `{"f":${flush},"r":1}\n{"f":${flush},"r":2}\n`));
-    // A flush's successor is made as the flush is taken for storing, so the memory alternates between two.
-    expect(bodies[2]!.buffer).toBe(bodies[0]!.buffer);
-    expect(bodies[3]!.buffer).toBe(bodies[1]!.buffer);
-    expect(bodies[1]!.buffer).not.toBe(bodies[0]!.buffer);
-  });
-
-  it('lets go of the memory of a flush over two full ones (an outage\'s backlog) rather than reuse it', async () => {
-    const bodies: Buffer[] = [];
-    const { eventBuffer } = buffer({ flushRows: 2, storeRows: async (body) => void bodies.push(body) });
-    await eventBuffer.add({ lines: ['1', '2', '3', '4', '5'] }); // 5 rows: more than two full flushes
-    await eventBuffer.add({ lines: ['6', '7'] });
-    await eventBuffer.add({ lines: ['8', '9'] });
-    expect(bodies.map((body) => body.toString('utf8'))).toEqual(['1\n2\n3\n4\n5\n', '6\n7\n', '8\n9\n']);
-    expect(bodies[2]!.buffer).not.toBe(bodies[0]!.buffer);
-  });
-
-  it('flushes on age when few rows wait', async () => {
-    const { eventBuffer, stored } = buffer({ flushRows: 1000, flushIntervalMs: 20 });
-    const started = Date.now();
-    await eventBuffer.add({ lines: ['{"a":1}'] });
-    expect(stored).toHaveLength(1);
-    expect(Date.now() - started).toBeGreaterThanOrEqual(15);
-  });
-
-  it('stores the tail of a backlog at once after a full insert, and only then', async () => {
-    const { eventBuffer, stored } = buffer({ flushRows: 2, flushIntervalMs: 60_000 });
-    // Not behind before: a caught-up batch waits for the interval like any other.
-    void eventBuffer.add({ lines: ['{"a":0}'], endsBacklog: true });
-    await new Promise((resolve) => setTimeout(resolve, 20));
-    expect(stored).toEqual([]);
-    await eventBuffer.add({ lines: ['{"a":1}'] }); // a full insert: intake was behind
-    expect(stored).toEqual([['{"a":0}', '{"a":1}']]);
-    const tail = eventBuffer.add({ lines: ['{"a":2}'], endsBacklog: true });
-    await tail; // long before the 60 s interval
-    expect(stored).toEqual([['{"a":0}', '{"a":1}'], ['{"a":2}']]);
-    // That early insert was not full: the next caught-up batch waits again (one early insert per full one).
-    void eventBuffer.add({ lines: ['{"a":3}'], endsBacklog: true });
-    await new Promise((resolve) => setTimeout(resolve, 20));
-    expect(stored).toHaveLength(2);
-  });
-
-  it('retries a failed store, reports the outage once, commits only after it succeeds', async () => {
-    const { eventBuffer, stored, events } = buffer({ flushRows: 1, failures: 3 });
-    await eventBuffer.add({ lines: ['{"a":1}'], deadLetters: [], offsets: [{ topic: 't', partition: 0, offset: 1 }] });
-    expect(events).toEqual(['store failed', 'outage', 'store failed', 'store failed', 'stored', 'recovery', 'committed']);
-    expect(stored).toEqual([['{"a":1}']]);
-    expect(eventBuffer.healthy).toBe(true);
-  });
-
-  it('stores every attempt of a flush under one deduplication token, and each flush under its own', async () => {
-    // An attempt may land although it failed (a timeout): storage drops its retry by the token.
-    const { eventBuffer, stored, tokens } = buffer({ flushRows: 1, failures: 2 });
-    await eventBuffer.add({ lines: ['{"a":1}'] });
-    await eventBuffer.add({ lines: ['{"a":2}'] });
-    expect(stored).toEqual([['{"a":1}'], ['{"a":2}']]);
-    expect(tokens).toHaveLength(4);
-    const [first, ...retries] = tokens.slice(0, 3);
-    expect(first).toMatch(/^[0-9a-f-]{36}$/);
-    expect(retries).toEqual([first, first]);
-    expect(tokens[3]).not.toBe(first);
-  });
-
-  it("keeps a flush's token when rows of partitions it lost leave it between attempts", async () => {
-    // Its first attempt may have landed: a new token would store the rows left, and count them, again.
-    let storageDown = true;
-    const attempts: { body: string; token: string }[] = [];
-    const { eventBuffer, stored } = buffer({
-      flushRows: 1000,
-      storeRows: async (body, _signal, token) => {
-        attempts.push({ body: body.toString('utf8'), token });
-        if (storageDown) throw new Error('injected: the answer was lost');
-        stored.push(body.toString('utf8').trim().split('\n'));
-      },
-    });
-    void eventBuffer.add({ lines: ['p0 a'], offsets: [{ topic: 't', partition: 0, offset: 1 }] });
-    void eventBuffer.add({ lines: ['p1 a'], offsets: [{ topic: 't', partition: 1, offset: 1 }] });
-    const drained = eventBuffer.drain();
-    await until(() => attempts.length >= 1);
-    eventBuffer.releasePartitions('t', new Set([0]));
-    storageDown = false;
-    await drained;
-    expect(stored).toEqual([['p0 a']]);
-    expect(attempts[0]!.body).toBe('p0 a\np1 a\n');
-    expect(attempts.at(-1)!.body).toBe('p0 a\n');
-    expect(new Set(attempts.map((attempt) => attempt.token)).size).toBe(1);
-  });
-
-  it('after a rebalance, drops the rows, dead letters and offsets it holds of partitions it no longer owns', async () => {
-    const { eventBuffer, stored, commits, deadLetters } = buffer({ flushRows: 1000 });
-    const mark = (partition: number, offset: number) => ({ topic: 't', partition, offset });
-    void eventBuffer.add({ lines: ['p0 a', 'p0 b'], offsets: [mark(0, 2)] });
-    void eventBuffer.add({ lines: ['http'] });
-    void eventBuffer.add({ lines: ['p1 a'], deadLetters: [deadLetterOf(1)], offsets: [mark(1, 2)] });
-    void eventBuffer.add({ lines: ['p2 a'], deadLetters: [deadLetterOf(2)], offsets: [mark(2, 1)] });
-    void eventBuffer.add({ lines: ['p1 b', 'p1 c'], offsets: [mark(1, 4)] });
-    void eventBuffer.add({ lines: ['p0 c'], offsets: [mark(0, 3)] });
-
-    expect(eventBuffer.releasePartitions('t', new Set([0, 2]))).toBe(3);
-    expect(eventBuffer.bufferedRows).toBe(5);
-    expect(eventBuffer.releasePartitions('other-topic', new Set())).toBe(0);
-    await eventBuffer.drain();
-    expect(stored).toEqual([['p0 a', 'p0 b', 'http', 'p2 a', 'p0 c']]);
-    expect(commits).toEqual([[mark(0, 3), mark(2, 1)]]);
-    expect(deadLetters.map((record) => record.source.partition)).toEqual([2]);
-  });
-
-  it('a flush being stored when its partitions move stores its rows but commits none of their offsets', async () => {
-    let openGate!: () => void;
-    const { eventBuffer, stored, commits } = buffer({ flushRows: 1, storeGate: new Promise<void>((resolve) => (openGate = resolve)) });
-    const durable = eventBuffer.add({ lines: ['p1 a'], offsets: [{ topic: 't', partition: 1, offset: 5 }] });
-    expect(eventBuffer.releasePartitions('t', new Set([0]))).toBe(0); // nothing waits: the row is in flight
-    openGate();
-    await durable;
-    expect(stored).toEqual([['p1 a']]);
-    expect(commits).toEqual([]);
-  });
-
-  it('sends a flush\'s dead letters before storing its rows, and not again when the store is retried', async () => {
-    // A restart skips offsets up to the highest stored one: a dead letter must never trail its rows.
-    const { eventBuffer, events } = buffer({ flushRows: 1, failures: 1 });
-    await eventBuffer.add({ lines: ['{"a":1}'], deadLetters: [deadLetterOf(0)], offsets: [{ topic: 't', partition: 0, offset: 2 }] });
-    expect(events).toEqual(['dead letters sent', 'store failed', 'outage', 'stored', 'recovery', 'committed']);
-  });
-
-  it('drains what it holds on stop, and refuses rows afterwards', async () => {
-    const { eventBuffer, stored } = buffer({ flushRows: 1000 });
-    void eventBuffer.add({ lines: ['{"a":1}', '{"a":2}'] });
-    await eventBuffer.stop();
-    expect(stored).toEqual([['{"a":1}', '{"a":2}']]);
-    await expect(eventBuffer.add({ lines: ['{"a":3}'] })).rejects.toThrow(/stopped/);
-    // A caller that does not wait (a Kafka batch that finishes during shutdown) must not cause an
-    // unhandled rejection, which would end the process in the middle of its shutdown.
-    const unhandled: unknown[] = [];
-    const onUnhandled = (reason: unknown) => unhandled.push(reason);
-    process.on('unhandledRejection', onUnhandled);
-    try {
-      void eventBuffer.add({ lines: ['{"a":4}'], offsets: [{ topic: 't', partition: 0, offset: 4 }] });
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    } finally {
-      process.off('unhandledRejection', onUnhandled);
-    }
-    expect(unhandled).toEqual([]);
-    expect(stored).toEqual([['{"a":1}', '{"a":2}']]);
+  it('stores the rows of each add as they came, in order, without copying them into one buffer', async () => {
+    const bodies: (readonly Uint8Array[])[] = [];
+    const { eventBuffer } = buffer({ flushRows: 3, storeRows: async (body) => void bodies.push(body) });
+    const batch = Buffer.from('1\n2\n');
+    void eventBuffer.add({ encodedRows: { bytes: batch, count: 2 } });
+    await eventBuffer.add({ lines: ['3', '4'] });
+    expect(bodies).toHaveLength(1);
+    expect(bodies[0]![0]).toBe(batch); // the batch's own memory, not a copy of it
+    expect(text(bodies[0]!)).toBe('1\n2\n3\n4\n');
   });
 
   it('gives up at the stop deadline during an outage without committing', async () => {
@@ -270,12 +128,12 @@ describe('EventBuffer', () => {
     const { eventBuffer, stored, commits, deadLetters, events } = buffer({
       flushRows: 1000,
       storeRows: async (body) => {
-        const before = body.toString('utf8');
+        const before = text(body);
         releaseNow?.(); // the rebalance lands while this attempt runs
         releaseNow = undefined;
-        attempts.push({ before, after: body.toString('utf8') });
+        attempts.push({ before, after: text(body) });
         if (storageDown) throw new Error('injected: storage down');
-        stored.push(body.toString('utf8').trim().split('\n'));
+        stored.push(text(body).trim().split('\n'));
       },
     });
     const mark = (partition: number, offset: number) => ({ topic: 't', partition, offset });
@@ -352,7 +210,7 @@ describe('EventBuffer', () => {
       storeRows: async (body) => {
         attempts++;
         if (storageDown) throw new Error('injected: storage down');
-        stored.push(body.toString('utf8').trim().split('\n'));
+        stored.push(text(body).trim().split('\n'));
       },
     });
     const durable = eventBuffer.add({ lines: ['p1 a'], offsets: [{ topic: 't', partition: 1, offset: 5 }] });

@@ -25,7 +25,7 @@ import { doneWithin, unlessAborted } from '../deadlines.ts';
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
 import type { DeadLetter } from './dead-letter.ts';
-import { RowBuffer, type RowRange } from './row-buffer.ts';
+import { RowChunks, type RowRange } from './row-buffer.ts';
 
 /** The next offset to consume on a partition, to be committed once everything before it is stored. */
 export interface OffsetMark {
@@ -37,7 +37,7 @@ export interface OffsetMark {
 export interface BufferInput {
   /** Event rows (serializeEventRow lines, without newlines). */
   lines?: readonly string[];
-  /** Rows already encoded as newline-terminated bytes (from the analysis thread). */
+  /** Rows already encoded as newline-terminated bytes (from the analysis thread): kept as they are, not copied. */
   encodedRows?: { bytes: Uint8Array; count: number };
   deadLetters?: readonly DeadLetter[];
   offsets?: readonly OffsetMark[];
@@ -51,10 +51,11 @@ export interface EventBufferOptions {
   /** add() callers wait (waitForCapacity) while this many rows are waiting for the next flush. */
   maxBufferedRows: number;
   /**
-   * Stores rows; `signal` aborts when the buffer gives up on the insert (stop's deadline).
+   * Stores rows (newline-terminated, in chunks to be stored in order, as ClickHouse.insert takes
+   * them); `signal` aborts when the buffer gives up on the insert (stop's deadline).
    * `dedupToken` is the same on every attempt of one flush and differs between flushes.
    */
-  storeRows(body: Buffer, signal: AbortSignal, dedupToken: string): Promise<void>;
+  storeRows(body: readonly Uint8Array[], signal: AbortSignal, dedupToken: string): Promise<void>;
   sendDeadLetters(records: readonly DeadLetter[]): Promise<void>;
   /** The topic sendDeadLetters produces to, named when it fails. */
   deadLetterTopic?: string;
@@ -107,12 +108,12 @@ class PendingFlush {
    * token per partition). A new token would store those rows, and count them, a second time.
    */
   readonly dedupToken = randomUUID();
+  readonly rows = new RowChunks();
   readonly durable: Promise<void>;
   resolve!: () => void;
   reject!: (error: Error) => void;
 
-  /** `rows`: an empty buffer, fresh or one a stored flush left (EventBuffer.spareRows). */
-  constructor(readonly rows: RowBuffer = new RowBuffer()) {
+  constructor() {
     this.durable = new Promise<void>((resolve, reject) => {
       this.resolve = resolve;
       this.reject = reject;
@@ -181,14 +182,6 @@ class PendingFlush {
 
 export class EventBuffer {
   private pending = new PendingFlush();
-  /**
-   * The row memory of the last flush stored, cleared, for the flush after next: a flush's rows
-   * (about 40 MB at 100k rows) grow by doubling into fresh memory, and copying them there, with the
-   * kernel paging that memory in, cost the main thread about a tenth of its time at full intake.
-   * Taken back only from a flush that was stored (one given up at the stop deadline may still be
-   * read by its insert), and of at most two full flushes' rows.
-   */
-  private spareRows: RowBuffer | undefined;
   /** The flush being stored, if any. */
   private inFlight: PendingFlush | undefined;
   private flushLoop: Promise<void> | undefined;
@@ -272,7 +265,7 @@ export class EventBuffer {
     if (pending.isEmpty) pending.firstAddedAt = Date.now();
     const start = pending.rows.byteLength;
     const rowsBefore = pending.rows.rows;
-    if (input.lines) for (const line of input.lines) pending.rows.append(line);
+    if (input.lines) pending.rows.appendLines(input.lines);
     if (input.encodedRows && input.encodedRows.count > 0) pending.rows.appendEncoded(input.encodedRows.bytes, input.encodedRows.count);
     const source = input.offsets?.length === 1 ? input.offsets[0]! : undefined;
     if (source && pending.rows.rows > rowsBefore) {
@@ -392,19 +385,13 @@ export class EventBuffer {
   private async runFlushes(): Promise<void> {
     while (this.isDue(this.pending) && !this.stopped) {
       const flush = this.pending;
-      this.pending = new PendingFlush(this.spareRows);
-      this.spareRows = undefined;
+      this.pending = new PendingFlush();
       this.lastFlushWasFull = flush.rows.rows >= this.options.flushRows;
       for (const wake of this.capacityWaiters.splice(0)) wake();
       this.inFlight = flush;
       try {
         await this.flushWithRetry(flush);
         flush.resolve();
-        // One much larger than a full flush (an outage's backlog) is let go rather than held for good.
-        if (flush.rows.rows <= 2 * this.options.flushRows) {
-          flush.rows.clear();
-          this.spareRows = flush.rows;
-        }
       } catch (error) {
         flush.reject(error as Error);
         return;

@@ -57,7 +57,7 @@ function slowBuffer(durable: Promise<void>) {
 }
 
 /** The real buffer over `storeRows`, flushing at once (10 ms) and retrying fast. */
-function realBuffer(storeRows: (body: Buffer) => Promise<void>, { flushRows = 1000, maxBufferedRows = 1000 } = {}): EventBuffer {
+function realBuffer(storeRows: (body: readonly Uint8Array[]) => Promise<void>, { flushRows = 1000, maxBufferedRows = 1000 } = {}): EventBuffer {
   const buffer = new EventBuffer({
     flushRows,
     flushIntervalMs: 10,
@@ -75,7 +75,7 @@ function realBuffer(storeRows: (body: Buffer) => Promise<void>, { flushRows = 10
 }
 
 /** The eventIds of the rows in an insert's body. */
-const idsIn = (body: Buffer) => body.toString().split('\n').filter((row) => row.length > 0).map((row) => row.split('\t')[0]!);
+const idsIn = (body: readonly Uint8Array[]) => Buffer.concat(body).toString().split('\n').filter((row) => row.length > 0).map((row) => row.split('\t')[0]!);
 
 const events = (from: number, count: number) => Array.from({ length: count }, (_, i) => event(from + i));
 

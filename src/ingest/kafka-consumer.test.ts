@@ -454,7 +454,7 @@ describe('KafkaIntake', () => {
         flushRows: 1_000_000,
         flushIntervalMs: 60_000,
         maxBufferedRows: 1_000_000,
-        storeRows: async (body) => void stored.push(...body.toString('utf8').trim().split('\n')),
+        storeRows: async (body) => void stored.push(...Buffer.concat(body).toString('utf8').trim().split('\n')),
         sendDeadLetters: async () => undefined,
         commit: async (offsets) => void commits.push([...offsets]),
         metrics,

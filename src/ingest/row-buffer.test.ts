@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { RowBuffer } from './row-buffer.ts';
+import { RowBuffer, RowChunks } from './row-buffer.ts';
 
 describe('RowBuffer', () => {
   it('keeps rows newline-terminated, in order, across growth, with multi-byte text intact', () => {
@@ -10,11 +10,8 @@ describe('RowBuffer', () => {
     expect(buffer.bytes().toString('utf8')).toBe(rows.map((row) => `${row}\n`).join(''));
   });
 
-  it('is empty until a row is appended, and again once cleared', () => {
-    expect(new RowBuffer().bytes().length).toBe(0);
+  it('is empty until a row is appended', () => {
     const buffer = new RowBuffer(8);
-    buffer.append('a row');
-    buffer.clear();
     expect([buffer.rows, buffer.byteLength, buffer.bytes().length]).toEqual([0, 0, 0]);
     buffer.append('b');
     expect(buffer.bytes().toString('utf8')).toBe('b\n');
@@ -29,20 +26,6 @@ describe('RowBuffer', () => {
     expect(() => buffer.commitRow(at + 4)).toThrow(/outside its reservation/);
     expect(buffer.bytes().toString('latin1')).toBe('0123456789\n');
     expect(buffer.rows).toBe(1);
-  });
-
-  it('removes rows by byte range and keeps the others in order', () => {
-    const buffer = new RowBuffer(8);
-    const ranges = ['a1', 'b22', 'c333', 'd4444', 'e55555'].map((row) => {
-      const start = buffer.byteLength;
-      buffer.append(row);
-      return { start, end: buffer.byteLength, rows: 1 };
-    });
-    buffer.remove([ranges[1]!, ranges[3]!, ranges[4]!]);
-    expect(buffer.rows).toBe(2);
-    expect(buffer.bytes().toString('utf8')).toBe('a1\nc333\n');
-    buffer.append('f6');
-    expect(buffer.bytes().toString('utf8')).toBe('a1\nc333\nf6\n');
   });
 
   it('hands its rows to another thread by moving them, however small: its memory is its own, not the shared Buffer pool', () => {
@@ -60,5 +43,52 @@ describe('RowBuffer', () => {
       port1.close();
       port2.close();
     }
+  });
+});
+
+describe('RowChunks', () => {
+  /** Chunks of rows appended one call each, with the byte range each took. */
+  function chunksOf(rows: readonly string[][]) {
+    const chunks = new RowChunks();
+    const ranges = rows.map((lines) => {
+      const start = chunks.byteLength;
+      chunks.appendLines(lines);
+      return { start, end: chunks.byteLength, rows: lines.length };
+    });
+    return { chunks, ranges };
+  }
+  const text = (chunks: RowChunks) => Buffer.concat(chunks.bytes()).toString('utf8');
+
+  it('keeps encoded rows as the very buffers given, in order, and encodes lines, multi-byte text intact', () => {
+    const chunks = new RowChunks();
+    const batch = Buffer.from('1\n2\n');
+    chunks.appendEncoded(batch, 2);
+    chunks.appendLines(['é😀', 'x'.repeat(100)]);
+    chunks.appendEncoded(new Uint8Array(0), 0);
+    chunks.appendLines([]);
+    expect(chunks.bytes()).toHaveLength(2);
+    expect(chunks.bytes()[0]).toBe(batch);
+    expect(text(chunks)).toBe(`1\n2\né😀\n${'x'.repeat(100)}\n`);
+    expect([chunks.rows, chunks.byteLength]).toEqual([4, Buffer.byteLength(text(chunks))]);
+  });
+
+  it('removes the rows of whole appends by byte range, leaving a view taken before whole', () => {
+    const { chunks, ranges } = chunksOf([['a1'], ['b22', 'b2'], ['c333'], ['d4444'], ['e5', 'e55']]);
+    const before = chunks.bytes();
+    chunks.remove([ranges[1]!, ranges[3]!, ranges[4]!]);
+    expect(text(chunks)).toBe('a1\nc333\n');
+    expect([chunks.rows, chunks.byteLength]).toEqual([2, 8]);
+    expect(Buffer.concat(before).toString('utf8')).toBe('a1\nb22\nb2\nc333\nd4444\ne5\ne55\n');
+    chunks.appendLines(['f6']);
+    expect(text(chunks)).toBe('a1\nc333\nf6\n');
+  });
+
+  it('removes appends that a range spans together, and refuses a range that splits one', () => {
+    const { chunks, ranges } = chunksOf([['a1'], ['b22'], ['c333']]);
+    chunks.remove([{ start: ranges[0]!.start, end: ranges[1]!.end, rows: 2 }]);
+    expect(text(chunks)).toBe('c333\n');
+    const split = chunksOf([['a1', 'b22'], ['c333']]);
+    expect(() => split.chunks.remove([{ start: 0, end: 3, rows: 1 }])).toThrow(/split the chunk/);
+    expect(text(split.chunks)).toBe('a1\nb22\nc333\n');
   });
 });

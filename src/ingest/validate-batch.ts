@@ -94,7 +94,9 @@ const ALL_PLANS: ReadonlySet<string> = new Set(PLANS);
  */
 export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times: TimeRange = EVENT_TIME_RANGE, now = Date.now(), judgedPlans: ReadonlySet<string> = ALL_PLANS): ValidatedBatch {
   const storable = timesAsOf(times, now);
-  const rows = new RowBuffer(Math.max(1024, batch.values.length * 2));
+  // The main thread keeps this memory whole until the rows are stored (RowChunks), so it is sized
+  // to the messages: a row is shorter than its message but for odd ones (it grows for those).
+  const rows = new RowBuffer(batch.values.length + 1024);
   const rejections: ValidatedBatch['rejections'] = [];
   const events: BatchEvent[] = [];
   const ascii = isAscii(batch.values);

@@ -219,6 +219,26 @@ describe('bulk inserts on the embedded engine', () => {
     expect(filesLeft()).toEqual([]);
   });
 
+  it('stores a body of several chunks as one insert, views into larger buffers included, from a file or inline', async () => {
+    const within = (text: string) => Buffer.from(`xx${text}yy`).subarray(2, -2);
+    const columns = ['id', 'text', 'ts'];
+    const fromFile = [within('10\tin a view of a larger buffer\t2026-11-21 12:00:00.010\n'), Buffer.from('11\tsecond\t2026-11-21 12:00:00.011\n')];
+    await db.insert(table, columns, fromFile, 'TabSeparated');
+    await db.insert(table, columns, [within('12\tone\t2026-11-21 12:00:00.012\n')], 'TabSeparated');
+    const inline = [Buffer.from('13\tb\t2026-11-21 12:00:00.013\n'), within('14\tc\t2026-11-21 12:00:00.014\n')];
+    expect([Buffer.concat(fromFile).length >= 64, Buffer.concat(inline).length < 64]).toEqual([true, true]);
+    await db.insert(table, columns, inline, 'TabSeparated');
+    await db.insert(table, columns, [], 'TabSeparated');
+    expect(await db.queryRows(`SELECT id, text FROM ${table} WHERE id BETWEEN 10 AND 14 ORDER BY id`)).toEqual([
+      { id: 10, text: 'in a view of a larger buffer' },
+      { id: 11, text: 'second' },
+      { id: 12, text: 'one' },
+      { id: 13, text: 'b' },
+      { id: 14, text: 'c' },
+    ]);
+    expect(filesLeft()).toEqual([]);
+  });
+
   it("applies an insert's settings to that insert alone", async () => {
     const body = Buffer.from('{"id":3,"text":"json, read from its file","ts":"2026-11-21 12:00:00.003"}\n');
     expect(body.length).toBeGreaterThanOrEqual(64);

@@ -50,6 +50,17 @@ export const PINNED_SETTINGS: ClickHouseSettings = {
 /** Row formats the bulk insert accepts (both are raw-insert formats of the embedded engine too). */
 export type RowFormat = 'JSONEachRow' | 'TabSeparated';
 
+/** An insert's rows: one buffer, or several to be stored in order as one (a flush's batches, not copied into one). */
+export type InsertBody = Uint8Array | readonly Uint8Array[];
+
+function chunksOf(body: InsertBody): readonly Uint8Array[] {
+  return body instanceof Uint8Array ? [body] : body;
+}
+
+function byteLengthOf(body: InsertBody): number {
+  return chunksOf(body).reduce((bytes, chunk) => bytes + chunk.length, 0);
+}
+
 type ClientConnection = NonNullable<NonNullable<Parameters<typeof createClient>[0]>['connection']>;
 
 export interface ClickHouseOptions {
@@ -76,14 +87,15 @@ export interface ClickHouse {
   readonly client: ClickHouseClient;
   readonly kind: 'server' | 'embedded';
   /**
-   * Inserts rows (one per line, in `format`, values in `columns` order) into a table; `settings`
+   * Inserts rows (one per line, in `format`, values in `columns` order; the body's chunks in order,
+   * as one insert) into a table; `settings`
    * apply to this insert (and the materialized views it feeds) on top of the pinned ones.
    * `signal` gives up on it: a server's request is aborted (the server may still have stored the
    * rows if it had the whole body); the embedded engine's native write cannot be stopped, so the
    * promise settles early (an inline insert) or the signal is ignored (an insert from a file, whose
    * file must outlive the write). Either way the caller cannot tell whether the rows landed.
    */
-  insert(table: string, columns: readonly string[], body: Buffer, format: RowFormat, settings?: ClickHouseSettings, signal?: AbortSignal): Promise<void>;
+  insert(table: string, columns: readonly string[], body: InsertBody, format: RowFormat, settings?: ClickHouseSettings, signal?: AbortSignal): Promise<void>;
   /** Runs a query and returns its rows (JSONEachRow). */
   queryRows<T = Record<string, unknown>>(query: string, params?: Record<string, unknown>): Promise<T[]>;
   /**
@@ -116,7 +128,7 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
     return wrap(client, 'server', async (table, columns, body, format, settings, signal) => {
       const result = await client.exec({
         query: `INSERT INTO ${table} (${columns.join(', ')}) FORMAT ${format}`,
-        values: Readable.from([body], { objectMode: false }),
+        values: Readable.from(chunksOf(body), { objectMode: false }),
         clickhouse_settings: settings,
         abort_signal: signal,
       });
@@ -141,9 +153,11 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
   const inserts = insertFiles(resolve(options.dataDir, 'inserts'));
   const fileInsertMinBytes = options.fileInsertMinBytes ?? FILE_INSERT_MIN_BYTES;
   return wrap(client, 'embedded', async (table, columns, body, format, settings, signal) => {
-    if (body.length < fileInsertMinBytes) {
+    if (byteLengthOf(body) < fileInsertMinBytes) {
+      const chunks = chunksOf(body);
+      const values = chunks.length === 1 ? Buffer.from(chunks[0]!.buffer, chunks[0]!.byteOffset, chunks[0]!.length) : Buffer.concat(chunks);
       // Aborted, it settles at once; the native write still runs to its end (the body stays pinned).
-      await connection.chdb.rawInsert({ table, columns: [...columns], format, values: body, settings: { ...PINNED_SETTINGS, ...settings } as Record<string, string | number | boolean>, signal });
+      await connection.chdb.rawInsert({ table, columns: [...columns], format, values, settings: { ...PINNED_SETTINGS, ...settings } as Record<string, string | number | boolean>, signal });
       return;
     }
     // No signal here: settled early, the finally below would delete the file the engine still reads.
@@ -204,7 +218,7 @@ const ownInsertDirs = new Set<string>();
  * directory removed under a live connection (a second process started on the same DATA_DIR by
  * mistake) is made again at its next insert.
  */
-function insertFiles(root: string): { write(body: Buffer): Promise<string>; remove(file: string): Promise<void> } {
+function insertFiles(root: string): { write(body: InsertBody): Promise<string>; remove(file: string): Promise<void> } {
   mkdirSync(root, { recursive: true });
   for (const entry of readdirSync(root)) {
     const dir = join(root, entry);
@@ -217,7 +231,7 @@ function insertFiles(root: string): { write(body: Buffer): Promise<string>; remo
     async write(body) {
       await mkdir(dir, { recursive: true });
       const file = join(dir, `${++sequence}`);
-      await writeFile(file, body, { mode: 0o600 });
+      await writeFile(file, chunksOf(body), { mode: 0o600 });
       return file;
     },
     remove: (file) => rm(file, { force: true }),
@@ -303,7 +317,7 @@ function wrap(
   return {
     client,
     kind,
-    insert: (table, columns, body, format, settings, signal) => (body.length === 0 ? Promise.resolve() : insert(table, columns, body, format, settings, signal)),
+    insert: (table, columns, body, format, settings, signal) => (byteLengthOf(body) === 0 ? Promise.resolve() : insert(table, columns, body, format, settings, signal)),
     async queryRows<T>(query: string, params?: Record<string, unknown>) {
       const result = await client.query({ query, query_params: params, format: 'JSONEachRow' });
       return result.json<T>();

@@ -13,7 +13,7 @@ import type { VouchedNetwork } from '../detect/engine.ts';
 import type { NetworkSighting } from '../detect/key-history.ts';
 import type { SprayedRequests } from '../detect/source-spray.ts';
 import { networkOf, sprayNetworkOf } from '../../rules/network.ts';
-import type { ClickHouse } from './clickhouse.ts';
+import type { ClickHouse, InsertBody } from './clickhouse.ts';
 import { settingsClause } from './settings-clause.ts';
 import type { Tables } from './tables.ts';
 
@@ -342,7 +342,7 @@ export class EventStore {
    * same token stores nothing more, neither in request_events nor in its views. Two inserts under
    * different tokens are both stored, whatever their rows.
    */
-  insertRows(body: Buffer, signal?: AbortSignal, dedupToken?: string): Promise<void> {
+  insertRows(body: InsertBody, signal?: AbortSignal, dedupToken?: string): Promise<void> {
     const settings = dedupToken === undefined ? EVENT_INSERT_SETTINGS : { ...EVENT_INSERT_SETTINGS, insert_deduplication_token: dedupToken };
     return this.db.insert(this.tables.requestEvents, REQUEST_EVENT_COLUMNS, body, 'TabSeparated', settings, signal);
   }

@@ -32,7 +32,7 @@ describe.each([
   let worker: Worker;
   let outage = false;
   /** Runs before each insert: a test holds or fails the inserts of the rows it names. */
-  let beforeStore: ((body: Buffer) => Promise<void>) | undefined;
+  let beforeStore: ((body: readonly Uint8Array[]) => Promise<void>) | undefined;
 
   beforeAll(async () => {
     const config = testConfig({
@@ -250,7 +250,7 @@ describe.each([
 
   it.skipIf(viaKafka)('answers 202 only once the events are stored: after an outage, a retry of events whose insert has not finished waits for it', async () => {
     const [before, caught] = [40, 41].map((i) => makeEvent(i, eventOptions)) as [ReturnType<typeof makeEvent>, ReturnType<typeof makeEvent>];
-    const holds = (body: Buffer, id: string) => body.toString().split('\n').some((row) => row.startsWith(`${id}\t`));
+    const holds = (body: readonly Uint8Array[], id: string) => Buffer.concat(body).toString().split('\n').some((row) => row.startsWith(`${id}\t`));
     let firstInsertBegun = false;
     let caughtInsertBegun = false;
     let failFirstInsert!: () => void;

@@ -145,7 +145,7 @@ describe('storage outage', () => {
     let inserts = 0;
     let aborted = 0;
     const worker = await engines.startWorker(config, {
-      wrapStoreRows: () => (_body: Buffer, signal?: AbortSignal) => {
+      wrapStoreRows: () => (_body: readonly Uint8Array[], signal?: AbortSignal) => {
         inserts++;
         return new Promise<void>((_resolve, reject) => {
           const timeout = setTimeout(() => reject(new Error('injected: request timeout')), 30_000).unref();

@@ -554,7 +554,7 @@ describe('webhook delivery', () => {
       ...db,
       async insert(table, columns, body, format, settings, signal) {
         await db.insert(table, columns, body, format, settings, signal);
-        if (table !== tables.webhookMessages || !body.toString('utf8').includes('"attempts":0')) return;
+        if (table !== tables.webhookMessages || !Buffer.concat(body instanceof Uint8Array ? [body] : body).toString('utf8').includes('"attempts":0')) return;
         if (++newMessageWrites > 1) return;
         await waitFor(async () => (await deliveries(h!.store))[0]?.status === 'delivered', 'delivered before the write answers', 10_000);
         throw new Error('Timeout error.');

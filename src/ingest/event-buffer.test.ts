@@ -111,6 +111,162 @@ describe('EventBuffer', () => {
     expect(text(bodies[0]!)).toBe('1\n2\n3\n4\n');
   });
 
+  it('flushes on age when few rows wait', async () => {
+    const { eventBuffer, stored } = buffer({ flushRows: 1000, flushIntervalMs: 20 });
+    const started = Date.now();
+    await eventBuffer.add({ lines: ['{"a":1}'] });
+    expect(stored).toHaveLength(1);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(15);
+  });
+
+  it('stores the tail of a backlog at once after a full insert, and only then', async () => {
+    const { eventBuffer, stored } = buffer({ flushRows: 2, flushIntervalMs: 60_000 });
+    // Not behind before: a caught-up batch waits for the interval like any other.
+    void eventBuffer.add({ lines: ['{"a":0}'], endsBacklog: true });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(stored).toEqual([]);
+    await eventBuffer.add({ lines: ['{"a":1}'] }); // a full insert: intake was behind
+    expect(stored).toEqual([['{"a":0}', '{"a":1}']]);
+    const tail = eventBuffer.add({ lines: ['{"a":2}'], endsBacklog: true });
+    await tail; // long before the 60 s interval
+    expect(stored).toEqual([['{"a":0}', '{"a":1}'], ['{"a":2}']]);
+    // That early insert was not full: the next caught-up batch waits again (one early insert per full one).
+    void eventBuffer.add({ lines: ['{"a":3}'], endsBacklog: true });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(stored).toHaveLength(2);
+  });
+
+  it('retries a failed store, reports the outage once, commits only after it succeeds', async () => {
+    const { eventBuffer, stored, events } = buffer({ flushRows: 1, failures: 3 });
+    await eventBuffer.add({ lines: ['{"a":1}'], deadLetters: [], offsets: [{ topic: 't', partition: 0, offset: 1 }] });
+    expect(events).toEqual(['store failed', 'outage', 'store failed', 'store failed', 'stored', 'recovery', 'committed']);
+    expect(stored).toEqual([['{"a":1}']]);
+    expect(eventBuffer.healthy).toBe(true);
+  });
+
+  it('stores every attempt of a flush under one deduplication token, and each flush under its own', async () => {
+    // An attempt may land although it failed (a timeout): storage drops its retry by the token.
+    const { eventBuffer, stored, tokens } = buffer({ flushRows: 1, failures: 2 });
+    await eventBuffer.add({ lines: ['{"a":1}'] });
+    await eventBuffer.add({ lines: ['{"a":2}'] });
+    expect(stored).toEqual([['{"a":1}'], ['{"a":2}']]);
+    expect(tokens).toHaveLength(4);
+    const [first, ...retries] = tokens.slice(0, 3);
+    expect(first).toMatch(/^[0-9a-f-]{36}$/);
+    expect(retries).toEqual([first, first]);
+    expect(tokens[3]).not.toBe(first);
+  });
+
+  it("keeps a flush's token when rows of partitions it lost leave it between attempts", async () => {
+    // Its first attempt may have landed: a new token would store the rows left, and count them, again.
+    let storageDown = true;
+    const attempts: { body: string; token: string }[] = [];
+    const { eventBuffer, stored } = buffer({
+      flushRows: 1000,
+      storeRows: async (body, _signal, token) => {
+        attempts.push({ body: text(body), token });
+        if (storageDown) throw new Error('injected: the answer was lost');
+        stored.push(text(body).trim().split('\n'));
+      },
+    });
+    void eventBuffer.add({ lines: ['p0 a'], offsets: [{ topic: 't', partition: 0, offset: 1 }] });
+    void eventBuffer.add({ lines: ['p1 a'], offsets: [{ topic: 't', partition: 1, offset: 1 }] });
+    const drained = eventBuffer.drain();
+    await until(() => attempts.length >= 1);
+    eventBuffer.releasePartitions('t', new Set([0]));
+    storageDown = false;
+    await drained;
+    expect(stored).toEqual([['p0 a']]);
+    expect(attempts[0]!.body).toBe('p0 a\np1 a\n');
+    expect(attempts.at(-1)!.body).toBe('p0 a\n');
+    expect(new Set(attempts.map((attempt) => attempt.token)).size).toBe(1);
+  });
+
+  it('after a rebalance, drops the rows, dead letters and offsets it holds of partitions it no longer owns', async () => {
+    const { eventBuffer, stored, commits, deadLetters } = buffer({ flushRows: 1000 });
+    const mark = (partition: number, offset: number) => ({ topic: 't', partition, offset });
+    void eventBuffer.add({ lines: ['p0 a', 'p0 b'], offsets: [mark(0, 2)] });
+    void eventBuffer.add({ lines: ['http'] });
+    void eventBuffer.add({ lines: ['p1 a'], deadLetters: [deadLetterOf(1)], offsets: [mark(1, 2)] });
+    void eventBuffer.add({ lines: ['p2 a'], deadLetters: [deadLetterOf(2)], offsets: [mark(2, 1)] });
+    void eventBuffer.add({ lines: ['p1 b', 'p1 c'], offsets: [mark(1, 4)] });
+    void eventBuffer.add({ lines: ['p0 c'], offsets: [mark(0, 3)] });
+
+    expect(eventBuffer.releasePartitions('t', new Set([0, 2]))).toBe(3);
+    expect(eventBuffer.bufferedRows).toBe(5);
+    expect(eventBuffer.releasePartitions('other-topic', new Set())).toBe(0);
+    await eventBuffer.drain();
+    expect(stored).toEqual([['p0 a', 'p0 b', 'http', 'p2 a', 'p0 c']]);
+    expect(commits).toEqual([[mark(0, 3), mark(2, 1)]]);
+    expect(deadLetters.map((record) => record.source.partition)).toEqual([2]);
+  });
+
+  it('a flush that loses partitions at two of its attempts stores only the rows of those still owned', async () => {
+    let attempts = 0;
+    const rebalances: (() => void)[] = [];
+    const { eventBuffer, stored, commits } = buffer({
+      flushRows: 1000,
+      storeRows: async (body) => {
+        rebalances.shift()?.(); // lands while this attempt runs: its rows leave before the next
+        if (++attempts < 3) throw new Error('injected: storage down');
+        stored.push(text(body).trim().split('\n'));
+      },
+    });
+    const mark = (partition: number, offset: number) => ({ topic: 't', partition, offset });
+    void eventBuffer.add({ lines: ['p0 a'], offsets: [mark(0, 1)] });
+    void eventBuffer.add({ lines: ['p1 a', 'p1 b'], offsets: [mark(1, 2)] });
+    void eventBuffer.add({ lines: ['http'] });
+    void eventBuffer.add({ encodedRows: { bytes: Buffer.from('p2 a\n'), count: 1 }, offsets: [mark(2, 1)] });
+    void eventBuffer.add({ lines: ['p0 b'], offsets: [mark(0, 3)] });
+    rebalances.push(
+      () => eventBuffer.releasePartitions('t', new Set([0, 2])),
+      () => eventBuffer.releasePartitions('t', new Set([0])),
+    );
+    await eventBuffer.drain();
+    expect(attempts).toBe(3);
+    expect(stored).toEqual([['p0 a', 'http', 'p0 b']]);
+    expect(commits).toEqual([[mark(0, 3)]]);
+  });
+
+  it('a flush being stored when its partitions move stores its rows but commits none of their offsets', async () => {
+    let openGate!: () => void;
+    const { eventBuffer, stored, commits } = buffer({ flushRows: 1, storeGate: new Promise<void>((resolve) => (openGate = resolve)) });
+    const durable = eventBuffer.add({ lines: ['p1 a'], offsets: [{ topic: 't', partition: 1, offset: 5 }] });
+    expect(eventBuffer.releasePartitions('t', new Set([0]))).toBe(0); // nothing waits: the row is in flight
+    openGate();
+    await durable;
+    expect(stored).toEqual([['p1 a']]);
+    expect(commits).toEqual([]);
+  });
+
+  it('sends a flush\'s dead letters before storing its rows, and not again when the store is retried', async () => {
+    // A restart skips offsets up to the highest stored one: a dead letter must never trail its rows.
+    const { eventBuffer, events } = buffer({ flushRows: 1, failures: 1 });
+    await eventBuffer.add({ lines: ['{"a":1}'], deadLetters: [deadLetterOf(0)], offsets: [{ topic: 't', partition: 0, offset: 2 }] });
+    expect(events).toEqual(['dead letters sent', 'store failed', 'outage', 'stored', 'recovery', 'committed']);
+  });
+
+  it('drains what it holds on stop, and refuses rows afterwards', async () => {
+    const { eventBuffer, stored } = buffer({ flushRows: 1000 });
+    void eventBuffer.add({ lines: ['{"a":1}', '{"a":2}'] });
+    await eventBuffer.stop();
+    expect(stored).toEqual([['{"a":1}', '{"a":2}']]);
+    await expect(eventBuffer.add({ lines: ['{"a":3}'] })).rejects.toThrow(/stopped/);
+    // A caller that does not wait (a Kafka batch that finishes during shutdown) must not cause an
+    // unhandled rejection, which would end the process in the middle of its shutdown.
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      void eventBuffer.add({ lines: ['{"a":4}'], offsets: [{ topic: 't', partition: 0, offset: 4 }] });
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+    expect(unhandled).toEqual([]);
+    expect(stored).toEqual([['{"a":1}', '{"a":2}']]);
+  });
+
   it('gives up at the stop deadline during an outage without committing', async () => {
     const { eventBuffer, commits } = buffer({ flushRows: 1, failures: Number.POSITIVE_INFINITY });
     const durable = eventBuffer.add({ lines: ['{"a":1}'], offsets: [{ topic: 't', partition: 0, offset: 1 }] });

@@ -28,13 +28,23 @@ describe('RowBuffer', () => {
     expect(buffer.rows).toBe(1);
   });
 
+  it('trims its rows into memory of their size when it has much more room than they take, and only then', () => {
+    const roomy = new RowBuffer(65_536);
+    roomy.append('a row');
+    const trimmed = roomy.trimmedBytes();
+    expect([trimmed.toString('utf8'), trimmed.buffer.byteLength]).toEqual(['a row\n', 6]);
+    const snug = new RowBuffer(4096);
+    snug.append('x'.repeat(99));
+    expect(snug.trimmedBytes().buffer).toBe(snug.target.buffer);
+  });
+
   it('hands its rows to another thread by moving them, however small: its memory is its own, not the shared Buffer pool', () => {
     const { port1, port2 } = new MessageChannel();
     try {
-      for (const initialBytes of [8, 1024]) {
+      for (const initialBytes of [8, 1024, 65_536]) {
         const buffer = new RowBuffer(initialBytes);
         buffer.append('a row');
-        const rows = buffer.bytes();
+        const rows = buffer.trimmedBytes(); // a copy from the roomiest, the buffer's own memory from the others
         // A pooled ArrayBuffer is copied instead (Node 20) or refused (Node 22 and later).
         port1.postMessage(rows, [rows.buffer as ArrayBuffer]);
         expect(rows.buffer.byteLength, `initial ${initialBytes} bytes`).toBe(0);
@@ -83,12 +93,24 @@ describe('RowChunks', () => {
     expect(text(chunks)).toBe('a1\nc333\nf6\n');
   });
 
-  it('removes appends that a range spans together, and refuses a range that splits one', () => {
-    const { chunks, ranges } = chunksOf([['a1'], ['b22'], ['c333']]);
-    chunks.remove([{ start: ranges[0]!.start, end: ranges[1]!.end, rows: 2 }]);
-    expect(text(chunks)).toBe('c333\n');
-    const split = chunksOf([['a1', 'b22'], ['c333']]);
-    expect(() => split.chunks.remove([{ start: 0, end: 3, rows: 1 }])).toThrow(/split the chunk/);
-    expect(text(split.chunks)).toBe('a1\nb22\nc333\n');
+  it('removes rows a range takes from inside or across chunks, keeping the rest of those chunks', () => {
+    const { chunks, ranges } = chunksOf([['a1'], ['b22'], ['c333', 'c4', 'c55'], ['d6']]);
+    const c4 = { start: ranges[2]!.start + 5, end: ranges[2]!.start + 8, rows: 1 };
+    chunks.remove([{ start: ranges[0]!.start, end: ranges[1]!.end, rows: 2 }, c4]);
+    expect(text(chunks)).toBe('c333\nc55\nd6\n');
+    expect([chunks.rows, chunks.byteLength]).toEqual([3, 12]);
+    const { chunks: across, ranges: acrossRanges } = chunksOf([['a1', 'a2'], ['b3', 'b4']]);
+    across.remove([{ start: acrossRanges[0]!.start + 3, end: acrossRanges[1]!.start + 3, rows: 2 }]);
+    expect(text(across)).toBe('a1\nb4\n');
+    expect(across.rows).toBe(2);
+  });
+
+  it('gives a list of its chunks that later appends and removals leave as it was', () => {
+    const { chunks, ranges } = chunksOf([['a1'], ['b2']]);
+    const taken = chunks.bytes();
+    chunks.appendLines(['c3']);
+    chunks.remove([ranges[0]!]);
+    expect(Buffer.concat(taken).toString('utf8')).toBe('a1\nb2\n');
+    expect(text(chunks)).toBe('b2\nc3\n');
   });
 });

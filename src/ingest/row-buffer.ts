@@ -74,6 +74,19 @@ export class RowBuffer {
     return this.buffer.subarray(0, this.length);
   }
 
+  /**
+   * The rows written so far, in memory of their own size when the buffer has much more room than
+   * they take (a quarter more, and 4 KiB): for rows that are held a while, as the write buffer holds a
+   * batch's until they are stored, which would otherwise hold the whole buffer (a batch of repeats
+   * leaves a buffer sized to its messages nearly empty).
+   */
+  trimmedBytes(): Buffer {
+    if (this.buffer.length - this.length <= Math.max(4096, this.length / 4)) return this.bytes();
+    const trimmed = Buffer.allocUnsafeSlow(this.length);
+    this.buffer.copy(trimmed, 0, 0, this.length);
+    return trimmed;
+  }
+
   private grow(minimum: number): void {
     const next = Buffer.allocUnsafeSlow(Math.max(minimum, this.buffer.length * 2));
     this.buffer.copy(next, 0, 0, this.length);
@@ -89,7 +102,6 @@ export class RowBuffer {
  */
 export class RowChunks {
   private chunks: Uint8Array[] = [];
-  private chunkRows: number[] = [];
   private length = 0;
   private count = 0;
 
@@ -106,47 +118,47 @@ export class RowChunks {
   appendEncoded(bytes: Uint8Array, rowCount: number): void {
     if (bytes.length === 0) return;
     this.chunks.push(bytes);
-    this.chunkRows.push(rowCount);
     this.length += bytes.length;
     this.count += rowCount;
   }
 
-  /** Appends rows given as text, encoded into one chunk. */
+  /** Appends rows given as text, encoded into one chunk of their size. */
   appendLines(lines: readonly string[]): void {
     if (lines.length === 0) return;
-    const rows = new RowBuffer(lines.reduce((bytes, line) => bytes + line.length + 1, 0));
-    for (const line of lines) rows.append(line);
-    this.appendEncoded(rows.bytes(), rows.rows);
+    const bytes = Buffer.allocUnsafeSlow(lines.reduce((total, line) => total + Buffer.byteLength(line) + 1, 0));
+    let at = 0;
+    for (const line of lines) {
+      at += bytes.write(line, at, 'utf8');
+      bytes[at++] = 0x0a;
+    }
+    this.appendEncoded(bytes, lines.length);
   }
 
   /**
-   * Removes rows by byte range (ranges in order, not overlapping), the rows of whole appends: a
-   * range must begin and end where appended chunks do. Later rows move down by the bytes removed.
+   * Removes rows by byte range (ranges in order, not overlapping; each range's `rows` are the rows it
+   * holds). Later rows move down by the bytes removed. A range may cover chunks whole or in part: the
+   * rest of a chunk stays, as a view of it, so nothing is copied.
    */
   remove(ranges: readonly RowRange[]): void {
-    const keptChunks: Uint8Array[] = [];
-    const keptRows: number[] = [];
-    let position = 0;
-    let next = 0;
-    this.chunks.forEach((chunk, i) => {
+    const kept: Uint8Array[] = [];
+    let position = 0; // where the chunk in hand starts
+    let next = 0; // the first range not wholly before it
+    for (const chunk of this.chunks) {
       const end = position + chunk.length;
-      while (next < ranges.length && ranges[next]!.end <= position) next++;
-      const range = ranges[next];
-      const inRange = range !== undefined && range.start <= position && end <= range.end;
-      if (!inRange && range !== undefined && range.start < end && position < range.end) {
-        throw new Error(`rows [${range.start}, ${range.end}) split the chunk at [${position}, ${end})`);
+      let from = position; // the chunk's bytes before this are kept or removed already
+      while (next < ranges.length && ranges[next]!.start < end) {
+        const range = ranges[next]!;
+        if (range.start > from) kept.push(chunk.subarray(from - position, range.start - position));
+        from = Math.max(from, Math.min(range.end, end));
+        if (range.end > end) break; // it goes on into the next chunk
+        next++;
       }
-      if (inRange) {
-        this.length -= chunk.length;
-        this.count -= this.chunkRows[i]!;
-      } else {
-        keptChunks.push(chunk);
-        keptRows.push(this.chunkRows[i]!);
-      }
+      if (from < end) kept.push(chunk.subarray(from - position, end - position));
       position = end;
-    });
-    this.chunks = keptChunks;
-    this.chunkRows = keptRows;
+    }
+    this.chunks = kept;
+    this.length = kept.reduce((total, chunk) => total + chunk.length, 0);
+    this.count -= ranges.reduce((total, range) => total + range.rows, 0);
   }
 
   /** The rows, in order, as the chunks they were added in (not to be written to); later appends and removals leave it as it is. */

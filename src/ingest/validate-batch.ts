@@ -94,8 +94,7 @@ const ALL_PLANS: ReadonlySet<string> = new Set(PLANS);
  */
 export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times: TimeRange = EVENT_TIME_RANGE, now = Date.now(), judgedPlans: ReadonlySet<string> = ALL_PLANS): ValidatedBatch {
   const storable = timesAsOf(times, now);
-  // The main thread keeps this memory whole until the rows are stored (RowChunks), so it is sized
-  // to the messages: a row is shorter than its message but for odd ones (it grows for those).
+  // A row is shorter than its message but for odd ones (it grows for those).
   const rows = new RowBuffer(batch.values.length + 1024);
   const rejections: ValidatedBatch['rejections'] = [];
   const events: BatchEvent[] = [];
@@ -145,7 +144,8 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
     }
     keyStart = keyEnd;
   }
-  return { rows: rows.bytes(), rowCount: rows.rows, duplicates, misrouted, rejections, events };
+  // Trimmed: the main thread holds this memory until the rows are stored (RowChunks).
+  return { rows: rows.trimmedBytes(), rowCount: rows.rows, duplicates, misrouted, rejections, events };
 }
 
 /** Whether the key bytes [start, end) are `apiKeyId` in UTF-8: byte for byte when ASCII (nearly always), else decoded. */

@@ -229,6 +229,14 @@ describe('bulk inserts on the embedded engine', () => {
     expect([Buffer.concat(fromFile).length >= 64, Buffer.concat(inline).length < 64]).toEqual([true, true]);
     await db.insert(table, columns, inline, 'TabSeparated');
     await db.insert(table, columns, [], 'TabSeparated');
+    // Thousands of one-row chunks (posts, a quiet partition's batches), and a large one among them.
+    const many = Array.from({ length: 5000 }, (_, i) => Buffer.from(`${1000 + i}\tsmall\t2026-11-21 12:00:00.000\n`));
+    const large = Buffer.from(Array.from({ length: 3000 }, (_, i) => `${7000 + i}\t${'large '.repeat(4)}\t2026-11-21 12:00:00.000\n`).join(''));
+    expect(large.length).toBeGreaterThan(64 * 1024);
+    await db.insert(table, columns, [...many.slice(0, 2500), large, ...many.slice(2500)], 'TabSeparated');
+    expect(await db.queryRows(`SELECT count() AS rows, uniqExact(id) AS ids, min(id) AS low, max(id) AS high FROM ${table} WHERE id >= 1000`)).toEqual([
+      { rows: 8000, ids: 8000, low: 1000, high: 9999 },
+    ]);
     expect(await db.queryRows(`SELECT id, text FROM ${table} WHERE id BETWEEN 10 AND 14 ORDER BY id`)).toEqual([
       { id: 10, text: 'in a view of a larger buffer' },
       { id: 11, text: 'second' },

@@ -61,6 +61,39 @@ function byteLengthOf(body: InsertBody): number {
   return chunksOf(body).reduce((bytes, chunk) => bytes + chunk.length, 0);
 }
 
+/** Chunks smaller than this are written joined with their small neighbours (writableChunks). */
+const SMALL_CHUNK_BYTES = 64 * 1024;
+const JOINED_CHUNK_BYTES = 1 << 20;
+
+/**
+ * A body's chunks as they are written: runs of small ones (a post's rows, a quiet partition's
+ * batches) joined into buffers of about 1 MiB, so that a flush of thousands of small batches is not
+ * written a few hundred bytes per call (each a trip to the thread pool, or a socket write); large
+ * ones as they are, uncopied.
+ */
+function writableChunks(body: InsertBody): Uint8Array[] {
+  const written: Uint8Array[] = [];
+  let run: Uint8Array[] = [];
+  let runBytes = 0;
+  const endRun = () => {
+    if (run.length > 0) written.push(run.length === 1 ? run[0]! : Buffer.concat(run, runBytes));
+    run = [];
+    runBytes = 0;
+  };
+  for (const chunk of chunksOf(body)) {
+    if (chunk.length >= SMALL_CHUNK_BYTES) {
+      endRun();
+      written.push(chunk);
+      continue;
+    }
+    run.push(chunk);
+    runBytes += chunk.length;
+    if (runBytes >= JOINED_CHUNK_BYTES) endRun();
+  }
+  endRun();
+  return written;
+}
+
 type ClientConnection = NonNullable<NonNullable<Parameters<typeof createClient>[0]>['connection']>;
 
 export interface ClickHouseOptions {
@@ -128,7 +161,7 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
     return wrap(client, 'server', async (table, columns, body, format, settings, signal) => {
       const result = await client.exec({
         query: `INSERT INTO ${table} (${columns.join(', ')}) FORMAT ${format}`,
-        values: Readable.from(chunksOf(body), { objectMode: false }),
+        values: Readable.from(writableChunks(body), { objectMode: false }),
         clickhouse_settings: settings,
         abort_signal: signal,
       });
@@ -231,7 +264,7 @@ function insertFiles(root: string): { write(body: InsertBody): Promise<string>; 
     async write(body) {
       await mkdir(dir, { recursive: true });
       const file = join(dir, `${++sequence}`);
-      await writeFile(file, chunksOf(body), { mode: 0o600 });
+      await writeFile(file, writableChunks(body), { mode: 0o600 });
       return file;
     },
     remove: (file) => rm(file, { force: true }),

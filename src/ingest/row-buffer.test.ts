@@ -33,9 +33,14 @@ describe('RowBuffer', () => {
     roomy.append('a row');
     const trimmed = roomy.trimmedBytes();
     expect([trimmed.toString('utf8'), trimmed.buffer.byteLength]).toEqual(['a row\n', 6]);
-    const snug = new RowBuffer(4096);
-    snug.append('x'.repeat(99));
-    expect(snug.trimmedBytes().buffer).toBe(snug.target.buffer);
+    // Trimmed past max(4 KiB, a quarter of the rows) of room, not at it.
+    for (const [rowBytes, room, trims] of [[99, 4096, false], [99, 4097, true], [40_000, 10_000, false], [40_000, 10_001, true]] as const) {
+      const buffer = new RowBuffer(rowBytes + room);
+      const at = buffer.reserveRow(rowBytes - 1); // exactly: append() makes room for its worst case
+      buffer.target.fill(0x78, at, at + rowBytes - 1);
+      buffer.commitRow(at + rowBytes - 1);
+      expect(buffer.trimmedBytes().buffer === buffer.target.buffer, `${rowBytes} bytes of rows, ${room} of room`).toBe(!trims);
+    }
   });
 
   it('hands its rows to another thread by moving them, however small: its memory is its own, not the shared Buffer pool', () => {
@@ -78,6 +83,7 @@ describe('RowChunks', () => {
     chunks.appendLines([]);
     expect(chunks.bytes()).toHaveLength(2);
     expect(chunks.bytes()[0]).toBe(batch);
+    expect(chunks.bytes()[1]!.buffer.byteLength).toBe(Buffer.byteLength(`é😀\n${'x'.repeat(100)}\n`)); // memory of the lines' size
     expect(text(chunks)).toBe(`1\n2\né😀\n${'x'.repeat(100)}\n`);
     expect([chunks.rows, chunks.byteLength]).toEqual([4, Buffer.byteLength(text(chunks))]);
   });

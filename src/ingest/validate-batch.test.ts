@@ -62,6 +62,16 @@ function whole(events: readonly BatchEvent[]): RequestEvent[] {
 }
 
 describe('validateBatch', () => {
+  it("hands over its rows in memory of their size, which the write buffer holds until they are stored", () => {
+    const texts = Array.from({ length: 100 }, (_, i) => event(i));
+    for (const recentIds of [new RecentEventIds(1000), new RecentEventIds(1000)]) {
+      const fresh = validateBatch(batchOf(texts), recentIds);
+      const repeats = validateBatch(batchOf(texts), recentIds); // all repeats: no rows
+      expect([fresh.rowCount, fresh.rows.buffer.byteLength]).toEqual([100, fresh.rows.length]);
+      expect([repeats.rowCount, repeats.rows.buffer.byteLength]).toEqual([0, 0]);
+    }
+  });
+
   it('takes a lost partition\'s messages, delivered again when it comes back, for new events', () => {
     const recentIds = new RecentEventIds(100);
     const first = [event(1), event(2)];

@@ -94,7 +94,8 @@ const ALL_PLANS: ReadonlySet<string> = new Set(PLANS);
  */
 export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times: TimeRange = EVENT_TIME_RANGE, now = Date.now(), judgedPlans: ReadonlySet<string> = ALL_PLANS): ValidatedBatch {
   const storable = timesAsOf(times, now);
-  // A row is shorter than its message but for odd ones (it grows for those).
+  // Room for every row (a row is shorter than its message but for odd ones, and it grows for those);
+  // the rows are trimmed to their size when handed over.
   const rows = new RowBuffer(batch.values.length + 1024);
   const rejections: ValidatedBatch['rejections'] = [];
   const events: BatchEvent[] = [];

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createLogger } from '../logger.ts';
-import { connectClickHouse, linePages } from './clickhouse.ts';
+import { connectClickHouse, linePages, writableChunks } from './clickhouse.ts';
 
 async function* chunks(...parts: (string | Buffer)[]): AsyncGenerator<Buffer> {
   for (const part of parts) yield Buffer.isBuffer(part) ? part : Buffer.from(part);
@@ -181,6 +181,23 @@ describe("the client's own log", () => {
     expect(atWarn.records.map((record) => record.level)).toEqual([40, 40]);
     const silent = await logOf('silent');
     expect(silent).toMatchObject({ records: [], console: 0 });
+  });
+});
+
+describe('writableChunks', () => {
+  it('joins runs of small chunks into buffers of about 1 MiB, passes large ones uncopied, and keeps every byte in order', () => {
+    const small = (i: number) => Buffer.from(`${i}\t${'x'.repeat(300)}\n`);
+    const large = Buffer.alloc(64 * 1024, 0x61);
+    const chunks = [...Array.from({ length: 5000 }, (_, i) => small(i)), large, small(5000), small(5001)];
+    const written = [...writableChunks(chunks)];
+    expect(Buffer.concat(written).equals(Buffer.concat(chunks))).toBe(true);
+    // 5,000 chunks of 306-309 bytes: one buffer per 1 MiB reached, the rest before the large chunk, then the last two joined.
+    expect(written.map((chunk) => chunk.length >= 1 << 20)).toEqual([true, false, false, false]);
+    expect(written[2]).toBe(large);
+    const lone = small(1);
+    expect([...writableChunks([lone])][0]).toBe(lone);
+    expect([...writableChunks(lone)][0]).toBe(lone);
+    expect([...writableChunks([])]).toEqual([]);
   });
 });
 

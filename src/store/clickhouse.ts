@@ -69,29 +69,23 @@ const JOINED_CHUNK_BYTES = 1 << 20;
  * A body's chunks as they are written: runs of small ones (a post's rows, a quiet partition's
  * batches) joined into buffers of about 1 MiB, so that a flush of thousands of small batches is not
  * written a few hundred bytes per call (each a trip to the thread pool, or a socket write); large
- * ones as they are, uncopied.
+ * ones as they are, uncopied. Joined as they are written, so at most one joined buffer is alive.
  */
-function writableChunks(body: InsertBody): Uint8Array[] {
-  const written: Uint8Array[] = [];
+export function* writableChunks(body: InsertBody): Generator<Uint8Array> {
   let run: Uint8Array[] = [];
   let runBytes = 0;
-  const endRun = () => {
-    if (run.length > 0) written.push(run.length === 1 ? run[0]! : Buffer.concat(run, runBytes));
+  for (const chunk of chunksOf(body)) {
+    if (chunk.length < SMALL_CHUNK_BYTES) {
+      run.push(chunk);
+      runBytes += chunk.length;
+      if (runBytes < JOINED_CHUNK_BYTES) continue;
+    }
+    if (run.length > 0) yield run.length === 1 ? run[0]! : Buffer.concat(run, runBytes);
+    if (chunk.length >= SMALL_CHUNK_BYTES) yield chunk;
     run = [];
     runBytes = 0;
-  };
-  for (const chunk of chunksOf(body)) {
-    if (chunk.length >= SMALL_CHUNK_BYTES) {
-      endRun();
-      written.push(chunk);
-      continue;
-    }
-    run.push(chunk);
-    runBytes += chunk.length;
-    if (runBytes >= JOINED_CHUNK_BYTES) endRun();
   }
-  endRun();
-  return written;
+  if (run.length > 0) yield run.length === 1 ? run[0]! : Buffer.concat(run, runBytes);
 }
 
 type ClientConnection = NonNullable<NonNullable<Parameters<typeof createClient>[0]>['connection']>;

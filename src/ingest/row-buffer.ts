@@ -1,7 +1,7 @@
 /**
  * Event rows (serializeEventRow lines) off the JS heap.
- * RowBuffer: rows UTF-8 encoded into a growing Buffer as they arrive, one batch's (the analysis
- * thread) or one post's. Its memory is never Node's shared Buffer pool (allocUnsafeSlow): the
+ * RowBuffer: a batch's rows UTF-8 encoded into a growing Buffer as they arrive, in the analysis
+ * thread. Its memory is never Node's shared Buffer pool (allocUnsafeSlow): the
  * analysis thread hands a batch's rows to the main thread by transferring their ArrayBuffer, and a
  * pooled one cannot be transferred (Node 20 silently copies the whole pool; Node 22 and later refuse
  * the message).

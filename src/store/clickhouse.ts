@@ -181,8 +181,7 @@ export function connectClickHouse(options: ClickHouseOptions): ClickHouse {
   const fileInsertMinBytes = options.fileInsertMinBytes ?? FILE_INSERT_MIN_BYTES;
   return wrap(client, 'embedded', async (table, columns, body, format, settings, signal) => {
     if (byteLengthOf(body) < fileInsertMinBytes) {
-      const chunks = chunksOf(body);
-      const values = chunks.length === 1 ? Buffer.from(chunks[0]!.buffer, chunks[0]!.byteOffset, chunks[0]!.length) : Buffer.concat(chunks);
+      const values = Buffer.concat(chunksOf(body)); // under fileInsertMinBytes: a small copy
       // Aborted, it settles at once; the native write still runs to its end (the body stays pinned).
       await connection.chdb.rawInsert({ table, columns: [...columns], format, values, settings: { ...PINNED_SETTINGS, ...settings } as Record<string, string | number | boolean>, signal });
       return;

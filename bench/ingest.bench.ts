@@ -7,6 +7,8 @@
  *     TabSeparated with EVENT_INSERT_SETTINGS, the format and settings the worker itself stores
  *     events with (src/store/clickhouse.ts and event-store.ts say why);
  *  3. the worker's full path: consume, validate, store, commit.
+ * Run by `npm run bench:ingest` with the flags `npm start` gives Node (`--max-semi-space-size=64`),
+ * as the worker runs in this process; the first line names them.
  * Prints the rates, the worker's ratio to each, and peak RSS. Uses the test services: the
  * mock broker (or KAFKA_BROKERS) and the embedded engine (or CLICKHOUSE_URL).
  * Env: BENCH_EVENTS (default 500000); BENCH_PLANS (a comma list the keys' plans cycle through, default
@@ -63,6 +65,7 @@ async function main(): Promise<void> {
     keys.length = 0;
     const produceMs = performance.now() - produceStarted;
     await producer.disconnect();
+    console.log(`node ${process.version}, flags: ${process.execArgv.filter((arg) => !arg.startsWith('--import') && !arg.startsWith('--require') && !/tsx/.test(arg)).join(' ') || 'none'}`);
     console.log(`input: ${EVENTS} events of plans ${(plans ?? ['all four']).join(', ')}, ${averageBytes} bytes on average, produced in ${(produceMs / 1000).toFixed(1)} s (${kafkaService.kind} broker, ${clickhouse.kind} ClickHouse)`);
 
     // 1. Plain consumer: counts messages, nothing else.

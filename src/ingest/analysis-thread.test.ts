@@ -1,6 +1,8 @@
+import { execFile } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { getHeapStatistics } from 'node:v8';
 import { afterEach, describe, expect, it } from 'vitest';
 import { capturedLogs } from '../../test/support/logs.ts';
@@ -8,7 +10,7 @@ import { writeMmdb } from '../../test/support/mmdb.ts';
 import type { RequestEvent } from '../events/request-event.ts';
 import { EVENT_TIME_RANGE } from '../events/request-event.ts';
 import { createLogger } from '../logger.ts';
-import { AnalysisThread, type Detection } from './analysis-thread.ts';
+import { AnalysisThread, startWorkerThread, type Detection } from './analysis-thread.ts';
 import { MAX_DEAD_LETTER_PAYLOAD, toDeadLetter } from './dead-letter.ts';
 import { MAX_COPIED_VALUE_BYTES } from './validate-batch.ts';
 
@@ -164,4 +166,25 @@ describe('AnalysisThread', () => {
     expect(judgements.get('high_failure_rate')).toBeGreaterThanOrEqual(3);
     expect(Math.max(...judgements.values()), JSON.stringify([...judgements])).toBeLessThanOrEqual(12);
   }, 20_000);
+});
+
+describe('startWorkerThread', () => {
+  /** The new space of the main thread and of a thread it starts, in MiB (test/support/young-generation-probe.ts). */
+  async function newSpacesMb(nodeOptions: string[]): Promise<{ main: number; thread: number }> {
+    const { stdout } = await promisify(execFile)(process.execPath, [...nodeOptions, '--import', 'tsx', 'test/support/young-generation-probe.ts'], { timeout: 60_000 });
+    return JSON.parse(stdout) as { main: number; thread: number };
+  }
+
+  it('gives the thread semi-spaces of 16 MB when the main thread runs with 64 MB ones', async () => {
+    const { main, thread } = await newSpacesMb(['--max-semi-space-size=64']);
+    expect(main).toBe(128); // the flag took effect on the main thread: two semi-spaces of 64 MB
+    expect(thread).toBeGreaterThan(0);
+    expect(thread).toBeLessThanOrEqual(32); // two of 16 MB at most
+  });
+
+  it('gives it the same in a process started without the flag (Node 24 would give it 64 MB)', async () => {
+    const { thread } = await newSpacesMb([]);
+    expect(thread).toBeGreaterThan(0);
+    expect(thread).toBeLessThanOrEqual(32);
+  });
 });

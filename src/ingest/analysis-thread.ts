@@ -7,7 +7,8 @@
  * alive and consume nothing.
  */
 import type { KafkaMessage } from 'kafkajs';
-import { Worker } from 'node:worker_threads';
+import { setFlagsFromString } from 'node:v8';
+import { Worker, type WorkerOptions } from 'node:worker_threads';
 import type { EngineFinding, EngineLoad, VouchedNetwork } from '../detect/engine.ts';
 import type { SprayedRequests } from '../detect/source-spray.ts';
 import type { NetworkSighting } from '../detect/key-history.ts';
@@ -33,6 +34,9 @@ export interface AnalysisSettings {
 
 /** Warm-up events go to the thread this many at a time, so the engine sheds between chunks and no copy is large. */
 const WARM_CHUNK = 10_000;
+
+/** V8's classic semi-space (each half of the young generation) on 64-bit, in MB: the analysis thread's. */
+const ANALYSIS_SEMI_SPACE_MB = 16;
 
 export interface Detection {
   findings: EngineFinding[];
@@ -88,7 +92,7 @@ export class AnalysisThread {
     private readonly onFailure: (error: Error) => void = () => undefined,
   ) {
     // The .mjs entry registers the TypeScript loader in the thread, however the main thread was started.
-    this.worker = new Worker(new URL('./analysis-thread.mjs', import.meta.url), {
+    this.worker = startWorkerThread(new URL('./analysis-thread.mjs', import.meta.url), {
       workerData: settings,
       // Out of heap, the thread alone ends (ERR_WORKER_OUT_OF_MEMORY), not the process.
       ...(settings.maxHeapMb !== undefined && { resourceLimits: { maxOldGenerationSizeMb: settings.maxHeapMb } }),
@@ -187,6 +191,22 @@ export class AnalysisThread {
       this.onFailure(error);
     }
   }
+}
+
+/**
+ * Starts a worker thread with semi-spaces of 16 MB, whatever the process was started with. The
+ * start commands give Node semi-spaces of 64 MB (`--max-semi-space-size=64`, which Node 24 also
+ * chooses by default on these machines) for the main thread, whose scavenges copy the Kafka fetch in
+ * hand: fewer of them, the larger they are. V8 applies that size to every thread, over
+ * `resourceLimits`, and with detection the analysis thread ran slower with it (README, Performance).
+ * So the flag is set before the thread starts: V8 reads it when a thread's heap is made, and the
+ * main thread keeps the heap it was made with. Node calls changing V8 flags after start-up undefined
+ * behaviour in general; this one, before a thread starts, is checked by a test on the Node versions
+ * CI runs (20 and 24).
+ */
+export function startWorkerThread(script: URL | string, options: WorkerOptions): Worker {
+  setFlagsFromString(`--max-semi-space-size=${ANALYSIS_SEMI_SPACE_MB}`);
+  return new Worker(script, options);
 }
 
 /**

@@ -65,7 +65,8 @@ async function main(): Promise<void> {
     keys.length = 0;
     const produceMs = performance.now() - produceStarted;
     await producer.disconnect();
-    console.log(`node ${process.version}, flags: ${process.execArgv.filter((arg) => !arg.startsWith('--import') && !arg.startsWith('--require') && !/tsx/.test(arg)).join(' ') || 'none'}`);
+    const nodeFlags = [...process.execArgv.filter((arg) => !arg.startsWith('--import') && !arg.startsWith('--require') && !/tsx/.test(arg)), ...(process.env.NODE_OPTIONS ? [`NODE_OPTIONS=${process.env.NODE_OPTIONS}`] : [])];
+    console.log(`node ${process.version}, flags: ${nodeFlags.join(' ') || 'none'}`);
     console.log(`input: ${EVENTS} events of plans ${(plans ?? ['all four']).join(', ')}, ${averageBytes} bytes on average, produced in ${(produceMs / 1000).toFixed(1)} s (${kafkaService.kind} broker, ${clickhouse.kind} ClickHouse)`);
 
     // 1. Plain consumer: counts messages, nothing else.

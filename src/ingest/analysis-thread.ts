@@ -200,7 +200,7 @@ export class AnalysisThread {
  * hand: fewer of them, the larger they are. V8 applies that size to every thread, over
  * `resourceLimits`, and with detection the analysis thread ran slower with it (README, Performance).
  * So the flag is set before the thread starts: V8 reads it when a thread's heap is made, and the
- * main thread keeps the heap it was made with. Node calls changing V8 flags after start-up undefined
+ * main thread keeps the heap it was made with. It stays set: a thread started later gets 16 MB too. Node calls changing V8 flags after start-up undefined
  * behaviour in general; this one, before a thread starts, is checked by a test on the Node versions
  * CI runs (20 and 24).
  */

@@ -1,7 +1,7 @@
 /**
  * Prints, as JSON, the new space (the young generation's two semi-spaces) of this process's main
- * thread and of a thread it starts with startWorkerThread, in MiB, each read after allocating enough
- * short-lived objects to grow it to its maximum. Run by analysis-thread.test.ts with and without
+ * thread, before and after it starts a thread with startWorkerThread, and of that thread, in MiB,
+ * each read after allocating enough short-lived objects to grow it to its maximum. Run by analysis-thread.test.ts with and without
  * `--max-semi-space-size`.
  */
 import { getHeapSpaceStatistics } from 'node:v8';
@@ -23,4 +23,5 @@ require('node:worker_threads').parentPort.postMessage((${churnThenNewSpaceMb.toS
 const worker = startWorkerThread(threadCode, { eval: true });
 const thread = await new Promise<number>((resolve, reject) => worker.once('message', resolve).once('error', reject));
 await worker.terminate();
-console.log(JSON.stringify({ main, thread }));
+const mainAfter = churnThenNewSpaceMb();
+console.log(JSON.stringify({ main, mainAfter, thread }));

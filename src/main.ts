@@ -110,7 +110,8 @@ export async function startWorker(config: Config, deps: WorkerDeps = {}): Promis
   // The detection windows are held to a budget that fits the analysis thread's heap
   // (DETECTION_MAX_HEAP_MB, else V8's default limit, read on this thread: the same old generation as
   // the analysis thread's, with a young generation 144 MiB larger under the start commands' 64 MB
-  // semi-spaces, 3.5% of the default 4 GiB, which the budget's half of the heap leaves room for).
+  // semi-spaces: 3.5% where V8's default is 4 GiB, as here, more under a smaller default; the budget's
+  // half of the heap leaves room for it).
   const maxWindowEvents = config.detection.maxWindowEvents ?? windowBudgetFor(config.detection.maxHeapMb ?? getHeapStatistics().heap_size_limit / 2 ** 20);
   logger.info({ version: VERSION, ...describeConfig(config), detectionWindowBudget: maxWindowEvents }, 'starting');
   const metrics = new WorkerMetrics();

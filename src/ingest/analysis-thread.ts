@@ -196,13 +196,13 @@ export class AnalysisThread {
 /**
  * Starts a worker thread with semi-spaces of 16 MB, whatever the process was started with. The
  * start commands give Node semi-spaces of 64 MB (`--max-semi-space-size=64`, which Node 24 also
- * chooses by default on these machines) for the main thread, whose scavenges copy the Kafka fetch in
- * hand: fewer of them, the larger they are. V8 applies that size to every thread, over
- * `resourceLimits`, and with detection the analysis thread ran slower with it (README, Performance).
- * So the flag is set before the thread starts: V8 reads it when a thread's heap is made, and the
- * main thread keeps the heap it was made with. It stays set: a thread started later gets 16 MB too. Node calls changing V8 flags after start-up undefined
- * behaviour in general; this one, before a thread starts, is checked by a test on the Node versions
- * CI runs (20 and 24).
+ * chooses by default on these machines) for the main thread, whose scavenges copy the Kafka fetch
+ * in hand: fewer of them, the larger they are. V8 applies that size to every thread, over
+ * `resourceLimits`, and with detection the analysis thread ran slower with it (README,
+ * Performance). So the flag is set before the thread starts: V8 reads it when a thread's heap is
+ * made, and the main thread keeps the heap it was made with. It stays set: a thread started later
+ * gets 16 MB too. Node calls changing V8 flags after start-up undefined behaviour in general; this
+ * one, before a thread starts, is checked by a test on the Node versions CI runs (20 and 24).
  */
 export function startWorkerThread(script: URL | string, options: WorkerOptions): Worker {
   setFlagsFromString(`--max-semi-space-size=${ANALYSIS_SEMI_SPACE_MB}`);

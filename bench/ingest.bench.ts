@@ -7,8 +7,8 @@
  *     TabSeparated with EVENT_INSERT_SETTINGS, the format and settings the worker itself stores
  *     events with (src/store/clickhouse.ts and event-store.ts say why);
  *  3. the worker's full path: consume, validate, store, commit.
- * Run by `npm run bench:ingest` with the flags `npm start` gives Node (`--max-semi-space-size=64`),
- * as the worker runs in this process; the first line names them.
+ * Run by `npm run bench:ingest` with the V8 flag `npm start` gives Node (`--max-semi-space-size=64`),
+ * as the worker runs in this process; the first line names Node's version and flags.
  * Prints the rates, the worker's ratio to each, and peak RSS. Uses the test services: the
  * mock broker (or KAFKA_BROKERS) and the embedded engine (or CLICKHOUSE_URL).
  * Env: BENCH_EVENTS (default 500000); BENCH_PLANS (a comma list the keys' plans cycle through, default

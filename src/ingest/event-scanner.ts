@@ -91,6 +91,10 @@ const MAX_FRACTION_TEXT = 32;
 
 export class EventScanner {
   private bytes: Uint8Array = new Uint8Array(0);
+  /** DataViews of `bytes` and of `target`, the memory writeRow last wrote rows into, for copyBytes. */
+  private bytesView = new DataView(this.bytes.buffer);
+  private target: Uint8Array = new Uint8Array(0);
+  private targetView = new DataView(this.target.buffer);
   private readonly kinds = new Uint8Array(FIELDS.length);
   private readonly starts = new Int32Array(FIELDS.length);
   private readonly ends = new Int32Array(FIELDS.length);
@@ -107,18 +111,22 @@ export class EventScanner {
    * `times` (resolved: timesAsOf), which writeRow, event and the other reads then describe.
    */
   read(bytes: Uint8Array, start: number, end: number, times: TimeRange): boolean {
-    this.bytes = bytes;
+    if (bytes !== this.bytes) {
+      this.bytes = bytes;
+      this.bytesView = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    }
     this.messageBytes = end - start;
     this.secretHint = false;
     this.kinds.fill(ABSENT);
     let i = skipSpace(bytes, start, end);
     if (i >= end || bytes[i] !== OPEN_BRACE) return false;
     i = skipSpace(bytes, i + 1, end);
+    let field = -1;
     for (;;) {
       if (i >= end || bytes[i] !== QUOTE) return false;
       const nameEnd = this.stringEnd(i + 1, end);
       if (nameEnd < 0) return false;
-      const field = fieldOf(bytes, i + 1, nameEnd);
+      field = fieldOf(bytes, i + 1, nameEnd, field + 1);
       i = skipSpace(bytes, nameEnd + 1, end);
       if (i >= end || bytes[i] !== COLON) return false;
       i = skipSpace(bytes, i + 1, end);
@@ -226,40 +234,44 @@ export class EventScanner {
   }
 
   private writeRowInto(target: Uint8Array, at: number, time: string | undefined, responseTime: string | undefined, topicText: string, partition: number, offset: number): number {
-    const { bytes, starts, ends } = this;
-    at = copy(bytes, starts[EVENT_ID]!, ends[EVENT_ID]!, target, at);
+    if (target !== this.target) {
+      this.target = target;
+      this.targetView = new DataView(target.buffer, target.byteOffset, target.byteLength);
+    }
+    const { bytes, starts, ends, bytesView, targetView } = this;
+    at = copyBytes(bytes, bytesView, starts[EVENT_ID]!, ends[EVENT_ID]!, target, targetView, at);
     target[at++] = TAB;
     if (time === undefined) {
       // toISOString's form, "2026-11-20T12:00:00.000Z": the row's is "2026-11-20 12:00:00.000".
       const start = starts[TIMESTAMP]!;
-      at = copy(bytes, start, start + 10, target, at);
+      at = copyBytes(bytes, bytesView, start, start + 10, target, targetView, at);
       target[at++] = SPACE;
-      at = copy(bytes, start + 11, start + 23, target, at);
+      at = copyBytes(bytes, bytesView, start + 11, start + 23, target, targetView, at);
     } else {
       at = writeAscii(time, target, at);
     }
     target[at++] = TAB;
-    at = copy(bytes, starts[MERCHANT_ID]!, ends[MERCHANT_ID]!, target, at);
+    at = copyBytes(bytes, bytesView, starts[MERCHANT_ID]!, ends[MERCHANT_ID]!, target, targetView, at);
     target[at++] = TAB;
     at = writeAscii(PLANS[this.planIndex]!, target, at);
     target[at++] = TAB;
-    at = copy(bytes, starts[API_KEY_ID]!, ends[API_KEY_ID]!, target, at);
+    at = copyBytes(bytes, bytesView, starts[API_KEY_ID]!, ends[API_KEY_ID]!, target, targetView, at);
     target[at++] = TAB;
     at = writeAscii(ENVIRONMENT_NAMES[this.environmentIndex]!, target, at);
     target[at++] = TAB;
-    at = copy(bytes, starts[IP]!, ends[IP]!, target, at);
+    at = copyBytes(bytes, bytesView, starts[IP]!, ends[IP]!, target, targetView, at);
     target[at++] = TAB;
-    at = copy(bytes, starts[USER_AGENT]!, ends[USER_AGENT]!, target, at);
+    at = copyBytes(bytes, bytesView, starts[USER_AGENT]!, ends[USER_AGENT]!, target, targetView, at);
     target[at++] = TAB;
     at = copyUpperCase(bytes, starts[METHOD]!, ends[METHOD]!, target, at);
     target[at++] = TAB;
-    at = copy(bytes, starts[PATH]!, ends[PATH]!, target, at);
+    at = copyBytes(bytes, bytesView, starts[PATH]!, ends[PATH]!, target, targetView, at);
     target[at++] = TAB;
-    at = copy(bytes, starts[STATUS]!, ends[STATUS]!, target, at);
+    at = copyBytes(bytes, bytesView, starts[STATUS]!, ends[STATUS]!, target, targetView, at);
     target[at++] = TAB;
-    at = responseTime === undefined ? copy(bytes, starts[RESPONSE_TIME]!, ends[RESPONSE_TIME]!, target, at) : writeAscii(responseTime, target, at);
+    at = responseTime === undefined ? copyBytes(bytes, bytesView, starts[RESPONSE_TIME]!, ends[RESPONSE_TIME]!, target, targetView, at) : writeAscii(responseTime, target, at);
     target[at++] = TAB;
-    if (this.isGiven(RATE_LIMIT)) at = copy(bytes, starts[RATE_LIMIT]!, ends[RATE_LIMIT]!, target, at);
+    if (this.isGiven(RATE_LIMIT)) at = copyBytes(bytes, bytesView, starts[RATE_LIMIT]!, ends[RATE_LIMIT]!, target, targetView, at);
     else target[at++] = 0x30; // 0: the event carried no limit
     target[at++] = TAB;
     if (this.isGiven(COUNTRY)) at = copyUpperCase(bytes, starts[COUNTRY]!, ends[COUNTRY]!, target, at);
@@ -469,21 +481,34 @@ function startsWith(bytes: Uint8Array, i: number, end: number, word: Uint8Array)
   return true;
 }
 
-/** The index of the event field named by bytes[start, end); -1 for another name. */
-function fieldOf(bytes: Uint8Array, start: number, end: number): number {
-  const length = end - start;
-  for (let field = 0; field < FIELD_NAMES.length; field++) {
-    const name = FIELD_NAMES[field]!;
-    if (name.length !== length || name[0] !== bytes[start]) continue;
-    let j = 1;
-    while (j < length && name[j] === bytes[start + j]) j++;
-    if (j === length) return field;
-  }
+/**
+ * The index of the event field named by bytes[start, end); -1 for another name. `likely` is tried
+ * first: the field after the last one, as producers write an event's fields in one order, mostly
+ * that of FIELDS.
+ */
+function fieldOf(bytes: Uint8Array, start: number, end: number, likely: number): number {
+  if (likely < FIELD_NAMES.length && isName(FIELD_NAMES[likely]!, bytes, start, end)) return likely;
+  for (let field = 0; field < FIELD_NAMES.length; field++) if (isName(FIELD_NAMES[field]!, bytes, start, end)) return field;
   return -1;
 }
 
-function copy(source: Uint8Array, start: number, end: number, target: Uint8Array, at: number): number {
-  for (let i = start; i < end; i++) target[at++] = source[i]!;
+function isName(name: Uint8Array, bytes: Uint8Array, start: number, end: number): boolean {
+  const length = end - start;
+  if (name.length !== length || name[0] !== bytes[start]) return false;
+  let j = 1;
+  while (j < length && name[j] === bytes[start + j]) j++;
+  return j === length;
+}
+
+/**
+ * Copies source[start, end) into target from `at` (sourceView and targetView: DataViews of the two
+ * arrays whole), four bytes at a time: two and a half times as fast as a loop of bytes for a field
+ * of 25 bytes (a microbenchmark on Node 20), and a row is mostly its message's fields copied.
+ */
+function copyBytes(source: Uint8Array, sourceView: DataView, start: number, end: number, target: Uint8Array, targetView: DataView, at: number): number {
+  let i = start;
+  for (; i + 4 <= end; i += 4, at += 4) targetView.setUint32(at, sourceView.getUint32(i, true), true);
+  for (; i < end; i++) target[at++] = source[i]!;
   return at;
 }
 

@@ -62,14 +62,21 @@ function whole(events: readonly BatchEvent[]): RequestEvent[] {
 }
 
 describe('validateBatch', () => {
-  it("hands over its rows in memory of their size, which the write buffer holds until they are stored", () => {
-    const texts = Array.from({ length: 100 }, (_, i) => event(i));
-    for (const recentIds of [new RecentEventIds(1000), new RecentEventIds(1000)]) {
-      const fresh = validateBatch(batchOf(texts), recentIds);
-      const repeats = validateBatch(batchOf(texts), recentIds); // all repeats: no rows
-      expect([fresh.rowCount, fresh.rows.buffer.byteLength]).toEqual([100, fresh.rows.length]);
-      expect([repeats.rowCount, repeats.rows.buffer.byteLength]).toEqual([0, 0]);
-    }
+  it('hands over its rows in memory about their size, which the write buffer holds until they are stored, written there without a copy', () => {
+    const recentIds = new RecentEventIds(100_000);
+    // Events whose rows are most of their messages (a long user agent), as of the fleet's.
+    const batch = (from: number) => batchOf(Array.from({ length: 2_000 }, (_, i) => event(from + i, `Mozilla/5.0 ${'x'.repeat(200)}`)));
+    const first = validateBatch(batch(0), recentIds);
+    const repeats = validateBatch(batch(0), recentIds); // all repeats: no rows
+    const next = validateBatch(batch(2_000), recentIds);
+    expect([first.rowCount, repeats.rowCount, next.rowCount]).toEqual([2_000, 0, 2_000]);
+    // Rows are shorter than their messages: memory sized to the messages is trimmed (a copy of the rows).
+    expect(first.rows.buffer.byteLength).toBeLessThanOrEqual(1.05 * first.rows.length + 4096);
+    expect(repeats.rows.buffer.byteLength).toBe(0);
+    // The next batch's memory is sized by the first's rows (the repeats' none say nothing): some of it
+    // is left over, so the rows are in the memory they were written in.
+    expect(next.rows.buffer.byteLength).toBeGreaterThan(next.rows.length);
+    expect(next.rows.buffer.byteLength).toBeLessThanOrEqual(1.05 * next.rows.length + 4096);
   });
 
   it('takes a lost partition\'s messages, delivered again when it comes back, for new events', () => {

@@ -82,6 +82,17 @@ export const MAX_COPIED_VALUE_BYTES = MAX_EVENT_BYTES + 4;
  */
 export const MAX_COPIED_KEY_BYTES = 4 * MAX_ID_LENGTH + 1;
 
+/**
+ * Bytes of rows per byte of messages, as the last batch that stored rows had them (rows are shorter
+ * than their messages: no field names): a batch's rows are written into memory sized by it, with a
+ * little room, so that they fill it and are handed over as they are. Sized to the messages, a third
+ * of it stayed empty, and every batch's rows were copied into memory of their size (trimmedBytes);
+ * a batch whose rows outgrow it is copied as before. Bounded, so that a batch of odd ones (nearly
+ * all repeats) does not set the next one's size.
+ */
+let rowBytesPerMessageByte = 1;
+const ROW_ROOM_SHARE = 1.03;
+
 /** The fast path's reader, one for the thread (validateBatch is synchronous). */
 const scanner = new EventScanner();
 const ALL_PLANS: ReadonlySet<string> = new Set(PLANS);
@@ -94,9 +105,9 @@ const ALL_PLANS: ReadonlySet<string> = new Set(PLANS);
  */
 export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times: TimeRange = EVENT_TIME_RANGE, now = Date.now(), judgedPlans: ReadonlySet<string> = ALL_PLANS): ValidatedBatch {
   const storable = timesAsOf(times, now);
-  // Room for every row (a row is shorter than its message but for odd ones, and it grows for those);
-  // the rows are trimmed to their size when handed over.
-  const rows = new RowBuffer(batch.values.length + 1024);
+  // Room for the rows the last batch's suggest (it grows for more); they are trimmed to their size
+  // when handed over if they leave much of it empty.
+  const rows = new RowBuffer(Math.ceil(batch.values.length * rowBytesPerMessageByte * ROW_ROOM_SHARE) + 4096);
   const rejections: ValidatedBatch['rejections'] = [];
   const events: BatchEvent[] = [];
   const ascii = isAscii(batch.values);
@@ -145,6 +156,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
     }
     keyStart = keyEnd;
   }
+  if (rows.rows > 0 && batch.values.length > 0) rowBytesPerMessageByte = Math.min(2, Math.max(0.5, rows.byteLength / batch.values.length));
   // Trimmed: the main thread holds this memory until the rows are stored (RowChunks).
   return { rows: rows.trimmedBytes(), rowCount: rows.rows, duplicates, misrouted, rejections, events };
 }

@@ -13,7 +13,8 @@
  * For comparison, with the same engine and traffic: admission timed too (DetectionEngine.process),
  * the engine's upkeep alone (one rule that keeps no tally and never fires), and the five rules
  * without their screens (every rule reads every touched window, as before the screens); the last
- * must report the same findings.
+ * must report the same findings. And, for scale, validation of the same events as Kafka batches
+ * (validateBatch), the analysis thread's other work per event.
  * Traffic: ordinary integrations (library user agents, a few IPs in one /24, one region, mostly 2xx
  * with some 401/404/422/429/5xx) at BENCH_RATE events/s in all, 2% of keys served from two regions,
  * and 25 abusive keys (velocity, attack tool, sharing, travel, 401 storm) so the rules' firing paths
@@ -29,7 +30,9 @@ import { DetectionConfig } from '../src/detect/detection-config.ts';
 import { DetectionEngine, type AnyRule, type EngineFinding } from '../src/detect/engine.ts';
 import type { GeoLookup } from '../src/detect/geo.ts';
 import type { GeoPoint } from '../src/detect/types.ts';
-import { PLANS, type RequestEvent } from '../src/events/request-event.ts';
+import { EVENT_TIME_RANGE, PLANS, type RequestEvent } from '../src/events/request-event.ts';
+import { RecentEventIds } from '../src/ingest/recent-event-ids.ts';
+import { validateBatch, type RawBatch } from '../src/ingest/validate-batch.ts';
 import { RULES } from '../rules/index.ts';
 import { prng } from '../test/support/random.ts';
 
@@ -129,6 +132,50 @@ function timeParse(json: readonly string[], count: number): number {
   return ms;
 }
 
+/**
+ * Validation of the same events as Kafka batches of BATCH messages keyed by their apiKeyId
+ * (validateBatch, as the analysis thread runs it before detection: each message's bytes to its
+ * stored row and, every plan being judged here, to the event detection gets; the eventId memory of
+ * the worker's default size). Packing the batches is not timed. A few of the events are refused:
+ * those whose eventId has `sk_` after an underscore (`evt_sk_42`), which the secret filter takes for a key secret.
+ */
+function timeValidation(json: readonly string[], count: number): { ms: number; refused: number } {
+  const encoder = new TextEncoder();
+  const batches: RawBatch[] = [];
+  for (let first = 0; first < count; first += BATCH) {
+    const texts = json.slice(first, Math.min(count, first + BATCH));
+    const values = texts.map((text) => encoder.encode(text));
+    const keys = texts.map((text) => encoder.encode((JSON.parse(text) as { apiKeyId: string }).apiKeyId));
+    const joined = (parts: Uint8Array[]) => {
+      const bytes = new Uint8Array(parts.reduce((total, part) => total + part.length, 0));
+      const ends = new Uint32Array(parts.length);
+      let at = 0;
+      parts.forEach((part, i) => {
+        bytes.set(part, at);
+        ends[i] = at += part.length;
+      });
+      return { bytes, ends };
+    };
+    const value = joined(values);
+    const key = joined(keys);
+    const offsets = Float64Array.from(texts, (_, i) => first + i);
+    batches.push({ topic: 'api.request-metadata', partition: 0, values: value.bytes, ends: value.ends, keys: key.bytes, keyEnds: key.ends, offsets, timestamps: offsets.map(() => CLOCK) });
+  }
+  const recentIds = new RecentEventIds(1_000_000);
+  const judged = new Set<string>(PLANS);
+  let rows = 0;
+  let refused = 0;
+  const started = performance.now();
+  for (const batch of batches) {
+    const validated = validateBatch(batch, recentIds, EVENT_TIME_RANGE, CLOCK, judged);
+    rows += validated.rowCount;
+    refused += validated.rejections.length;
+  }
+  const ms = performance.now() - started;
+  if (rows + refused !== count || refused > count / 1000) throw new Error(`validation stored ${rows} and refused ${refused} of ${count} events: the bench's events must be valid`);
+  return { ms, refused };
+}
+
 /** What the engine's GeoIP lookup says: the region the generator placed each address in. */
 function geoLookup(generated: Generated, count: number): GeoLookup {
   const places = new Map<string, GeoPoint>();
@@ -225,9 +272,11 @@ function main(): void {
   // Warm up on the first 10% (separate engines), then measure the whole input.
   const warm = Math.min(EVENTS, 100_000);
   timeParse(generated.json, warm);
+  timeValidation(generated.json, warm);
   for (const variant of VARIANTS) run(generated, warm, variant);
 
   const parseMs = timeParse(generated.json, EVENTS);
+  const validation = timeValidation(generated.json, EVENTS);
   const [engine, whole, upkeep, screens, unscreened] = VARIANTS.map((variant) => run(generated, EVENTS, variant)) as [RunStats, RunStats, RunStats, RunStats, RunStats];
   const perSecond = (ms: number) => Math.round(EVENTS / (ms / 1000)).toLocaleString('en');
   console.log(`JSON.parse of the same events: ${perSecond(parseMs)} events/s (${(parseMs / 1000).toFixed(2)} s)`);
@@ -241,6 +290,10 @@ function main(): void {
       `  ${label}: ${perSecond(stats.ms)} events/s, ${((stats.ms * 1000) / stats.evaluations).toFixed(2)} µs per key evaluation, ` +
         `ratio to JSON.parse ${(stats.ms / parseMs).toFixed(2)}`,
     );
+  console.log(
+    `validation of the same events as Kafka batches (validateBatch: rows to store, events to detect; the analysis thread's other work): ` +
+      `${perSecond(validation.ms)} events/s, ratio to JSON.parse ${(validation.ms / parseMs).toFixed(2)} (${validation.refused} refused as carrying a secret)`,
+  );
   console.log('for comparison, the same engine and traffic:');
   compare('admission and enrichment timed too (DetectionEngine.process)', whole);
   compare('upkeep alone (keys, eventId dedup, windows; no rules)', upkeep);

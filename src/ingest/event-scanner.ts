@@ -121,12 +121,13 @@ export class EventScanner {
     let i = skipSpace(bytes, start, end);
     if (i >= end || bytes[i] !== OPEN_BRACE) return false;
     i = skipSpace(bytes, i + 1, end);
-    let field = -1;
+    let likely = 0; // the field after the last one the event has
     for (;;) {
       if (i >= end || bytes[i] !== QUOTE) return false;
       const nameEnd = this.stringEnd(i + 1, end);
       if (nameEnd < 0) return false;
-      field = fieldOf(bytes, i + 1, nameEnd, field + 1);
+      const field = fieldOf(bytes, i + 1, nameEnd, likely);
+      if (field >= 0) likely = field + 1;
       i = skipSpace(bytes, nameEnd + 1, end);
       if (i >= end || bytes[i] !== COLON) return false;
       i = skipSpace(bytes, i + 1, end);
@@ -281,6 +282,12 @@ export class EventScanner {
     at = writeAscii(String(partition), target, at);
     target[at++] = TAB;
     return writeAscii(String(offset), target, at);
+  }
+
+  /** Lets go of the last message bytes and row memory it was given (the thread may wait long for the next batch). */
+  release(): void {
+    this.bytes = this.target = new Uint8Array(0);
+    this.bytesView = this.targetView = new DataView(this.bytes.buffer);
   }
 
   /** The event read, as commonEvent makes it (for detection); `values` are the bytes given to read(), as a Buffer. */

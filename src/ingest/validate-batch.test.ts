@@ -64,17 +64,18 @@ function whole(events: readonly BatchEvent[]): RequestEvent[] {
 describe('validateBatch', () => {
   it('hands over its rows in memory about their size, which the write buffer holds until they are stored, written there without a copy', () => {
     const recentIds = new RecentEventIds(100_000);
-    // Events whose rows are most of their messages (a long user agent), as of the fleet's.
+    // Events whose rows are most of their messages (a long user agent), as the fleet's often are.
     const batch = (from: number) => batchOf(Array.from({ length: 2_000 }, (_, i) => event(from + i, `Mozilla/5.0 ${'x'.repeat(200)}`)));
     const first = validateBatch(batch(0), recentIds);
     const repeats = validateBatch(batch(0), recentIds); // all repeats: no rows
-    const next = validateBatch(batch(2_000), recentIds);
-    expect([first.rowCount, repeats.rowCount, next.rowCount]).toEqual([2_000, 0, 2_000]);
+    const mostlyRepeats = validateBatch(batch(1), recentIds); // one new event
+    const next = validateBatch(batch(2_001), recentIds);
+    expect([first.rowCount, repeats.rowCount, mostlyRepeats.rowCount, next.rowCount]).toEqual([2_000, 0, 1, 2_000]);
     // Rows are shorter than their messages: memory sized to the messages is trimmed (a copy of the rows).
     expect(first.rows.buffer.byteLength).toBeLessThanOrEqual(1.05 * first.rows.length + 4096);
     expect(repeats.rows.buffer.byteLength).toBe(0);
-    // The next batch's memory is sized by the first's rows (the repeats' none say nothing): some of it
-    // is left over, so the rows are in the memory they were written in.
+    // The next batch's memory is sized by the rows before it, per byte of the messages they were read
+    // from (repeats say nothing of it): some of it is left over, so the rows are in the memory they were written in.
     expect(next.rows.buffer.byteLength).toBeGreaterThan(next.rows.length);
     expect(next.rows.buffer.byteLength).toBeLessThanOrEqual(1.05 * next.rows.length + 4096);
   });

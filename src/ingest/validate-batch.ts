@@ -83,12 +83,12 @@ export const MAX_COPIED_VALUE_BYTES = MAX_EVENT_BYTES + 4;
 export const MAX_COPIED_KEY_BYTES = 4 * MAX_ID_LENGTH + 1;
 
 /**
- * Bytes of rows per byte of messages, as the last batch that stored rows had them (rows are shorter
- * than their messages: no field names): a batch's rows are written into memory sized by it, with a
- * little room, so that they fill it and are handed over as they are. Sized to the messages, a third
- * of it stayed empty, and every batch's rows were copied into memory of their size (trimmedBytes);
- * a batch whose rows outgrow it is copied as before. Bounded, so that a batch of odd ones (nearly
- * all repeats) does not set the next one's size.
+ * Bytes of rows per byte of the messages they were read from, as the last batch that stored rows
+ * had them (rows are shorter than their messages: no field names). A batch's rows are written into
+ * memory sized by it, with a little room, so that they fill it and are handed over as they are.
+ * Sized to the messages, a third of it stayed empty, and every batch's rows were copied into memory
+ * of their size (trimmedBytes). Repeats and refused messages do not count, so a batch of them does
+ * not shrink the next one's memory; rows that outgrow it make it grow (a copy) and are trimmed (another).
  */
 let rowBytesPerMessageByte = 1;
 const ROW_ROOM_SHARE = 1.03;
@@ -118,6 +118,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
   const fastPath = ascii && /^[\x20-\x7e]*$/.test(topicText);
   let duplicates = 0;
   let misrouted = 0;
+  let storedMessageBytes = 0;
   let start = 0;
   let keyStart = 0;
   for (let index = 0; index < batch.ends.length; index++) {
@@ -132,6 +133,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
       } else {
         if (!scanner.isKeyedBy(batch.keys, keyStart, keyEnd)) misrouted++;
         scanner.writeRow(rows, topicText, batch.partition, batch.offsets[index]!);
+        storedMessageBytes += end - start;
         events.push(judgedPlans.has(scanner.plan) ? scanner.event(valuesBuffer) : { plan: scanner.plan, timestamp: scanner.timestamp, unjudged: true });
       }
       start = end;
@@ -140,6 +142,7 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
     }
     const messageText = text(start, oversized ? Math.min(end, start + MAX_COPIED_VALUE_BYTES) : end);
     const result = oversized ? tooLarge() : parseRequestEventText(messageText, storable);
+    const messageBytes = end - start;
     start = end;
     if (!result.ok) {
       const { redactedEvent, ...rejection } = result.rejection;
@@ -152,11 +155,13 @@ export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times:
     } else {
       if (!isKeyedBy(batch.keys, keyStart, keyEnd, result.event.apiKeyId)) misrouted++;
       rows.append(serializeEventRow(result.event, { topic: batch.topic, partition: batch.partition, offset: batch.offsets[index]! }, messageText));
+      storedMessageBytes += messageBytes;
       events.push(result.event);
     }
     keyStart = keyEnd;
   }
-  if (rows.rows > 0 && batch.values.length > 0) rowBytesPerMessageByte = Math.min(2, Math.max(0.5, rows.byteLength / batch.values.length));
+  if (storedMessageBytes > 0) rowBytesPerMessageByte = Math.min(2, Math.max(0.5, rows.byteLength / storedMessageBytes));
+  scanner.release();
   // Trimmed: the main thread holds this memory until the rows are stored (RowChunks).
   return { rows: rows.trimmedBytes(), rowCount: rows.rows, duplicates, misrouted, rejections, events };
 }

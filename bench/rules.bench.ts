@@ -136,8 +136,9 @@ function timeParse(json: readonly string[], count: number): number {
  * Validation of the same events as Kafka batches of BATCH messages keyed by their apiKeyId
  * (validateBatch, as the analysis thread runs it before detection: each message's bytes to its
  * stored row and, every plan being judged here, to the event detection gets; the eventId memory of
- * the worker's default size). Packing the batches is not timed. One event is refused: event 1028,
- * whose eventId is `evt_sk_<key>` (1028 is `sk` in base 36), which the secret filter takes for a key secret.
+ * the worker's default size). Packing the batches is not timed. One event (of 1,029 or more) is
+ * refused: event 1028, whose eventId is `evt_sk_<key>` (1028 is `sk` in base 36), which the secret
+ * filter takes for a key secret.
  */
 function timeValidation(json: readonly string[], count: number): { ms: number; refused: number } {
   const encoder = new TextEncoder();

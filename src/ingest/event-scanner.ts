@@ -490,7 +490,7 @@ function startsWith(bytes: Uint8Array, i: number, end: number, word: Uint8Array)
 
 /**
  * The index of the event field named by bytes[start, end); -1 for another name. `likely` is tried
- * first: the field after the last one, as producers write an event's fields in one order, mostly
+ * first: the field after the last known one, as producers write an event's fields in one order, mostly
  * that of FIELDS.
  */
 function fieldOf(bytes: Uint8Array, start: number, end: number, likely: number): number {

@@ -88,7 +88,8 @@ export const MAX_COPIED_KEY_BYTES = 4 * MAX_ID_LENGTH + 1;
  * memory sized by it, with a little room, so that they fill it and are handed over as they are.
  * Sized to the messages, a third of it stayed empty, and every batch's rows were copied into memory
  * of their size (trimmedBytes). Repeats and refused messages do not count, so a batch of them does
- * not shrink the next one's memory; rows that outgrow it make it grow (a copy) and are trimmed (another).
+ * not shrink the next one's memory; rows that outgrow it make it grow (a copy) and are usually
+ * trimmed (another). Bounded, so that one odd batch does not set the next one's size.
  */
 let rowBytesPerMessageByte = 1;
 const ROW_ROOM_SHARE = 1.03;
@@ -105,8 +106,8 @@ const ALL_PLANS: ReadonlySet<string> = new Set(PLANS);
  */
 export function validateBatch(batch: RawBatch, recentIds: RecentEventIds, times: TimeRange = EVENT_TIME_RANGE, now = Date.now(), judgedPlans: ReadonlySet<string> = ALL_PLANS): ValidatedBatch {
   const storable = timesAsOf(times, now);
-  // Room for the rows the last batch's suggest (it grows for more); they are trimmed to their size
-  // when handed over if they leave much of it empty.
+  // Room for the rows the last batch that stored rows suggests (it grows for more); they are
+  // trimmed to their size when handed over if they leave much of it empty.
   const rows = new RowBuffer(Math.ceil(batch.values.length * rowBytesPerMessageByte * ROW_ROOM_SHARE) + 4096);
   const rejections: ValidatedBatch['rejections'] = [];
   const events: BatchEvent[] = [];

@@ -121,7 +121,7 @@ export class EventScanner {
     let i = skipSpace(bytes, start, end);
     if (i >= end || bytes[i] !== OPEN_BRACE) return false;
     i = skipSpace(bytes, i + 1, end);
-    let likely = 0; // the field after the last one the event has
+    let likely = 0; // the field after the last known one
     for (;;) {
       if (i >= end || bytes[i] !== QUOTE) return false;
       const nameEnd = this.stringEnd(i + 1, end);

@@ -34,6 +34,7 @@ import { EVENT_TIME_RANGE, PLANS, type RequestEvent } from '../src/events/reques
 import { RecentEventIds } from '../src/ingest/recent-event-ids.ts';
 import { validateBatch, type RawBatch } from '../src/ingest/validate-batch.ts';
 import { RULES } from '../rules/index.ts';
+import { packed } from '../test/support/events.ts';
 import { prng } from '../test/support/random.ts';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 1_000_000);
@@ -141,24 +142,11 @@ function timeParse(json: readonly string[], count: number): number {
  * filter takes for a key secret.
  */
 function timeValidation(json: readonly string[], count: number): { ms: number; refused: number } {
-  const encoder = new TextEncoder();
   const batches: RawBatch[] = [];
   for (let first = 0; first < count; first += BATCH) {
     const texts = json.slice(first, Math.min(count, first + BATCH));
-    const values = texts.map((text) => encoder.encode(text));
-    const keys = texts.map((text) => encoder.encode((JSON.parse(text) as { apiKeyId: string }).apiKeyId));
-    const joined = (parts: Uint8Array[]) => {
-      const bytes = new Uint8Array(parts.reduce((total, part) => total + part.length, 0));
-      const ends = new Uint32Array(parts.length);
-      let at = 0;
-      parts.forEach((part, i) => {
-        bytes.set(part, at);
-        ends[i] = at += part.length;
-      });
-      return { bytes, ends };
-    };
-    const value = joined(values);
-    const key = joined(keys);
+    const value = packed(texts);
+    const key = packed(texts.map((text) => (JSON.parse(text) as { apiKeyId: string }).apiKeyId));
     const offsets = Float64Array.from(texts, (_, i) => first + i);
     batches.push({ topic: 'api.request-metadata', partition: 0, values: value.bytes, ends: value.ends, keys: key.bytes, keyEnds: key.ends, offsets, timestamps: offsets.map(() => CLOCK) });
   }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { REQUEST_EVENT_COLUMNS, storableEventTimes, tsvText } from '../store/event-store.ts';
 import { MAX_EVENT_BYTES, type BatchEvent, type RequestEvent } from '../events/request-event.ts';
+import { packed } from '../../test/support/events.ts';
 import { prng } from '../../test/support/random.ts';
 import { RecentEventIds } from './recent-event-ids.ts';
 import { MAX_COPIED_KEY_BYTES, MAX_COPIED_VALUE_BYTES, validateBatch, type RawBatch } from './validate-batch.ts';
@@ -22,19 +23,6 @@ function event(i: number, userAgent = 'okhttp/4.12.0', apiKeyId = 'pk_live_a'): 
     status: 200,
     responseTimeMs: 12,
   });
-}
-
-/** Texts back to back, and where each ends. */
-function packed(texts: readonly string[]): { bytes: Uint8Array; ends: Uint32Array } {
-  const encoded = texts.map((text) => new TextEncoder().encode(text));
-  const bytes = new Uint8Array(encoded.reduce((sum, text) => sum + text.length, 0));
-  const ends = new Uint32Array(texts.length);
-  let position = 0;
-  encoded.forEach((text, i) => {
-    bytes.set(text, position);
-    ends[i] = position += text.length;
-  });
-  return { bytes, ends };
 }
 
 /** A batch of messages keyed `pk_live_a` (the events' apiKeyId), unless `keys` says otherwise ('' for a message without a key). */

@@ -105,3 +105,17 @@ export function makeMixedStream(total: number, options: EventOptions): MixedStre
   }
   return stream;
 }
+
+/** Texts in UTF-8 back to back, and where each ends: message values or keys as a Kafka batch carries them to validation (RawBatch). */
+export function packed(texts: readonly string[]): { bytes: Uint8Array; ends: Uint32Array } {
+  const encoder = new TextEncoder();
+  const encoded = texts.map((text) => encoder.encode(text));
+  const bytes = new Uint8Array(encoded.reduce((sum, text) => sum + text.length, 0));
+  const ends = new Uint32Array(texts.length);
+  let position = 0;
+  encoded.forEach((text, i) => {
+    bytes.set(text, position);
+    ends[i] = position += text.length;
+  });
+  return { bytes, ends };
+}

@@ -96,6 +96,8 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
   // The spec's enterprise limits are custom: its minutes whose events carry no limit (RateLimit-Limit)
   // are not judged against 60, which would block an enterprise key at its own contracted rate.
   planDefaults: { enterprise: { defaultLimitPerMinute: 0 } },
+  // A minute whose events carry no limit is then left unjudged (the engine counts such events).
+  needsLimit: (params) => !(params.defaultLimitPerMinute > 0),
   actions: { low: 'monitor', medium: 'rate_limit', high: 'rate_limit', critical: 'block' },
   falsePositives: [
     'A short legitimate burst (a batch job, a backfill) under limit × thresholdRatio: never over.',

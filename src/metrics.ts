@@ -184,6 +184,11 @@ export class WorkerMetrics {
     help: 'Events dated more than 5 minutes ahead of the worker\'s clock, left out of detection windows (they are stored all the same)',
     registers: [this.registry],
   });
+  readonly detectionEventsWithoutLimit = new Counter({
+    name: 'security_center_detection_events_without_limit_total',
+    help: 'Events that carried no rateLimitPerMinute, of keys velocity_attack has no default limit for (enterprise by default): it cannot judge them',
+    registers: [this.registry],
+  });
   readonly ruleErrors = new Counter({
     name: 'security_center_rule_errors_total',
     help: 'Rule evaluations that threw (the rule is skipped for that key and batch); rule="engine": a batch whose detection failed outside any rule (its events are stored)',

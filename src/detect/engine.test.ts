@@ -185,6 +185,33 @@ describe('DetectionEngine', () => {
     expect(detection.load).toMatchObject({ futureEvents: 2, windowEvents: 3 });
   });
 
+  it('counts the judged events velocity_attack cannot judge for want of a limit, naming their merchants, and no others', () => {
+    const velocity = RULES.find((rule) => rule.id === 'velocity_attack')!;
+    // m_set has a default limit of its own for the plan; m_ent and m_ent2 rely on enterprise's (none).
+    const config = DetectionConfig.parse(JSON.stringify({ merchants: { m_set: { rules: { velocity_attack: { defaultLimitPerMinute: 600 } } } } }));
+    const { detection } = engine([velocity], config);
+    const enterprise = (i: number, merchantId: string, overrides: Partial<RequestEvent> = {}) =>
+      event(i, { plan: 'enterprise', merchantId, apiKeyId: `pk_live_${merchantId}`, ...overrides });
+    // Warmed events were counted when they were first judged (before a restart): not again.
+    detection.warm([enterprise(0, 'm_ent', { eventId: 'warmed' })]);
+    expect(detection.load).toMatchObject({ eventsWithoutLimit: 0, merchantsWithoutLimit: [] });
+    detection.process(
+      [
+        enterprise(1, 'm_ent'),
+        enterprise(2, 'm_ent'),
+        enterprise(3, 'm_ent', { rateLimitPerMinute: 5_000 }), // carries its limit
+        enterprise(4, 'm_set'), // its merchant's default applies
+        event(5, { merchantId: 'm_biz', apiKeyId: 'pk_live_biz' }), // business: the plan's 60 applies
+        enterprise(6, 'm_ent2'),
+      ],
+      T0 + 6000,
+    );
+    expect(detection.load).toMatchObject({ eventsWithoutLimit: 3, merchantsWithoutLimit: ['m_ent', 'm_ent2'] });
+    // A repeat counts once; the latest merchant goes last.
+    detection.process([enterprise(2, 'm_ent'), enterprise(7, 'm_ent')], T0 + 7000);
+    expect(detection.load).toMatchObject({ eventsWithoutLimit: 4, merchantsWithoutLimit: ['m_ent2', 'm_ent'] });
+  });
+
   it('never lets an allowlisted key, network or user agent feed a window', () => {
     const config = DetectionConfig.parse(
       JSON.stringify({ allowlist: { ips: ['198.51.100.0/24'], userAgents: ['^uptime-probe'] }, merchants: { m_1: { allowlist: { keys: ['pk_live_ok'] } } } }),

@@ -165,6 +165,15 @@ export interface EngineLoad {
   futureEvents: number;
   /** Keys without a window whose history (networks and places of the last days) is kept. */
   idleHistories: number;
+  /**
+   * Events judged (not warmed) that carried no rateLimitPerMinute, of keys for which a rule cannot
+   * judge such an event (RuleDefinition.needsLimit: velocity_attack without a default limit,
+   * enterprise's by default): detection is blind to them until the fleet sends the key's limit or a
+   * default is configured.
+   */
+  eventsWithoutLimit: number;
+  /** The merchants of the latest of those events, at most MERCHANTS_WITHOUT_LIMIT of them, newest last. */
+  merchantsWithoutLimit: string[];
   /** Networks and places held by all keys' histories, tracked and idle (beyond HISTORY_ENTRIES_PER_KEY per history, counted against the budget). */
   historyEntries: number;
   /** Idle keys' histories dropped to stay within the budget (not those dropped for their age or the idle count cap). */
@@ -176,6 +185,9 @@ export interface EngineLoad {
 }
 
 const MINUTE = 60_000;
+
+/** How many merchants EngineLoad.merchantsWithoutLimit names. */
+export const MERCHANTS_WITHOUT_LIMIT = 5;
 
 /** Idle keys are looked for once per this many batches judged. */
 const SWEEP_EVERY_BATCHES = 256;
@@ -227,6 +239,8 @@ interface KeyState {
   tallyEntries: number;
   /** Per rule: its parameters for this key, merged under paramsConfig for paramsPlan. */
   params: unknown[];
+  /** Whether a rule cannot judge the key's events that carry no limit, under its params (RuleDefinition.needsLimit). */
+  needsLimit: boolean;
   /** The highest severity reported for the key while it is a test key, under paramsConfig for paramsPlan. */
   testKeyMaxSeverity: Severity;
   paramsConfig: DetectionConfig | undefined;
@@ -305,6 +319,8 @@ export class DetectionEngine {
   private forgottenKeys = 0;
   private shedHistories = 0;
   private thinnedEvents = 0;
+  private eventsWithoutLimit = 0;
+  private readonly merchantsWithoutLimit: string[] = [];
   private batches = 0;
   /** Per partition (-1 for HTTP): the latest time its keys were judged as of. */
   private readonly partitionClocks = new Map<number, number>();
@@ -343,6 +359,8 @@ export class DetectionEngine {
       forgottenKeys: this.forgottenKeys,
       thinnedEvents: this.thinnedEvents,
       futureEvents: this.admission.futureEvents,
+      eventsWithoutLimit: this.eventsWithoutLimit,
+      merchantsWithoutLimit: [...this.merchantsWithoutLimit],
       idleHistories: this.idleHistories.size,
       historyEntries: this.historyEntries.entries,
       shedHistories: this.shedHistories,
@@ -420,6 +438,7 @@ export class DetectionEngine {
     this.followConfig();
     const findings: EngineFinding[] = [];
     for (const state of this.arrive(batch, partition)) {
+      this.countEventsWithoutLimit(state);
       this.take(state);
       this.judge(state, now, findings);
     }
@@ -883,6 +902,7 @@ export class DetectionEngine {
       tallies: this.rules.map((rule) => rule.screen?.create()),
       tallyEntries: 0,
       params: [],
+      needsLimit: false,
       testKeyMaxSeverity: 'low',
       paramsConfig: undefined,
       paramsPlan: undefined,
@@ -1077,14 +1097,40 @@ export class DetectionEngine {
     this.ruleError(this.rules[r]!.id, error);
   }
 
+  /** The key's newly arrived events that carried no limit, where a rule needs one to judge them (EngineLoad.eventsWithoutLimit). */
+  private countEventsWithoutLimit(state: KeyState): void {
+    this.refreshParams(state);
+    if (!state.needsLimit) return;
+    let count = 0;
+    for (const event of state.arrived) if (event.rateLimitPerMinute === 0) count++;
+    if (count === 0) return;
+    this.eventsWithoutLimit += count;
+    const named = this.merchantsWithoutLimit;
+    const at = named.indexOf(state.merchantId);
+    if (at >= 0) named.splice(at, 1);
+    else if (named.length === MERCHANTS_WITHOUT_LIMIT) named.shift();
+    named.push(state.merchantId);
+  }
+
   /** The rules' parameters (and test-key ceiling) for a key, merged again only when the config or the key's plan changed. */
   private refreshParams(state: KeyState): void {
     const config = this.options.config();
     if (state.paramsConfig === config && state.paramsPlan === state.plan) return;
     state.params = this.rules.map((rule) => config.parameters(rule.id, defaultsFor(rule, state.plan), state.plan, state.merchantId));
+    state.needsLimit = this.rules.some((rule, r) => this.ruleNeedsLimit(rule, state.params[r]));
     state.testKeyMaxSeverity = config.testKeyMaxSeverity(state.plan, state.merchantId);
     state.paramsConfig = config;
     state.paramsPlan = state.plan;
+  }
+
+  /** RuleDefinition.needsLimit, isolated as a rule's other calls are: one that throws is reported and taken as no. */
+  private ruleNeedsLimit(rule: AnyRule, params: unknown): boolean {
+    try {
+      return rule.needsLimit?.(params) === true;
+    } catch (error) {
+      this.ruleError(rule.id, error);
+      return false;
+    }
   }
 
   private ruleError(ruleId: string, error: unknown): void {

@@ -2,9 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { createLogger } from '../logger.ts';
 import { WorkerMetrics } from '../metrics.ts';
 import type { EngineLoad } from './engine.ts';
-import { DetectionLoadMonitor, HISTORY_WARNING_MS } from './load-monitor.ts';
+import { DetectionLoadMonitor, WARNING_INTERVAL_MS } from './load-monitor.ts';
 
-const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0, idleHistories: 0, historyEntries: 0, shedHistories: 0, tallyEntries: 0, sprayEntries: 0 };
+const WHOLE: EngineLoad = { windowEvents: 1_000, trackedKeys: 10, eventsPerKeyCap: 5_000, maxEventsPerKey: 5_000, maxWindowEvents: 10_000, shedEvents: 0, forgottenKeys: 0, thinnedEvents: 0, futureEvents: 0, eventsWithoutLimit: 0, merchantsWithoutLimit: [], idleHistories: 0, historyEntries: 0, shedHistories: 0, tallyEntries: 0, sprayEntries: 0 };
 
 function monitor(clock?: () => number) {
   const lines: { level: number; msg: string }[] = [];
@@ -48,17 +48,17 @@ describe('DetectionLoadMonitor', () => {
     loads.record({ ...WHOLE, idleHistories: 900, shedHistories: 100 });
     now += 60_000;
     loads.record({ ...WHOLE, idleHistories: 900, shedHistories: 150 });
-    now += HISTORY_WARNING_MS;
+    now += WARNING_INTERVAL_MS;
     loads.record({ ...WHOLE, idleHistories: 900, shedHistories: 150 });
     loads.record({ ...WHOLE, idleHistories: 900, shedHistories: 170 });
     expect(await value('security_center_detection_shed_key_histories_total')).toBe(170);
     // The first at once; the next ten minutes later, with the 50 shed since; the last 20 wait.
     expect(warnings()).toEqual([100, 50]);
-    now += HISTORY_WARNING_MS;
+    now += WARNING_INTERVAL_MS;
     loads.record({ ...WHOLE, shedHistories: 170 });
     expect(warnings()).toEqual([100, 50, 20]);
     // Nothing shed since, nothing said; the windows' own warning is not raised by histories alone.
-    now += HISTORY_WARNING_MS;
+    now += WARNING_INTERVAL_MS;
     loads.record({ ...WHOLE, shedHistories: 170 });
     expect(warnings()).toEqual([100, 50, 20]);
     expect(lines.some((line) => line.msg.startsWith('detection windows'))).toBe(false);
@@ -86,5 +86,24 @@ describe('DetectionLoadMonitor', () => {
     loads.record({ ...WHOLE, thinnedEvents: 3_000 });
     expect(await value('security_center_detection_thinned_events_total')).toBe(3_000);
     expect(lines).toEqual([]);
+  });
+
+  it('counts the events velocity_attack cannot judge for want of a limit, warning of them at most every ten minutes with the merchants', async () => {
+    let now = 0;
+    const { loads, lines, value } = monitor(() => now);
+    const warnings = () => lines.filter((line) => line.level === 40) as unknown as { events: number; merchants: string[]; msg: string }[];
+    loads.record({ ...WHOLE, eventsWithoutLimit: 40, merchantsWithoutLimit: ['m_ent'] });
+    now += 60_000;
+    loads.record({ ...WHOLE, eventsWithoutLimit: 90, merchantsWithoutLimit: ['m_ent', 'm_other'] });
+    expect(await value('security_center_detection_events_without_limit_total')).toBe(90);
+    expect(warnings().map(({ events, merchants }) => ({ events, merchants }))).toEqual([{ events: 40, merchants: ['m_ent'] }]);
+    expect(warnings()[0]!.msg).toContain('rateLimitPerMinute');
+    now += WARNING_INTERVAL_MS;
+    loads.record({ ...WHOLE, eventsWithoutLimit: 90, merchantsWithoutLimit: ['m_ent', 'm_other'] });
+    expect(warnings().map(({ events }) => events)).toEqual([40, 50]);
+    // None since: nothing more is said.
+    now += WARNING_INTERVAL_MS;
+    loads.record({ ...WHOLE, eventsWithoutLimit: 90, merchantsWithoutLimit: ['m_ent', 'm_other'] });
+    expect(warnings()).toHaveLength(2);
   });
 });

@@ -234,6 +234,13 @@ export interface RuleDefinition<P extends Record<string, number | string | boole
   /** Pure: no I/O, no state, no Date.now() (use `now`). */
   evaluate(window: KeyWindow, params: P, now: number): Finding[];
   /**
+   * Whether, under these parameters, the rule cannot judge an event that carries no limit
+   * (WindowEvent.rateLimitPerMinute 0): velocity_attack with no default limit, enterprise's by
+   * default. The engine counts such events (EngineLoad.eventsWithoutLimit), so that an operator
+   * whose fleet sends no limit learns that the rule is blind to those keys.
+   */
+  needsLimit?(params: P): boolean;
+  /**
    * Optional, but every rule of rules/ has one: without a screen, evaluate reads the key's window
    * on every batch that touches the key, which is too slow at production volumes.
    */

@@ -2,7 +2,8 @@
  * Detection's memory on the real engines: the analysis thread runs with a small heap
  * (DETECTION_MAX_HEAP_MB=64) under 400k events from 1,000 keys.
  * - With the default budget, the windows shed their oldest events and stay inside it: nothing is
- *   lost, the worker stays up, and an attack at the end of the stream still alerts.
+ *   lost, the worker stays up, and an attack at the end of the stream still alerts. Its enterprise
+ *   keys' events carry no limit, and the worker counts them as events velocity_attack cannot judge.
  * - With the budget taken away, the thread runs out of heap: the worker reports it, says it is not
  *   ready, and stops; a restarted worker stores every event once. Before, intake stalled while
  *   /ready still answered 200.
@@ -22,7 +23,8 @@ describe('detection memory', () => {
   const engines = useEngines();
   const { kafka } = engines;
 
-  async function produceStream(names: TestNames, attackKey?: string): Promise<void> {
+  /** Produces the stream; returns how many of its events are of enterprise keys and carry no limit (as makeEvent's do not). */
+  async function produceStream(names: TestNames, attackKey?: string): Promise<number> {
     const eventOptions = { runId: names.runId, startMs: Date.now() - 10 * 60_000, keys: 1_000 };
     const messages = Array.from({ length: EVENTS }, (_, i) => {
       const event = makeEvent(i, eventOptions);
@@ -33,6 +35,7 @@ describe('detection memory', () => {
       messages.push({ key: attackKey, value: JSON.stringify(attack) });
     }
     await produceAll(engines.producer, names.topic, messages);
+    return messages.filter(({ value }) => value.includes('"plan":"enterprise"') && !value.includes('"rateLimitPerMinute"')).length;
   }
 
   async function storedCounts(worker: Worker, names: TestNames): Promise<{ rows: number; ids: number }> {
@@ -46,7 +49,7 @@ describe('detection memory', () => {
   it('holds the windows to their budget: nothing is lost and an attack still alerts', async () => {
     const names = testNames('memory_budget');
     const attackKey = `pk_live_${names.runId}_attacker`;
-    await produceStream(names, attackKey);
+    const enterpriseWithoutLimit = await produceStream(names, attackKey);
     const fatal: Error[] = [];
     const worker = await engines.startWorker(
       testConfig({ brokers: engines.brokers, clickhouse: engines.clickhouse, names, extra: { DETECTION_MAX_HEAP_MB: String(HEAP_MB) } }),
@@ -60,6 +63,9 @@ describe('detection memory', () => {
     expect(await metricTotal(worker, 'security_center_detection_shed_events_total')).toBeGreaterThan(0);
     expect(await metricTotal(worker, 'security_center_detection_window_events')).toBeLessThanOrEqual(budget);
     expect(await metricTotal(worker, 'security_center_detection_events_per_key_cap')).toBeLessThan(5_000);
+    // velocity_attack has no default limit for enterprise, whose events here carry none: each is counted, shed or not.
+    expect(enterpriseWithoutLimit).toBeGreaterThan(0);
+    expect(await metricTotal(worker, 'security_center_detection_events_without_limit_total')).toBe(enterpriseWithoutLimit);
     await waitFor(async () => (await worker.alertStore.list({})).some((alert) => alert.apiKeyId === attackKey && alert.type === 'bot_traffic'), 'the attack alerts', 20_000);
     expect((await worker.app.inject({ method: 'GET', url: '/ready' })).statusCode).toBe(200);
   });

@@ -76,6 +76,11 @@ interface Over {
   ratio: number;
 }
 
+/** The limit of a minute whose events carry none: defaultLimitPerMinute, or Infinity (never over: not judged) when it is 0 or less. */
+function defaultLimit(params: Params): number {
+  return params.defaultLimitPerMinute > 0 ? params.defaultLimitPerMinute : Infinity;
+}
+
 export const rule: RuleDefinition<Params, MinuteRing> = {
   id: 'velocity_attack',
   version: '1.6.0',
@@ -96,8 +101,8 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
   // The spec's enterprise limits are custom: its minutes whose events carry no limit (RateLimit-Limit)
   // are not judged against 60, which would block an enterprise key at its own contracted rate.
   planDefaults: { enterprise: { defaultLimitPerMinute: 0 } },
-  // A minute whose events carry no limit is then left unjudged (the engine counts such events).
-  needsLimit: (params) => !(params.defaultLimitPerMinute > 0),
+  // A minute none of whose events carries a limit is then left unjudged (the engine counts such events).
+  needsLimit: (params) => defaultLimit(params) === Infinity,
   actions: { low: 'monitor', medium: 'rate_limit', high: 'rate_limit', critical: 'block' },
   falsePositives: [
     'A short legitimate burst (a batch job, a backfill) under limit × thresholdRatio: never over.',
@@ -169,7 +174,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       return most;
     };
     // No limit carried and none by default (0: the plan's is custom): the minute is not judged.
-    const limitOf = (slot: number) => (limits[slot]! > 0 ? limits[slot]! : params.defaultLimitPerMinute > 0 ? params.defaultLimitPerMinute : Infinity);
+    const limitOf = (slot: number) => (limits[slot]! > 0 ? limits[slot]! : defaultLimit(params));
 
     const over: Over[] = [];
     for (let slot = 0; slot < slots; slot++) {
@@ -366,7 +371,7 @@ export const rule: RuleDefinition<Params, MinuteRing> = {
       const firstMinute = currentMinute - minutes;
       const lastMinute = Math.min(Math.max(currentMinute, ring.newestMinute), currentMinute + FUTURE_MINUTES);
       if (lastMinute - firstMinute >= ring.size || !(params.thresholdRatio >= 0)) return true;
-      const fallback = params.defaultLimitPerMinute > 0 ? params.defaultLimitPerMinute : Infinity;
+      const fallback = defaultLimit(params);
       let over = 0;
       for (let minute = firstMinute; minute <= lastMinute; minute++) {
         const at = ring.find(minute);

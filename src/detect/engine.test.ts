@@ -185,7 +185,7 @@ describe('DetectionEngine', () => {
     expect(detection.load).toMatchObject({ futureEvents: 2, windowEvents: 3 });
   });
 
-  it('counts the judged events velocity_attack cannot judge for want of a limit, naming their merchants, and no others', () => {
+  it('counts the judged events that carry no limit where velocity_attack needs one, naming the batch\'s merchants, and no others', () => {
     const velocity = RULES.find((rule) => rule.id === 'velocity_attack')!;
     // m_set has a default limit of its own for the plan; m_ent and m_ent2 rely on enterprise's (none).
     const config = DetectionConfig.parse(JSON.stringify({ merchants: { m_set: { rules: { velocity_attack: { defaultLimitPerMinute: 600 } } } } }));
@@ -203,13 +203,27 @@ describe('DetectionEngine', () => {
         enterprise(4, 'm_set'), // its merchant's default applies
         event(5, { merchantId: 'm_biz', apiKeyId: 'pk_live_biz' }), // business: the plan's 60 applies
         enterprise(6, 'm_ent2'),
+        enterprise(7, 'm_ent2', { status: 503 }), // a limit does not count it
       ],
-      T0 + 6000,
+      T0 + 7000,
     );
     expect(detection.load).toMatchObject({ eventsWithoutLimit: 3, merchantsWithoutLimit: ['m_ent', 'm_ent2'] });
-    // A repeat counts once; the latest merchant goes last.
-    detection.process([enterprise(2, 'm_ent'), enterprise(7, 'm_ent')], T0 + 7000);
-    expect(detection.load).toMatchObject({ eventsWithoutLimit: 4, merchantsWithoutLimit: ['m_ent2', 'm_ent'] });
+    // A repeat counts once; the merchants named are the latest batch's.
+    detection.process([enterprise(2, 'm_ent'), enterprise(8, 'm_ent')], T0 + 8000);
+    expect(detection.load).toMatchObject({ eventsWithoutLimit: 4, merchantsWithoutLimit: ['m_ent'] });
+    // At most five of them.
+    detection.process(Array.from({ length: 7 }, (_, k) => enterprise(9 + k, `m_many${k}`)), T0 + 16_000);
+    expect(detection.load.eventsWithoutLimit).toBe(11);
+    expect(detection.load.merchantsWithoutLimit).toEqual(['m_many0', 'm_many1', 'm_many2', 'm_many3', 'm_many4']);
+  });
+
+  it('isolates a rule whose needsLimit throws: reported, taken as no, and the key is judged all the same', () => {
+    const throwing: AnyRule = { ...countingRule, needsLimit: () => { throw new Error('boom'); } };
+    const { detection, errors } = engine([throwing]);
+    const findings = detection.process([event(1, { plan: 'enterprise' }), event(2, { plan: 'enterprise' }), event(3, { plan: 'enterprise' })], T0 + 3000);
+    expect(findings.map((f) => f.ruleId)).toEqual(['velocity_attack']);
+    expect(errors).toEqual(['velocity_attack']);
+    expect(detection.load.eventsWithoutLimit).toBe(0);
   });
 
   it('never lets an allowlisted key, network or user agent feed a window', () => {

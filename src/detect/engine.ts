@@ -166,13 +166,13 @@ export interface EngineLoad {
   /** Keys without a window whose history (networks and places of the last days) is kept. */
   idleHistories: number;
   /**
-   * Events judged (not warmed) that carried no rateLimitPerMinute, of keys for which a rule cannot
-   * judge such an event (RuleDefinition.needsLimit: velocity_attack without a default limit,
-   * enterprise's by default): detection is blind to them until the fleet sends the key's limit or a
-   * default is configured.
+   * Events judged (not warmed) that carried no rateLimitPerMinute and were not answered 5xx, of keys
+   * for which a rule needs a limit (RuleDefinition.needsLimit: velocity_attack without a default
+   * limit, enterprise's by default): their minutes go unjudged unless another of their events
+   * carries one, until the fleet sends the keys' limits or a default is configured.
    */
   eventsWithoutLimit: number;
-  /** The merchants of the latest of those events, at most MERCHANTS_WITHOUT_LIMIT of them, newest last. */
+  /** The merchants of those events in the latest batch judged, at most MERCHANTS_WITHOUT_LIMIT of them. */
   merchantsWithoutLimit: string[];
   /** Networks and places held by all keys' histories, tracked and idle (beyond HISTORY_ENTRIES_PER_KEY per history, counted against the budget). */
   historyEntries: number;
@@ -186,7 +186,7 @@ export interface EngineLoad {
 
 const MINUTE = 60_000;
 
-/** How many merchants EngineLoad.merchantsWithoutLimit names. */
+/** How many merchants EngineLoad.merchantsWithoutLimit names at most. */
 export const MERCHANTS_WITHOUT_LIMIT = 5;
 
 /** Idle keys are looked for once per this many batches judged. */
@@ -320,7 +320,8 @@ export class DetectionEngine {
   private shedHistories = 0;
   private thinnedEvents = 0;
   private eventsWithoutLimit = 0;
-  private readonly merchantsWithoutLimit: string[] = [];
+  /** The merchants of the latest batch's eventsWithoutLimit (cleared as each batch is judged). */
+  private readonly merchantsWithoutLimit = new Set<string>();
   private batches = 0;
   /** Per partition (-1 for HTTP): the latest time its keys were judged as of. */
   private readonly partitionClocks = new Map<number, number>();
@@ -437,6 +438,7 @@ export class DetectionEngine {
   detect(batch: AdmittedBatch, now: number, partition = -1): EngineFinding[] {
     this.followConfig();
     const findings: EngineFinding[] = [];
+    this.merchantsWithoutLimit.clear();
     for (const state of this.arrive(batch, partition)) {
       this.countEventsWithoutLimit(state);
       this.take(state);
@@ -1097,19 +1099,20 @@ export class DetectionEngine {
     this.ruleError(this.rules[r]!.id, error);
   }
 
-  /** The key's newly arrived events that carried no limit, where a rule needs one to judge them (EngineLoad.eventsWithoutLimit). */
+  /**
+   * The key's newly arrived events that carried no limit, where a rule needs one to judge them
+   * (EngineLoad.eventsWithoutLimit); those answered 5xx are left out, as a limit does not count them.
+   * Repeats are not among them (arrive), but for one whose first delivery has left the window (rare:
+   * validation's memory of recent eventIds drops most redeliveries first).
+   */
   private countEventsWithoutLimit(state: KeyState): void {
     this.refreshParams(state);
     if (!state.needsLimit) return;
     let count = 0;
-    for (const event of state.arrived) if (event.rateLimitPerMinute === 0) count++;
+    for (const event of state.arrived) if (event.rateLimitPerMinute === 0 && event.status < 500) count++;
     if (count === 0) return;
     this.eventsWithoutLimit += count;
-    const named = this.merchantsWithoutLimit;
-    const at = named.indexOf(state.merchantId);
-    if (at >= 0) named.splice(at, 1);
-    else if (named.length === MERCHANTS_WITHOUT_LIMIT) named.shift();
-    named.push(state.merchantId);
+    if (this.merchantsWithoutLimit.size < MERCHANTS_WITHOUT_LIMIT) this.merchantsWithoutLimit.add(state.merchantId);
   }
 
   /** The rules' parameters (and test-key ceiling) for a key, merged again only when the config or the key's plan changed. */

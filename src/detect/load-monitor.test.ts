@@ -94,16 +94,23 @@ describe('DetectionLoadMonitor', () => {
     const warnings = () => lines.filter((line) => line.level === 40) as unknown as { events: number; merchants: string[]; msg: string }[];
     loads.record({ ...WHOLE, eventsWithoutLimit: 40, merchantsWithoutLimit: ['m_ent'] });
     now += 60_000;
-    loads.record({ ...WHOLE, eventsWithoutLimit: 90, merchantsWithoutLimit: ['m_ent', 'm_other'] });
-    expect(await value('security_center_detection_events_without_limit_total')).toBe(90);
+    loads.record({ ...WHOLE, eventsWithoutLimit: 90, merchantsWithoutLimit: ['m_other'] });
+    // A load without new events (a warm-up's) repeats the last batch's merchants: they are not news.
+    loads.record({ ...WHOLE, eventsWithoutLimit: 90, merchantsWithoutLimit: ['m_stale'] });
+    loads.record({ ...WHOLE, eventsWithoutLimit: 95, merchantsWithoutLimit: ['m_a', 'm_b', 'm_c', 'm_d', 'm_e'] });
+    expect(await value('security_center_detection_events_without_limit_total')).toBe(95);
     expect(warnings().map(({ events, merchants }) => ({ events, merchants }))).toEqual([{ events: 40, merchants: ['m_ent'] }]);
     expect(warnings()[0]!.msg).toContain('rateLimitPerMinute');
+    // Ten minutes on: the events since, and their merchants, at most five (m_ent, fixed since, is not named again).
     now += WARNING_INTERVAL_MS;
-    loads.record({ ...WHOLE, eventsWithoutLimit: 90, merchantsWithoutLimit: ['m_ent', 'm_other'] });
-    expect(warnings().map(({ events }) => events)).toEqual([40, 50]);
+    loads.record({ ...WHOLE, eventsWithoutLimit: 95, merchantsWithoutLimit: ['m_a'] });
+    expect(warnings().map(({ events, merchants }) => ({ events, merchants }))).toEqual([
+      { events: 40, merchants: ['m_ent'] },
+      { events: 55, merchants: ['m_other', 'm_a', 'm_b', 'm_c', 'm_d'] },
+    ]);
     // None since: nothing more is said.
     now += WARNING_INTERVAL_MS;
-    loads.record({ ...WHOLE, eventsWithoutLimit: 90, merchantsWithoutLimit: ['m_ent', 'm_other'] });
+    loads.record({ ...WHOLE, eventsWithoutLimit: 95, merchantsWithoutLimit: ['m_a'] });
     expect(warnings()).toHaveLength(2);
   });
 });

@@ -6,13 +6,14 @@
  * this happens in steps (each brings the cost to 90% of the budget), so a warning and a note at
  * each step would flood the log. Events dated too far ahead of the clock, which detection leaves
  * out, and events thinned out of busy keys' history are counted too. So are events velocity_attack
- * cannot judge for want of a limit (EngineLoad.eventsWithoutLimit), with a warning at most every
- * WARNING_INTERVAL_MS: a fleet that sends no rateLimitPerMinute for enterprise keys otherwise leaves
- * them without velocity alerts, and nothing says so.
+ * may not judge for want of a limit (EngineLoad.eventsWithoutLimit), with a warning at most every
+ * WARNING_INTERVAL_MS naming merchants they came from since the last: a fleet that sends no
+ * rateLimitPerMinute for enterprise keys otherwise leaves them without velocity alerts, and nothing
+ * says so.
  */
 import type { Logger } from '../logger.ts';
 import type { WorkerMetrics } from '../metrics.ts';
-import type { EngineLoad } from './engine.ts';
+import { MERCHANTS_WITHOUT_LIMIT, type EngineLoad } from './engine.ts';
 
 /** Shed histories, and events without the limit a rule needs, are warned about at most this often; the counters have each. */
 export const WARNING_INTERVAL_MS = 10 * 60_000;
@@ -23,8 +24,9 @@ export class DetectionLoadMonitor {
   /** Histories shed since the last warning about them, and when that was. */
   private shedHistoriesUnwarned = 0;
   private historyWarnedAt = -Infinity;
-  /** The same for events without a limit. */
+  /** The same for events without a limit, with (some of) their merchants. */
   private withoutLimitUnwarned = 0;
+  private readonly merchantsUnwarned = new Set<string>();
   private withoutLimitWarnedAt = -Infinity;
 
   constructor(
@@ -96,14 +98,20 @@ export class DetectionLoadMonitor {
   }
 
   private warnOfEventsWithoutLimit(count: number, load: EngineLoad): void {
-    this.withoutLimitUnwarned += count;
+    if (count > 0) {
+      this.withoutLimitUnwarned += count;
+      // A load sent without a batch judged (a warm-up's) repeats the last batch's merchants: only new events bring any.
+      for (const merchant of load.merchantsWithoutLimit) if (this.merchantsUnwarned.size < MERCHANTS_WITHOUT_LIMIT) this.merchantsUnwarned.add(merchant);
+    }
     const now = this.clock();
     if (this.withoutLimitUnwarned === 0 || now - this.withoutLimitWarnedAt < WARNING_INTERVAL_MS) return;
     this.logger.warn(
-      { events: this.withoutLimitUnwarned, merchants: load.merchantsWithoutLimit },
-      'events of keys without a default limit (enterprise\'s, whose limits are custom) carried no rateLimitPerMinute: velocity_attack cannot judge them. Have the fleet send each key\'s limit (RateLimit-Limit), or set velocity_attack\'s defaultLimitPerMinute for the plan or merchant in the detection config',
+      { events: this.withoutLimitUnwarned, merchants: [...this.merchantsUnwarned] },
+      'events of keys without a default limit (enterprise\'s by default: its limits are custom) carried no rateLimitPerMinute: velocity_attack judges a minute of them only when another of its events carries one. ' +
+        'Have the fleet send each key\'s limit (RateLimit-Limit), or set velocity_attack\'s defaultLimitPerMinute for the plan or merchant in the detection config (one never reached leaves them unjudged on purpose, without this warning)',
     );
     this.withoutLimitUnwarned = 0;
+    this.merchantsUnwarned.clear();
     this.withoutLimitWarnedAt = now;
   }
 }

@@ -234,10 +234,11 @@ export interface RuleDefinition<P extends Record<string, number | string | boole
   /** Pure: no I/O, no state, no Date.now() (use `now`). */
   evaluate(window: KeyWindow, params: P, now: number): Finding[];
   /**
-   * Whether, under these parameters, the rule cannot judge an event that carries no limit
-   * (WindowEvent.rateLimitPerMinute 0): velocity_attack with no default limit, enterprise's by
-   * default. The engine counts such events (EngineLoad.eventsWithoutLimit), so that an operator
-   * whose fleet sends no limit learns that the rule is blind to those keys.
+   * Whether, under these parameters, the rule needs the limit events carry (WindowEvent.rateLimitPerMinute)
+   * to judge them: velocity_attack with no default limit (enterprise's by default) leaves a minute
+   * none of whose events carries one unjudged. The engine counts the events that carry none, but for
+   * those answered 5xx, which a limit does not count (EngineLoad.eventsWithoutLimit), so that an
+   * operator whose fleet sends no limit learns that the rule is blind to those keys.
    */
   needsLimit?(params: P): boolean;
   /**

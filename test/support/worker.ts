@@ -56,17 +56,18 @@ export function testConfig(options: Parameters<typeof testEnv>[0]): Config {
   return loadConfig(testEnv(options));
 }
 
-/** Polls until the check returns true, or fails with the message (and what `state` says then) after the timeout. */
+/** Polls every `intervalMs` until the check returns true, or fails with the message (and what `state` says then) after the timeout. */
 export async function waitFor(
   check: () => Promise<boolean> | boolean,
   message: string,
   timeoutMs = 60_000,
   state?: () => Promise<string> | string,
+  intervalMs = 100,
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms: ${message}${state ? ` (${await state()})` : ''}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }
 

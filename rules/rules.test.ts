@@ -7,13 +7,14 @@
 import { readdirSync } from 'node:fs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ACTIONS, ANOMALY_TYPES, SEVERITIES, type Finding, type KeyWindow, type RuleDefinition, type RuleScreen, type WindowEvent } from '../src/detect/types.ts';
-import { keyWindow, MINUTE, spread, T0, type EventSpec, type RuleFixture } from './fixtures.ts';
+import { keyWindow, MINUTE, perMinute, spread, T0, type EventSpec, type RuleFixture } from './fixtures.ts';
 import { RULES } from './index.ts';
 import { DetectionConfig } from '../src/detect/detection-config.ts';
 import { defaultsFor } from '../src/detect/engine.ts';
 import { networkOf, sprayNetworkOf } from './network.ts';
 import { rule as credentialSharing } from './credential_sharing.ts';
 import { rule as highFailureRate } from './high_failure_rate.ts';
+import { rule as velocityAttack } from './velocity_attack.ts';
 import { prng } from '../test/support/random.ts';
 
 type AnyRule = RuleDefinition<Record<string, number | string | boolean | readonly string[]>, unknown>;
@@ -150,6 +151,21 @@ describe('rule catalogue', () => {
     expect(fixtures.some((f) => f.kind === 'negative' && f.expect.findings === 0)).toBe(true);
     for (const fixture of fixtures) expect(fixture.kind === 'positive', fixture.name).toBe(fixture.expect.findings > 0);
     expect(new Set(fixtures.map((f) => f.name)).size).toBe(fixtures.length);
+  });
+
+  it('velocity_attack says it needs a carried limit exactly where a flood carrying none goes unjudged: without a default (enterprise\'s)', () => {
+    const velocity = velocityAttack;
+    // Three minutes of 1,000 requests each, none carrying a limit.
+    const flood = keyWindow(perMinute([1_000, 1_000, 1_000], T0, { rateLimitPerMinute: 0 }), { plan: 'enterprise' });
+    const now = T0 + 3 * MINUTE;
+    for (const [defaultLimitPerMinute, needs, fires] of [[0, true, false], [60, false, true], [1_000_000, false, false]] as const) {
+      const params = { ...velocity.defaults, defaultLimitPerMinute };
+      expect(velocity.needsLimit!(params), `default ${defaultLimitPerMinute}`).toBe(needs);
+      expect(velocity.evaluate(flood, params, now).length > 0, `default ${defaultLimitPerMinute}`).toBe(fires);
+    }
+    expect(velocity.needsLimit!(defaultsFor(velocity, 'enterprise'))).toBe(true);
+    expect(velocity.needsLimit!(defaultsFor(velocity, 'business'))).toBe(false);
+    expect(rules.filter((rule) => rule.needsLimit).map((rule) => rule.id)).toEqual(['velocity_attack']);
   });
 
   it.each(rules.map((rule) => ({ id: rule.id, rule })))('$id overrides only parameters it declares, within their ranges', ({ id, rule }) => {

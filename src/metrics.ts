@@ -186,7 +186,7 @@ export class WorkerMetrics {
   });
   readonly detectionEventsWithoutLimit = new Counter({
     name: 'security_center_detection_events_without_limit_total',
-    help: 'Events that carried no rateLimitPerMinute, of keys velocity_attack has no default limit for (enterprise by default): it cannot judge them',
+    help: 'Events not answered 5xx that carried no rateLimitPerMinute, of keys velocity_attack has no default limit for (enterprise by default): a minute of them is judged only when another of its events not answered 5xx carries one',
     registers: [this.registry],
   });
   readonly ruleErrors = new Counter({

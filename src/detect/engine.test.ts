@@ -215,6 +215,9 @@ describe('DetectionEngine', () => {
     detection.process(Array.from({ length: 7 }, (_, k) => enterprise(9 + k, `m_many${k}`)), T0 + 16_000);
     expect(detection.load.eventsWithoutLimit).toBe(11);
     expect(detection.load.merchantsWithoutLimit).toEqual(['m_many0', 'm_many1', 'm_many2', 'm_many3', 'm_many4']);
+    // A batch judged in slices (a backlog spanning minutes) names the merchants of all its slices.
+    detection.processBatch([enterprise(20, 'm_backlog'), event(200, { merchantId: 'm_biz', apiKeyId: 'pk_live_biz' })], T0 + 200_000);
+    expect(detection.load).toMatchObject({ eventsWithoutLimit: 12, merchantsWithoutLimit: ['m_backlog'] });
   });
 
   it('isolates a rule whose needsLimit throws: reported, taken as no, and the key is judged all the same', () => {

@@ -172,7 +172,7 @@ export interface EngineLoad {
    * carries one, until the fleet sends the keys' limits or a default is configured.
    */
   eventsWithoutLimit: number;
-  /** The merchants of those events in the latest batch judged, at most MERCHANTS_WITHOUT_LIMIT of them. */
+  /** The merchants of those events in the latest batch processed (process, processBatch), at most MERCHANTS_WITHOUT_LIMIT of them. */
   merchantsWithoutLimit: string[];
   /** Networks and places held by all keys' histories, tracked and idle (beyond HISTORY_ENTRIES_PER_KEY per history, counted against the budget). */
   historyEntries: number;
@@ -320,7 +320,7 @@ export class DetectionEngine {
   private shedHistories = 0;
   private thinnedEvents = 0;
   private eventsWithoutLimit = 0;
-  /** The merchants of the latest batch's eventsWithoutLimit (cleared as each batch is judged). */
+  /** The merchants of the latest batch's eventsWithoutLimit (cleared by process and processBatch, for a batch's slices together). */
   private readonly merchantsWithoutLimit = new Set<string>();
   private batches = 0;
   /** Per partition (-1 for HTTP): the latest time its keys were judged as of. */
@@ -396,6 +396,7 @@ export class DetectionEngine {
 
   /** Adds events to their windows and evaluates every key they touched, as of `now`. */
   process(events: readonly BatchEvent[], now: number, partition = -1): EngineFinding[] {
+    this.merchantsWithoutLimit.clear();
     return this.detect(this.admit(events), now, partition);
   }
 
@@ -418,10 +419,12 @@ export class DetectionEngine {
     if (newest - oldest <= SLICE_MS) return this.process(events, Math.min(clock, newest), partition);
     const inTimeOrder = [...events].sort((a, b) => a.timestamp - b.timestamp);
     const findings: EngineFinding[] = [];
+    // The merchants of the whole batch's events without a limit, not of its last slice's.
+    this.merchantsWithoutLimit.clear();
     for (let start = 0, end = 1; start < inTimeOrder.length; start = end++) {
       while (end < inTimeOrder.length && inTimeOrder[end]!.timestamp - inTimeOrder[start]!.timestamp <= SLICE_MS) end++;
       const sliceNewest = inTimeOrder[end - 1]!.timestamp;
-      findings.push(...this.process(inTimeOrder.slice(start, end), Math.min(clock, sliceNewest), partition));
+      findings.push(...this.detect(this.admit(inTimeOrder.slice(start, end)), Math.min(clock, sliceNewest), partition));
     }
     return findings;
   }
@@ -438,7 +441,6 @@ export class DetectionEngine {
   detect(batch: AdmittedBatch, now: number, partition = -1): EngineFinding[] {
     this.followConfig();
     const findings: EngineFinding[] = [];
-    this.merchantsWithoutLimit.clear();
     for (const state of this.arrive(batch, partition)) {
       this.countEventsWithoutLimit(state);
       this.take(state);

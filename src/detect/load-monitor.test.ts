@@ -95,7 +95,7 @@ describe('DetectionLoadMonitor', () => {
     loads.record({ ...WHOLE, eventsWithoutLimit: 40, merchantsWithoutLimit: ['m_ent'] });
     now += 60_000;
     loads.record({ ...WHOLE, eventsWithoutLimit: 90, merchantsWithoutLimit: ['m_other'] });
-    // A load without new events (a warm-up's) repeats the last batch's merchants: they are not news.
+    // A load without new events (after a deferred judgement) repeats the last batch's merchants: they are not news.
     loads.record({ ...WHOLE, eventsWithoutLimit: 90, merchantsWithoutLimit: ['m_stale'] });
     loads.record({ ...WHOLE, eventsWithoutLimit: 95, merchantsWithoutLimit: ['m_a', 'm_b', 'm_c', 'm_d', 'm_e'] });
     expect(await value('security_center_detection_events_without_limit_total')).toBe(95);

@@ -100,15 +100,15 @@ export class DetectionLoadMonitor {
   private warnOfEventsWithoutLimit(count: number, load: EngineLoad): void {
     if (count > 0) {
       this.withoutLimitUnwarned += count;
-      // A load sent without a batch judged (a warm-up's) repeats the last batch's merchants: only new events bring any.
+      // A load sent without a batch processed (after a deferred judgement) repeats the last batch's merchants: only new events bring any.
       for (const merchant of load.merchantsWithoutLimit) if (this.merchantsUnwarned.size < MERCHANTS_WITHOUT_LIMIT) this.merchantsUnwarned.add(merchant);
     }
     const now = this.clock();
     if (this.withoutLimitUnwarned === 0 || now - this.withoutLimitWarnedAt < WARNING_INTERVAL_MS) return;
     this.logger.warn(
       { events: this.withoutLimitUnwarned, merchants: [...this.merchantsUnwarned] },
-      'events of keys without a default limit (enterprise\'s by default: its limits are custom) carried no rateLimitPerMinute: velocity_attack judges a minute of them only when another of its events carries one. ' +
-        'Have the fleet send each key\'s limit (RateLimit-Limit), or set velocity_attack\'s defaultLimitPerMinute for the plan or merchant in the detection config (one never reached leaves them unjudged on purpose, without this warning)',
+      'events of keys without a default limit (enterprise\'s by default: its limits are custom) carried no rateLimitPerMinute: velocity_attack judges a minute of them only when another of its events not answered 5xx carries one. ' +
+        'Have the fleet send each key\'s limit (RateLimit-Limit), or set velocity_attack\'s defaultLimitPerMinute for the plan or merchant in the detection config (a default set high on purpose also stops this count and warning)',
     );
     this.withoutLimitUnwarned = 0;
     this.merchantsUnwarned.clear();

@@ -7,6 +7,8 @@
  *     TabSeparated with EVENT_INSERT_SETTINGS, the format and settings the worker itself stores
  *     events with (src/store/clickhouse.ts and event-store.ts say why);
  *  3. the worker's full path: consume, validate, store, commit.
+ * The engine is warmed first by one untimed pass of the ceiling's inserts (a process's first inserts
+ * run far slower than its later ones, and the worker, timed last, runs warm).
  * Run by `npm run bench:ingest` with the V8 flag `npm start` gives Node (`--max-semi-space-size=64`),
  * as the worker runs in this process; the first line names Node's version and flags.
  * Prints the rates, the worker's ratio to each, and peak RSS. Uses the test services: the
@@ -14,7 +16,10 @@
  * Env: BENCH_EVENTS (default 500000); BENCH_PLANS (a comma list the keys' plans cycle through, default
  * all four, half of the keys entitled to detection; `pro` leaves detection nothing to judge, which
  * measures the path without it: the worker's whole cost of detection is the difference; the fast path
- * of validation then makes no event objects either, UnjudgedEvent).
+ * of validation then makes no event objects either, UnjudgedEvent); BENCH_PAIRS (default 1): the
+ * JSONEachRow ceiling and the worker again, as pairs, this many in all, and each pair's ratio with
+ * their median (the machine's speed drifts within minutes: a ratio to a ceiling measured next to
+ * the worker says more than one run's).
  */
 import { Kafka, logLevel } from 'kafkajs';
 import { loadConfig } from '../src/config.ts';
@@ -27,13 +32,15 @@ import type { ClickHouse, RowFormat } from '../src/store/clickhouse.ts';
 import { EVENT_INSERT_SETTINGS, REQUEST_EVENT_COLUMNS, serializeEventRow, toClickHouseTime, type EventSource } from '../src/store/event-store.ts';
 import { migrate } from '../src/store/migrate.ts';
 import { tablesIn } from '../src/store/tables.ts';
-import { startClickHouse } from '../test/services/clickhouse.ts';
+import { startClickHouse, type ClickHouseService } from '../test/services/clickhouse.ts';
 import { mockBrokerConsumerDefaults, startKafka } from '../test/services/kafka.ts';
 import { makeEvent } from '../test/support/events.ts';
 import { groupCaughtUp, produceAll } from '../test/support/kafka.ts';
-import { testEnv, testNames, waitFor } from '../test/support/worker.ts';
+import { testEnv, testNames, waitFor, type TestNames } from '../test/support/worker.ts';
 
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 500_000);
+/** BENCH_PAIRS: after the first run, the JSONEachRow ceiling and the worker again, this many times in all, each pair on databases of its own. */
+const PAIRS = Math.max(1, Math.floor(Number(process.env.BENCH_PAIRS ?? 1)));
 const CEILING_INSERT_ROWS = 100_000;
 
 function rate(count: number, ms: number): number {
@@ -89,58 +96,24 @@ async function main(): Promise<void> {
     // Free the input before timing anything: a large old heap makes every GC slower.
     parsedEvents.length = 0;
     values.length = 0;
+    // Untimed first: one pass of the first format's bodies into a scratch database. A process's first
+    // inserts run far slower than its later ones (three JSONEachRow ceilings back to back, cold:
+    // 157k, 212k and 242k rows/s), and the worker, timed after the ceilings, always ran warm: a cold
+    // ceiling made its ratio look 15-30% better than it was.
+    const warmUp = `${clickhouse.database}_warm_up`;
+    await timeCeiling(db, warmUp, formats[0]!, bodies.get(formats[0]!)!);
+    await db.command(`DROP DATABASE ${warmUp} SYNC`);
     const ceilings: Partial<Record<RowFormat, number>> = {};
     for (const format of formats) {
       const { ms, cores } = await timeCeiling(db, `${clickhouse.database}_ceiling_${format.toLowerCase()}`, format, bodies.get(format)!);
       ceilings[format] = ms;
       console.log(`storage ceiling (raw ${format} inserts of ${CEILING_INSERT_ROWS} rows${format === 'TabSeparated' ? ', the worker\'s settings' : ''}): ${rate(EVENTS, ms)} rows/s, ${cores.toFixed(2)} cores`);
     }
-    bodies.clear();
+    // Later pairs insert the JSONEachRow bodies again (Buffers, outside the V8 heap); the rest go.
+    for (const format of formats) if (PAIRS === 1 || format !== 'JSONEachRow') bodies.delete(format);
 
     // 3. The worker's full path, in this process, on the same engine.
-    const env = testEnv({ brokers: kafkaService.brokers, clickhouse, names, extra: { LOG_LEVEL: 'warn', STORE_FLUSH_INTERVAL_MS: process.env.STORE_FLUSH_INTERVAL_MS ?? '1000', STORE_FLUSH_ROWS: process.env.STORE_FLUSH_ROWS ?? '50000' } });
-    const worker = await startWorker(loadConfig(env), { logger: createLogger('warn') });
-    await worker.ready;
-    let firstConsumedAt = 0;
-    const workerCpu = process.cpuUsage();
-    const workerStarted = performance.now();
-    // Polled every 5 ms: the window's two ends are known to within that (at 100 ms, a run of 4-5 s
-    // was up to 0.1 s off at each end). A poll reads two counters, a few microseconds of the main thread.
-    await waitFor(
-      async () => {
-        if (!firstConsumedAt && (await counter(worker.metrics, 'security_center_events_consumed_total')) > 0) firstConsumedAt = performance.now();
-        return (await counter(worker.metrics, 'security_center_events_stored_total')) >= EVENTS;
-      },
-      'worker stores every event',
-      600_000,
-      undefined,
-      5,
-    );
-    const storedAt = performance.now();
-    const workerCpuUsed = process.cpuUsage(workerCpu);
-    console.log(`worker cpu: ${((workerCpuUsed.user + workerCpuUsed.system) / 1000 / (storedAt - workerStarted)).toFixed(2)} cores`);
-    await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker commits', 60_000);
-    const workerMs = storedAt - (firstConsumedAt || workerStarted);
-    const histograms = await Promise.all(
-      ['security_center_store_flush_duration_seconds', 'security_center_batch_duration_seconds'].map(async (name) => {
-        const metric = (await worker.metrics.registry.getSingleMetric(name)?.get()) as { values: { metricName?: string; value: number }[] };
-        const sum = metric.values.find((v) => v.metricName?.endsWith('_sum'))?.value ?? 0;
-        const count = metric.values.find((v) => v.metricName?.endsWith('_count'))?.value ?? 0;
-        return { name: name.replace('security_center_', ''), sum, count };
-      }),
-    );
-    const breakdown = histograms.map(({ name, sum, count }) => `${name}: ${count} x ${((sum / Math.max(count, 1)) * 1000).toFixed(1)} ms = ${sum.toFixed(2)} s`);
-    console.log(`worker time: ${(workerMs / 1000).toFixed(2)} s; ${breakdown.join('; ')}`);
-    // Inserts run one at a time: the time no insert runs is the pipeline's edges (filling the first
-    // insert, the last rows waiting out STORE_FLUSH_INTERVAL_MS) and any stall between inserts.
-    const flushSeconds = histograms[0]!.sum;
-    const whileStoring = EVENTS / flushSeconds;
-    console.log(
-      `storage busy ${flushSeconds.toFixed(2)} s of ${(workerMs / 1000).toFixed(2)} s (${((flushSeconds * 100_000) / workerMs).toFixed(0)}%); ` +
-        `rows per second of insert time: ${Math.round(whileStoring)} (${(whileStoring / rate(EVENTS, ceilings.JSONEachRow ?? Number.NaN)).toFixed(2)}x the JSONEachRow ceiling)`,
-    );
-    await worker.stop();
-    await db.close();
+    const workerMs = await timeWorker(kafka, kafkaService.brokers, clickhouse, names, ceilings.JSONEachRow);
     const workerRate = rate(EVENTS, workerMs);
     console.log(`worker full path (consume, validate, store, commit): ${workerRate} events/s`);
 
@@ -157,11 +130,120 @@ async function main(): Promise<void> {
     console.log(ceilingRow('storage ceiling (JSONEachRow)', ceilingRate));
     console.log(ceilingRow(`storage ceiling in the worker's format and settings (TabSeparated)`, tsvCeilingRate));
     console.log(`| worker full path | ${workerRate} | 1.00x |`);
+    if (PAIRS > 1) await timeMorePairs(db, kafka, kafkaService.brokers, clickhouse, names, bodies.get('JSONEachRow'), { ceilingMs: ceilings.JSONEachRow!, workerMs });
+    await db.close();
     console.log(`peak RSS: ${Math.round(process.resourceUsage().maxRSS / 1024)} MiB (whole benchmark process)`);
   } finally {
     await kafkaService.stop();
     await clickhouse.stop();
   }
+}
+
+/**
+ * BENCH_PAIRS: the machine's speed drifts by 10-20% within minutes, so one run's ratio of the worker
+ * to a ceiling measured a minute earlier says little. Each further pair measures the JSONEachRow
+ * ceiling and, right after it, the worker (a new consumer group reading the same topic into a
+ * database of its own), after dropping the last pair's databases so that their background merges do
+ * not run beside it. Prints each pair's ratio, and their median and mean.
+ */
+async function timeMorePairs(
+  db: ClickHouse,
+  kafka: Kafka,
+  brokers: string[],
+  clickhouse: ClickHouseService,
+  names: TestNames,
+  jsonBodies: readonly Buffer[] | undefined,
+  first: { ceilingMs: number; workerMs: number },
+): Promise<void> {
+  if (!jsonBodies || !first.ceilingMs) throw new Error('BENCH_PAIRS needs the JSONEachRow ceiling (CEILINGS must include it)');
+  const pairs = [first];
+  let dropAfter = [`${clickhouse.database}_ceiling_jsoneachrow`, `${clickhouse.database}_ceiling_tabseparated`, clickhouse.database];
+  for (let pair = 2; pair <= PAIRS; pair++) {
+    for (const database of dropAfter) await db.command(`DROP DATABASE IF EXISTS ${database} SYNC`);
+    console.log('');
+    console.log(`pair ${pair} of ${PAIRS}:`);
+    const ceilingDatabase = `${clickhouse.database}_ceiling_jsoneachrow_${pair}`;
+    const { ms: ceilingMs, cores } = await timeCeiling(db, ceilingDatabase, 'JSONEachRow', jsonBodies);
+    console.log(`storage ceiling (raw JSONEachRow inserts of ${CEILING_INSERT_ROWS} rows): ${rate(EVENTS, ceilingMs)} rows/s, ${cores.toFixed(2)} cores`);
+    const workerDatabase = `${clickhouse.database}_worker_${pair}`;
+    const pairNames = { ...names, groupId: `${names.groupId}.${pair}` };
+    const workerMs = await timeWorker(kafka, brokers, clickhouse, pairNames, ceilingMs, workerDatabase);
+    console.log(`worker full path (consume, validate, store, commit): ${rate(EVENTS, workerMs)} events/s, ${(ceilingMs / workerMs).toFixed(2)}x the ceiling just before it`);
+    pairs.push({ ceilingMs, workerMs });
+    dropAfter = [ceilingDatabase, workerDatabase];
+  }
+  const ratios = pairs.map(({ ceilingMs, workerMs }) => ceilingMs / workerMs);
+  const sorted = [...ratios].sort((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  const median = sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+  const mean = ratios.reduce((sum, ratio) => sum + ratio, 0) / ratios.length;
+  console.log('');
+  console.log(
+    `${PAIRS} pairs, the worker against the JSONEachRow ceiling measured just before it: ${ratios.map((ratio) => `${ratio.toFixed(2)}x`).join(', ')}; ` +
+      `median ${median.toFixed(2)}x, mean ${mean.toFixed(2)}x (worker ${pairs.map(({ workerMs }) => rate(EVENTS, workerMs)).join(', ')} events/s; ceiling ${pairs.map(({ ceilingMs }) => rate(EVENTS, ceilingMs)).join(', ')} rows/s)`,
+  );
+}
+
+/**
+ * The worker's full path over the topic's EVENTS events, in this process, on the same engine: from
+ * its first event consumed to its last stored (both polled every 5 ms). Prints its CPU, where its
+ * time went and how busy storage was; returns the time. `database` gives it a database of its own
+ * (a later pair's), instead of the service's.
+ */
+async function timeWorker(kafka: Kafka, brokers: string[], clickhouse: ClickHouseService, names: TestNames, jsonCeilingMs: number | undefined, database?: string): Promise<number> {
+  const env = testEnv({
+    brokers,
+    clickhouse,
+    names,
+    extra: {
+      LOG_LEVEL: 'warn',
+      STORE_FLUSH_INTERVAL_MS: process.env.STORE_FLUSH_INTERVAL_MS ?? '1000',
+      STORE_FLUSH_ROWS: process.env.STORE_FLUSH_ROWS ?? '50000',
+      ...(database ? { CLICKHOUSE_DATABASE: database } : {}),
+    },
+  });
+  const worker = await startWorker(loadConfig(env), { logger: createLogger('warn') });
+  await worker.ready;
+  let firstConsumedAt = 0;
+  const workerCpu = process.cpuUsage();
+  const workerStarted = performance.now();
+  // Polled every 5 ms: the window's two ends are known to within that (at 100 ms, a run of 4-5 s
+  // was up to 0.1 s off at each end). A poll reads two counters, about a microsecond of the main thread.
+  await waitFor(
+    async () => {
+      if (!firstConsumedAt && (await counter(worker.metrics, 'security_center_events_consumed_total')) > 0) firstConsumedAt = performance.now();
+      return (await counter(worker.metrics, 'security_center_events_stored_total')) >= EVENTS;
+    },
+    'worker stores every event',
+    600_000,
+    undefined,
+    5,
+  );
+  const storedAt = performance.now();
+  const workerCpuUsed = process.cpuUsage(workerCpu);
+  console.log(`worker cpu: ${((workerCpuUsed.user + workerCpuUsed.system) / 1000 / (storedAt - workerStarted)).toFixed(2)} cores`);
+  await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker commits', 60_000);
+  const workerMs = storedAt - (firstConsumedAt || workerStarted);
+  const histograms = await Promise.all(
+    ['security_center_store_flush_duration_seconds', 'security_center_batch_duration_seconds'].map(async (name) => {
+      const metric = (await worker.metrics.registry.getSingleMetric(name)?.get()) as { values: { metricName?: string; value: number }[] };
+      const sum = metric.values.find((v) => v.metricName?.endsWith('_sum'))?.value ?? 0;
+      const count = metric.values.find((v) => v.metricName?.endsWith('_count'))?.value ?? 0;
+      return { name: name.replace('security_center_', ''), sum, count };
+    }),
+  );
+  const breakdown = histograms.map(({ name, sum, count }) => `${name}: ${count} x ${((sum / Math.max(count, 1)) * 1000).toFixed(1)} ms = ${sum.toFixed(2)} s`);
+  console.log(`worker time: ${(workerMs / 1000).toFixed(2)} s; ${breakdown.join('; ')}`);
+  // Inserts run one at a time: the time no insert runs is the pipeline's edges (filling the first
+  // insert, the last rows waiting out STORE_FLUSH_INTERVAL_MS) and any stall between inserts.
+  const flushSeconds = histograms[0]!.sum;
+  const whileStoring = EVENTS / flushSeconds;
+  console.log(
+    `storage busy ${flushSeconds.toFixed(2)} s of ${(workerMs / 1000).toFixed(2)} s (${((flushSeconds * 100_000) / workerMs).toFixed(0)}%); ` +
+      `rows per second of insert time: ${Math.round(whileStoring)} (${(whileStoring / rate(EVENTS, jsonCeilingMs ?? Number.NaN)).toFixed(2)}x the JSONEachRow ceiling)`,
+  );
+  await worker.stop();
+  return workerMs;
 }
 
 /**

@@ -90,6 +90,7 @@ async function main(): Promise<void> {
     });
     const source = (offset: number): EventSource => ({ topic: names.topic, partition: 0, offset });
     const formats = (process.env.CEILINGS ?? 'JSONEachRow,TabSeparated').split(',') as RowFormat[];
+    if (PAIRS > 1 && !formats.includes('JSONEachRow')) throw new Error('BENCH_PAIRS needs the JSONEachRow ceiling: CEILINGS must include it');
     // The insert bodies are built before the clock starts: the ceiling times the engine alone.
     const bodies = new Map<RowFormat, Buffer[]>();
     for (const format of formats) bodies.set(format, insertBodies(parsedEvents, format, source));
@@ -97,9 +98,9 @@ async function main(): Promise<void> {
     parsedEvents.length = 0;
     values.length = 0;
     // Untimed first: one pass of the first format's bodies into a scratch database. A process's first
-    // inserts run far slower than its later ones (three JSONEachRow ceilings back to back, cold:
-    // 157k, 212k and 242k rows/s), and the worker, timed after the ceilings, always ran warm: a cold
-    // ceiling made its ratio look 15-30% better than it was.
+    // inserts run slower than its later ones (three JSONEachRow ceilings back to back, cold, in three
+    // runs: the first 9-35% slower than each of the two after it), and the worker, timed after the
+    // ceilings, always ran warm: a cold ceiling made its ratio look better than it was.
     const warmUp = `${clickhouse.database}_warm_up`;
     await timeCeiling(db, warmUp, formats[0]!, bodies.get(formats[0]!)!);
     await db.command(`DROP DATABASE ${warmUp} SYNC`);
@@ -109,7 +110,9 @@ async function main(): Promise<void> {
       ceilings[format] = ms;
       console.log(`storage ceiling (raw ${format} inserts of ${CEILING_INSERT_ROWS} rows${format === 'TabSeparated' ? ', the worker\'s settings' : ''}): ${rate(EVENTS, ms)} rows/s, ${cores.toFixed(2)} cores`);
     }
-    // Later pairs insert the JSONEachRow bodies again (Buffers, outside the V8 heap); the rest go.
+    // Later pairs insert the JSONEachRow bodies again: they stay alive through every worker run of a
+    // BENCH_PAIRS run, pair 1's included (Buffers, outside the V8 heap but counted as its external
+    // memory, about 180 MB; not measured for their effect on the worker); the rest go.
     for (const format of formats) if (PAIRS === 1 || format !== 'JSONEachRow') bodies.delete(format);
 
     // 3. The worker's full path, in this process, on the same engine.
@@ -130,7 +133,7 @@ async function main(): Promise<void> {
     console.log(ceilingRow('storage ceiling (JSONEachRow)', ceilingRate));
     console.log(ceilingRow(`storage ceiling in the worker's format and settings (TabSeparated)`, tsvCeilingRate));
     console.log(`| worker full path | ${workerRate} | 1.00x |`);
-    if (PAIRS > 1) await timeMorePairs(db, kafka, kafkaService.brokers, clickhouse, names, bodies.get('JSONEachRow'), { ceilingMs: ceilings.JSONEachRow!, workerMs });
+    if (PAIRS > 1) await timeMorePairs(db, kafka, kafkaService.brokers, clickhouse, names, bodies.get('JSONEachRow')!, { ceilingMs: ceilings.JSONEachRow!, workerMs });
     await db.close();
     console.log(`peak RSS: ${Math.round(process.resourceUsage().maxRSS / 1024)} MiB (whole benchmark process)`);
   } finally {
@@ -144,7 +147,10 @@ async function main(): Promise<void> {
  * to a ceiling measured a minute earlier says little. Each further pair measures the JSONEachRow
  * ceiling and, right after it, the worker (a new consumer group reading the same topic into a
  * database of its own), after dropping the last pair's databases so that their background merges do
- * not run beside it. Prints each pair's ratio, and their median and mean.
+ * not run beside it. Prints each pair's ratio, and their median and mean, and the median of the later
+ * pairs alone: the first pair's worker is the process's first (its JavaScript not optimized yet, its
+ * TabSeparated inserts never run when CEILINGS leaves them out), and ran 2-10% slower than the later
+ * ones in this session's runs, while the warm-up has warmed the first ceiling.
  */
 async function timeMorePairs(
   db: ClickHouse,
@@ -152,10 +158,9 @@ async function timeMorePairs(
   brokers: string[],
   clickhouse: ClickHouseService,
   names: TestNames,
-  jsonBodies: readonly Buffer[] | undefined,
+  jsonBodies: readonly Buffer[],
   first: { ceilingMs: number; workerMs: number },
 ): Promise<void> {
-  if (!jsonBodies || !first.ceilingMs) throw new Error('BENCH_PAIRS needs the JSONEachRow ceiling (CEILINGS must include it)');
   const pairs = [first];
   let dropAfter = [`${clickhouse.database}_ceiling_jsoneachrow`, `${clickhouse.database}_ceiling_tabseparated`, clickhouse.database];
   for (let pair = 2; pair <= PAIRS; pair++) {
@@ -173,15 +178,19 @@ async function timeMorePairs(
     dropAfter = [ceilingDatabase, workerDatabase];
   }
   const ratios = pairs.map(({ ceilingMs, workerMs }) => ceilingMs / workerMs);
-  const sorted = [...ratios].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  const median = sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
   const mean = ratios.reduce((sum, ratio) => sum + ratio, 0) / ratios.length;
   console.log('');
   console.log(
-    `${PAIRS} pairs, the worker against the JSONEachRow ceiling measured just before it: ${ratios.map((ratio) => `${ratio.toFixed(2)}x`).join(', ')}; ` +
-      `median ${median.toFixed(2)}x, mean ${mean.toFixed(2)}x (worker ${pairs.map(({ workerMs }) => rate(EVENTS, workerMs)).join(', ')} events/s; ceiling ${pairs.map(({ ceilingMs }) => rate(EVENTS, ceilingMs)).join(', ')} rows/s)`,
+    `${PAIRS} pairs, the worker against the JSONEachRow ceiling measured before it: ${ratios.map((ratio) => `${ratio.toFixed(2)}x`).join(', ')}; ` +
+      `median ${median(ratios).toFixed(2)}x, mean ${mean.toFixed(2)}x, median of pairs 2 to ${PAIRS} ${median(ratios.slice(1)).toFixed(2)}x ` +
+      `(worker ${pairs.map(({ workerMs }) => rate(EVENTS, workerMs)).join(', ')} events/s; ceiling ${pairs.map(({ ceilingMs }) => rate(EVENTS, ceilingMs)).join(', ')} rows/s)`,
   );
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
 }
 
 /**

@@ -168,8 +168,8 @@ export interface EngineLoad {
   /**
    * Events judged (not warmed) that carried no rateLimitPerMinute and were not answered 5xx, of keys
    * for which a rule needs a limit (RuleDefinition.needsLimit: velocity_attack without a default
-   * limit, enterprise's by default): their minutes go unjudged unless another of their events
-   * carries one, until the fleet sends the keys' limits or a default is configured.
+   * limit, enterprise's by default): their minutes go unjudged unless another of their events not
+   * answered 5xx carries one, until the fleet sends the keys' limits or a default is configured.
    */
   eventsWithoutLimit: number;
   /** The merchants of those events in the latest batch processed (process, processBatch), at most MERCHANTS_WITHOUT_LIMIT of them. */

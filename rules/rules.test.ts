@@ -154,17 +154,16 @@ describe('rule catalogue', () => {
   });
 
   it('velocity_attack says it needs a carried limit exactly where a flood carrying none goes unjudged: without a default (enterprise\'s)', () => {
-    const velocity = velocityAttack;
     // Three minutes of 1,000 requests each, none carrying a limit.
     const flood = keyWindow(perMinute([1_000, 1_000, 1_000], T0, { rateLimitPerMinute: 0 }), { plan: 'enterprise' });
     const now = T0 + 3 * MINUTE;
     for (const [defaultLimitPerMinute, needs, fires] of [[0, true, false], [60, false, true], [1_000_000, false, false]] as const) {
-      const params = { ...velocity.defaults, defaultLimitPerMinute };
-      expect(velocity.needsLimit!(params), `default ${defaultLimitPerMinute}`).toBe(needs);
-      expect(velocity.evaluate(flood, params, now).length > 0, `default ${defaultLimitPerMinute}`).toBe(fires);
+      const params = { ...velocityAttack.defaults, defaultLimitPerMinute };
+      expect(velocityAttack.needsLimit!(params), `default ${defaultLimitPerMinute}`).toBe(needs);
+      expect(velocityAttack.evaluate(flood, params, now).length > 0, `default ${defaultLimitPerMinute}`).toBe(fires);
     }
-    expect(velocity.needsLimit!(defaultsFor(velocity, 'enterprise'))).toBe(true);
-    expect(velocity.needsLimit!(defaultsFor(velocity, 'business'))).toBe(false);
+    expect(velocityAttack.needsLimit!(defaultsFor(velocityAttack, 'enterprise'))).toBe(true);
+    expect(velocityAttack.needsLimit!(defaultsFor(velocityAttack, 'business'))).toBe(false);
     expect(rules.filter((rule) => rule.needsLimit).map((rule) => rule.id)).toEqual(['velocity_attack']);
   });
 

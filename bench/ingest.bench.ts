@@ -21,6 +21,7 @@
  * their median (the machine's speed drifts within minutes: a ratio to a ceiling measured next to
  * the worker says more than one run's).
  */
+import { readdirSync, readFileSync } from 'node:fs';
 import { Kafka, logLevel } from 'kafkajs';
 import { loadConfig } from '../src/config.ts';
 import { parseRequestEventText, PLANS } from '../src/events/request-event.ts';
@@ -211,9 +212,11 @@ async function timeWorker(kafka: Kafka, brokers: string[], clickhouse: ClickHous
       ...(database ? { CLICKHOUSE_DATABASE: database } : {}),
     },
   });
+  const threadsBefore = threadTimes(); // the analysis thread is one started after this
   const worker = await startWorker(loadConfig(env), { logger: createLogger('warn') });
   await worker.ready;
   let firstConsumedAt = 0;
+  const threadsAtStart = threadTimes();
   const workerCpu = process.cpuUsage();
   const workerStarted = performance.now();
   // Polled every 5 ms: the window's two ends are known to within that (at 100 ms, a run of 4-5 s
@@ -231,6 +234,8 @@ async function timeWorker(kafka: Kafka, brokers: string[], clickhouse: ClickHous
   const storedAt = performance.now();
   const workerCpuUsed = process.cpuUsage(workerCpu);
   console.log(`worker cpu: ${((workerCpuUsed.user + workerCpuUsed.system) / 1000 / (storedAt - workerStarted)).toFixed(2)} cores`);
+  const byThread = cpuByThread(threadsBefore, threadsAtStart, threadTimes());
+  if (byThread) console.log(`worker cpu by thread: ${byThread}`);
   await waitFor(() => groupCaughtUp(kafka, names.groupId, names.topic), 'worker commits', 60_000);
   const workerMs = storedAt - (firstConsumedAt || workerStarted);
   const histograms = await Promise.all(
@@ -253,6 +258,64 @@ async function timeWorker(kafka: Kafka, brokers: string[], clickhouse: ClickHous
   );
   await worker.stop();
   return workerMs;
+}
+
+interface ThreadTimes {
+  name: string;
+  /** User and system CPU, seconds. */
+  cpu: number;
+  system: number;
+  minorFaults: number;
+}
+
+/** This process's threads by id, from /proc (Linux; empty elsewhere). Times are in USER_HZ, 100 a second on Linux. */
+function threadTimes(): Map<string, ThreadTimes> {
+  const threads = new Map<string, ThreadTimes>();
+  let ids: string[];
+  try {
+    ids = readdirSync('/proc/self/task');
+  } catch {
+    return threads;
+  }
+  for (const id of ids) {
+    try {
+      const stat = readFileSync(`/proc/self/task/${id}/stat`, 'utf8');
+      // The name is in parentheses and may hold spaces; the fields after it are space-separated.
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const [user, system] = [Number(fields[11]) / 100, Number(fields[12]) / 100];
+      threads.set(id, { name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), cpu: user + system, system, minorFaults: Number(fields[7]) });
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return threads;
+}
+
+/**
+ * Where the worker's CPU went between `start` and `end`, by the process's threads, in four groups:
+ * the main thread (Kafka fetching and decoding, the HTTP server, handing work on), the analysis
+ * thread (validation, detection; the Node thread started since `before`), Node's other threads (V8's
+ * garbage collection and compilation helpers, libuv's pool) and the storage engine's (chdb's threads,
+ * named by it; none with a ClickHouse server). Each with its system time and minor page faults.
+ * Undefined where /proc cannot be read.
+ */
+function cpuByThread(before: Map<string, ThreadTimes>, start: Map<string, ThreadTimes>, end: Map<string, ThreadTimes>): string | undefined {
+  if (end.size === 0) return undefined;
+  const groups = new Map<string, { cpu: number; system: number; minorFaults: number }>();
+  for (const [id, now] of end) {
+    const then = start.get(id);
+    const group =
+      id === String(process.pid) ? 'main thread' : now.name !== 'node' ? 'storage engine' : before.has(id) ? 'other Node threads' : 'analysis thread';
+    const sum = groups.get(group) ?? { cpu: 0, system: 0, minorFaults: 0 };
+    sum.cpu += now.cpu - (then?.cpu ?? 0);
+    sum.system += now.system - (then?.system ?? 0);
+    sum.minorFaults += now.minorFaults - (then?.minorFaults ?? 0);
+    groups.set(group, sum);
+  }
+  return [...groups]
+    .sort(([, a], [, b]) => b.cpu - a.cpu)
+    .map(([group, { cpu, system, minorFaults }]) => `${group} ${cpu.toFixed(2)} s (system ${system.toFixed(2)} s, ${Math.round(minorFaults / 1000)}k minor faults)`)
+    .join(', ');
 }
 
 /**

@@ -11,7 +11,7 @@
  * run far slower than its later ones, and the worker, timed last, runs warm).
  * Run by `npm run bench:ingest` with the V8 flag `npm start` gives Node (`--max-semi-space-size=64`),
  * as the worker runs in this process; the first line names Node's version and flags.
- * Prints the rates, the worker's ratio to each, and peak RSS. Uses the test services: the
+ * Prints the rates, the worker's ratio to each, its CPU by thread (Linux's /proc), and peak RSS. Uses the test services: the
  * mock broker (or KAFKA_BROKERS) and the embedded engine (or CLICKHOUSE_URL).
  * Env: BENCH_EVENTS (default 500000); BENCH_PLANS (a comma list the keys' plans cycle through, default
  * all four, half of the keys entitled to detection; `pro` leaves detection nothing to judge, which

@@ -268,7 +268,11 @@ interface ThreadTimes {
   minorFaults: number;
 }
 
-/** This process's threads by id, from /proc (Linux; empty elsewhere). Times are in USER_HZ, 100 a second on Linux. */
+/**
+ * This process's threads by id, from /proc (Linux; empty elsewhere). CPU from schedstat (nanoseconds):
+ * stat's times are whole ticks (USER_HZ, 100 a second), rounded down per thread, which loses about
+ * 0.01 s a thread over a run, mostly the storage engine's many; system time from stat.
+ */
 function threadTimes(): Map<string, ThreadTimes> {
   const threads = new Map<string, ThreadTimes>();
   let ids: string[];
@@ -283,7 +287,13 @@ function threadTimes(): Map<string, ThreadTimes> {
       // The name is in parentheses and may hold spaces; the fields after it are space-separated.
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       const [user, system] = [Number(fields[11]) / 100, Number(fields[12]) / 100];
-      threads.set(id, { name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), cpu: user + system, system, minorFaults: Number(fields[7]) });
+      let cpu = user + system;
+      try {
+        cpu = Number(readFileSync(`/proc/self/task/${id}/schedstat`, 'utf8').split(' ')[0]) / 1e9;
+      } catch {
+        // A kernel without schedstat: stat's ticks.
+      }
+      threads.set(id, { name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), cpu, system, minorFaults: Number(fields[7]) });
     } catch {
       // The thread ended meanwhile.
     }
@@ -292,20 +302,35 @@ function threadTimes(): Map<string, ThreadTimes> {
 }
 
 /**
+ * The names Node gives its own threads: Node 20 names them all `node`; Node 24 names V8's helpers
+ * `V8Worker`, libuv's pool `libuv-worker`, a worker_threads thread `WorkerThread`, and the main
+ * thread `MainThread` (which a thread the storage engine starts from it inherits: only the process's
+ * own id is the main thread).
+ */
+const NODE_THREAD_NAMES = new Set(['node', 'V8Worker', 'DelayedTaskSche', 'SignalInspector', 'libuv-worker', 'WorkerThread']);
+
+/**
  * Where the worker's CPU went between `start` and `end`, by the process's threads, in four groups:
- * the main thread (Kafka fetching and decoding, the HTTP server, handing work on), the analysis
- * thread (validation, detection; the Node thread started since `before`), Node's other threads (V8's
- * garbage collection and compilation helpers, libuv's pool) and the storage engine's (chdb's threads,
- * named by it; none with a ClickHouse server). Each with its system time and minor page faults.
- * Undefined where /proc cannot be read.
+ * the main thread (Kafka fetching and decoding, the HTTP server, handing work on, and the bench's
+ * polling), the analysis thread (validation, detection: the worker_threads thread started since
+ * `before`), Node's other threads (V8's garbage collection and compilation helpers, libuv's pool)
+ * and the storage engine's (chdb's threads, named by it, and any other; none with a ClickHouse
+ * server). Each with its system time and minor page faults. Undefined where /proc cannot be read.
  */
 function cpuByThread(before: Map<string, ThreadTimes>, start: Map<string, ThreadTimes>, end: Map<string, ThreadTimes>): string | undefined {
   if (end.size === 0) return undefined;
   const groups = new Map<string, { cpu: number; system: number; minorFaults: number }>();
   for (const [id, now] of end) {
     const then = start.get(id);
+    const isNodes = NODE_THREAD_NAMES.has(now.name);
     const group =
-      id === String(process.pid) ? 'main thread' : now.name !== 'node' ? 'storage engine' : before.has(id) ? 'other Node threads' : 'analysis thread';
+      id === String(process.pid)
+        ? 'main thread'
+        : !isNodes
+          ? 'storage engine'
+          : !before.has(id) && (now.name === 'node' || now.name === 'WorkerThread')
+            ? 'analysis thread'
+            : 'other Node threads';
     const sum = groups.get(group) ?? { cpu: 0, system: 0, minorFaults: 0 };
     sum.cpu += now.cpu - (then?.cpu ?? 0);
     sum.system += now.system - (then?.system ?? 0);

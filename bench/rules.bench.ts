@@ -104,24 +104,36 @@ function generate(): Generated {
     }
     if (abuse === 'auth_storm' && random() < 0.7) status = 401;
     regionOf[i] = region;
-    json[i] = JSON.stringify({
-      eventId: `evt_${i.toString(36)}_${key}`,
-      timestamp: START + Math.floor((i * 1000) / RATE),
-      merchantId: `m_${key % 500}`,
-      plan: (['business', 'enterprise', 'pro', 'free'] as const)[key % 4],
-      // Enterprise limits are custom: the fleet sends them (velocity_attack does not judge an enterprise minute without one).
-      ...(key % 4 === 1 ? { rateLimitPerMinute: 60 } : {}),
-      apiKeyId: keyNames[key]!,
-      environment: 'live',
-      ip,
-      userAgent,
-      method: i % 3 === 0 ? 'GET' : 'POST',
-      path: i % 3 === 0 ? `/v1/verify/sessions/ses_${(i * 7919) % 1_000_000}` : '/v1/verify/sessions',
-      status,
-      responseTimeMs: 20 + (i % 180),
-    });
+    json[i] = flat(
+      JSON.stringify({
+        eventId: `evt_${i.toString(36)}_${key}`,
+        timestamp: START + Math.floor((i * 1000) / RATE),
+        merchantId: `m_${key % 500}`,
+        plan: (['business', 'enterprise', 'pro', 'free'] as const)[key % 4],
+        // Enterprise limits are custom: the fleet sends them (velocity_attack does not judge an enterprise minute without one).
+        ...(key % 4 === 1 ? { rateLimitPerMinute: 60 } : {}),
+        apiKeyId: keyNames[key]!,
+        environment: 'live',
+        ip,
+        userAgent,
+        method: i % 3 === 0 ? 'GET' : 'POST',
+        path: i % 3 === 0 ? `/v1/verify/sessions/ses_${(i * 7919) % 1_000_000}` : '/v1/verify/sessions',
+        status,
+        responseTimeMs: 20 + (i % 180),
+      }),
+    );
   }
   return { json, regionOf };
+}
+
+/**
+ * The text as one flat string, as the worker's are (decoded from a message's bytes). JSON.stringify
+ * returns a cons string (V8 joins its parts lazily), which each first JSON.parse flattens: measured
+ * on such strings, JSON.parse took about 2.6 µs an event the first time and 1.0 µs after (200k
+ * events of about 270 bytes), so timing it on them made the engine's ratio to it look half what it is.
+ */
+function flat(text: string): string {
+  return Buffer.from(text, 'latin1').toString('latin1');
 }
 
 function timeParse(json: readonly string[], count: number): number {

@@ -322,11 +322,11 @@ function cpuByThread(before: Map<string, ThreadTimes>, start: Map<string, Thread
   const groups = new Map<string, { cpu: number; system: number; minorFaults: number }>();
   for (const [id, now] of end) {
     const then = start.get(id);
-    const isNodes = NODE_THREAD_NAMES.has(now.name);
+    const isNodeThread = NODE_THREAD_NAMES.has(now.name);
     const group =
       id === String(process.pid)
         ? 'main thread'
-        : !isNodes
+        : !isNodeThread
           ? 'storage engine'
           : !before.has(id) && (now.name === 'node' || now.name === 'WorkerThread')
             ? 'analysis thread'

@@ -309,6 +309,14 @@ function threadTimes(): Map<string, ThreadTimes> {
  */
 const NODE_THREAD_NAMES = new Set(['node', 'V8Worker', 'DelayedTaskSche', 'SignalInspector', 'libuv-worker', 'WorkerThread']);
 
+/** Which of cpuByThread's groups the thread `id` named `name` is in. */
+function threadGroup(id: string, name: string, before: Map<string, ThreadTimes>): string {
+  if (id === String(process.pid)) return 'main thread';
+  if (!NODE_THREAD_NAMES.has(name)) return 'storage engine';
+  const startedSince = !before.has(id) && (name === 'node' || name === 'WorkerThread');
+  return startedSince ? 'analysis thread' : 'other Node threads';
+}
+
 /**
  * Where the worker's CPU went between `start` and `end`, by the process's threads, in four groups:
  * the main thread (Kafka fetching and decoding, the HTTP server, handing work on, and the bench's
@@ -322,15 +330,7 @@ function cpuByThread(before: Map<string, ThreadTimes>, start: Map<string, Thread
   const groups = new Map<string, { cpu: number; system: number; minorFaults: number }>();
   for (const [id, now] of end) {
     const then = start.get(id);
-    const isNodeThread = NODE_THREAD_NAMES.has(now.name);
-    const group =
-      id === String(process.pid)
-        ? 'main thread'
-        : !isNodeThread
-          ? 'storage engine'
-          : !before.has(id) && (now.name === 'node' || now.name === 'WorkerThread')
-            ? 'analysis thread'
-            : 'other Node threads';
+    const group = threadGroup(id, now.name, before);
     const sum = groups.get(group) ?? { cpu: 0, system: 0, minorFaults: 0 };
     sum.cpu += now.cpu - (then?.cpu ?? 0);
     sum.system += now.system - (then?.system ?? 0);

@@ -20,8 +20,6 @@ RUN mkdir -p /app/data && chown node:node /app/data
 VOLUME /app/data
 USER node
 EXPOSE 8080
-# kafkajs 2.2.4 hands setTimeout a negative delay once per connection, which Node 24 reports as a
-# TimeoutNegativeWarning on stderr (tulios/kafkajs#1751); the delay was always treated as 1 ms.
 # V8 semi-spaces of 64 MB for the main thread, as `npm start` gives it: its scavenges copy the Kafka
 # fetch in hand, fewer of them the larger they are (the analysis thread gets 16 MB: README, Performance).
-CMD ["node", "--max-semi-space-size=64", "--disable-warning=TimeoutNegativeWarning", "--import", "tsx", "src/main.ts"]
+CMD ["node", "--max-semi-space-size=64", "--import", "tsx", "src/main.ts"]

@@ -8,6 +8,7 @@ import { Kafka, logLevel, type KafkaConfig, type LogEntry, type Message, type Pr
 import { withBundledCas, type Config } from '../config.ts';
 import { FailureLog } from '../failure-log.ts';
 import { registerKafkaCodecs } from './kafka-compression.ts';
+import { stopIdleRequestQueueTimers } from './kafka-request-queue.ts';
 import type { Logger } from '../logger.ts';
 
 const LEVELS: Record<number, 'error' | 'warn' | 'info' | 'debug'> = {
@@ -65,9 +66,14 @@ export function kafkaClientConfig(options: KafkaClientOptions, logger: Logger, n
   };
 }
 
-/** The worker's client, which reads record batches in every compression Kafka defines (kafka-compression.ts). */
+/**
+ * The worker's client, which reads record batches in every compression Kafka defines
+ * (kafka-compression.ts), and whose connections wake up only when they have something to do
+ * (kafka-request-queue.ts).
+ */
 export function createKafka(options: KafkaClientOptions, logger: Logger): Kafka {
   registerKafkaCodecs();
+  stopIdleRequestQueueTimers();
   return new Kafka(kafkaClientConfig(options, logger));
 }
 

@@ -7,12 +7,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   CompressionTypes,
-  Kafka,
   Partitioners,
-  logLevel,
   type Consumer,
+  type Kafka,
   type Producer,
 } from 'kafkajs';
+import { testKafka } from '../support/kafka.ts';
 import { mockBrokerConsumerDefaults, startKafka, type KafkaService } from './kafka.ts';
 
 const RUN = `${Date.now().toString(36)}-${process.pid}`; // unique names when KAFKA_BROKERS is shared
@@ -50,7 +50,7 @@ function trackAssignment(c: Consumer, topic: string): { partitions: number[] } {
 
 beforeAll(async () => {
   kafkaService = await startKafka({ topics: [TOPIC_BASIC, TOPIC_GROUP, TOPIC_BIG], partitions: 4 });
-  kafka = new Kafka({ clientId: 'kafka-service-test', brokers: kafkaService.brokers, logLevel: logLevel.NOTHING });
+  kafka = testKafka(kafkaService.brokers);
   producer = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner });
   await producer.connect();
 }, 240_000);

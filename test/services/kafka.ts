@@ -159,6 +159,8 @@ async function ensureTopics(
   bestEffort = false,
 ): Promise<void> {
   const { Kafka, logLevel } = await import('kafkajs');
+  const { stopIdleRequestQueueTimers } = await import('../../src/ingest/kafka-request-queue.ts');
+  stopIdleRequestQueueTimers();
   const admin = new Kafka({ clientId: 'test-services', brokers, logLevel: logLevel.NOTHING, retry: { retries: 0 } }).admin();
   const deadline = Date.now() + timeoutMs;
   try {

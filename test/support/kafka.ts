@@ -1,9 +1,12 @@
 /** Kafka helpers for suites: produce in large sends, read a topic back, read a group's progress, a relay to a broker. */
 import { createServer, connect, type Socket } from 'node:net';
 import { Kafka, logLevel, type Producer } from 'kafkajs';
+import { stopIdleRequestQueueTimers } from '../../src/ingest/kafka-request-queue.ts';
 import { mockBrokerConsumerDefaults } from '../services/kafka.ts';
 
+/** The suites' own client, with the fix the worker's has (kafka-request-queue.ts): no 1 ms timer per idle connection. */
 export function testKafka(brokers: string[]): Kafka {
+  stopIdleRequestQueueTimers();
   return new Kafka({ clientId: 'test-suite', brokers, logLevel: logLevel.NOTHING });
 }
 

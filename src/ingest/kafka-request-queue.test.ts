@@ -5,6 +5,7 @@ import { stopIdleRequestQueueTimers } from './kafka-request-queue.ts';
 /** kafkajs's RequestQueue, as its connections make one (src/network/requestQueue/index.js). */
 interface Queue {
   pending: unknown[];
+  inflight: Map<number, { timeoutRequest(): void }>;
   throttleCheckTimeoutId: unknown;
   push(request: { entry: Entry; expectResponse: boolean; sendRequest: () => void }): void;
   fulfillRequest(response: { correlationId: number; payload: Buffer; size: number }): void;
@@ -78,6 +79,47 @@ describe('stopIdleRequestQueueTimers', () => {
     expect(second()).toBe(1);
     respond(queue, 2);
     // The look kafkajs armed when the second was held back runs once, and arms nothing more.
+    vi.advanceTimersByTime(10);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('arms no timer for a throttle while nothing is held back, and sends a request that comes during it at its end', () => {
+    const queue = newQueue();
+    push(queue, 1);
+    queue.maybeThrottle(50);
+    respond(queue, 1);
+    expect(vi.getTimerCount()).toBe(0); // kafkajs alone arms one for the throttle's end
+    vi.advanceTimersByTime(20);
+    const second = push(queue, 2);
+    vi.advanceTimersByTime(29);
+    expect(second()).toBe(0);
+    vi.advanceTimersByTime(2);
+    expect(second()).toBe(1);
+  });
+
+  it('sends a held-back request when a throttle that came meanwhile ends', () => {
+    const queue = newQueue(1);
+    push(queue, 1);
+    const second = push(queue, 2); // held back by the in-flight limit: kafkajs looks again in 10 ms
+    queue.maybeThrottle(50); // the first one's response says the broker throttles this client
+    respond(queue, 1);
+    vi.advanceTimersByTime(10); // still throttled: the look arms the next for the throttle's end
+    expect(second()).toBe(0);
+    vi.advanceTimersByTime(39);
+    expect(second()).toBe(0);
+    vi.advanceTimersByTime(2);
+    expect(second()).toBe(1);
+    respond(queue, 2);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('sends a held-back request when a request in flight times out and frees a place', () => {
+    const queue = newQueue(1);
+    push(queue, 1);
+    const second = push(queue, 2);
+    queue.inflight.get(1)!.timeoutRequest();
+    expect(second()).toBe(1);
+    respond(queue, 2);
     vi.advanceTimersByTime(10);
     expect(vi.getTimerCount()).toBe(0);
   });
